@@ -1,0 +1,1 @@
+"""Cluster description: TF_CONFIG build/validate, cluster sources, launcher."""

@@ -1,0 +1,51 @@
+"""The few, documented fixes that make Keras 3 train under tf.distribute.
+
+Keras 3 (TF >= 2.16) cannot `fit` under a plain
+`tf.distribute.MultiWorkerMirroredStrategy` (keras-team/keras#20585,
+tensorflow/tensorflow#72388). Two calls in
+`keras/src/backend/tensorflow/trainer.py` reach `Strategy.reduce` with
+arguments MWMS's cross-device ops do not accept:
+
+1. `_maybe_symbolic_build` reduces the first *nest* of PerReplica batches
+   (`(x, y)` or a dict) with `axis=None`; MWMS hands the whole tuple to the
+   collective and raises "Attempt to convert a value (PerReplica...)".
+2. `reduce_per_replica` reduces every per-replica output, scalar metric
+   values included, with `strategy.reduce("MEAN", v, axis=0)`; a rank-0
+   value has no axis 0 ("Invalid reduction dimension 0 for input with 0
+   dimensions").
+
+`KerasMultiWorkerMirroredStrategy.reduce` maps over the nest and reduces a
+rank-0 value across replicas without an axis (the same number
+`tf.reduce_mean(local_results, axis=0)` gives on a single host). Everything
+else is the upstream strategy. tf_keras (`TF_USE_LEGACY_KERAS=1`) never
+passes such arguments and is unaffected.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+
+def _rank(value) -> int | None:
+    if isinstance(value, tf.distribute.DistributedValues):
+        value = value.values[0]
+    shape = getattr(value, "shape", None)
+    return None if shape is None else shape.rank
+
+
+class KerasMultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
+    """`MultiWorkerMirroredStrategy` whose `reduce` accepts what Keras 3 sends.
+
+    Construct it exactly like `tf.distribute.MultiWorkerMirroredStrategy`
+    (normally through `tfdist_opt.opt_strategy()`).
+    """
+
+    def reduce(self, reduce_op, value, axis=None):
+        # keras-team/keras#20585: Keras 3 passes nests (fix 1) and axis=0 for
+        # scalars (fix 2); see the module docstring.
+        if not tf.nest.is_nested(value):
+            if axis is not None and _rank(value) == 0:
+                axis = None
+            return super().reduce(reduce_op, value, axis=axis)
+        return tf.nest.map_structure(
+            lambda v: self.reduce(reduce_op, v, axis=axis), value)

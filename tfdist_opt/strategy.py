@@ -1,0 +1,169 @@
+"""`opt_strategy()`: environment + config -> a Keras-safe tf.distribute strategy."""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from typing import Any, Mapping
+
+from absl import logging
+import tensorflow as tf
+
+from tfdist_opt import keras_compat
+from tfdist_opt import plan as plan_lib
+from tfdist_opt import topology as topology_lib
+from tfdist_opt.config import StrategyConfig
+
+_LOGGED: set[str] = set()
+_LOCK = threading.Lock()
+
+_PENDING = {
+    "compression": "none",
+    "grad_accum": 1,
+}
+
+
+def resolve_config(config: StrategyConfig | str | os.PathLike | None = None,
+                   environ: Mapping[str, str] | None = None,
+                   **overrides: Any) -> StrategyConfig:
+    """The effective config: a given `StrategyConfig` + overrides, or
+    defaults < file (`config` path) < `TFDIST_OPT_*` env < overrides."""
+    if isinstance(config, StrategyConfig):
+        explicit = {k: v for k, v in overrides.items() if v is not None}
+        return config.replace(**explicit) if explicit else config
+    return StrategyConfig.load(config, environ=environ, **overrides)
+
+
+def opt_strategy(config: StrategyConfig | str | os.PathLike | None = None,
+                 **overrides: Any) -> tf.distribute.Strategy:
+    """Builds the fastest correct `tf.distribute` strategy for this process.
+
+    Reads TF_CONFIG and the visible GPUs, merges `config` (a
+    `StrategyConfig`, or a JSON/TOML path / preset name) with `TFDIST_OPT_*`
+    environment variables and `overrides`, decides (see
+    `tfdist_opt.plan.plan_strategy`), configures devices and returns the
+    strategy. Call it at program start, before any other TensorFlow op:
+    virtual CPU devices and multi-worker collectives must be configured
+    before TF initialises its runtime.
+
+    Args:
+        config: `StrategyConfig`, str path / preset name, or None.
+        **overrides: `StrategyConfig` fields, e.g. `all_reduce="ring"`.
+
+    Returns:
+        `tf.distribute.OneDeviceStrategy`, `tf.distribute.MirroredStrategy`
+        or `tfdist_opt.KerasMultiWorkerMirroredStrategy`.
+
+    Raises:
+        ValueError: bad config value, or a request this host cannot satisfy.
+        RuntimeError: TF's runtime was initialised before devices could be
+            configured.
+
+    Example:
+        >>> strategy = opt_strategy(cpu_replicas=2)  # doctest: +SKIP
+        >>> with strategy.scope():
+        ...     model = keras.Sequential([keras.layers.Dense(1)])
+        ...     model.compile("sgd", "mse")
+    """
+    cfg = resolve_config(config, **overrides)
+    topo = topology_lib.detect_topology()
+    plan = plan_lib.plan_strategy(cfg, topo)
+    return build_strategy(cfg, plan, topo)
+
+
+def build_strategy(cfg: StrategyConfig, plan: plan_lib.StrategyPlan,
+                   topo: topology_lib.Topology) -> tf.distribute.Strategy:
+    """Turns a plan into TF objects (devices first, then the strategy)."""
+    for name, off in _PENDING.items():
+        if getattr(cfg, name) != off:
+            raise NotImplementedError(
+                f"`{name}`={getattr(cfg, name)!r} is not available yet in this "
+                f"version of tfdist_opt. Received: {name}={getattr(cfg, name)!r}. "
+                f"Expected {name}={off!r}.")
+    for message in plan.warnings:
+        warnings.warn(message, stacklevel=3)
+    _configure_devices(cfg, plan)
+    _configure_numerics(cfg)
+    if plan.kind == plan_lib.ONE_DEVICE:
+        strategy = tf.distribute.OneDeviceStrategy(plan.devices[0])
+    elif plan.kind == plan_lib.MIRRORED:
+        strategy = tf.distribute.MirroredStrategy(
+            list(plan.devices), cross_device_ops=_mirrored_ops(cfg, plan))
+    else:
+        strategy = _multi_worker_strategy(cfg, plan)
+    _log_once(f"tfdist_opt: built {type(strategy).__name__} with "
+              f"{strategy.num_replicas_in_sync} replica(s): {plan.describe()}. "
+              f"{topo.describe()}")
+    return strategy
+
+
+def communication_options(cfg: StrategyConfig, plan: plan_lib.StrategyPlan
+                          ) -> tf.distribute.experimental.CommunicationOptions:
+    """CommunicationOptions for multi-worker collectives."""
+    impl = tf.distribute.experimental.CommunicationImplementation
+    return tf.distribute.experimental.CommunicationOptions(
+        bytes_per_pack=cfg.bytes_per_pack if isinstance(cfg.bytes_per_pack, int) else 0,
+        timeout_seconds=cfg.collective_timeout_s,
+        implementation=impl.NCCL if plan.all_reduce == "nccl" else impl.RING)
+
+
+def _multi_worker_strategy(cfg, plan):
+    try:
+        return keras_compat.KerasMultiWorkerMirroredStrategy(
+            communication_options=communication_options(cfg, plan))
+    except RuntimeError as e:
+        if "configured at program startup" in str(e) or "initialized" in str(e):
+            raise RuntimeError(
+                "opt_strategy() must run before any other TensorFlow op when "
+                "building a multi-worker strategy (collective ops are configured "
+                f"at program startup). TensorFlow said: {e}") from e
+        raise
+
+
+def _mirrored_ops(cfg, plan):
+    if plan.all_reduce == "nccl":
+        return tf.distribute.NcclAllReduce(num_packs=cfg.num_packs)
+    if plan.all_reduce == "hierarchical_copy":
+        return tf.distribute.HierarchicalCopyAllReduce(num_packs=cfg.num_packs)
+    return tf.distribute.ReductionToOneDevice()
+
+
+def _configure_devices(cfg: StrategyConfig, plan: plan_lib.StrategyPlan) -> None:
+    gpus = tf.config.list_physical_devices("GPU")
+    if cfg.gpu_memory_growth:
+        for gpu in gpus:
+            try:
+                tf.config.experimental.set_memory_growth(gpu, True)
+            except RuntimeError:
+                if not tf.config.experimental.get_memory_growth(gpu):
+                    warnings.warn(
+                        "gpu_memory_growth=True could not be applied: TF's "
+                        "runtime is already initialised", stacklevel=4)
+    if plan.cpu_replicas > 1:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        wanted = [tf.config.LogicalDeviceConfiguration()] * plan.cpu_replicas
+        try:
+            tf.config.set_logical_device_configuration(cpu, wanted)
+        except RuntimeError as e:
+            have = len(tf.config.list_logical_devices("CPU"))
+            if have < plan.cpu_replicas:
+                raise RuntimeError(
+                    f"cpu_replicas={plan.cpu_replicas} needs virtual CPU devices, "
+                    f"but TF's runtime is already initialised with {have}. Call "
+                    "opt_strategy() before any other TensorFlow op.") from e
+
+
+def _configure_numerics(cfg: StrategyConfig) -> None:
+    if cfg.mixed_precision != "off":
+        tf.keras.mixed_precision.set_global_policy(cfg.mixed_precision)
+    if cfg.jit_compile:
+        tf.config.optimizer.set_jit(True)
+
+
+def _log_once(message: str) -> None:
+    with _LOCK:
+        if message in _LOGGED:
+            return
+        _LOGGED.add(message)
+    logging.info(message)

@@ -1,0 +1,85 @@
+"""`Topology`: what this process is — its devices and its TF_CONFIG role.
+
+The dataclass and its properties are pure; `detect_topology()` asks
+TensorFlow for the physical GPUs (listing physical devices does not
+initialise the runtime, so virtual devices can still be configured after).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Mapping, Sequence
+
+from tfdist_opt.cluster import tf_config as tf_config_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class Topology:
+    """This process's place in the job.
+
+    Attributes:
+        gpus: tuple of str. Physical GPU device names visible here.
+        tf_config: dict or None. The validated TF_CONFIG, if set.
+    """
+
+    gpus: tuple[str, ...] = ()
+    tf_config: dict[str, Any] | None = None
+
+    @property
+    def num_gpus(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def num_workers(self) -> int:
+        """Tasks taking part in collectives (chief + workers); 1 if none."""
+        if self.tf_config is None:
+            return 1
+        return max(1, tf_config_lib.num_tasks(self.tf_config))
+
+    @property
+    def is_multi_worker(self) -> bool:
+        return self.num_workers > 1
+
+    @property
+    def task_type(self) -> str | None:
+        return None if self.tf_config is None else self.tf_config["task"]["type"]
+
+    @property
+    def task_index(self) -> int | None:
+        return None if self.tf_config is None else self.tf_config["task"]["index"]
+
+    @property
+    def is_chief(self) -> bool:
+        """Chief: the `chief` task, or worker 0 when the cluster has no chief."""
+        if self.tf_config is None:
+            return True
+        if self.task_type == "chief":
+            return True
+        has_chief = bool(self.tf_config["cluster"].get("chief"))
+        return self.task_type == "worker" and self.task_index == 0 and not has_chief
+
+    def describe(self) -> str:
+        role = ("none (no TF_CONFIG)" if self.tf_config is None else
+                f"{self.task_type}:{self.task_index} of {self.num_workers} "
+                f"task(s){' (chief)' if self.is_chief else ''}")
+        return f"GPUs: {self.num_gpus}; TF_CONFIG role: {role}"
+
+
+def detect_topology(environ: Mapping[str, str] | None = None,
+                    gpus: Sequence[str] | None = None) -> Topology:
+    """Reads TF_CONFIG (validated) and lists physical GPUs.
+
+    Args:
+        environ: mapping or None. Environment to read TF_CONFIG from.
+            Defaults to `os.environ`.
+        gpus: sequence of str or None. GPU names to assume instead of asking
+            TensorFlow (for tests and dry runs). Defaults to asking TF.
+    """
+    environ = os.environ if environ is None else environ
+    cfg = tf_config_lib.tf_config_from_env(environ)
+    if gpus is None:
+        import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+        gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
+    return Topology(gpus=tuple(gpus), tf_config=cfg)
