@@ -1,0 +1,25 @@
+"""Test-session set-up shared by every test module.
+
+In-process TensorFlow tests share one runtime, and virtual CPU devices can be
+configured only before it starts, so the session gets 4 logical CPU devices
+here, once, before any test runs an op (FACTS.md 3). Tests that need a
+different process set-up (tf_keras, multi-worker) run in subprocesses.
+"""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+NUM_VIRTUAL_CPUS = 4
+
+
+def pytest_configure(config):
+    del config
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * NUM_VIRTUAL_CPUS)
+    except RuntimeError:  # already initialised (e.g. a plugin ran an op)
+        pass

@@ -1,0 +1,107 @@
+"""Real multi-process clusters on 127.0.0.1 for tests.
+
+Every worker gets its own TF_CONFIG on free loopback ports, a wall-clock
+timeout, and is killed (with its process group) whatever happens, so no test
+leaves a process behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@dataclasses.dataclass
+class WorkerResult:
+    index: int
+    returncode: int | None  # None: killed at the timeout
+    output: str
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct free TCP ports on 127.0.0.1 (held open together while chosen)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def worker_env(index: int, ports: list[int], extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    env.update({
+        "TF_CONFIG": json.dumps({
+            "cluster": {"worker": [f"localhost:{p}" for p in ports]},
+            "task": {"type": "worker", "index": index}}),
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "PYTHONPATH": REPO_ROOT + os.pathsep + env.get("PYTHONPATH", ""),
+    })
+    env.update(extra or {})
+    return env
+
+
+def run_workers(n: int, argv: list[str], timeout_s: float = 240,
+                extra_env: dict | None = None) -> list[WorkerResult]:
+    """Runs `python argv...` as n workers of one cluster and waits for all.
+
+    Returns one WorkerResult per worker; a worker still running at the
+    deadline is killed and reported with returncode None.
+    """
+    ports = free_ports(n)
+    procs = []
+    try:
+        for i in range(n):
+            procs.append(subprocess.Popen(
+                [sys.executable, *argv], env=worker_env(i, ports, extra_env),
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                start_new_session=True, cwd=REPO_ROOT))
+        deadline = time.monotonic() + timeout_s
+        results = []
+        for i, p in enumerate(procs):
+            try:
+                out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+                results.append(WorkerResult(i, p.returncode, out))
+            except subprocess.TimeoutExpired:
+                _kill(p)
+                out, _ = p.communicate()
+                results.append(WorkerResult(i, None, out))
+        return results
+    finally:
+        for p in procs:
+            _kill(p)
+
+
+def run_single(argv: list[str], timeout_s: float = 240,
+               extra_env: dict | None = None) -> WorkerResult:
+    """Runs `python argv...` once with no TF_CONFIG."""
+    env = dict(os.environ)
+    env.pop("TF_CONFIG", None)
+    env.update({"TF_CPP_MIN_LOG_LEVEL": "2",
+                "PYTHONPATH": REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")})
+    env.update(extra_env or {})
+    p = subprocess.run([sys.executable, *argv], env=env, cwd=REPO_ROOT,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=timeout_s)
+    return WorkerResult(0, p.returncode, p.stdout)
+
+
+def _kill(p: subprocess.Popen) -> None:
+    if p.poll() is None:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait(timeout=10)
