@@ -1,0 +1,107 @@
+"""Trains a small CNN with `opt_strategy()` and saves what it saw.
+
+Run as one process (reference) or as each worker of a cluster (TF_CONFIG set
+by the test harness). Writes `<out>/<role>.npz` with the final weights,
+history, evaluate and predict results, and the replica count; the chief also
+saves the model and reloads it.
+
+Flags: --out DIR [--dict] [--steps_per_epoch N] [--legacy] [--plain]
+(--legacy: tf_keras; the caller must also set TF_USE_LEGACY_KERAS=1).
+"""
+
+import argparse
+import json
+import os
+
+import numpy as np
+
+import tfdist_opt
+
+GLOBAL_BATCH = 16
+N = 64
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--dict", action="store_true")
+    parser.add_argument("--steps_per_epoch", type=int, default=None)
+    parser.add_argument("--legacy", action="store_true")
+    parser.add_argument("--plain", action="store_true",
+                        help="plain tf.distribute MWMS instead of opt_strategy()")
+    args = parser.parse_args()
+
+    if args.plain:
+        import tensorflow as tf
+
+        impl = tf.distribute.experimental.CommunicationImplementation.RING
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=tf.distribute.experimental.CommunicationOptions(
+                implementation=impl))
+    else:
+        strategy = tfdist_opt.opt_strategy()  # before any other TF op
+    import tensorflow as tf
+
+    if args.legacy:
+        import tf_keras as keras
+    else:
+        import keras
+
+    topo = tfdist_opt.detect_topology()
+    role = "single" if topo.tf_config is None else f"worker{topo.task_index}"
+
+    rng = np.random.RandomState(0)
+    x = rng.rand(N, 8, 8, 1).astype("float32")
+    y = rng.randint(0, 3, size=(N,)).astype("int32")
+    if args.dict:
+        ds = tf.data.Dataset.from_tensor_slices(({"image": x}, y))
+    else:
+        ds = tf.data.Dataset.from_tensor_slices((x, y))
+    ds = ds.batch(GLOBAL_BATCH)
+    if args.steps_per_epoch:
+        ds = ds.repeat()
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = (
+        tf.data.experimental.AutoShardPolicy.DATA)
+    ds = ds.with_options(options)
+    x_only = tf.data.Dataset.from_tensor_slices(
+        {"image": x} if args.dict else x).batch(GLOBAL_BATCH).with_options(options)
+
+    with strategy.scope():
+        tf.random.set_seed(1)
+        np.random.seed(1)
+        inputs = keras.Input((8, 8, 1), name="image")
+        h = keras.layers.Conv2D(4, 3, activation="relu",
+                                kernel_initializer=keras.initializers.GlorotUniform(seed=1))(inputs)
+        h = keras.layers.Flatten()(h)
+        outputs = keras.layers.Dense(3, kernel_initializer=keras.initializers.GlorotUniform(seed=2))(h)
+        model = keras.Model({"image": inputs} if args.dict else inputs, outputs)
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"])
+    history = model.fit(ds, epochs=3, steps_per_epoch=args.steps_per_epoch, verbose=0)
+    evaluation = model.evaluate(ds, steps=args.steps_per_epoch, verbose=0, return_dict=True)
+    predictions = model.predict(x_only, verbose=0)
+
+    os.makedirs(args.out, exist_ok=True)
+    result = {f"w{i}": w for i, w in enumerate(model.get_weights())}
+    if topo.is_chief:
+        ext = ".h5" if args.legacy else ".keras"
+        path = os.path.join(args.out, "model" + ext)
+        model.save(path)
+        reloaded = keras.models.load_model(path)
+        result["reloaded_predictions"] = reloaded.predict(x_only, verbose=0)
+    np.savez(os.path.join(args.out, role + ".npz"),
+             predictions=predictions,
+             loss=np.array(history.history["loss"]),
+             eval_loss=np.array(evaluation["loss"]),
+             eval_accuracy=np.array(evaluation["accuracy"]),
+             replicas=np.array(strategy.num_replicas_in_sync),
+             **result)
+    print(json.dumps({"role": role, "replicas": strategy.num_replicas_in_sync,
+                      "loss": history.history["loss"]}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""Calls `strategy.reduce` the ways Keras 3 does, on each worker.
+
+Prints one JSON line: {case: value-or-error}. `--plain` uses upstream
+`tf.distribute.MultiWorkerMirroredStrategy`, otherwise our subclass.
+"""
+
+import json
+import sys
+
+import tensorflow as tf
+
+from tfdist_opt import keras_compat
+
+impl = tf.distribute.experimental.CommunicationImplementation.RING
+options = tf.distribute.experimental.CommunicationOptions(implementation=impl)
+cls = (tf.distribute.MultiWorkerMirroredStrategy if "--plain" in sys.argv
+       else keras_compat.KerasMultiWorkerMirroredStrategy)
+strategy = cls(communication_options=options)
+rank = strategy.cluster_resolver.task_id
+
+
+def case(fn):
+    try:
+        value = fn()
+        return tf.nest.map_structure(lambda t: t.numpy().tolist(), value)
+    except Exception as e:  # pylint: disable=broad-except
+        return f"error: {type(e).__name__}: {str(e)[:200]}"
+
+
+# Worker r contributes x = r + 1 (so the mean over 2 workers is 1.5).
+dist = strategy.experimental_distribute_values_from_function(
+    lambda ctx: tf.constant(float(rank + 1)))
+dist_vec = strategy.experimental_distribute_values_from_function(
+    lambda ctx: tf.fill([2], float(rank + 1)))
+out = {
+    # keras trainer._maybe_symbolic_build: a nest, axis=None.
+    "nest": case(lambda: strategy.reduce("MEAN", (dist, {"y": dist}), axis=None)),
+    # keras trainer.reduce_per_replica: scalar metric, axis=0.
+    "scalar_axis0": case(lambda: strategy.reduce("MEAN", dist, axis=0)),
+    # TF's own semantics for rank >= 1 with an axis are kept.
+    "vector_axis0": case(lambda: strategy.reduce("SUM", dist_vec, axis=0)),
+}
+print("RESULT " + json.dumps(out), flush=True)
