@@ -1,0 +1,1 @@
+"""Runnable examples (`python -m tfdist_opt.examples.NAME`)."""

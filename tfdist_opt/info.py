@@ -1,0 +1,104 @@
+"""`tfdist-opt info`: versions, devices, and what `opt_strategy()` would build.
+
+Builds nothing and starts no server: it runs the same pure decision
+(`plan_strategy`) that `opt_strategy()` runs, on this process's environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from typing import Any
+
+from tfdist_opt import config as config_lib
+from tfdist_opt import plan as plan_lib
+from tfdist_opt import topology as topology_lib
+
+
+def collect(config_path: str | None = None) -> dict[str, Any]:
+    """Everything `info` reports, as a dict (JSON-serialisable)."""
+    import tensorflow as tf
+
+    if os.environ.get("TF_USE_LEGACY_KERAS", "") in ("1", "true", "True"):
+        import tf_keras as keras_module
+        keras_name = "tf_keras"
+    else:
+        import keras as keras_module
+        keras_name = "keras"
+    out: dict[str, Any] = {
+        "python": platform.python_version(),
+        "tensorflow": tf.__version__,
+        "keras": f"{keras_name} {keras_module.__version__}",
+        "devices": {
+            "CPU": len(tf.config.list_physical_devices("CPU")),
+            "GPU": [d.name for d in tf.config.list_physical_devices("GPU")],
+        },
+        "built_with_cuda": tf.test.is_built_with_cuda(),
+        "presets": [str(p) for p in config_lib.list_presets()],
+    }
+    try:
+        cfg = config_lib.StrategyConfig.load(config_path)
+        topo = topology_lib.detect_topology()
+        out["config"] = cfg.to_dict()
+        out["tf_config_role"] = (
+            None if topo.tf_config is None else
+            {"task_type": topo.task_type, "task_index": topo.task_index,
+             "num_workers": topo.num_workers, "is_chief": topo.is_chief})
+        plan = plan_lib.plan_strategy(cfg, topo)
+        out["strategy"] = {
+            "kind": plan.kind, "devices": list(plan.devices),
+            "replicas_here": plan.num_local_replicas,
+            "replicas_in_sync": plan.num_local_replicas * topo.num_workers,
+            "collective_implementation": plan.all_reduce,
+            "why": list(plan.reasons), "warnings": list(plan.warnings)}
+    except ValueError as e:
+        out["error"] = str(e)
+    return out
+
+
+def format_text(info: dict[str, Any]) -> str:
+    lines = [
+        f"tfdist_opt   : Python {info['python']}, TensorFlow {info['tensorflow']}, {info['keras']}",
+        f"devices      : {info['devices']['CPU']} CPU, {len(info['devices']['GPU'])} GPU"
+        + (f" ({', '.join(info['devices']['GPU'])})" if info['devices']['GPU'] else "")
+        + ("" if info["built_with_cuda"] else " (TensorFlow built without CUDA)"),
+    ]
+    if "error" in info:
+        lines.append(f"error        : {info['error']}")
+        return "\n".join(lines)
+    role = info["tf_config_role"]
+    lines.append("TF_CONFIG    : " + ("not set (single process)" if role is None else
+                 f"{role['task_type']}:{role['task_index']} of {role['num_workers']} task(s)"
+                 + (" (chief)" if role["is_chief"] else "")))
+    s = info["strategy"]
+    lines += [
+        f"strategy     : {s['kind']} over {', '.join(s['devices'])} "
+        f"({s['replicas_in_sync']} replica(s) in sync)",
+        f"collectives  : {s['collective_implementation'] or 'none (one device)'}",
+        "why          : " + "; ".join(s["why"]),
+    ]
+    lines += [f"warning      : {w}" for w in s["warnings"]]
+    lines.append("presets      : " + (", ".join(
+        os.path.basename(p) for p in info["presets"]) or "none"))
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="tfdist-opt info",
+        description="Show versions, devices, TF_CONFIG role and the strategy "
+                    "opt_strategy() would build here, and why.")
+    parser.add_argument("--config", help="config file or preset name (configs/)")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    info = collect(args.config)
+    print(json.dumps(info, indent=2) if args.json else format_text(info))
+    return 1 if "error" in info else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
