@@ -1,0 +1,131 @@
+"""`tfdist-opt launch`: run workers with generated TF_CONFIG. Never imports TF.
+
+Examples:
+    tfdist-opt launch -n 2 -- python train.py --epochs 3
+    tfdist-opt launch -n 1 --cpu-replicas 4 -- python train.py
+    tfdist-opt launch -n 2 --max-restarts 3 -- python train.py
+    tfdist-opt launch --slurm -- python train.py        # print the srun line
+    tfdist-opt launch --slurm --run -- python train.py  # run it
+    tfdist-opt launch --workers h1:2222,h2:2222 -- python train.py  # per-host lines
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+
+from tfdist_opt.cluster import launcher as launcher_lib
+from tfdist_opt.cluster import remote
+from tfdist_opt.cluster import sources
+
+PROG = "tfdist-opt launch"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG, usage=f"{PROG} [OPTIONS] -- CMD [ARGS...]",
+        description=(
+            "Run CMD as N local workers, each with its own TF_CONFIG on free "
+            "localhost ports; stream their output prefixed [worker i]; stop "
+            "all when one fails. On a cluster, print (or run) the commands "
+            "for each host."),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:" + __doc__.split("Examples:", 1)[1])
+    p.add_argument("-n", "--num-workers", type=int, default=None,
+                   help="local worker processes to start")
+    p.add_argument("--cpu-replicas", type=int, default=None, metavar="K",
+                   help="set TFDIST_OPT_CPU_REPLICAS=K in each worker (K > 1 "
+                        "only with -n 1: one process, K virtual CPUs)")
+    p.add_argument("--max-restarts", type=int, default=0, metavar="R",
+                   help="restart the whole group up to R times after a "
+                        "failure (default: %(default)s)")
+    p.add_argument("--startup-timeout", type=float,
+                   default=launcher_lib.DEFAULT_STARTUP_TIMEOUT_S, metavar="S",
+                   help="seconds for every worker's TF server to start "
+                        "listening; 0 disables (default: %(default)g)")
+    p.add_argument("--term-timeout", type=float,
+                   default=launcher_lib.DEFAULT_TERM_TIMEOUT_S, metavar="S",
+                   help="seconds between SIGTERM and SIGKILL when stopping "
+                        "workers (default: %(default)g)")
+    p.add_argument("--base-port", type=int, default=None, metavar="P",
+                   help="local worker i listens on P+i (default: free ports)")
+    remote_group = p.add_mutually_exclusive_group()
+    remote_group.add_argument(
+        "--slurm", action="store_true",
+        help="inside a SLURM allocation: print the srun line (or run it "
+             "with --run)")
+    remote_group.add_argument("--workers", metavar="H:P,H:P",
+                              help="print the command for each host")
+    remote_group.add_argument("--hostfile", metavar="PATH",
+                              help="print the command for each host slot")
+    remote_group.add_argument("--slurm-task", action="store_true",
+                              help=argparse.SUPPRESS)
+    p.add_argument("--run", action="store_true",
+                   help="with --slurm: run the srun line instead of printing it")
+    p.add_argument("--port", type=int, default=sources.DEFAULT_PORT,
+                   help="first port per host for --slurm/--hostfile/--workers "
+                        "(default: %(default)s)")
+    return p
+
+
+def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Options before the first `--`, the command after it."""
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, []
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    options, command = split_command(argv)
+    parser = build_parser()
+    try:
+        args = parser.parse_args(options)
+    except SystemExit as e:
+        return int(e.code or 0)
+    if not command:
+        print(f"{PROG}: error: nothing to launch: put the command after `--`, "
+              f"e.g. `{PROG} -n 2 -- python train.py`", file=sys.stderr)
+        return 2
+    try:
+        return _run(args, command)
+    except (ValueError, TypeError, launcher_lib.LaunchError) as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args, command: list[str]) -> int:
+    if args.slurm_task:
+        remote.exec_slurm_task(command, port=args.port)
+        return 0  # not reached
+    if args.slurm:
+        line = remote.srun_command(command, os.environ, port=args.port)
+        if not args.run:
+            print(shlex.join(line))
+            return 0
+        print(f"[launch] running: {shlex.join(line)}", file=sys.stderr)
+        return subprocess.call(line)
+    if args.workers is not None or args.hostfile is not None:
+        workers = (sources.parse_host_list(args.workers, default_port=args.port)
+                   if args.workers is not None else
+                   sources.read_hostfile(args.hostfile, port=args.port))
+        print(f"# Run on each host (TF's gRPC server is unauthenticated: keep "
+              f"these ports on a private network):")
+        for address, task_type, index, line in remote.per_host_commands(
+                {"worker": workers}, command):
+            print(f"# {task_type} {index} on {address}\n{line}")
+        return 0
+    if args.num_workers is None:
+        raise ValueError("Missing `-n`: how many local workers? Pass -n N "
+                         "(or --slurm / --workers / --hostfile for a "
+                         "cluster). Received: -n None")
+    result = launcher_lib.run_local(
+        command, args.num_workers, cpu_replicas=args.cpu_replicas,
+        max_restarts=args.max_restarts,
+        startup_timeout=args.startup_timeout or None,
+        base_port=args.base_port, term_timeout=args.term_timeout)
+    return result.returncode

@@ -1,0 +1,205 @@
+"""`tfdist-opt tf-config`: print, write or check TF_CONFIG. Never imports TF.
+
+Examples:
+    tfdist-opt tf-config --workers h1:2222,h2:2222 --index 1
+    tfdist-opt tf-config --workers h1:2222,h2:2222 --index 1 --format env
+    tfdist-opt tf-config --hostfile hosts.txt --out-dir tf_configs/
+    tfdist-opt tf-config --slurm                # index from SLURM_PROCID
+    tfdist-opt tf-config --k8s trainer.trainer-svc:2222 --replicas 4
+    tfdist-opt tf-config --check                # validate $TF_CONFIG
+    tfdist-opt tf-config --check tf_config.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import socket
+import sys
+import warnings
+
+from tfdist_opt.cluster import launcher as launcher_lib
+from tfdist_opt.cluster import sources
+from tfdist_opt.cluster import tf_config as tf_config_lib
+
+PROG = "tfdist-opt tf-config"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG, description=(
+            "Print, write or check the TF_CONFIG of each task. Pick one "
+            "source of worker addresses; add --chief/--ps/--evaluator for "
+            "other roles."),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:" + __doc__.split("Examples:", 1)[1])
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--workers", metavar="H:P,H:P",
+                     help="comma-separated worker addresses")
+    src.add_argument("--local", type=int, metavar="N",
+                     help="N workers on free localhost ports")
+    src.add_argument("--hostfile", metavar="PATH",
+                     help="'host slots=N' lines (DeepSpeed/Horovod format)")
+    src.add_argument("--slurm", action="store_true",
+                     help="workers from SLURM_JOB_NODELIST / "
+                          "SLURM_TASKS_PER_NODE; index from SLURM_PROCID")
+    src.add_argument("--k8s", metavar="NAME.SERVICE[.NS]:PORT",
+                     help="StatefulSet pods NAME-i.SERVICE:PORT (needs "
+                          "--replicas); index from $HOSTNAME's ordinal")
+    src.add_argument("--check", nargs="?", const="", metavar="PATH",
+                     help="validate TF_CONFIG from the environment (or PATH) "
+                          "and check this task's port is free")
+    p.add_argument("--replicas", type=int, metavar="N",
+                   help="StatefulSet replicas (with --k8s)")
+    p.add_argument("--port", type=int, default=sources.DEFAULT_PORT,
+                   help="first port per host for --hostfile/--slurm, and the "
+                        "default for --workers entries without one "
+                        "(default: %(default)s)")
+    p.add_argument("--chief", metavar="H:P", help="the chief's address")
+    p.add_argument("--ps", metavar="H:P,H:P", help="parameter server addresses")
+    p.add_argument("--evaluator", metavar="H:P", help="the evaluator's address")
+    p.add_argument("--task-type", default=None, choices=tf_config_lib.ROLES,
+                   help="role of the task to print (default: worker)")
+    p.add_argument("--index", type=int, default=None,
+                   help="index of the task to print within its role")
+    p.add_argument("--format", choices=("json", "env"), default="json",
+                   help="json: the TF_CONFIG JSON; env: an `export "
+                        "TF_CONFIG=...` line (default: %(default)s)")
+    p.add_argument("--out-dir", metavar="DIR",
+                   help="write one file per task (ROLE-INDEX.json, or .env "
+                        "with --format env) instead of printing one")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
+    except SystemExit as e:
+        return int(e.code or 0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            code = _run(args)
+        except (ValueError, TypeError, OSError, launcher_lib.LaunchError) as e:
+            print(f"{PROG}: error: {e}", file=sys.stderr)
+            code = 2 if args.check is None else 1
+    for w in caught:
+        print(f"{PROG}: warning: {w.message}", file=sys.stderr)
+    return code
+
+
+def _run(args) -> int:
+    if args.check is not None:
+        return _check(args.check)
+    cluster, known_index = _cluster(args)
+    task_type = args.task_type or "worker"
+    if args.out_dir:
+        _write_all(cluster, args.out_dir, args.format)
+        return 0
+    index = args.index if args.index is not None else (
+        known_index if task_type == "worker" else 0 if task_type in (
+            "chief", "evaluator") else None)
+    if index is None:
+        raise ValueError(
+            "Missing `--index`: which task's TF_CONFIG to print? Pass --index "
+            f"I (0..{len(cluster.get(task_type, [])) - 1}) or --out-dir DIR for "
+            "all tasks. Received: --index=None")
+    cfg = tf_config_lib.build_tf_config(cluster, task_type, index)
+    tf_config_lib.validate_tf_config(cfg)  # emits address warnings
+    print(_render(cfg, args.format))
+    return 0
+
+
+def _cluster(args) -> tuple[dict[str, list[str]], int | None]:
+    index = None
+    if args.workers is not None:
+        workers = sources.parse_host_list(args.workers, default_port=args.port)
+    elif args.local is not None:
+        workers = sources.local_addresses(args.local)
+    elif args.hostfile is not None:
+        workers = sources.read_hostfile(args.hostfile, port=args.port)
+    elif args.slurm:
+        src = sources.slurm_cluster(os.environ, port=args.port)
+        workers, index = list(src.addresses), src.index
+    elif args.k8s is not None:
+        if args.replicas is None:
+            raise ValueError("Missing `--replicas`: --k8s needs the "
+                             "StatefulSet's replica count. Received: "
+                             "--replicas=None")
+        src = sources.statefulset_cluster(args.k8s, args.replicas, os.environ)
+        workers, index = list(src.addresses), src.index
+    else:
+        workers = []
+    if args.replicas is not None and args.k8s is None:
+        raise ValueError("`--replicas` only applies to --k8s. "
+                         f"Received: --replicas={args.replicas}")
+    cluster: dict[str, list[str]] = {}
+    if args.chief:
+        cluster["chief"] = sources.parse_host_list(args.chief, args.port)
+    if workers:
+        cluster["worker"] = workers
+    if args.ps:
+        cluster["ps"] = sources.parse_host_list(args.ps, args.port)
+    if args.evaluator:
+        cluster["evaluator"] = sources.parse_host_list(args.evaluator, args.port)
+    if not cluster:
+        raise ValueError(
+            "No cluster given: pass one of --workers, --local, --hostfile, "
+            "--slurm, --k8s (or --check to validate an existing TF_CONFIG).")
+    return cluster, index
+
+
+def _render(cfg, fmt: str) -> str:
+    text = tf_config_lib.dumps_tf_config(cfg)
+    return f"export TF_CONFIG={shlex.quote(text)}" if fmt == "env" else text
+
+
+def _write_all(cluster, out_dir: str, fmt: str) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    cfgs = tf_config_lib.build_all_tf_configs(cluster)
+    if cfgs:
+        tf_config_lib.validate_tf_config(cfgs[0])  # warnings, once
+    for cfg in cfgs:
+        task = cfg["task"]
+        ext = "env" if fmt == "env" else "json"
+        path = os.path.join(out_dir, f"{task['type']}-{task['index']}.{ext}")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(_render(cfg, fmt) + "\n")
+        address = cfg["cluster"][task["type"]][task["index"]]
+        print(f"{path}\t{address}")
+
+
+def _check(path: str) -> int:
+    if path:
+        cfg = tf_config_lib.tf_config_from_file(path)
+        where = path
+    else:
+        cfg = tf_config_lib.tf_config_from_env()
+        where = "environment"
+        if cfg is None:
+            print(f"{PROG}: TF_CONFIG is not set: this process would run as a "
+                  "single worker.")
+            return 0
+    task = cfg["task"]
+    address = cfg["cluster"][task["type"]][task["index"]]
+    host, port = tf_config_lib.split_address(address)
+    if _is_this_host(host):
+        launcher_lib.check_ports_free(
+            [(f"{task['type']} {task['index']} ({address})", int(port))])
+    print(f"TF_CONFIG ({where}) OK: {task['type']} {task['index']} of "
+          f"{tf_config_lib.num_tasks(cfg)} collective task(s); this task "
+          f"listens on {address}")
+    return 0
+
+
+def _is_this_host(host: str) -> bool:
+    if tf_config_lib.is_loopback_host(host):
+        return True
+    try:
+        names = {socket.gethostname(), socket.getfqdn()}
+    except OSError:
+        return False
+    return host in names or host.split(".", 1)[0] in {
+        n.split(".", 1)[0] for n in names}

@@ -1,0 +1,82 @@
+"""Commands for real clusters: the `srun` line, per-host command lines.
+
+The local launcher runs processes itself; on a real cluster the scheduler
+(or the user) starts one process per host. These pure helpers produce those
+command lines, each with the task's TF_CONFIG; `exec_slurm_task` is what each
+`srun` task runs to derive its own TF_CONFIG from SLURM's variables.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from typing import Mapping, Sequence
+
+from tfdist_opt.cluster import sources
+from tfdist_opt.cluster import tf_config as tf_config_lib
+
+
+def srun_command(argv: Sequence[str], environ: Mapping[str, str] | None = None,
+                 port: int = sources.DEFAULT_PORT,
+                 python: str | None = None) -> list[str]:
+    """The `srun` line that runs `argv` once per task of this allocation.
+
+    Each task runs `python -m tfdist_opt launch --slurm-task --port P -- argv`,
+    which builds its TF_CONFIG from `SLURM_PROCID` and the step's node list
+    and `exec`s the command. `--kill-on-bad-exit=1` gives the local
+    launcher's fail-together behaviour.
+
+    Raises:
+        ValueError: not inside a SLURM allocation (no node list).
+    """
+    environ = os.environ if environ is None else environ
+    src = sources.slurm_cluster(environ, port=port)  # validates
+    cmd = ["srun", f"--ntasks={len(src.addresses)}", "--kill-on-bad-exit=1"]
+    nodes = {tf_config_lib.split_address(a)[0] for a in src.addresses}
+    cmd.append(f"--nodes={len(nodes)}")
+    cmd += [python or sys.executable, "-m", "tfdist_opt", "launch",
+            "--slurm-task", f"--port={port}", "--", *argv]
+    return cmd
+
+
+def slurm_task_env(environ: Mapping[str, str] | None = None,
+                   port: int = sources.DEFAULT_PORT) -> dict[str, str]:
+    """Pure: this SLURM task's environment with its TF_CONFIG applied."""
+    environ = dict(os.environ if environ is None else environ)
+    src = sources.slurm_cluster(environ, port=port)
+    if src.index is None:
+        raise ValueError(
+            "--slurm-task runs inside an srun task: SLURM_PROCID is unset. "
+            "Received: SLURM_PROCID=None")
+    cfg = (tf_config_lib.build_tf_config({"worker": list(src.addresses)},
+                                         "worker", src.index)
+           if len(src.addresses) > 1 else None)
+    tf_config_lib.apply_tf_config(cfg, environ)
+    return environ
+
+
+def exec_slurm_task(argv: Sequence[str], port: int = sources.DEFAULT_PORT
+                    ) -> None:  # pragma: no cover - replaces the process
+    """Applies this task's TF_CONFIG and replaces the process with `argv`."""
+    env = slurm_task_env(os.environ, port=port)
+    os.execvpe(argv[0], list(argv), env)
+
+
+def per_host_commands(cluster: Mapping[str, Sequence[str]], argv: Sequence[str]
+                      ) -> list[tuple[str, str, int, str]]:
+    """One shell line per task: `(address, task_type, index, "TF_CONFIG=... CMD")`.
+
+    Example:
+        >>> per_host_commands({"worker": ["h1:2222", "h2:2222"]},
+        ...                   ["python", "train.py"])[1][3]
+        'TF_CONFIG=\\'{"cluster":{"worker":["h1:2222","h2:2222"]},"task":{"type":"worker","index":1}}\\' python train.py'
+    """
+    cluster = {r: list(v) for r, v in cluster.items()}
+    out = []
+    for task_type, index in tf_config_lib.all_tasks(cluster):
+        cfg = tf_config_lib.build_tf_config(cluster, task_type, index)
+        line = (f"TF_CONFIG={shlex.quote(tf_config_lib.dumps_tf_config(cfg))} "
+                + shlex.join(argv))
+        out.append((cluster[task_type][index], task_type, index, line))
+    return out
