@@ -1,0 +1,207 @@
+"""`PipelineOptions`: one validated, frozen description of an input pipeline.
+
+Pure Python: importing this module does not import TensorFlow. The builder
+(`tfdist_opt.data.pipeline`) turns these fields into tf.data operations and a
+`tf.data.Options`.
+
+Sources and precedence, as for `StrategyConfig`: field defaults < the `data`
+table of a JSON/TOML config file < explicit keyword arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import tomllib
+from typing import Any, Mapping
+
+from tfdist_opt.data import sharding
+
+AUTO = "auto"
+AUTOTUNE = "autotune"
+CACHE_KINDS = ("none", "memory")  # or a file path prefix
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineOptions:
+    """How `build_dataset()` reads, shuffles, transforms and feeds data.
+
+    Every field is validated on construction; a bad value raises a
+    `ValueError` naming the field, the value received and what is allowed.
+
+    Args:
+        shard_policy: str. `"auto"` (FILE when files >= workers, else DATA),
+            `"file"` (error when too few files), `"data"` or `"off"`.
+            Defaults to `"auto"`.
+        uneven: str. When shards hold different numbers of full steps:
+            `"drop"` (every worker runs the smallest count; the rest is
+            dropped and logged) or `"error"`. Defaults to `"drop"`.
+        shuffle: bool. Shuffle examples (and file order, with FILE sharding).
+            Defaults to `True`.
+        shuffle_buffer: int or `"auto"`. Examples in the shuffle buffer;
+            `"auto"` uses `sharding.shuffle_buffer_size`. Defaults to `"auto"`.
+        seed: int or None. Shuffle seed; a seeded pipeline is reshuffled every
+            epoch in the same sequence on every run. Defaults to `None`.
+        reshuffle_each_iteration: bool. New order every epoch.
+            Defaults to `True`.
+        cache: str. `"none"`, `"memory"`, or a file path prefix (each worker
+            appends `_worker<i>`). The cache holds examples after `map_fn`
+            and before shuffling and `augment_fn`. Defaults to `"none"`.
+        num_parallel_calls: int or `"autotune"`. Map parallelism.
+            Defaults to `"autotune"`.
+        cycle_length: int or `"autotune"`. Files read at once by the
+            interleave. Defaults to `"autotune"`.
+        prefetch: int or `"autotune"`. Host-side prefetch in batches; `0`
+            turns it off. Defaults to `"autotune"`.
+        device_prefetch: int or `"auto"`. Batches buffered per replica on
+            its device (`InputOptions.experimental_per_replica_buffer_size`);
+            `"auto"` is 2 where a GPU exists and TF's default 1 otherwise.
+            Defaults to `"auto"`.
+        private_threadpool_size: int. tf.data private thread pool (0: the
+            shared pool). Defaults to `0`.
+        autotune_ram_budget: int. Bytes the autotuner may use for buffers
+            (0: TF's default, half the RAM). Defaults to `0`.
+        deterministic: bool or None. Element order guarantee (None: TF's
+            default, deterministic). `False` lets parallel stages reorder
+            elements for speed. Defaults to `None`.
+    """
+
+    shard_policy: str = AUTO
+    uneven: str = "drop"
+    shuffle: bool = True
+    shuffle_buffer: int | str = AUTO
+    seed: int | None = None
+    reshuffle_each_iteration: bool = True
+    cache: str = "none"
+    num_parallel_calls: int | str = AUTOTUNE
+    cycle_length: int | str = AUTOTUNE
+    prefetch: int | str = AUTOTUNE
+    device_prefetch: int | str = AUTO
+    private_threadpool_size: int = 0
+    autotune_ram_budget: int = 0
+    deterministic: bool | None = None
+
+    def __post_init__(self):
+        _check_choice("shard_policy", self.shard_policy, sharding.REQUESTS)
+        _check_choice("uneven", self.uneven, sharding.UNEVEN)
+        _check_bool("shuffle", self.shuffle)
+        _check_int_or("shuffle_buffer", self.shuffle_buffer, AUTO, minimum=1)
+        if self.seed is not None:
+            _check_int("seed", self.seed, minimum=0)
+        _check_bool("reshuffle_each_iteration", self.reshuffle_each_iteration)
+        if not isinstance(self.cache, str) or not self.cache:
+            raise ValueError(
+                "Invalid value for `cache`: expected 'none', 'memory' or a "
+                f"file path prefix. Received: cache={self.cache!r}")
+        _check_int_or("num_parallel_calls", self.num_parallel_calls, AUTOTUNE,
+                      minimum=1)
+        _check_int_or("cycle_length", self.cycle_length, AUTOTUNE, minimum=1)
+        _check_int_or("prefetch", self.prefetch, AUTOTUNE, minimum=0)
+        _check_int_or("device_prefetch", self.device_prefetch, AUTO, minimum=1)
+        _check_int("private_threadpool_size", self.private_threadpool_size,
+                   minimum=0)
+        _check_int("autotune_ram_budget", self.autotune_ram_budget, minimum=0)
+        if self.deterministic is not None:
+            _check_bool("deterministic", self.deterministic)
+
+    @property
+    def cache_kind(self) -> str:
+        """`"none"`, `"memory"` or `"file"`."""
+        return self.cache if self.cache in CACHE_KINDS else "file"
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any], source: str = "dict"
+                  ) -> "PipelineOptions":
+        """Builds options from a mapping, refusing unknown keys."""
+        if not isinstance(values, Mapping):
+            raise TypeError(
+                f"Invalid {source}: expected a mapping of PipelineOptions "
+                f"fields. Received: {type(values).__name__}")
+        _check_keys(values, source)
+        return cls(**dict(values))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike | None = None, **overrides: Any
+             ) -> "PipelineOptions":
+        """Merges defaults < the file's `data` table < keyword overrides.
+
+        `None` overrides are ignored, so absl flags left unset change nothing.
+
+        Example:
+            >>> PipelineOptions.load(seed=3).seed
+            3
+        """
+        merged: dict[str, Any] = {}
+        if path is not None:
+            merged.update(read_data_section(path))
+            _check_keys(merged, f"config file {path}")
+        explicit = {k: v for k, v in overrides.items() if v is not None}
+        _check_keys(explicit, "keyword arguments")
+        merged.update(explicit)
+        return cls(**merged)
+
+    def replace(self, **changes: Any) -> "PipelineOptions":
+        """Returns a copy with `changes` applied (validated)."""
+        _check_keys(changes, "keyword arguments")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def read_data_section(path: str | os.PathLike) -> dict[str, Any]:
+    """The `data` table of a JSON or TOML file (empty when absent)."""
+    p = pathlib.Path(path)
+    text = p.read_text()
+    try:
+        data = tomllib.loads(text) if p.suffix == ".toml" else json.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"Invalid config file {p}: {e}") from None
+    section = data.get("data", {}) if isinstance(data, dict) else None
+    if not isinstance(section, dict):
+        raise ValueError(
+            f"Invalid config file {p}: expected a `data` table. Received: "
+            f"{type(section).__name__}")
+    return {k: v for k, v in section.items() if not k.startswith("_")}
+
+
+def _check_keys(values: Mapping[str, Any], source: str) -> None:
+    known = PipelineOptions.field_names()
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ValueError(
+            f"Unknown PipelineOptions field(s) in {source}: "
+            f"{', '.join(unknown)}. Expected one of: {', '.join(known)}.")
+
+
+def _check_choice(name: str, value: Any, choices) -> None:
+    if value not in choices:
+        raise ValueError(
+            f"Invalid value for `{name}`: expected one of "
+            f"{', '.join(repr(c) for c in choices)}. Received: {name}={value!r}")
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"Invalid value for `{name}`: expected an int >= "
+                         f"{minimum}. Received: {name}={value!r}")
+
+
+def _check_int_or(name: str, value: Any, word: str, minimum: int) -> None:
+    if value == word:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"Invalid value for `{name}`: expected {word!r} or an "
+                         f"int >= {minimum}. Received: {name}={value!r}")
+
+
+def _check_bool(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"Invalid value for `{name}`: expected a bool. "
+                         f"Received: {name}={value!r}")
