@@ -14,14 +14,11 @@ from tfdist_opt import keras_compat
 from tfdist_opt import plan as plan_lib
 from tfdist_opt import topology as topology_lib
 from tfdist_opt.config import StrategyConfig
+from tfdist_opt.gradients import keras_binding as gradient_binding
+from tfdist_opt.gradients.options import GradientOptions
 
 _LOGGED: set[str] = set()
 _LOCK = threading.Lock()
-
-_PENDING = {
-    "compression": "none",
-    "grad_accum": 1,
-}
 
 
 def resolve_config(config: StrategyConfig | str | os.PathLike | None = None,
@@ -75,12 +72,6 @@ def opt_strategy(config: StrategyConfig | str | os.PathLike | None = None,
 def build_strategy(cfg: StrategyConfig, plan: plan_lib.StrategyPlan,
                    topo: topology_lib.Topology) -> tf.distribute.Strategy:
     """Turns a plan into TF objects (devices first, then the strategy)."""
-    for name, off in _PENDING.items():
-        if getattr(cfg, name) != off:
-            raise NotImplementedError(
-                f"`{name}`={getattr(cfg, name)!r} is not available yet in this "
-                f"version of tfdist_opt. Received: {name}={getattr(cfg, name)!r}. "
-                f"Expected {name}={off!r}.")
     for message in plan.warnings:
         warnings.warn(message, stacklevel=3)
     _configure_devices(cfg, plan)
@@ -92,6 +83,9 @@ def build_strategy(cfg: StrategyConfig, plan: plan_lib.StrategyPlan,
             list(plan.devices), cross_device_ops=_mirrored_ops(cfg, plan))
     else:
         strategy = _multi_worker_strategy(cfg, plan)
+    # Packing ("auto"), compression and accumulation: Keras 3 optimizers
+    # created in this strategy's scope pick these up (tfdist_opt.gradients).
+    gradient_binding.attach(strategy, GradientOptions.from_config(cfg))
     _log_once(f"tfdist_opt: built {type(strategy).__name__} with "
               f"{strategy.num_replicas_in_sync} replica(s): {plan.describe()}. "
               f"{topo.describe()}")

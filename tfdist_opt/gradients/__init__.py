@@ -1,0 +1,28 @@
+"""Gradient path: packing, compression and accumulation as small steps.
+
+Pure modules (no TensorFlow): `options` (`GradientOptions`), `packing`
+(bucket policy, autotune grid), `precision` (what compression touches and
+its error bound), `contract` (the batch contract under accumulation).
+TensorFlow bindings, imported on use: `allreduce` (compressed, bucketed
+all-reduce), `accumulation` (local accumulation, one all-reduce per k),
+`autotune` (measured pack-size search), `keras_binding` (the Keras 3 hooks
+`opt_strategy` installs).
+"""
+
+from tfdist_opt.gradients.contract import check_batch_contract
+from tfdist_opt.gradients.contract import effective_batch_size
+from tfdist_opt.gradients.options import GradientOptions
+from tfdist_opt.gradients.packing import PackPolicy
+from tfdist_opt.gradients.packing import assign_buckets
+from tfdist_opt.gradients.packing import auto_pack_policy
+from tfdist_opt.gradients.precision import compression_rtol
+
+__all__ = [
+    "GradientOptions",
+    "PackPolicy",
+    "assign_buckets",
+    "auto_pack_policy",
+    "check_batch_contract",
+    "compression_rtol",
+    "effective_batch_size",
+]

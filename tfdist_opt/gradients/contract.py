@@ -1,0 +1,88 @@
+"""The batch contract under gradient accumulation: pure arithmetic.
+
+tfdist_opt's convention (stated once, used everywhere):
+
+* the dataset given to `fit` yields **micro x replicas** examples per step
+  (the global *micro*-batch): one micro-batch per replica per step, as
+  without accumulation;
+* the optimizer steps once every `grad_accum` (k) steps, on the mean
+  gradient of **micro x k x replicas** examples: the *effective* global
+  batch. Learning-rate scaling rules should use the effective batch.
+
+`check_batch_contract` is DeepSpeed's check (train_batch_size ==
+micro_batch_per_gpu x gradient_accumulation_steps x world_size) with an
+error that shows all four numbers.
+"""
+
+from __future__ import annotations
+
+
+def effective_batch_size(micro_batch: int, grad_accum: int,
+                         num_replicas: int) -> int:
+    """micro x k x replicas: the examples behind one optimizer step."""
+    for name, v in (("micro_batch", micro_batch), ("grad_accum", grad_accum),
+                    ("num_replicas", num_replicas)):
+        _check_positive(name, v)
+    return micro_batch * grad_accum * num_replicas
+
+
+def check_batch_contract(global_batch: int, micro_batch: int, grad_accum: int,
+                         num_replicas: int) -> None:
+    """Raises unless global_batch == micro x grad_accum x replicas.
+
+    Args:
+        global_batch: int. The effective global batch the user intends
+            (examples per optimizer step).
+        micro_batch: int. Examples per replica per step.
+        grad_accum: int. Micro-batches per optimizer step.
+        num_replicas: int. Replicas in sync.
+
+    Raises:
+        ValueError: the numbers do not multiply out; the message shows all
+            four and the nearest consistent choices.
+
+    Example:
+        >>> check_batch_contract(256, 32, 4, 2)
+    """
+    _check_positive("global_batch", global_batch)
+    expected = effective_batch_size(micro_batch, grad_accum, num_replicas)
+    if global_batch == expected:
+        return
+    per = grad_accum * num_replicas
+    hint = (f"micro_batch={global_batch // per}" if global_batch % per == 0
+            else f"a global_batch that is a multiple of {per}")
+    raise ValueError(
+        "Invalid batch contract: global_batch must equal micro_batch x "
+        "grad_accum x num_replicas. Received: "
+        f"global_batch={global_batch}, micro_batch={micro_batch}, "
+        f"grad_accum={grad_accum}, num_replicas={num_replicas} "
+        f"({micro_batch} x {grad_accum} x {num_replicas} = {expected}). "
+        f"Expected global_batch={expected}, or {hint}.")
+
+
+def micro_batch_from_dataset(dataset_batch: int, grad_accum: int,
+                             num_replicas: int) -> int:
+    """Per-replica micro-batch from the batch the dataset yields per step.
+
+    Raises:
+        ValueError: `dataset_batch` is not a multiple of `num_replicas`
+            (shows the four numbers).
+    """
+    _check_positive("dataset_batch", dataset_batch)
+    if dataset_batch % num_replicas:
+        raise ValueError(
+            "Invalid batch contract: with grad_accum the dataset yields one "
+            "micro-batch per replica per step (micro_batch x num_replicas), "
+            "so its batch must divide by num_replicas. Received: "
+            f"dataset batch={dataset_batch}, grad_accum={grad_accum}, "
+            f"num_replicas={num_replicas}, micro_batch="
+            f"{dataset_batch / num_replicas:g}. Expected a dataset batch that "
+            f"is a multiple of {num_replicas}; the effective global batch is "
+            "micro_batch x grad_accum x num_replicas.")
+    return dataset_batch // num_replicas
+
+
+def _check_positive(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"Invalid value for `{name}`: expected a positive int. "
+                         f"Received: {name}={value!r}")
