@@ -1,0 +1,93 @@
+"""Worker script: trains a tiny model with every tfdist_opt callback.
+
+Usage: python cb_train.py OUT_DIR BACKUP_DIR
+Env: CB_KILL_AT_STEP=N makes every worker `os._exit(9)` right after
+optimizer step N completes (a hard kill: no callback cleanup runs).
+Writes OUT_DIR/<task>.json (weights, lr trace, history, summaries).
+"""
+
+import json
+import os
+import sys
+
+import tfdist_opt  # noqa: E402
+
+strategy = tfdist_opt.opt_strategy(all_reduce="ring")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from tfdist_opt import callbacks as cbs  # noqa: E402
+from tfdist_opt.callbacks import _common  # noqa: E402
+
+GLOBAL_BATCH = 8
+BASE_BATCH = 4
+BASE_LR = 0.02
+EPOCHS = 3
+WARMUP = 16
+
+
+class Recorder(keras.callbacks.Callback):
+    """Records the rate used by each update, and kills on request."""
+
+    def __init__(self, kill_at):
+        super().__init__()
+        self.kill_at = kill_at
+        self.lrs = {}
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if getattr(self.model, "_tfdist_opt_skipping", False):
+            return
+        step = int(self.model.optimizer.iterations.numpy())
+        self.lrs[step] = float(self.model.optimizer.learning_rate.numpy())
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
+        if self.kill_at and step == self.kill_at:
+            sys.stdout.flush()
+            os._exit(9)
+
+
+def main(out_dir, backup_dir):
+    keras.utils.set_random_seed(1)
+    rng = np.random.RandomState(0)
+    x = rng.rand(64, 4).astype("float32")
+    y = (x @ np.array([[1.0], [-2.0], [0.5], [3.0]], "float32")).astype("float32")
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, "tanh"),
+                                  keras.layers.Dense(1)])
+        model.compile(keras.optimizers.SGD(BASE_LR, momentum=0.9), "mse")
+    kill_at = int(os.environ.get("CB_KILL_AT_STEP", "0"))
+    tag = _common.task_tag()
+    monitor = cbs.ThroughputMonitor(GLOBAL_BATCH, window=4, warmup_steps=1,
+                                    log_dir=os.path.join(out_dir, "tb"),
+                                    summary_freq=2,
+                                    json_path=os.path.join(out_dir, "throughput.json"))
+    profiler = cbs.CommunicationProfiler(probe_steps=5,
+                                         trace_path=os.path.join(out_dir, "trace.json"))
+    scaled = cbs.ScaledLearningRate(BASE_LR, BASE_BATCH, GLOBAL_BATCH,
+                                    warmup_steps=WARMUP, momentum_correction=True)
+    backup = cbs.DistributedBackupAndRestore(backup_dir, save_freq=2)
+    recorder = Recorder(kill_at)
+    history = model.fit(ds, epochs=EPOCHS, verbose=0, callbacks=cbs.ordered(
+        [recorder, monitor, profiler, scaled, backup]))
+    result = {
+        "task": tag,
+        "chief": _common.is_chief(),
+        "weights": [w.tolist() for w in model.get_weights()],
+        "lrs": recorder.lrs,
+        "history": history.history,
+        "restored": backup.restored,
+        "throughput": monitor.summary(),
+        "comm_fraction": profiler.comm_fraction,
+        "scaled_lr": scaled.scaled_lr,
+    }
+    with open(os.path.join(out_dir, f"{tag}.json"), "w") as f:
+        json.dump(result, f)
+    print(f"DONE {tag}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

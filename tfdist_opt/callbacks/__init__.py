@@ -1,0 +1,46 @@
+"""Keras callbacks for distributed training (`tfdist_opt.callbacks`).
+
+One callback per module; the TF-free helpers (`lr_math`, `stats`,
+`ordering`) import without TensorFlow, so the callback classes load on
+first use:
+
+- `ThroughputMonitor` (throughput.py): examples/sec, step-time percentiles.
+- `ScaledLearningRate` (scaled_lr.py): linear scaling rule + warmup.
+- `DistributedBackupAndRestore` (backup.py): chief-aware, atomic,
+  mid-epoch resume, NaN-safe.
+- `CommunicationProfiler` (comm_profiler.py): `comm_fraction`.
+- `BatchSizeFinder` / `BatchSizeResult` (batch_size_finder.py).
+- `ordered` / `check_order` (ordering.py): callback order rules.
+"""
+
+from tfdist_opt.callbacks.ordering import check_order
+from tfdist_opt.callbacks.ordering import ordered
+
+_LAZY = {
+    "BatchSizeFinder": "tfdist_opt.callbacks.batch_size_finder",
+    "BatchSizeResult": "tfdist_opt.callbacks.batch_size_finder",
+    "CommunicationProfiler": "tfdist_opt.callbacks.comm_profiler",
+    "DistributedBackupAndRestore": "tfdist_opt.callbacks.backup",
+    "ScaledLearningRate": "tfdist_opt.callbacks.scaled_lr",
+    "ThroughputMonitor": "tfdist_opt.callbacks.throughput",
+}
+
+__all__ = [
+    "BatchSizeFinder",
+    "BatchSizeResult",
+    "CommunicationProfiler",
+    "DistributedBackupAndRestore",
+    "ScaledLearningRate",
+    "ThroughputMonitor",
+    "check_order",
+    "ordered",
+]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(
+        f"module 'tfdist_opt.callbacks' has no attribute {name!r}")

@@ -1,0 +1,79 @@
+"""Helpers shared by the callbacks: role, step completion, ordering check."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+from tfdist_opt import topology as topology_lib
+from tfdist_opt.callbacks import ordering
+
+
+def is_chief() -> bool:
+    """True on the chief (or worker 0 without a chief, or with no TF_CONFIG)."""
+    return topology_lib.detect_topology(gpus=()).is_chief
+
+
+def task_tag() -> str:
+    """`worker_1`-style name of this task (`local` without TF_CONFIG)."""
+    topo = topology_lib.detect_topology(gpus=())
+    if topo.task_type is None:
+        return "local"
+    return f"{topo.task_type}_{topo.task_index}"
+
+
+def complete_step(model) -> int:
+    """Blocks until the last dispatched train step has finished; returns the step.
+
+    Keras may call `on_train_batch_end` as soon as the step is *dispatched*
+    (GPU kernels are queued asynchronously). Reading `optimizer.iterations`,
+    the counter the step's own `apply_gradients` increments last, copies one
+    int64 to the host and cannot return before that update (and hence the
+    whole step, all-reduce included) has run. It costs one scalar read.
+    """
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None:
+        return -1
+    return int(optimizer.iterations.numpy())
+
+
+def _calling_callback_list():
+    """The `keras.callbacks.CallbackList` whose hook is calling us, if any.
+
+    Keras does not tell a callback about its siblings; the list is the
+    `self` of a caller a few frames up. Used only at `on_train_begin`.
+    """
+    frame = sys._getframe(1)  # pylint: disable=protected-access
+    for _ in range(6):
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self")
+        if type(owner).__name__ == "CallbackList" and hasattr(owner, "callbacks"):
+            return owner
+        frame = frame.f_back
+    return None
+
+
+def check_fit_order() -> None:
+    """Runs `ordering.check_order` on the list `fit` was given (if found)."""
+    cb_list = _calling_callback_list()
+    if cb_list is not None:
+        ordering.check_order(cb_list.callbacks)
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    """Writes `text` to `path` so a reader sees the old or the new file, never half."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp_")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
