@@ -13,7 +13,10 @@
   worker that never joins fails the launch by name instead of the others
   waiting an hour for it;
 - on the first non-zero exit, terminates the rest (SIGTERM, then SIGKILL
-  after `term_timeout`) and returns that worker's code; with `max_restarts`
+  after `term_timeout`) and returns that worker's code. Under
+  MultiWorkerMirroredStrategy TF's preemption notifier catches SIGTERM in
+  C++ (a preemption notice, not an exit), so a TF worker usually needs the
+  SIGKILL: the grace is short by default; with `max_restarts`
   it restarts the whole group instead (torchrun semantics), so a job with
   backup/restore resumes;
 - forwards SIGINT / SIGTERM to every worker, and never leaves a process
@@ -46,7 +49,7 @@ WORKER_INDEX_ENV = "TFDIST_LAUNCH_WORKER_INDEX"
 NUM_WORKERS_ENV = "TFDIST_LAUNCH_NUM_WORKERS"
 CPU_REPLICAS_ENV = "TFDIST_OPT_CPU_REPLICAS"
 DEFAULT_STARTUP_TIMEOUT_S = 300.0
-DEFAULT_TERM_TIMEOUT_S = 10.0
+DEFAULT_TERM_TIMEOUT_S = 5.0
 EXIT_LAUNCH_ERROR = 1  # a worker never joined / the launch itself failed
 _POLL_S = 0.05
 _JOIN_POLL_S = 0.25
@@ -301,7 +304,7 @@ def run_local(argv: Sequence[str], num_workers: int, *,
         base_port: int or None. Worker i listens on `base_port + i`; None
             picks free ports. Defaults to `None`.
         term_timeout: float. Seconds between SIGTERM and SIGKILL when
-            stopping workers. Defaults to `10`.
+            stopping workers. Defaults to `5`.
         env: mapping or None. Base environment (TF_CONFIG in it is
             replaced). Defaults to `os.environ`.
         cwd: str or None. Workers' working directory.

@@ -1,0 +1,141 @@
+"""`tfdist-opt launch` with real TensorFlow workers on 127.0.0.1.
+
+- `launch -n 2 -- python launch_train.py` trains on two workers: both report
+  2 replicas and end with identical weights.
+- SIGKILL one worker mid-training: launch exits non-zero within 60 s and no
+  worker is left; with `--max-restarts 1` the group restarts once and the
+  second attempt trains to the end.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = [pytest.mark.multiworker, pytest.mark.slow]
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(REPO_ROOT, "tests", "multiworker", "scripts", "launch_train.py")
+TIMEOUT_S = 240
+
+
+def _launch(out_dir, *options, script_args=()):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+               PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("TF_CONFIG", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tfdist_opt", "launch", "-n", "2",
+         "--startup-timeout", "120", "--term-timeout", "2", *options, "--",
+         sys.executable, SCRIPT, "--out", str(out_dir), *script_args],
+        env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True)
+
+
+def _finish(proc, timeout=TIMEOUT_S):
+    try:
+        return proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=10)
+
+
+def _running(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _wait_for(path, proc, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.path.exists(path):
+            return
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"launch ended early ({proc.returncode}):\n"
+                                 f"{out[-2000:]}\n{err[-3000:]}")
+        time.sleep(0.1)
+    raise AssertionError(f"{path} did not appear within {timeout} s")
+
+
+def _pids(out_dir):
+    return [int((out_dir / f"worker-{i}.pid").read_text()) for i in range(2)]
+
+
+def _kill_left(pids):
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _results(out_dir):
+    return [json.loads((out_dir / f"worker-{i}.json").read_text()) for i in range(2)]
+
+
+def test_launch_trains_on_two_workers(tmp_path):
+    proc = _launch(tmp_path)
+    out, err = _finish(proc)
+    assert proc.returncode == 0, f"{out[-2000:]}\n{err[-4000:]}"
+    assert "[worker 0] replicas=2 attempt=0" in out
+    assert "[worker 1] replicas=2 attempt=0" in out
+    w0, w1 = _results(tmp_path)
+    assert w0["replicas"] == w1["replicas"] == 2
+    assert w0["weights"] == w1["weights"]  # bit-identical after all-reduce
+    assert w0["loss"][-1] < w0["loss"][0]
+    assert not any(_running(p) for p in _pids(tmp_path))
+
+
+def test_killed_worker_fails_the_launch_fast_and_leaves_nothing(tmp_path):
+    proc = _launch(tmp_path, script_args=("--epochs", "100", "--batch-sleep", "0.2"))
+    pids = []
+    try:
+        _wait_for(tmp_path / "training-1-0", proc)
+        pids = _pids(tmp_path)
+        t0 = time.monotonic()
+        os.kill(pids[1], signal.SIGKILL)
+        out, err = _finish(proc, timeout=60)
+        elapsed = time.monotonic() - t0
+        assert proc.returncode == 137, err[-3000:]
+        assert "worker 1 was killed by SIGKILL" in err
+        assert elapsed < 60
+        print(f"launch exited {elapsed:.2f} s after worker 1 was killed")
+        time.sleep(0.2)
+        assert not any(_running(p) for p in pids), "a worker survived"
+        assert not (tmp_path / "worker-0.json").exists()  # it did not finish
+    finally:
+        _kill_left(pids)
+        _finish(proc, timeout=10)
+
+
+def test_max_restarts_restarts_the_group_once(tmp_path):
+    proc = _launch(tmp_path, "--max-restarts", "1", script_args=(
+        "--batch-sleep", "0.2", "--slow-attempts", "1", "--slow-epochs", "100"))
+    pids = []
+    try:
+        _wait_for(tmp_path / "training-1-0", proc)
+        first = _pids(tmp_path)
+        pids = list(first)
+        os.kill(first[1], signal.SIGKILL)
+        _wait_for(tmp_path / "training-1-1", proc)
+        pids += _pids(tmp_path)
+        out, err = _finish(proc)
+        assert proc.returncode == 0, f"{out[-2000:]}\n{err[-4000:]}"
+        assert "restarting the group (restart 1 of 1)" in err
+        assert err.count("[launch] starting 2 worker(s)") == 2
+        w0, w1 = _results(tmp_path)
+        assert w0["attempt"] == w1["attempt"] == 1
+        assert w0["replicas"] == w1["replicas"] == 2
+        assert w0["weights"] == w1["weights"]
+        assert not any(_running(p) for p in pids)
+    finally:
+        _kill_left(pids)
+        _finish(proc, timeout=10)
