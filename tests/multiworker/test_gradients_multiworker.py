@@ -39,6 +39,7 @@ def test_gradients_on_two_workers(tmp_path):
     ref = harness.run_single([SCRIPT, "--out", str(tmp_path), "--reference"])
     assert ref.returncode == 0, ref.output[-4000:]
     assert "TUNED_BYTES_PER_PACK=" in results[0].output
+    assert "TUNED_BYTES_PER_PACK=None" not in results[0].output  # autotune ran
 
     big, big_it = _load(tmp_path / "big_ref.npz")
     single_plain, steps = _load(tmp_path / "plain_ref.npz")

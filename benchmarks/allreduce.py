@@ -1,0 +1,343 @@
+r"""All-reduce benchmark: TF's defaults vs our packing and compression, same run.
+
+Run under the launcher (one process per worker, RING over loopback):
+
+    tfdist-opt launch -n 2 -- python benchmarks/allreduce.py \
+        --output_json=/tmp/allreduce.json --csv=/tmp/allreduce.csv
+
+Three measurements, all in one run:
+
+- `tcp`: a raw single-stream TCP transfer from worker 1 to worker 0 over
+  loopback (plain Python sockets), the limit a ring over this link can
+  approach. Its bandwidth is the denominator of `busbw_fraction_of_loopback`.
+- `sweep` (nccl-tests style): one float32 tensor of 4 KB .. `--max_bytes`
+  (x4 steps) all-reduced with TF's defaults; per size: time, algbw =
+  bytes / time, busbw = algbw x 2(n-1)/n. Large sizes run fewer iterations
+  (`--sweep_budget_bytes`).
+- `model`: ResNet-50's real gradient shapes (`keras.applications.ResNet50
+  (weights=None)`, built once, never trained): TF defaults (one
+  `ReplicaContext.all_reduce` of the list: a single pack), our `auto`
+  policy, the measured autotune (every trial in the results, tagged
+  `autotune`), and bf16 / fp16 compression over the tuned packing. The
+  cast and concatenation costs are also timed alone (no collective) to
+  show where the time goes.
+
+Summary keys: `speedup_pack` (TF default time / our tuned packing),
+`speedup_bf16` (TF default fp32 time / bf16 with our tuned packing),
+`speedup_bf16_one_pack` (bf16 alone, TF's single pack),
+`busbw_fraction_of_loopback` (best sweep busbw / TCP stream bandwidth),
+`tcp_gbps`, `best_busbw_gbps`.
+
+Timings are medians over `--iters` (warm-up excluded) with spread; absolute
+figures are noise on a shared machine, the ratios are the result.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import sys
+import threading
+import time
+
+from absl import app
+from absl import flags
+from absl import logging
+
+if __package__ in (None, ""):  # run as `python benchmarks/allreduce.py`
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import common  # pylint: disable=g-import-not-at-top
+
+_MODE = flags.DEFINE_enum("mode", "all", ["all", "sweep", "model", "tcp"],
+                          "Which measurements to run.")
+_MIN_BYTES = flags.DEFINE_integer("min_bytes", 4096, "Smallest sweep message.")
+_MAX_BYTES = flags.DEFINE_integer("max_bytes", 256 * 2**20, "Largest sweep message.")
+_ITERS = flags.DEFINE_integer("iters", 10, "Timed iterations per setting.")
+_WARMUP = flags.DEFINE_integer("warmup", 2, "Untimed iterations per setting.")
+_SWEEP_BUDGET = flags.DEFINE_integer(
+    "sweep_budget_bytes", 1 << 30,
+    "Bytes per sweep size across its timed iterations (at least 3 iterations).")
+_MODEL = flags.DEFINE_enum("model", "resnet50", ["resnet50", "small"],
+                           "Gradient shapes for the model mode.")
+_TCP_BYTES = flags.DEFINE_integer("tcp_bytes", 1 << 30, "Bytes per TCP trial.")
+_TCP_TRIALS = flags.DEFINE_integer("tcp_trials", 3, "TCP trials (best kept).")
+_AUTOTUNE_CSV = flags.DEFINE_string(
+    "autotune_csv", None, "Also write the autotune trials to this CSV (chief).")
+
+
+# ------------------------------------------------------------------ TCP
+def _tcp_stream(strategy, task: int, num_workers: int, host: str) -> float:
+    """Bytes/s of one TCP stream worker 1 -> worker 0 (0 elsewhere)."""
+    import tensorflow as tf
+
+    nbytes, trials = _TCP_BYTES.value, _TCP_TRIALS.value
+    listener, port = None, 0.0
+    if task == 0:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind((host, 0))
+        listener.listen(1)
+        port = float(listener.getsockname()[1])
+    port = int(_all_sum(strategy, [port])[0])  # share the port via a collective
+    rate = 0.0
+    chunk = bytearray(4 << 20)
+    try:
+        if num_workers == 1:  # no peer: a thread plays worker 1
+            sender = threading.Thread(target=_send, args=(host, port, nbytes, trials, chunk))
+            sender.start()
+            rate = _receive(listener, nbytes, trials, chunk)
+            sender.join()
+        elif task == 0:
+            rate = _receive(listener, nbytes, trials, chunk)
+        elif task == 1:
+            _send(host, port, nbytes, trials, chunk)
+    finally:
+        if listener is not None:
+            listener.close()
+    del tf
+    return _all_sum(strategy, [rate])[0]
+
+
+def _receive(listener, nbytes, trials, chunk) -> float:
+    conn, _ = listener.accept()
+    view = memoryview(chunk)
+    best = 0.0
+    with conn:
+        for _ in range(trials):
+            got, t0 = 0, None
+            while got < nbytes:
+                n = conn.recv_into(view, min(len(view), nbytes - got))
+                if n == 0:
+                    raise RuntimeError("TCP peer closed early")
+                if t0 is None:
+                    t0 = time.perf_counter()
+                got += n
+            best = max(best, nbytes / (time.perf_counter() - t0))
+            conn.sendall(b"k")  # one trial at a time
+    return best
+
+
+def _send(host, port, nbytes, trials, chunk) -> None:
+    with socket.create_connection((host, port)) as s:
+        view = memoryview(chunk)
+        for _ in range(trials):
+            sent = 0
+            while sent < nbytes:
+                n = min(len(view), nbytes - sent)
+                s.sendall(view[:n])
+                sent += n
+            s.recv(1)
+
+
+# ------------------------------------------------------------- helpers
+def _all_sum(strategy, values):
+    import tensorflow as tf
+
+    vec = tf.constant(list(values), tf.float64)
+
+    @tf.function
+    def fn():
+        return strategy.run(lambda: tf.distribute.get_replica_context().all_reduce(
+            tf.distribute.ReduceOp.SUM, vec))
+
+    return [float(x) for x in strategy.experimental_local_results(fn())[0].numpy()]
+
+
+def _timer(strategy, replica_fn, iters, warmup):
+    """Median/min/max seconds of `strategy.run(replica_fn)` in a tf.function."""
+    import tensorflow as tf
+
+    @tf.function
+    def step():
+        return strategy.run(replica_fn)
+
+    def run_once():
+        for r in strategy.experimental_local_results(step()):
+            r.numpy()
+
+    times = common.time_steps(run_once, steps=iters, warmup=warmup)
+    # Every worker must agree on the figure: average the medians.
+    n = strategy.num_replicas_in_sync
+    med = _all_sum(strategy, [statistics.median(times), min(times), max(times)])
+    return {"time_s": med[0] / n, "time_min_s": med[1] / n, "time_max_s": med[2] / n,
+            "iters": iters}
+
+
+def _scalar(outs):
+    import tensorflow as tf
+
+    return tf.add_n([tf.cast(tf.reshape(o, [-1])[0], tf.float32) for o in outs])
+
+
+def _bus_factor(n):
+    return 2 * (n - 1) / n if n > 1 else 1.0
+
+
+# --------------------------------------------------------------- sweep
+def _sweep(strategy, n):
+    import tensorflow as tf
+
+    rows = []
+    size = _MIN_BYTES.value
+    while size <= _MAX_BYTES.value:
+        t = tf.zeros([size // 4], tf.float32)
+        iters = max(3, min(_ITERS.value, _SWEEP_BUDGET.value // size))
+        res = _timer(strategy, lambda t=t: _scalar([
+            tf.distribute.get_replica_context().all_reduce("SUM", t)]),
+            iters, min(_WARMUP.value, 1 if size > (64 << 20) else _WARMUP.value))
+        algbw = size / res["time_s"]
+        rows.append({"section": "sweep", "setting": "tf_default_fp32", "bytes": size,
+                     **res, "algbw_gbps": algbw / 1e9,
+                     "busbw_gbps": algbw * _bus_factor(n) / 1e9})
+        logging.info("sweep %10d B  %8.3f ms  algbw %.3f GB/s  busbw %.3f GB/s", size,
+                     1e3 * res["time_s"], algbw / 1e9, algbw * _bus_factor(n) / 1e9)
+        size *= 4
+    return rows
+
+
+# --------------------------------------------------------------- model
+def _model_shapes():
+    import keras
+
+    if _MODEL.value == "small":
+        model = keras.Sequential([keras.Input((256,)), keras.layers.Dense(1024),
+                                  keras.layers.Dense(1024), keras.layers.Dense(10)])
+    else:
+        model = keras.applications.ResNet50(weights=None)
+    return [(tuple(v.shape), "float32") for v in model.trainable_variables]
+
+
+def _model(strategy, n, is_chief):
+    import tensorflow as tf
+
+    from tfdist_opt.gradients import allreduce
+    from tfdist_opt.gradients import autotune
+    from tfdist_opt.gradients import packing
+    from tfdist_opt.gradients.options import GradientOptions
+
+    shapes = _model_shapes()
+    nbytes = sum(4 * _numel(s) for s, _ in shapes)
+    with strategy.scope():
+        grads = [tf.zeros(s, d) for s, d in shapes]
+    iters, warmup = _ITERS.value, _WARMUP.value
+    rows = []
+
+    def row(setting, res, **extra):
+        algbw = nbytes / res["time_s"]
+        r = {"section": "model", "setting": setting, "bytes": nbytes, **res,
+             "algbw_gbps": algbw / 1e9, "busbw_gbps": algbw * _bus_factor(n) / 1e9,
+             **extra}
+        logging.info("model %-28s %8.2f ms  busbw %.3f GB/s", setting,
+                     1e3 * res["time_s"], r["busbw_gbps"])
+        rows.append(r)
+        return r
+
+    def ours(options):
+        return lambda: _scalar(allreduce.all_reduce_sum(grads, options, strategy))
+
+    default = row("tf_default_fp32", _timer(strategy, lambda: _scalar(
+        tf.distribute.get_replica_context().all_reduce("SUM", grads)), iters, warmup),
+        num_tensors=len(grads))
+    sizes = [4 * _numel(s) for s, _ in shapes]
+    policy = packing.auto_pack_policy(sizes)
+    auto = row("ours_auto_policy_fp32", _timer(
+        strategy, ours(GradientOptions(bytes_per_pack="auto")), iters, warmup),
+        num_packs=len(packing.assign_buckets(sizes, policy)), policy=policy.describe())
+    best, trials = autotune.tune(strategy, shapes, GradientOptions(),
+                                 warmup=1, iters=max(3, iters // 2),
+                                 csv_path=_AUTOTUNE_CSV.value if is_chief else None)
+    for t in trials:
+        rows.append({"section": "autotune", "setting": f"bytes_per_pack={t['bytes_per_pack']}",
+                     "bytes": nbytes, "time_s": t["median_s"], "bytes_per_pack":
+                     t["bytes_per_pack"], "num_packs": t["num_packs"], "chosen": t["chosen"],
+                     "busbw_gbps": nbytes / t["median_s"] * _bus_factor(n) / 1e9})
+    tuned = row("ours_autotuned_fp32", _timer(
+        strategy, ours(GradientOptions(bytes_per_pack=best)), iters, warmup),
+        bytes_per_pack=best)
+    pack_best = min((auto, tuned), key=lambda r: r["time_s"])
+    pack_bpp = best if pack_best is tuned else "auto"
+    bf16_one = row("bf16_one_pack", _timer(strategy, ours(GradientOptions(
+        bytes_per_pack=0, compression="bf16")), iters, warmup))
+    bf16 = row("ours_bf16_packed", _timer(strategy, ours(GradientOptions(
+        bytes_per_pack=pack_bpp, compression="bf16")), iters, warmup),
+        bytes_per_pack=pack_bpp)
+    fp16 = row("ours_fp16_packed", _timer(strategy, ours(GradientOptions(
+        bytes_per_pack=pack_bpp, compression="fp16")), iters, warmup),
+        bytes_per_pack=pack_bpp)
+
+    # Where the time goes: local work alone, no collective.
+    row("local_cast_bf16_only", _timer(strategy, lambda: _scalar(
+        [tf.cast(g, tf.bfloat16) for g in grads]), iters, warmup))
+    row("local_concat_split_only", _timer(strategy, lambda: _scalar(tf.split(
+        tf.concat([tf.reshape(g, [-1]) for g in grads], 0),
+        [_numel(s) for s, _ in shapes])), iters, warmup))
+    summary = {
+        "speedup_pack": default["time_s"] / pack_best["time_s"],
+        "speedup_bf16": default["time_s"] / bf16["time_s"],
+        "speedup_bf16_one_pack": default["time_s"] / bf16_one["time_s"],
+        "speedup_fp16": default["time_s"] / fp16["time_s"],
+        "model_bytes": nbytes, "model_tensors": len(grads),
+        "autotuned_bytes_per_pack": best,
+    }
+    return rows, summary
+
+
+def _numel(shape):
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+# ---------------------------------------------------------------- main
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    from tfdist_opt.cluster import tf_config as tf_config_lib
+    from tfdist_opt.strategy import opt_strategy
+
+    cfg = tf_config_lib.tf_config_from_env(os.environ)
+    task = cfg["task"]["index"] if cfg else 0
+    host = (cfg["cluster"]["worker"][0].rsplit(":", 1)[0] if cfg else "127.0.0.1")
+    strategy = opt_strategy(all_reduce="auto")
+    n = strategy.num_replicas_in_sync
+    workers = common.num_workers()
+    chief = common.is_chief()
+    if n < 2:
+        logging.warning("one replica: all-reduce is a no-op; run under "
+                        "`tfdist-opt launch -n 2` for real figures")
+    rows, summary = [], {}
+    mode = _MODE.value
+    if mode in ("all", "tcp"):
+        tcp = _tcp_stream(strategy, task, workers, host)
+        rows.append({"section": "tcp", "setting": "python_single_stream",
+                     "bytes": _TCP_BYTES.value, "time_s": _TCP_BYTES.value / tcp,
+                     "algbw_gbps": tcp / 1e9})
+        summary["tcp_gbps"] = tcp / 1e9
+        logging.info("tcp single stream: %.2f GB/s", tcp / 1e9)
+    if mode in ("all", "sweep"):
+        sweep = _sweep(strategy, n)
+        rows += sweep
+        summary["best_busbw_gbps"] = max(r["busbw_gbps"] for r in sweep)
+    if mode in ("all", "model"):
+        model_rows, model_summary = _model(strategy, n, chief)
+        rows += model_rows
+        summary.update(model_summary)
+    if "tcp_gbps" in summary and "best_busbw_gbps" in summary:
+        summary["busbw_fraction_of_loopback"] = (
+            summary["best_busbw_gbps"] / summary["tcp_gbps"])
+    summary["num_replicas"] = n
+    plot = common.PlotSpec(x="setting", ys=("busbw_gbps",),
+                           title=f"all-reduce busbw, {n} replicas", ylabel="GB/s")
+    common.write_report("allreduce", common.flag_config(), rows, summary,
+                        output_json=common.OUTPUT_JSON.value,
+                        csv_path=common.CSV.value, plot_path=common.PLOT.value,
+                        plot=plot)
+    if chief:
+        for k, v in summary.items():
+            print(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}")
+
+
+if __name__ == "__main__":
+    app.run(main)
