@@ -1,0 +1,324 @@
+"""Helpers shared by the benchmark binaries (see /work/shared/BENCHMARKS.md).
+
+What every binary under `benchmarks/` needs, in one place:
+
+- output flags: `--output_json`, `--csv`, `--plot` (FlagHolders defined here,
+  once, when a binary imports this module);
+- timing: `time_steps()` runs a step function, drops warm-up steps and
+  returns durations; `summarize()` turns durations into a `RateStats` whose
+  `format()` is the tf_cnn_benchmarks line
+  `images/sec: X +/- Y (jitter = Z)`;
+- reporting: `write_report()` writes, on the chief only, the JSON
+  `{"benchmark", "config", "environment", "results", "summary"}`, a CSV of
+  the result rows and (when asked) a PNG plot.
+
+Library code in `tfdist_opt` never reads flags; binaries read them at the top
+of `main`, and pass plain values to these helpers (which take no flags
+themselves except `flag_config()`, which reports them).
+
+Example (inside a binary's `main`):
+    times = common.time_steps(lambda: step(), steps=50, warmup=5)
+    stats = common.summarize(times, items_per_step=batch)
+    print(stats.format("images/sec"))
+    common.write_report("mybench", common.flag_config(), [row], {"speedup": s},
+                        output_json=common.OUTPUT_JSON.value,
+                        csv_path=common.CSV.value, plot_path=common.PLOT.value)
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+from absl import flags
+from absl import logging
+
+OUTPUT_JSON = flags.DEFINE_string(
+    "output_json", None, "Write the results as JSON here (chief only).")
+CSV = flags.DEFINE_string(
+    "csv", None, "Write the result rows as CSV here (chief only).")
+PLOT = flags.DEFINE_string(
+    "plot", None, "Write a PNG plot of the results here (chief only; needs "
+    "matplotlib).")
+
+_THIS_MODULE = __name__
+
+
+# --------------------------------------------------------------- timing
+@dataclasses.dataclass(frozen=True)
+class RateStats:
+    """Throughput over measured steps (warm-up already excluded).
+
+    Attributes:
+        median: float. Median of per-step rates (items/sec).
+        spread: float. Standard error of that median,
+            `1.2533 * stdev / sqrt(n)` (the "+/-").
+        jitter: float. Robust per-step variability, `1.4826 * MAD` of the
+            per-step rates (tf_cnn_benchmarks' jitter).
+        mean: float. Total items / total time (the aggregate rate).
+        steps: int. Measured steps.
+        step_time_median_s: float. Median step duration in seconds.
+    """
+
+    median: float
+    spread: float
+    jitter: float
+    mean: float
+    steps: int
+    step_time_median_s: float
+
+    def format(self, unit: str = "images/sec") -> str:
+        """`images/sec: X +/- Y (jitter = Z)`."""
+        return (f"{unit}: {self.median:.1f} +/- {self.spread:.1f} "
+                f"(jitter = {self.jitter:.1f})")
+
+    def to_dict(self, prefix: str = "") -> dict[str, float]:
+        return {prefix + k: v for k, v in dataclasses.asdict(self).items()}
+
+
+def summarize(durations_s: Sequence[float], items_per_step: float,
+              warmup: int = 0) -> RateStats:
+    """Per-step rates -> median, +/- spread and jitter.
+
+    Args:
+        durations_s: sequence of float. Seconds per step.
+        items_per_step: float. Items (images, examples, bytes) per step.
+        warmup: int. Leading steps to drop first. Defaults to `0` (use it
+            when `durations_s` still holds warm-up steps).
+
+    Returns:
+        A `RateStats`.
+
+    Raises:
+        ValueError: no step left after warm-up, or a non-positive duration.
+    """
+    measured = list(durations_s)[warmup:]
+    if not measured:
+        raise ValueError(
+            f"Invalid value for `durations_s`: no step left after warm-up. "
+            f"Received: {len(durations_s)} step(s), warmup={warmup}.")
+    if min(measured) <= 0:
+        raise ValueError("Invalid value for `durations_s`: expected positive "
+                         f"durations. Received: min={min(measured)!r}")
+    rates = [items_per_step / d for d in measured]
+    median = statistics.median(rates)
+    n = len(rates)
+    stdev = statistics.stdev(rates) if n > 1 else 0.0
+    mad = statistics.median(abs(r - median) for r in rates)
+    return RateStats(median=median, spread=1.2533 * stdev / math.sqrt(n),
+                     jitter=1.4826 * mad,
+                     mean=items_per_step * n / sum(measured), steps=n,
+                     step_time_median_s=statistics.median(measured))
+
+
+def time_steps(step_fn: Callable[[], Any], steps: int, warmup: int = 0,
+               clock: Callable[[], float] = time.perf_counter) -> list[float]:
+    """Runs `step_fn` `warmup + steps` times; returns the last `steps` durations.
+
+    `step_fn` must finish its work before returning (e.g. pull a batch, or
+    call `.numpy()`), or the time measures only dispatch.
+    """
+    for _ in range(warmup):
+        step_fn()
+    durations = []
+    for _ in range(steps):
+        start = clock()
+        step_fn()
+        durations.append(clock() - start)
+    return durations
+
+
+# ----------------------------------------------------------- environment
+def is_chief(environ: Mapping[str, str] | None = None) -> bool:
+    """True without TF_CONFIG, for the `chief` task, or worker 0 without one."""
+    from tfdist_opt.topology import Topology  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.cluster import tf_config as tf_config_lib  # pylint: disable=g-import-not-at-top
+
+    cfg = tf_config_lib.tf_config_from_env(os.environ if environ is None else environ)
+    return Topology(tf_config=cfg).is_chief
+
+
+def num_workers(environ: Mapping[str, str] | None = None) -> int:
+    from tfdist_opt.topology import Topology  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.cluster import tf_config as tf_config_lib  # pylint: disable=g-import-not-at-top
+
+    cfg = tf_config_lib.tf_config_from_env(os.environ if environ is None else environ)
+    return Topology(tf_config=cfg).num_workers
+
+
+def environment() -> dict[str, Any]:
+    """Versions, devices and workers for the JSON `environment` field."""
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "workers": num_workers(),
+    }
+    try:
+        import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+        env["tf"] = tf.__version__
+        env["devices"] = [d.name for d in tf.config.list_logical_devices()]
+    except ImportError:  # pragma: no cover - TF is a dependency
+        env["tf"] = None
+    try:
+        import keras  # pylint: disable=g-import-not-at-top
+
+        env["keras"] = keras.__version__
+    except ImportError:  # pragma: no cover
+        env["keras"] = None
+    return env
+
+
+def flag_config(extra_modules: Sequence[str] = ()) -> dict[str, Any]:
+    """Every flag the running binary defines (and this module's), by name.
+
+    The binary's flags are those registered under `sys.argv[0]` (absl's key
+    for `__main__`) plus any `extra_modules`.
+    """
+    fv = flags.FLAGS
+    by_module = fv.flags_by_module_dict()
+    wanted = {sys.argv[0], _THIS_MODULE, *extra_modules}
+    if sys.modules.get("__main__") is not None:
+        wanted.add(getattr(sys.modules["__main__"], "__file__", "") or "")
+    config = {}
+    for module, module_flags in by_module.items():
+        if module in wanted or module.endswith(tuple(
+                os.path.basename(w) for w in wanted if w)):
+            for flag in module_flags:
+                config[flag.name] = flag.value
+    return dict(sorted(config.items()))
+
+
+# -------------------------------------------------------------- reports
+@dataclasses.dataclass(frozen=True)
+class PlotSpec:
+    """What `write_report` plots: `ys` columns of the result rows against `x`.
+
+    Attributes:
+        x: str. Column for the x axis (a number or a label).
+        ys: tuple of str. Columns to draw, one bar group / line each.
+        title: str. Plot title.
+        kind: str. `"bar"` or `"line"`.
+        ylabel: str. Y axis label.
+    """
+
+    x: str
+    ys: tuple[str, ...]
+    title: str = ""
+    kind: str = "bar"
+    ylabel: str = ""
+
+
+def write_report(name: str, config: Mapping[str, Any],
+                 results: Sequence[Mapping[str, Any]],
+                 summary: Mapping[str, Any], *, output_json: str | None = None,
+                 csv_path: str | None = None, plot_path: str | None = None,
+                 plot: PlotSpec | None = None,
+                 environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Builds the report and, on the chief only, writes JSON / CSV / PNG.
+
+    Args:
+        name: str. Benchmark name (`"input_pipeline"`).
+        config: mapping. Every flag (see `flag_config`).
+        results: sequence of mappings. One row per measured setting.
+        summary: mapping. The named figures the issue asks for.
+        output_json, csv_path, plot_path: str or None. Where to write.
+        plot: `PlotSpec` or None. Required with `plot_path`.
+        environ: mapping or None. For TF_CONFIG. Defaults to `os.environ`.
+
+    Returns:
+        The report dict (on every worker).
+
+    Raises:
+        ValueError: `plot_path` without a `plot` spec.
+        ImportError: `plot_path` given and matplotlib is missing.
+    """
+    report = {"benchmark": name, "config": dict(config),
+              "environment": environment(), "results": [dict(r) for r in results],
+              "summary": dict(summary)}
+    if plot_path and plot is None:
+        raise ValueError("Invalid arguments: `plot_path` needs a `plot` "
+                         f"PlotSpec. Received: plot_path={plot_path!r}, plot=None")
+    if not is_chief(environ):
+        return report
+    if output_json:
+        _makedirs_for(output_json)
+        with open(output_json, "w") as f:
+            json.dump(report, f, indent=2, default=_json_default)
+            f.write("\n")
+        logging.info("wrote %s", output_json)
+    if csv_path:
+        write_csv(csv_path, report["results"])
+    if plot_path:
+        plot_results(plot_path, report["results"], plot)
+    return report
+
+
+def write_csv(path: str, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Rows to CSV; columns are the union of keys in first-seen order."""
+    columns: list[str] = []
+    for row in rows:
+        columns += [k for k in row if k not in columns]
+    _makedirs_for(path)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: row.get(k, "") for k in columns})
+
+
+def plot_results(path: str, rows: Sequence[Mapping[str, Any]],
+                 spec: PlotSpec) -> None:
+    """PNG of `spec.ys` against `spec.x`; matplotlib is imported lazily."""
+    try:
+        import matplotlib  # pylint: disable=g-import-not-at-top
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+    except ImportError as e:
+        raise ImportError(
+            "--plot needs matplotlib, which is not installed. Install it with "
+            "`pip install matplotlib` (or `pip install tfdist_opt[plot]`), or "
+            "drop --plot.") from e
+    xs = [str(r.get(spec.x)) for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if spec.kind == "line":
+        for y in spec.ys:
+            ax.plot(xs, [r.get(y) for r in rows], marker="o", label=y)
+    else:
+        width = 0.8 / max(1, len(spec.ys))
+        for k, y in enumerate(spec.ys):
+            ax.bar([i + k * width for i in range(len(xs))],
+                   [r.get(y) or 0 for r in rows], width=width, label=y)
+        ax.set_xticks([i + width * (len(spec.ys) - 1) / 2 for i in range(len(xs))])
+        ax.set_xticklabels(xs)
+    ax.set_xlabel(spec.x)
+    ax.set_ylabel(spec.ylabel)
+    ax.set_title(spec.title)
+    ax.legend()
+    fig.tight_layout()
+    _makedirs_for(path)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _makedirs_for(path: str) -> None:
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    return str(value)
