@@ -140,7 +140,11 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
         self._to_skip = self._resume_calls if epoch == self._resume_epoch else 0
 
     def on_train_batch_begin(self, batch, logs=None):
-        if self._to_skip > 0 and self._real_train_function is None:
+        # The skipping flag changes only here, so every callback sees the same
+        # value from this batch's begin to its end, whatever the list order.
+        if self._to_skip == 0:
+            self._stop_skipping()
+        elif self._real_train_function is None:
             self._real_train_function = self.model.train_function
             spe = int(getattr(self.model, "steps_per_execution", 1) or 1)
 
@@ -156,8 +160,6 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
         self._calls_in_epoch += 1
         if self._real_train_function is not None:
             self._to_skip -= 1
-            if self._to_skip == 0:
-                self._stop_skipping()
             return
         loss = (logs or {}).get("loss")
         if loss is not None and not math.isfinite(loss):
@@ -168,6 +170,7 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
             self._save(self._epoch, self._calls_in_epoch)
 
     def on_epoch_end(self, epoch, logs=None):
+        self._stop_skipping()
         loss = (logs or {}).get("loss")
         if loss is not None and not math.isfinite(loss):
             self._saw_nonfinite = True
