@@ -101,7 +101,8 @@ def _options_for(optimizer) -> GradientOptions | None:
 
     if isinstance(optimizer, LossScaleOptimizer):
         return None  # it delegates to its inner optimizer, which is hooked
-    return options_of(getattr(optimizer, "_distribution_strategy", None))
+    options = options_of(getattr(optimizer, "_distribution_strategy", None))
+    return None if options is None or options.is_default else options
 
 
 def _all_reduce_sum_gradients(self, grads_and_vars):
