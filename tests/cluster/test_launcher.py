@@ -382,3 +382,19 @@ def test_cli_prints_per_host_commands(capsys, tmp_path):
     value = lines[1].split("=", 1)[1].rsplit(" python train.py", 1)[0]
     assert json.loads(value.strip("'")) == tc.build_tf_config(
         {"worker": ["gpu1:2222", "gpu2:2222"]}, "worker", 1)
+
+
+def test_check_own_port_only_checks_this_hosts_task():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        free = launcher.sources.free_ports(1)[0]
+        cluster = {"worker": [f"node7:{port}", f"node8:{free}"]}
+        mine = tc.build_tf_config(cluster, "worker", 0)
+        with pytest.raises(launcher.PortInUseError,
+                           match=f"Port {port} for worker 0 \\(node7:{port}\\)"):
+            launcher.check_own_port(mine, hostnames=["node7.cluster.local"])
+        launcher.check_own_port(mine, hostnames=["node8"])  # not ours: skipped
+        other = tc.build_tf_config(cluster, "worker", 1)
+        launcher.check_own_port(other, hostnames=["node8"])

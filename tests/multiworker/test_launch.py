@@ -1,7 +1,8 @@
 """`tfdist-opt launch` with real TensorFlow workers on 127.0.0.1.
 
 - `launch -n 2 -- python launch_train.py` trains on two workers: both report
-  2 replicas and end with identical weights.
+  2 replicas and end with identical weights; `-n 1 --cpu-replicas 2` runs one
+  process over two virtual CPUs.
 - SIGKILL one worker mid-training: launch exits non-zero within 60 s and no
   worker is left; with `--max-restarts 1` the group restarts once and the
   second attempt trains to the end.
@@ -23,12 +24,12 @@ SCRIPT = os.path.join(REPO_ROOT, "tests", "multiworker", "scripts", "launch_trai
 TIMEOUT_S = 240
 
 
-def _launch(out_dir, *options, script_args=()):
+def _launch(out_dir, *options, script_args=(), n=2):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
                PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("TF_CONFIG", None)
     return subprocess.Popen(
-        [sys.executable, "-m", "tfdist_opt", "launch", "-n", "2",
+        [sys.executable, "-m", "tfdist_opt", "launch", "-n", str(n),
          "--startup-timeout", "120", "--term-timeout", "2", *options, "--",
          sys.executable, SCRIPT, "--out", str(out_dir), *script_args],
         env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -92,6 +93,14 @@ def test_launch_trains_on_two_workers(tmp_path):
     assert w0["weights"] == w1["weights"]  # bit-identical after all-reduce
     assert w0["loss"][-1] < w0["loss"][0]
     assert not any(_running(p) for p in _pids(tmp_path))
+
+
+def test_launch_one_process_over_cpu_replicas(tmp_path):
+    proc = _launch(tmp_path, "--cpu-replicas", "2", n=1)
+    out, err = _finish(proc)
+    assert proc.returncode == 0, f"{out[-2000:]}\n{err[-4000:]}"
+    assert "[worker 0] replicas=2 attempt=0" in out
+    assert "without TF_CONFIG" in err
 
 
 def test_killed_worker_fails_the_launch_fast_and_leaves_nothing(tmp_path):

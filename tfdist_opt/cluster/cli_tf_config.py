@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import socket
 import sys
 import warnings
 
@@ -182,24 +181,11 @@ def _check(path: str) -> int:
             print(f"{PROG}: TF_CONFIG is not set: this process would run as a "
                   "single worker.")
             return 0
+    launcher_lib.check_own_port(cfg)
     task = cfg["task"]
     address = cfg["cluster"][task["type"]][task["index"]]
-    host, port = tf_config_lib.split_address(address)
-    if _is_this_host(host):
-        launcher_lib.check_ports_free(
-            [(f"{task['type']} {task['index']} ({address})", int(port))])
     print(f"TF_CONFIG ({where}) OK: {task['type']} {task['index']} of "
           f"{tf_config_lib.num_tasks(cfg)} collective task(s); this task "
           f"listens on {address}")
     return 0
 
-
-def _is_this_host(host: str) -> bool:
-    if tf_config_lib.is_loopback_host(host):
-        return True
-    try:
-        names = {socket.gethostname(), socket.getfqdn()}
-    except OSError:
-        return False
-    return host in names or host.split(".", 1)[0] in {
-        n.split(".", 1)[0] for n in names}

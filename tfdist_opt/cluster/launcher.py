@@ -110,15 +110,22 @@ def check_cpu_replicas(num_workers: int, cpu_replicas: int | None) -> None:
 
 def port_in_use(port: int) -> bool:
     """True if `port` cannot be bound on all interfaces (as TF's server does)."""
+    return _bind_error(port) is not None
+
+
+def _bind_error(port: int) -> str | None:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("", port))
         except OSError as e:
-            if e.errno in (errno.EADDRINUSE, errno.EACCES):
-                return True
+            if e.errno == errno.EADDRINUSE:
+                return "is already in use on this host"
+            if e.errno == errno.EACCES:
+                return ("cannot be bound on this host (permission denied: "
+                        "ports below 1024 need privileges)")
             raise
-    return False
+    return None
 
 
 def check_ports_free(tasks: Sequence[tuple[str, int]]) -> None:
@@ -128,12 +135,43 @@ def check_ports_free(tasks: Sequence[tuple[str, int]]) -> None:
         tasks: sequence of (task name, port), e.g. `[("worker 0", 2222)]`.
     """
     for task, port in tasks:
-        if port_in_use(port):
+        problem = _bind_error(port)
+        if problem:
             raise PortInUseError(
-                f"Port {port} for {task} is already in use on this host: "
-                "TensorFlow could not start that task's server. Stop the "
-                "process holding it (`ss -ltnp | grep :"
-                f"{port}`) or choose other ports. Received: {task} port={port}")
+                f"Port {port} for {task} {problem}: TensorFlow could not start "
+                "that task's server. Stop the process holding it (`ss -ltnp | "
+                f"grep :{port}`) or choose other ports. Received: {task} "
+                f"port={port}")
+
+
+def check_own_port(cfg: Mapping, hostnames: Sequence[str] | None = None) -> None:
+    """Pre-flight for one process: is this task's own port free here?
+
+    Looks up this task's address in a validated TF_CONFIG; when its host is
+    this machine (loopback, or `socket.gethostname()` / FQDN, or one of
+    `hostnames`), raises `PortInUseError` naming the task and port if
+    something already listens there. Call it before creating the strategy.
+    """
+    task = cfg["task"]
+    address = cfg["cluster"][task["type"]][task["index"]]
+    host, port = tf_config_lib.split_address(address)
+    if _is_this_host(host, hostnames):
+        check_ports_free([(f"{task['type']} {task['index']} ({address})",
+                           int(port))])
+
+
+def _is_this_host(host: str, hostnames: Sequence[str] | None = None) -> bool:
+    if tf_config_lib.is_loopback_host(host):
+        return True
+    names = set(hostnames or ())
+    if hostnames is None:
+        try:
+            names = {socket.gethostname(), socket.getfqdn()}
+        except OSError:
+            return False
+    short = {n.split(".", 1)[0].lower() for n in names}
+    return host.lower() in {n.lower() for n in names} or (
+        host.split(".", 1)[0].lower() in short)
 
 
 def local_cluster(num_workers: int, base_port: int | None = None
@@ -347,17 +385,19 @@ def run_local(argv: Sequence[str], num_workers: int, *,
     try:
         restarts = 0
         while True:
-            addresses = local_cluster(num_workers, base_port)
-            ports = [int(tf_config_lib.split_address(a)[1]) for a in addresses]
-            check_ports_free([(f"worker {i}", p) for i, p in enumerate(ports)])
+            if num_workers > 1:
+                addresses = local_cluster(num_workers, base_port)
+                ports = [int(tf_config_lib.split_address(a)[1]) for a in addresses]
+                check_ports_free([(f"worker {i}", p) for i, p in enumerate(ports)])
+                where = f"on {', '.join(addresses)}"
+            else:  # one process: no cluster, no TF_CONFIG, no port
+                addresses, ports, where = ["localhost:0"], [], "without TF_CONFIG"
             envs = [worker_env(base_env, i, addresses, restarts, cpu_replicas)
                     for i in range(num_workers)]
-            launcher.log(f"starting {num_workers} worker(s) on "
-                         f"{', '.join(addresses)} (attempt {restarts + 1} of "
-                         f"{max_restarts + 1}): {shlex.join(argv)}")
-            result = launcher.run_attempt(
-                argv, envs, ports if num_workers > 1 else [],
-                startup_timeout, term_timeout, cwd)
+            launcher.log(f"starting {num_workers} worker(s) {where} (attempt "
+                         f"{restarts + 1} of {max_restarts + 1}): {shlex.join(argv)}")
+            result = launcher.run_attempt(argv, envs, ports, startup_timeout,
+                                          term_timeout, cwd)
             result.restarts = restarts
             if (result.returncode == 0 or launcher.stop_signal is not None
                     or restarts >= max_restarts):
