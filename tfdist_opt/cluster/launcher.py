@@ -259,11 +259,14 @@ class _Group:
         for p in self.procs:
             _killpg(p, signum)
 
-    def terminate(self, timeout_s: float) -> None:
-        """SIGTERM every live worker group, then SIGKILL after timeout_s."""
+    def terminate(self, timeout_s: float, signum: int | None = signal.SIGTERM
+                  ) -> None:
+        """Sends `signum` (None: already sent) to every live worker group,
+        waits up to timeout_s for them to exit, then SIGKILLs them all."""
         live = [p for p in self.procs if p.poll() is None]
         for p in live:
-            _killpg(p, signal.SIGTERM)
+            if signum is not None:
+                _killpg(p, signum)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and any(p.poll() is None for p in live):
             time.sleep(_POLL_S)
@@ -455,8 +458,8 @@ class _Launcher:
             next_join_poll = start
             while True:
                 codes = [p.poll() for p in group.procs]
-                if self.stop_signal is not None:
-                    group.terminate(term_timeout)
+                if self.stop_signal is not None:  # already forwarded
+                    group.terminate(term_timeout, signum=None)
                     name = signal.Signals(self.stop_signal).name
                     return LaunchResult(
                         128 + self.stop_signal,
