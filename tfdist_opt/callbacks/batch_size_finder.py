@@ -48,7 +48,8 @@ class BatchSizeFinder:
     `warmup_steps + steps_per_trial` steps, timing the last
     `steps_per_trial` with `ThroughputMonitor` (at real step completion).
     It stops when a trial raises `tf.errors.ResourceExhaustedError`
-    (anywhere: building, tracing or running), or when the new throughput is
+    (anywhere: building, tracing or running; also when TF reports it inside
+    a combined multi-replica error, see `is_out_of_memory`), or when the new throughput is
     not `rel_tolerance` above the best so far (`stats.plateau_reached`),
     and returns the fastest size that fit.
 
@@ -184,11 +185,30 @@ class BatchSizeFinder:
             model.fit(ds, epochs=1, steps_per_epoch=self.warmup_steps + self.steps_per_trial,
                       verbose=0, callbacks=[monitor, *self.callbacks])
             return False, monitor.summary()["examples_per_sec"]
-        except tf.errors.ResourceExhaustedError:
-            return True, 0.0
+        except tf.errors.OpError as e:
+            if is_out_of_memory(e):
+                return True, 0.0
+            raise
         finally:
             del model
             gc.collect()
+
+
+_OOM_MARKERS = ("RESOURCE_EXHAUSTED", "ResourceExhaustedError",
+                "OOM when allocating", "Out of memory")
+
+
+def is_out_of_memory(error: Exception) -> bool:
+    """True for `ResourceExhaustedError`, also when TF wraps it.
+
+    Several replicas failing in one step reach Python as one error whose
+    class is that of a single status (py_function failures become UNKNOWN),
+    so the message is checked for the out-of-memory status too.
+    """
+    if isinstance(error, tf.errors.ResourceExhaustedError):
+        return True
+    text = str(error)
+    return any(marker in text for marker in _OOM_MARKERS)
 
 
 def _agree(strategy, values: list[float]) -> list[float]:

@@ -172,24 +172,29 @@ class CommunicationProfiler(keras.callbacks.Callback):
         if not specs:
             return 0.0
 
-        def replica_fn():
+        def replica_fn(seed):
+            # Inputs depend on a runtime argument so nothing is constant-folded,
+            # and one element of every reduced tensor is consumed so nothing is
+            # pruned: each call moves the full gradient volume.
             ctx = tf.distribute.get_replica_context()
-            rid = tf.cast(ctx.replica_id_in_sync_group, tf.float32)
-            grads = [tf.fill(s, tf.cast(rid, d)) for s, d in specs]
+            value = seed + tf.cast(ctx.replica_id_in_sync_group, tf.float32)
+            grads = [tf.fill(s, tf.cast(value, d)) for s, d in specs]
             reduced = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
-            return tf.cast(tf.reshape(reduced[0], [-1])[0], tf.float32)
+            return tf.add_n([tf.cast(tf.reshape(r, [-1])[0], tf.float32)
+                             for r in reduced])
 
         @tf.function
-        def probe():
-            out = strategy.run(replica_fn)
+        def probe(seed):
+            out = strategy.run(replica_fn, args=(seed,))
             return strategy.experimental_local_results(out)[0]
 
-        for _ in range(self.probe_warmup):
-            probe().numpy()
+        for i in range(self.probe_warmup):
+            probe(tf.constant(float(i))).numpy()
         times = []
-        for _ in range(self.probe_steps):
+        for i in range(self.probe_steps):
+            seed = tf.constant(float(i))
             start = time.perf_counter()
-            probe().numpy()
+            probe(seed).numpy()
             end = time.perf_counter()
             times.append(end - start)
             self._event("allreduce_probe", start, end, tid=1)

@@ -1,0 +1,59 @@
+"""CommunicationProfiler on 2 virtual replicas."""
+
+import json
+
+import keras
+import pytest
+
+from tfdist_opt.callbacks import CommunicationProfiler
+from tfdist_opt.callbacks import _common
+from tests.callbacks._models import dataset, model, strategy  # noqa: F401
+
+
+def test_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="probe_steps=0"):
+        CommunicationProfiler(probe_steps=0)
+
+
+def test_comm_fraction_in_logs_and_trace(strategy, tmp_path, capsys):
+    prof = CommunicationProfiler(probe_steps=5, trace_path=str(tmp_path / "t.json"))
+    seen = []
+    spy = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda b, logs: seen.append(dict(logs)))
+    hist = model(strategy).fit(dataset(), epochs=2, verbose=0, callbacks=[prof, spy])
+    assert 0 < prof.comm_time < prof.step_time * 50
+    frac = hist.history["comm_fraction"]
+    assert len(frac) == 2 and all(0 < f <= 1 for f in frac)
+    assert frac[-1] == pytest.approx(min(1.0, prof.comm_time / prof.step_time))
+    assert "comm_fraction" not in seen[1] and "comm_fraction" in seen[2]  # warm-up 2
+    trace = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    names = {e["name"] for e in trace}
+    assert {"allreduce_probe", "train_step", "host_gap",
+            "gradient_all_reduce (estimated)"} <= names
+    assert sum(e["name"] == "train_step" for e in trace) == 16
+    assert all(e["ph"] == "X" and e["dur"] >= 0 for e in trace)
+    assert "CommunicationProfiler epoch 2: comm_fraction" in capsys.readouterr().out
+
+
+def test_bigger_gradients_take_longer_to_reduce(strategy):
+    """The probe follows the gradient size (8x4 vs 2048x4 + 2048x2048 weights)."""
+    small = CommunicationProfiler(probe_steps=7, verbose=0)
+    model(strategy, width=8).fit(dataset(16), epochs=1, verbose=0, callbacks=[small])
+    big = CommunicationProfiler(probe_steps=7, verbose=0)
+    keras.utils.set_random_seed(0)
+    with strategy.scope():
+        m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2048),
+                              keras.layers.Dense(2048), keras.layers.Dense(1)])
+        m.compile("sgd", "mse")
+    m.fit(dataset(16), epochs=1, verbose=0, callbacks=[big])
+    print(f"all-reduce small {small.comm_time * 1e3:.3f} ms, big (16 MiB) "
+          f"{big.comm_time * 1e3:.3f} ms")
+    assert big.comm_time > 2 * small.comm_time
+
+
+def test_non_chief_silent_and_writes_no_trace(strategy, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(_common, "is_chief", lambda: False)
+    prof = CommunicationProfiler(probe_steps=2, trace_path=str(tmp_path / "t.json"))
+    hist = model(strategy).fit(dataset(), epochs=1, verbose=0, callbacks=[prof])
+    assert "comm_fraction" in hist.history
+    assert capsys.readouterr().out == "" and list(tmp_path.iterdir()) == []
