@@ -1,5 +1,6 @@
 """PipelineOptions validation and loading; sources and record counting."""
 
+import dataclasses
 import json
 import struct
 
@@ -14,7 +15,7 @@ from tfdist_opt.data.options import PipelineOptions
 def test_defaults_are_valid_and_frozen():
     opts = PipelineOptions()
     assert opts.shard_policy == "auto" and opts.cache_kind == "none"
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         opts.seed = 3  # type: ignore[misc]
 
 

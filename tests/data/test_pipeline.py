@@ -19,11 +19,6 @@ from tfdist_opt import data
 from tfdist_opt.data import pipeline
 
 
-@pytest.fixture(scope="module")
-def strategy():
-    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-
-
 def _ids(dataset):
     return [int(i) for batch in dataset for i in np.asarray(batch).reshape(-1)]
 

@@ -83,10 +83,9 @@ def test_not_prepared_and_no_download_is_an_error(tmp_path):
         tfds_source.load_builder(src)
 
 
-def test_supervised_fit_on_two_replicas(data_dir):
+def test_supervised_fit_on_two_replicas(data_dir, strategy):
     import keras
 
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     src = data.TFDSSource("tfdist_opt_tiny_ids", data_dir=data_dir,
                           as_supervised=True)
     inp = data.build_input(src, strategy, 8, map_fn=lambda x, y: (

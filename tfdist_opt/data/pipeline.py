@@ -160,11 +160,11 @@ def worker_dataset(source: Any, input_context: tf.distribute.InputContext,
     source = sources_lib.as_source(source)
     ctx = input_context
     sharding.per_replica_batch_size(global_batch_size, ctx.num_replicas_in_sync)
-    common = dict(num_workers=ctx.num_input_pipelines,
-                  worker_index=ctx.input_pipeline_id,
-                  num_replicas=ctx.num_replicas_in_sync,
-                  global_batch_size=global_batch_size,
-                  requested=options.shard_policy, uneven=options.uneven)
+    common = {"num_workers": ctx.num_input_pipelines,
+              "worker_index": ctx.input_pipeline_id,
+              "num_replicas": ctx.num_replicas_in_sync,
+              "global_batch_size": global_batch_size,
+              "requested": options.shard_policy, "uneven": options.uneven}
     if isinstance(source, sources_lib.TFRecordSource):
         files = resolve_files(source.pattern)
         counts = source.examples_per_file or count_records(
