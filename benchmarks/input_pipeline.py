@@ -45,12 +45,12 @@ _NUM_FILES = flags.DEFINE_integer("num_files", 8, "TFRecord files to write.")
 _IMAGE_SIZE = flags.DEFINE_integer("image_size", 64, "Side of the JPEGs.")
 _CROP_SIZE = flags.DEFINE_integer("crop_size", 56, "Side of the random crop.")
 _BATCH = flags.DEFINE_integer("batch_size", 64, "Global batch size.")
-_STEPS = flags.DEFINE_integer("steps", 20, "Measured steps per repeat.")
+_STEPS = flags.DEFINE_integer("steps", 50, "Measured steps per repeat.")
 _BATCHES_PER_STEP = flags.DEFINE_integer(
     "batches_per_step", 4, "Batches pulled per timed step (throughput mode).")
 _WARMUP = flags.DEFINE_integer("warmup_steps", 3, "Steps excluded from timing.")
 _REPEATS = flags.DEFINE_integer(
-    "repeats", 2, "Alternating naive/ours measurements (throughput mode).")
+    "repeats", 5, "Alternating naive/ours measurements (throughput mode).")
 _DATA_DIR = flags.DEFINE_string(
     "data_dir", None, "Where to write the TFRecords (default: a temp dir, "
     "removed at exit).")
@@ -169,7 +169,8 @@ def run_throughput(files):
             stats = measure_dataset(build(), _STEPS.value, _BATCHES_PER_STEP.value,
                                     _WARMUP.value, _BATCH.value)
             rates[name].append(stats.median)
-            rows.append({"pipeline": name, "repeat": repeat, **stats.to_dict()})
+            rows.append({"setting": f"{name} #{repeat}", "pipeline": name,
+                         "repeat": repeat, **stats.to_dict()})
             logging.info("%s (repeat %d): %s", name, repeat,
                          stats.format("examples/sec"))
             print(f"{name:>5} repeat {repeat}: {stats.format('examples/sec')}",
@@ -180,7 +181,8 @@ def run_throughput(files):
     print(f"speedup (ours / naive): {summary['speedup']:.2f}x  "
           f"naive {naive:.1f} eps, ours {opt:.1f} eps", flush=True)
     return rows, summary, common.PlotSpec(
-        x="pipeline", ys=("median",), title="input pipeline examples/sec",
+        x="setting", ys=("median",), title="input pipeline examples/sec "
+        "(median per repeat)",
         ylabel="examples/sec")
 
 
