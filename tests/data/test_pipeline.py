@@ -7,6 +7,7 @@ workers.
 """
 
 import os
+import warnings
 
 import keras
 import numpy as np
@@ -202,7 +203,13 @@ def test_fit_trains_on_two_replicas(tmp_path, strategy):
     with strategy.scope():
         model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
         model.compile(keras.optimizers.SGD(0.1), "mse")
-    history = model.fit(ds, epochs=3, verbose=0, shuffle=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        history = model.fit(ds, epochs=3, verbose=0, shuffle=False)
+    # TF reports per-replica batches as the cardinality (8 here); the builder
+    # corrects it to steps (4), else Keras warns the input "ran out of data".
+    assert ds.cardinality == 4
+    assert not [w for w in caught if "ran out of data" in str(w.message)]
     losses = history.history["loss"]
     assert len(losses) == 3 and losses[-1] < losses[0]
 
@@ -224,3 +231,18 @@ def test_fit_on_tfrecords_with_map_and_augment(tmp_path, strategy):
         model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
         model.compile("sgd", "mse")
     assert len(model.fit(ds, epochs=2, verbose=0).history["loss"]) == 2
+
+
+def test_fit_under_opt_strategy():
+    import tfdist_opt
+
+    strategy = tfdist_opt.opt_strategy(cpu_replicas=2)
+    assert strategy.num_replicas_in_sync == 2
+    x = np.ones((32, 2), "float32")
+    inp = data.build_input((x, x[:, :1]), strategy, 8)
+    assert inp.steps_per_epoch == 4
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        model.compile("sgd", "mse")
+    history = model.fit(inp.dataset, epochs=2, verbose=0, shuffle=False)
+    assert len(history.history["loss"]) == 2
