@@ -1,6 +1,5 @@
 """DistributedBackupAndRestore on 2 virtual replicas."""
 
-import json
 import os
 import tempfile
 
