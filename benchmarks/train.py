@@ -1,0 +1,645 @@
+r"""Training benchmark: how fast is this setup, and what does each optimisation buy?
+
+A tf_cnn_benchmarks-style binary for Keras 3 `model.fit` under
+`tfdist_opt.opt_strategy()`. Runs as one process or as every worker of a
+cluster (`tfdist-opt launch -n N -- python benchmarks/train.py ...`).
+
+    python benchmarks/train.py --model=cnn_small --batch_size=32
+    tfdist-opt launch -n 2 -- python benchmarks/train.py --model=cnn_small \
+        --bytes_per_pack=auto --compression=bf16 --grad_accum=4 \
+        --compare=baseline --output_json=/tmp/train.json --plot=/tmp/train.png
+
+Strategy settings come from `--config` (a path or a preset name from
+`configs/`) with every `StrategyConfig` field also a flag; a flag left unset
+does not override the config (precedence: defaults < config file <
+`TFDIST_OPT_*` environment < flags).
+
+`--compare=baseline` also measures, in the same invocation, the same model on
+the same data with plain tf.distribute defaults (see `_BASELINE_DOC`);
+`--compare=ablation` adds one row per optimisation switched on alone, so the
+table says what each one buys. Summary keys: `speedup` (opt / baseline
+examples/sec), `opt_eps`, `baseline_eps` (medians over `--repeats`), and
+`speedup_<setting>` for ablation rows.
+
+Timing: a Keras callback records each batch's wall time (batch end to batch
+end, so the input wait is included); `--num_warmup_batches` are dropped; the
+rest is timed in windows of W batches, W the largest `grad_accum` in the run
+(one whole accumulation cycle, so accumulate-only steps never look like full
+steps), and reported as median +/- spread (jitter = 1.4826 MAD).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import statistics
+import sys
+import time
+
+from absl import app
+from absl import flags
+from absl import logging
+
+if __package__ in (None, ""):  # run as `python benchmarks/train.py`
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import common  # pylint: disable=g-import-not-at-top
+
+MODELS = ("mlp", "cnn_small", "resnet50", "transformer")
+_DEFAULT_IMAGE_SIZE = {"mlp": 32, "cnn_small": 32, "resnet50": 224,
+                       "transformer": 32}
+
+_MODEL = flags.DEFINE_enum("model", "cnn_small", list(MODELS), "Model to train.")
+_BATCH = flags.DEFINE_integer("batch_size", 32, "Batch size per replica "
+                              "(per micro-batch with grad_accum).")
+_WARMUP = flags.DEFINE_integer("num_warmup_batches", 5,
+                               "Batches run before timing starts.")
+_NUM_BATCHES = flags.DEFINE_integer("num_batches", 40, "Batches timed.")
+_DISPLAY_EVERY = flags.DEFINE_integer("display_every", 10,
+                                      "Print a progress line every N batches.")
+_IMAGE_SIZE = flags.DEFINE_integer(
+    "image_size", None, "Input side (default: 224 for resnet50, else 32).")
+_NUM_CLASSES = flags.DEFINE_integer("num_classes", 10, "Output classes.")
+_DATA = flags.DEFINE_string(
+    "data", "synthetic",
+    "synthetic | tfrecord:PATTERN (tf.train.Example with an encoded `image` "
+    "and an int64 `label`) | tfds:NAME (a dataset prepared in --tfds_data_dir; "
+    "never downloaded).")
+_TFDS_DATA_DIR = flags.DEFINE_string("tfds_data_dir", None,
+                                     "data_dir for --data=tfds:NAME.")
+_TFDS_SPLIT = flags.DEFINE_string("tfds_split", "train",
+                                  "Split for --data=tfds:NAME.")
+_SHUFFLE_BUFFER = flags.DEFINE_integer(
+    "shuffle_buffer", 1024, "Shuffle buffer, the same in both pipelines.")
+_LEARNING_RATE = flags.DEFINE_float("learning_rate", 0.01, "SGD learning rate.")
+_SEED = flags.DEFINE_integer("seed", 0, "Data and shuffle seed.")
+_COMPARE = flags.DEFINE_enum(
+    "compare", "none", ["none", "baseline", "ablation"],
+    "none: measure the configured setup only; baseline: also plain "
+    "tf.distribute defaults in the same run; ablation: baseline, each "
+    "optimisation alone, then all.")
+_REPEATS = flags.DEFINE_integer(
+    "repeats", 1, "With --compare: measure the settings this many times, "
+    "alternating, and report medians.")
+
+# StrategyConfig: every field, default None so an unset flag overrides nothing.
+_CONFIG = flags.DEFINE_string(
+    "config", None, "StrategyConfig file (.json/.toml) or preset name from "
+    "configs/ (e.g. multi_worker_ring_cpu).")
+_MODE = flags.DEFINE_enum("mode", None, ["auto", "one_device", "mirrored",
+                                         "multi_worker"], "StrategyConfig.mode")
+_ALL_REDUCE = flags.DEFINE_enum(
+    "all_reduce", None, ["auto", "nccl", "ring", "hierarchical_copy",
+                         "reduce_to_one"], "StrategyConfig.all_reduce")
+_BYTES_PER_PACK = flags.DEFINE_string(
+    "bytes_per_pack", None, "StrategyConfig.bytes_per_pack: bytes (0: TF "
+    "decides) or auto.")
+_NUM_PACKS = flags.DEFINE_integer("num_packs", None, "StrategyConfig.num_packs")
+_TIMEOUT = flags.DEFINE_float("collective_timeout_s", None,
+                              "StrategyConfig.collective_timeout_s")
+_CPU_REPLICAS = flags.DEFINE_integer("cpu_replicas", None,
+                                     "StrategyConfig.cpu_replicas")
+_GPU_MEMORY_GROWTH = flags.DEFINE_boolean("gpu_memory_growth", None,
+                                          "StrategyConfig.gpu_memory_growth")
+_MIXED_PRECISION = flags.DEFINE_enum(
+    "mixed_precision", None, ["off", "mixed_float16", "mixed_bfloat16"],
+    "StrategyConfig.mixed_precision")
+_JIT_COMPILE = flags.DEFINE_boolean("jit_compile", None,
+                                    "StrategyConfig.jit_compile")
+_COMPRESSION = flags.DEFINE_enum("compression", None, ["none", "fp16", "bf16"],
+                                 "StrategyConfig.compression")
+_GRAD_ACCUM = flags.DEFINE_integer("grad_accum", None,
+                                   "StrategyConfig.grad_accum")
+_STARTUP_TIMEOUT = flags.DEFINE_float("startup_timeout_s", None,
+                                      "StrategyConfig.startup_timeout_s")
+
+_BASELINE_DOC = (
+    "same process and strategy object ({strategy}; with several workers "
+    "only one MultiWorkerMirroredStrategy can exist per process, and plain "
+    "MWMS cannot run Keras 3 fit, so there it is tfdist_opt's "
+    "KerasMultiWorkerMirroredStrategy, whose only change is reduce()), with "
+    "TF's default CommunicationOptions (bytes_per_pack=0), Keras's own "
+    "gradient all-reduce (no packing hook, no compression, no accumulation), "
+    "float32, no XLA, and the naive input pipeline (read -> shuffle -> "
+    "sequential map -> batch, distributed by Keras with TF's auto-shard; no "
+    "parallel map, no prefetch)")
+
+
+# ------------------------------------------------------------- settings
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One measured configuration (a row of the results)."""
+
+    name: str
+    pipeline: str  # "naive" | "tfdist_opt"
+    bytes_per_pack: int | str = 0
+    compression: str = "none"
+    grad_accum: int = 1
+    mixed_precision: str = "off"
+    jit_compile: bool = False
+
+    def describe(self) -> str:
+        return (f"input={self.pipeline}, bytes_per_pack={self.bytes_per_pack}, "
+                f"compression={self.compression}, grad_accum={self.grad_accum}, "
+                f"mixed_precision={self.mixed_precision}, "
+                f"jit_compile={self.jit_compile}")
+
+
+def strategy_config():
+    """The effective StrategyConfig: defaults < file < env < set flags."""
+    from tfdist_opt.config import StrategyConfig  # pylint: disable=g-import-not-at-top
+
+    bpp = _BYTES_PER_PACK.value
+    if bpp is not None and bpp != "auto":
+        try:
+            bpp = int(bpp)
+        except ValueError:
+            raise app.UsageError(
+                "Invalid value for `--bytes_per_pack`: expected a non-negative "
+                f"int or auto. Received: --bytes_per_pack={bpp}") from None
+    overrides = dict(
+        mode=_MODE.value, all_reduce=_ALL_REDUCE.value, bytes_per_pack=bpp,
+        num_packs=_NUM_PACKS.value, collective_timeout_s=_TIMEOUT.value,
+        cpu_replicas=_CPU_REPLICAS.value,
+        gpu_memory_growth=_GPU_MEMORY_GROWTH.value,
+        mixed_precision=_MIXED_PRECISION.value, jit_compile=_JIT_COMPILE.value,
+        compression=_COMPRESSION.value, grad_accum=_GRAD_ACCUM.value,
+        startup_timeout_s=_STARTUP_TIMEOUT.value)
+    known = StrategyConfig.field_names()
+    for name, value in overrides.items():
+        if name not in known and value is not None:
+            raise app.UsageError(f"--{name} is not a StrategyConfig field in "
+                                 "this tfdist_opt version.")
+    return StrategyConfig.load(
+        _CONFIG.value, **{k: v for k, v in overrides.items() if k in known})
+
+
+def plan_settings(cfg, compare: str) -> list[Setting]:
+    """Settings to measure, in order: baseline first, the full setup last."""
+    opt = Setting("opt", "tfdist_opt", cfg.bytes_per_pack, cfg.compression,
+                  cfg.grad_accum, cfg.mixed_precision, cfg.jit_compile)
+    if compare == "none":
+        return [opt]
+    base = Setting("baseline", "naive")
+    settings = [base]
+    if compare == "ablation":
+        single = [("+tf.data", {"pipeline": "tfdist_opt"}),
+                  ("+packing", {"bytes_per_pack": cfg.bytes_per_pack}),
+                  ("+compression", {"compression": cfg.compression}),
+                  ("+grad_accum", {"grad_accum": cfg.grad_accum}),
+                  ("+mixed_precision", {"mixed_precision": cfg.mixed_precision}),
+                  ("+jit_compile", {"jit_compile": cfg.jit_compile})]
+        for name, change in single:
+            s = dataclasses.replace(base, name=name, **change)
+            if s != dataclasses.replace(base, name=name):  # that one is on
+                settings.append(s)
+    settings.append(opt)
+    return settings
+
+
+# ----------------------------------------------------------------- data
+def _parse_data(spec: str) -> tuple[str, str | None]:
+    kind, _, arg = spec.partition(":")
+    if kind == "synthetic" and not arg:
+        return kind, None
+    if kind in ("tfrecord", "tfds") and arg:
+        return kind, arg
+    raise app.UsageError(
+        f"Invalid value for `--data`: expected synthetic, tfrecord:PATTERN or "
+        f"tfds:NAME. Received: --data={spec}")
+
+
+def _preprocess(image_size: int, num_classes: int):
+    """image (any size, 1 or 3 channels, any dtype), label -> model input."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    def fn(image, label):
+        if image.shape.rank == 2:
+            image = image[..., None]
+        if image.shape[-1] == 1:
+            image = tf.tile(image, [1, 1, 3])
+        scale = 127.5 if image.dtype == tf.uint8 else 1.0
+        image = tf.image.resize(tf.cast(image, tf.float32), (image_size, image_size))
+        image = image / scale - (1.0 if scale != 1.0 else 0.0)
+        image.set_shape([image_size, image_size, 3])
+        label = tf.cast(tf.reshape(label, []), tf.int64) % num_classes
+        return image, tf.cast(label, tf.int32)
+
+    return fn
+
+
+def _parse_example(serialized):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    ex = tf.io.parse_single_example(serialized, {
+        "image": tf.io.FixedLenFeature([], tf.string),
+        "label": tf.io.FixedLenFeature([], tf.int64)})
+    return (tf.io.decode_image(ex["image"], channels=3, expand_animations=False),
+            ex["label"])
+
+
+def _synthetic_arrays(pool: int, image_size: int, num_classes: int, seed: int):
+    import numpy as np  # pylint: disable=g-import-not-at-top
+
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((pool, image_size, image_size, 3), dtype=np.float32)
+    y = rng.integers(0, num_classes, size=(pool,)).astype(np.int32)
+    return x, y
+
+
+class Inputs:
+    """The two input pipelines over the same data, both repeated forever."""
+
+    def __init__(self, strategy, spec: str, global_batch: int, image_size: int,
+                 num_classes: int, total_steps: int, seed: int,
+                 shuffle_buffer: int):
+        self.kind, self.arg = _parse_data(spec)
+        self.strategy = strategy
+        self.global_batch = global_batch
+        self.image_size = image_size
+        self.seed = seed
+        self.shuffle_buffer = shuffle_buffer
+        self.prep = _preprocess(image_size, num_classes)
+        if self.kind == "synthetic":
+            example_bytes = image_size * image_size * 3 * 4
+            steps = max(1, min(total_steps, 16,
+                               (256 << 20) // (global_batch * example_bytes)))
+            self.arrays = _synthetic_arrays(steps * global_batch, image_size,
+                                            num_classes, seed)
+        elif self.kind == "tfds":
+            from tfdist_opt import data  # pylint: disable=g-import-not-at-top
+
+            self.tfds_source = data.TFDSSource(
+                self.arg, split=_TFDS_SPLIT.value, data_dir=_TFDS_DATA_DIR.value,
+                as_supervised=True)
+
+    def describe(self) -> str:
+        return self.kind + (f":{self.arg}" if self.arg else "")
+
+    def naive(self):
+        """What a user writes first; Keras distributes it (auto-shard)."""
+        import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+        if self.kind == "synthetic":
+            ds = tf.data.Dataset.from_tensor_slices(self.arrays)
+            ds = ds.shuffle(self.shuffle_buffer, seed=self.seed)
+        elif self.kind == "tfrecord":
+            from tfdist_opt.data import pipeline  # pylint: disable=g-import-not-at-top
+
+            ds = tf.data.TFRecordDataset(pipeline.resolve_files(self.arg))
+            ds = ds.shuffle(self.shuffle_buffer, seed=self.seed)
+            ds = ds.map(_parse_example).map(self.prep)
+        else:
+            from tfdist_opt.data import tfds_source  # pylint: disable=g-import-not-at-top
+
+            builder = tfds_source.load_builder(self.tfds_source)
+            ds = builder.as_dataset(split=self.tfds_source.split,
+                                    as_supervised=True, shuffle_files=False)
+            ds = ds.shuffle(self.shuffle_buffer, seed=self.seed).map(self.prep)
+        return ds.batch(self.global_batch, drop_remainder=True).repeat()
+
+    def optimized(self):
+        """tfdist_opt.data's per-worker pipeline, distributed by the strategy."""
+        import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+        from tfdist_opt import data  # pylint: disable=g-import-not-at-top
+
+        options = data.PipelineOptions(seed=self.seed, deterministic=False,
+                                       shuffle_buffer=self.shuffle_buffer)
+        map_fn = None
+        if self.kind == "synthetic":
+            source = data.ArraySource(self.arrays)
+        elif self.kind == "tfrecord":
+            source = data.TFRecordSource(self.arg)
+
+            def map_fn(serialized):
+                return self.prep(*_parse_example(serialized))
+        else:
+            source, map_fn = self.tfds_source, self.prep
+        fn = data.make_dataset_fn(source, self.global_batch, map_fn=map_fn,
+                                  options=options)
+        # Repeated, so a fixed number of steps never crosses an epoch end.
+        return self.strategy.distribute_datasets_from_function(
+            lambda ctx: fn(ctx).repeat(), options=tf.distribute.InputOptions())
+
+
+# ---------------------------------------------------------------- models
+def build_model(name: str, image_size: int, num_classes: int):
+    """A Keras 3 model from its name (lookup table; unknown names listed)."""
+    import keras  # pylint: disable=g-import-not-at-top
+
+    shape = (image_size, image_size, 3)
+
+    def mlp():
+        return keras.Sequential([
+            keras.Input(shape), keras.layers.Flatten(),
+            keras.layers.Dense(512, activation="relu"),
+            keras.layers.Dense(512, activation="relu"),
+            keras.layers.Dense(num_classes)], name="mlp")
+
+    def cnn_small():
+        conv = keras.layers.Conv2D
+        return keras.Sequential([
+            keras.Input(shape),
+            conv(32, 3, padding="same", activation="relu"),
+            conv(32, 3, padding="same", activation="relu"),
+            keras.layers.MaxPooling2D(),
+            conv(64, 3, padding="same", activation="relu"),
+            conv(64, 3, padding="same", activation="relu"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Flatten(),
+            keras.layers.Dense(256, activation="relu"),
+            keras.layers.Dense(num_classes)], name="cnn_small")
+
+    def resnet50():
+        return keras.applications.ResNet50(
+            weights=None, input_shape=shape, classes=num_classes,
+            classifier_activation=None)
+
+    def transformer():
+        # A small ViT: 4x4 patches -> 2 pre-norm encoder blocks -> mean pool.
+        dim, heads, patch = 64, 4, max(1, min(4, image_size // 2))
+        inputs = keras.Input(shape)
+        x = keras.layers.Conv2D(dim, patch, strides=patch)(inputs)
+        x = keras.layers.Reshape((-1, dim))(x)
+        tokens = (image_size // patch) ** 2
+        pos = keras.layers.Embedding(tokens, dim)(keras.ops.arange(tokens)[None])
+        x = x + pos
+        for _ in range(2):
+            h = keras.layers.LayerNormalization()(x)
+            x = x + keras.layers.MultiHeadAttention(heads, dim // heads)(h, h)
+            h = keras.layers.LayerNormalization()(x)
+            h = keras.layers.Dense(2 * dim, activation="gelu")(h)
+            x = x + keras.layers.Dense(dim)(h)
+        x = keras.layers.GlobalAveragePooling1D()(keras.layers.LayerNormalization()(x))
+        return keras.Model(inputs, keras.layers.Dense(num_classes)(x),
+                           name="transformer")
+
+    table = {"mlp": mlp, "cnn_small": cnn_small, "resnet50": resnet50,
+             "transformer": transformer}
+    if name not in table:
+        raise ValueError(f"Unrecognized model: {name!r}. Expected one of: "
+                         f"{', '.join(table)}.")
+    return table[name]()
+
+
+# ---------------------------------------------------------------- timing
+class _Printer:
+    def __init__(self, chief: bool):
+        self.chief = chief
+
+    def __call__(self, line: str = "") -> None:
+        if self.chief:
+            print(line, flush=True)
+
+
+def _step_timer(warmup: int, window: int, items_per_window: float, display_every: int,
+                printer: _Printer):
+    """Keras callback: batch-end to batch-end durations, progress lines."""
+    import keras  # pylint: disable=g-import-not-at-top
+
+    class StepTimer(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.durations: list[float] = []
+            self.window_durations: list[float] = []
+            self._last = None
+            self._window_sum = 0.0
+            self._step = 0
+
+        def on_train_batch_begin(self, batch, logs=None):
+            if self._last is None:
+                self._last = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):
+            now = time.perf_counter()
+            self.durations.append(now - self._last)
+            self._last = now
+            self._step += 1
+            if self._step == warmup:
+                printer("Done warm up")
+                printer("Step\tImg/sec\ttotal_loss")
+            if self._step <= warmup:
+                return
+            self._window_sum += self.durations[-1]
+            measured = self._step - warmup
+            if measured % window == 0:
+                self.window_durations.append(self._window_sum)
+                self._window_sum = 0.0
+            if measured % display_every == 0 or measured == 1:
+                loss = float((logs or {}).get("loss", float("nan")))
+                if self.window_durations:
+                    s = common.summarize(self.window_durations, items_per_window)
+                    printer(f"{measured}\t{s.format('images/sec')}\t{loss:.3f}")
+                else:
+                    printer(f"{measured}\timages/sec: (first window of {window} "
+                            f"batches running)\t{loss:.3f}")
+
+    return StepTimer()
+
+
+def run_setting(setting: Setting, strategy, inputs: Inputs, args, printer):
+    """Builds a fresh model for `setting`, trains a fixed number of steps."""
+    import keras  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    from tfdist_opt.gradients import keras_binding  # pylint: disable=g-import-not-at-top
+
+    if args["compare"] != "none":
+        keras_binding.attach(strategy, _gradient_options(setting))
+    keras.mixed_precision.set_global_policy(
+        "float32" if setting.mixed_precision == "off" else setting.mixed_precision)
+    tf.config.optimizer.set_jit(setting.jit_compile)
+    keras.utils.set_random_seed(args["seed"])
+    try:
+        dataset = (inputs.naive() if setting.pipeline == "naive"
+                   else inputs.optimized())
+        with strategy.scope():
+            model = build_model(args["model"], inputs.image_size,
+                                args["num_classes"])
+            model.compile(
+                optimizer=keras.optimizers.SGD(args["learning_rate"], momentum=0.9),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                jit_compile=False)
+        window = args["window"]
+        items = inputs.global_batch * window
+        timer = _step_timer(args["warmup"], window, items, args["display_every"],
+                            printer)
+        printer(f"Running warm up ({setting.name}: {setting.describe()})")
+        started = time.perf_counter()
+        model.fit(dataset, epochs=1, steps_per_epoch=args["warmup"] + args["batches"],
+                  verbose=0, shuffle=False, callbacks=[timer])
+        wall = time.perf_counter() - started
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+        tf.config.optimizer.set_jit(False)
+        # `attach` with grad_accum wraps experimental_distribute_dataset on
+        # the instance (to log the batch contract); undo it for the next run.
+        strategy.__dict__.pop("experimental_distribute_dataset", None)
+    stats = common.summarize(timer.window_durations, items)
+    printer("-" * 64)
+    printer(f"total images/sec: {stats.median:.2f}  ({setting.name}; "
+            f"{stats.format('images/sec')}; mean {stats.mean:.2f})")
+    printer("-" * 64)
+    return stats, {"params": model.count_params(), "wall_s": wall}
+
+
+def _gradient_options(setting: Setting):
+    from tfdist_opt.gradients.options import GradientOptions  # pylint: disable=g-import-not-at-top
+
+    options = GradientOptions(bytes_per_pack=setting.bytes_per_pack,
+                              compression=setting.compression,
+                              grad_accum=setting.grad_accum)
+    if options.is_default and setting.bytes_per_pack != 0:
+        # An int pack size alone is normally TF's CommunicationOptions, bound
+        # to the strategy at creation; here the strategy must keep TF's
+        # default for the baseline, so the packing goes through our hook.
+        return _PackOnlyOptions(bytes_per_pack=setting.bytes_per_pack)
+    return options
+
+
+def _pack_only_options_class():
+    from tfdist_opt.gradients.options import GradientOptions  # pylint: disable=g-import-not-at-top
+
+    class PackOnlyOptions(GradientOptions):
+        @property
+        def is_default(self) -> bool:
+            return False
+
+    return PackOnlyOptions
+
+
+def _PackOnlyOptions(**kwargs):  # pylint: disable=invalid-name
+    return _pack_only_options_class()(**kwargs)
+
+
+# ------------------------------------------------------------------ main
+def _header(printer, cfg, strategy, inputs, settings, args, replicas, workers):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    from tfdist_opt import plan as plan_lib  # pylint: disable=g-import-not-at-top
+    from tfdist_opt import topology  # pylint: disable=g-import-not-at-top
+
+    plan = plan_lib.plan_strategy(cfg, topology.detect_topology())
+    devices = strategy.extended.worker_devices
+    printer(f"TensorFlow:  {tf.__version__}")
+    printer(f"Model:       {args['model']} ({inputs.image_size}x"
+            f"{inputs.image_size}x3, {args['num_classes']} classes)")
+    printer(f"Dataset:     {inputs.describe()}")
+    printer("Mode:        training")
+    printer(f"Batch size:  {inputs.global_batch} global")
+    printer(f"             {args['batch_size']} per device")
+    printer(f"Num batches: {args['batches']} timed (+{args['warmup']} warm-up), "
+            f"windows of {args['window']}")
+    printer(f"Devices:     {list(devices)} x {workers} worker(s) = {replicas} "
+            "replica(s)")
+    printer(f"Strategy:    {type(strategy).__name__}")
+    printer(f"All-reduce:  {plan.all_reduce}")
+    printer("Optimizer:   sgd (momentum 0.9)")
+    printer(f"Config:      {cfg.to_dict()}")
+    for s in settings:
+        printer(f"Setting:     {s.name}: {s.describe()}")
+    if args["compare"] != "none":
+        printer("Baseline:    " + _BASELINE_DOC.format(
+            strategy=type(strategy).__name__))
+    printer("=" * 10)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    started = time.perf_counter()
+    cfg = strategy_config()
+    compare = _COMPARE.value
+    for name, value in (("batch_size", _BATCH.value), ("num_batches", _NUM_BATCHES.value),
+                        ("repeats", _REPEATS.value),
+                        ("display_every", _DISPLAY_EVERY.value)):
+        if value < 1:
+            raise app.UsageError(f"Invalid value for `--{name}`: expected a "
+                                 f"positive int. Received: --{name}={value}")
+    _parse_data(_DATA.value)
+    settings = plan_settings(cfg, compare)
+    # Before any other TF op (virtual devices / collectives are set up here).
+    # With a comparison the strategy keeps TF's defaults; each setting then
+    # attaches its own gradient options and numerics.
+    import tfdist_opt  # pylint: disable=g-import-not-at-top
+
+    strategy_cfg = cfg if compare == "none" else cfg.replace(
+        bytes_per_pack=0, compression="none", grad_accum=1,
+        mixed_precision="off", jit_compile=False)
+    strategy = tfdist_opt.opt_strategy(strategy_cfg)
+    replicas = strategy.num_replicas_in_sync
+    workers = common.num_workers()
+    chief = common.is_chief()
+    printer = _Printer(chief)
+    window = max(s.grad_accum for s in settings)
+    args = {"model": _MODEL.value, "batch_size": _BATCH.value,
+            "num_classes": _NUM_CLASSES.value, "seed": _SEED.value,
+            "learning_rate": _LEARNING_RATE.value, "compare": compare,
+            "display_every": _DISPLAY_EVERY.value, "window": window,
+            # Whole accumulation cycles: warm-up ends on a cycle boundary.
+            "warmup": window * math.ceil(_WARMUP.value / window),
+            "batches": window * math.ceil(_NUM_BATCHES.value / window)}
+    image_size = _IMAGE_SIZE.value or _DEFAULT_IMAGE_SIZE[_MODEL.value]
+    inputs = Inputs(strategy, _DATA.value, _BATCH.value * replicas, image_size,
+                    _NUM_CLASSES.value, args["warmup"] + args["batches"],
+                    _SEED.value, _SHUFFLE_BUFFER.value)
+    _header(printer, cfg, strategy, inputs, settings, args, replicas, workers)
+
+    rows, rates = [], {s.name: [] for s in settings}
+    repeats = _REPEATS.value if compare != "none" else 1
+    for repeat in range(repeats):
+        for setting in settings:
+            stats, extra = run_setting(setting, strategy, inputs, args, printer)
+            rates[setting.name].append(stats.median)
+            rows.append({"setting": setting.name, "repeat": repeat,
+                         "model": args["model"], "data": inputs.describe(),
+                         "input_pipeline": setting.pipeline,
+                         "bytes_per_pack": setting.bytes_per_pack,
+                         "compression": setting.compression,
+                         "grad_accum": setting.grad_accum,
+                         "mixed_precision": setting.mixed_precision,
+                         "jit_compile": setting.jit_compile,
+                         "global_batch": inputs.global_batch,
+                         "window_batches": window, "replicas": replicas,
+                         "workers": workers, **extra, **stats.to_dict()})
+    medians = {name: statistics.median(r) for name, r in rates.items()}
+    summary = {"opt_eps": medians["opt"]}
+    if compare != "none":
+        base = medians["baseline"]
+        summary.update(speedup=medians["opt"] / base, baseline_eps=base)
+        for name, eps in medians.items():
+            if name not in ("opt", "baseline"):
+                summary["speedup_" + name.lstrip("+").replace(".", "_")] = eps / base
+    for row in rows:
+        row["vs_baseline"] = (row["median"] / summary["baseline_eps"]
+                              if "baseline_eps" in summary else None)
+    config = {**common.flag_config(), "strategy_config": cfg.to_dict(),
+              "settings": [dataclasses.asdict(s) for s in settings],
+              "baseline": (_BASELINE_DOC.format(strategy=type(strategy).__name__)
+                           if compare != "none" else None),
+              "timing": f"median over windows of {window} batch(es) after "
+                        f"{args['warmup']} warm-up batches",
+              "comparison": "one process per worker, one strategy object; "
+                            "settings run one after another, alternating "
+                            f"{repeats} time(s)"}
+    common.write_report(
+        "train", config, rows, summary, output_json=common.OUTPUT_JSON.value,
+        csv_path=common.CSV.value, plot_path=common.PLOT.value,
+        plot=common.PlotSpec(
+            x="setting", ys=("median",), ylabel="images/sec (global)",
+            title=f"{args['model']}, {inputs.describe()}, {workers} worker(s), "
+                  f"{replicas} replica(s), batch {args['batch_size']}/replica"))
+    for name, eps in medians.items():
+        printer(f"{name:>18}: {eps:10.2f} images/sec"
+                + (f"  ({eps / summary['baseline_eps']:.2f}x baseline)"
+                   if "baseline_eps" in summary else ""))
+    if "speedup" in summary:
+        printer(f"speedup (opt / baseline): {summary['speedup']:.2f}x")
+    printer(f"total wall time {time.perf_counter() - started:.1f} s")
+    logging.info("summary: %s", summary)
+
+
+if __name__ == "__main__":
+    app.run(main)
