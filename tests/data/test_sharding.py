@@ -161,3 +161,8 @@ def test_shuffle_buffer_rule():
     assert sharding.shuffle_buffer_size(10**6, 32) == 10_000  # capped
     assert sharding.shuffle_buffer_size(10**6, 1024) == 16 * 1024  # >= 16 batches
     assert sharding.shuffle_buffer_size(None, 8) == 10_000
+    # File sources: bounded, since the buffer refills at every epoch start.
+    assert sharding.shuffle_buffer_size(4096, 64, streaming=True) == 1024
+    assert sharding.shuffle_buffer_size(500, 64, streaming=True) == 500
+    assert sharding.shuffle_buffer_size(10**6, 256, streaming=True) == 2048
+    assert sharding.shuffle_buffer_size(10**6, 4096, streaming=True) == 10_000

@@ -278,7 +278,10 @@ def _finish(ds: tf.data.Dataset, shard_plan: sharding.ShardPlan,
                       f"{options.cache}_worker{shard_plan.worker_index}")
     if options.shuffle:
         buffer = (options.shuffle_buffer if isinstance(options.shuffle_buffer, int)
-                  else sharding.shuffle_buffer_size(kept, shard_plan.per_replica_batch))
+                  else sharding.shuffle_buffer_size(
+                      kept, shard_plan.per_replica_batch,
+                      streaming=bool(shard_plan.files)
+                      and options.cache_kind == "none"))
         ds = ds.shuffle(buffer, seed=options.seed,
                         reshuffle_each_iteration=options.reshuffle_each_iteration)
     fn = _compose(map_fn, augment_fn)
