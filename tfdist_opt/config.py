@@ -69,6 +69,10 @@ class StrategyConfig:
             `"none"`, `"fp16"` or `"bf16"`. Defaults to `"none"`.
         grad_accum: int. Micro-batches accumulated before each all-reduce
             and optimizer step. Defaults to `1` (off).
+        startup_timeout_s: float or None. Multi-worker: how long to wait for
+            every peer to join before exiting with a message naming the
+            missing tasks (TF's own default is one hour). None waits
+            forever. Defaults to `300`.
     """
 
     mode: str = "auto"
@@ -82,6 +86,7 @@ class StrategyConfig:
     jit_compile: bool = False
     compression: str = "none"
     grad_accum: int = 1
+    startup_timeout_s: float | None = 300.0
 
     def __post_init__(self):
         _check_choice("mode", self.mode, MODES)
@@ -98,6 +103,8 @@ class StrategyConfig:
         _check_bool("jit_compile", self.jit_compile)
         _check_choice("compression", self.compression, COMPRESSION)
         _check_int("grad_accum", self.grad_accum, minimum=1)
+        if self.startup_timeout_s is not None:
+            _check_number("startup_timeout_s", self.startup_timeout_s)
 
     # ------------------------------------------------------------ loading
     @classmethod
@@ -268,7 +275,7 @@ def _parse_env_value(key: str, name: str, raw: str) -> Any:
             raise ValueError(
                 f"Invalid value for `{name}` (from {key}): expected an "
                 f"integer. Received: {key}={raw!r}") from None
-    if name == "collective_timeout_s":
+    if name in ("collective_timeout_s", "startup_timeout_s"):
         if text.lower() in ("", "none"):
             return None
         try:
@@ -308,7 +315,8 @@ def _check_int(name: str, value: Any, minimum: int,
 
 
 def _check_number(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not 0 < value < float("inf")):
         raise ValueError(
             f"Invalid value for `{name}`: expected a positive number of "
             f"seconds or None. Received: {name}={value!r}")

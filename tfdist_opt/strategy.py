@@ -11,6 +11,9 @@ from absl import logging
 import tensorflow as tf
 
 from tfdist_opt import keras_compat
+from tfdist_opt.cluster import faults
+from tfdist_opt.cluster import launcher
+from tfdist_opt.cluster import startup_guard
 from tfdist_opt import plan as plan_lib
 from tfdist_opt import topology as topology_lib
 from tfdist_opt.config import StrategyConfig
@@ -82,7 +85,7 @@ def build_strategy(cfg: StrategyConfig, plan: plan_lib.StrategyPlan,
         strategy = tf.distribute.MirroredStrategy(
             list(plan.devices), cross_device_ops=_mirrored_ops(cfg, plan))
     else:
-        strategy = _multi_worker_strategy(cfg, plan)
+        strategy = _multi_worker_strategy(cfg, plan, topo)
     # Packing ("auto"), compression and accumulation: Keras 3 optimizers
     # created in this strategy's scope pick these up (tfdist_opt.gradients).
     gradient_binding.attach(strategy, GradientOptions.from_config(cfg))
@@ -102,10 +105,16 @@ def communication_options(cfg: StrategyConfig, plan: plan_lib.StrategyPlan
         implementation=impl.NCCL if plan.all_reduce == "nccl" else impl.RING)
 
 
-def _multi_worker_strategy(cfg, plan):
+def _multi_worker_strategy(cfg, plan, topo):
+    # Pre-flight: a taken port fails here, naming the port and the task,
+    # instead of as a gRPC bind error deep inside TF.
+    launcher.check_own_port(topo.tf_config)
+    faults.install_excepthook(topo.tf_config)
     try:
-        return keras_compat.KerasMultiWorkerMirroredStrategy(
-            communication_options=communication_options(cfg, plan))
+        # Bounded wait for peers (TF's own default is one hour).
+        with startup_guard.StartupGuard(topo.tf_config, cfg.startup_timeout_s):
+            return keras_compat.KerasMultiWorkerMirroredStrategy(
+                communication_options=communication_options(cfg, plan))
     except RuntimeError as e:
         if "configured at program startup" in str(e) or "initialized" in str(e):
             raise RuntimeError(

@@ -54,23 +54,26 @@ def worker_env(index: int, ports: list[int], extra: dict | None = None) -> dict:
 
 
 def run_workers(n: int, argv: list[str], timeout_s: float = 240,
-                extra_env: dict | None = None) -> list[WorkerResult]:
+                extra_env: dict | None = None, only: list[int] | None = None,
+                ports: list[int] | None = None) -> list[WorkerResult]:
     """Runs `python argv...` as n workers of one cluster and waits for all.
 
-    Returns one WorkerResult per worker; a worker still running at the
-    deadline is killed and reported with returncode None.
+    `only` starts just those task indices (the others never come, as when a
+    host is down). Returns one WorkerResult per started worker; a worker
+    still running at the deadline is killed and reported with returncode None.
     """
-    ports = free_ports(n)
+    ports = ports or free_ports(n)
+    indices = list(range(n)) if only is None else list(only)
     procs = []
     try:
-        for i in range(n):
+        for i in indices:
             procs.append(subprocess.Popen(
                 [sys.executable, *argv], env=worker_env(i, ports, extra_env),
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                 start_new_session=True, cwd=REPO_ROOT))
         deadline = time.monotonic() + timeout_s
         results = []
-        for i, p in enumerate(procs):
+        for i, p in zip(indices, procs):
             try:
                 out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
                 results.append(WorkerResult(i, p.returncode, out))

@@ -1,0 +1,76 @@
+"""A 2-worker Keras fit that can be made to fail on purpose.
+
+Flags: --steps N (total steps, one epoch), --die_task I --die_at_step K
+(task I calls os._exit(1) at step K, like a crashed host), --steps_log PATH
+(append each finished step), --soak (print RSS / thread count at the end).
+"""
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+import tfdist_opt
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--die_task", type=int, default=-1)
+    parser.add_argument("--die_at_step", type=int, default=-1)
+    parser.add_argument("--soak", action="store_true")
+    args = parser.parse_args()
+
+    strategy = tfdist_opt.opt_strategy()
+    import keras
+    import tensorflow as tf
+
+    topo = tfdist_opt.detect_topology()
+    me = topo.task_index or 0
+    rng = np.random.RandomState(0)
+    x = rng.rand(256, 8).astype("float32")
+    y = rng.rand(256, 1).astype("float32")
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = (
+        tf.data.experimental.AutoShardPolicy.DATA)
+    ds = (tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat()
+          .with_options(options))
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
+                                  keras.layers.Dense(1)])
+        model.compile("sgd", "mse")
+
+    samples = []
+
+    class Faults(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if me == args.die_task and batch + 1 == args.die_at_step:
+                print(f"task {me}: dying at step {batch + 1}", flush=True)
+                os._exit(1)
+            if args.soak and batch % 50 == 0:
+                samples.append((batch, _rss_mb(), threading.active_count()))
+
+    t0 = time.time()
+    model.fit(ds, epochs=1, steps_per_epoch=args.steps, verbose=0, callbacks=[Faults()])
+    result = {"task": me, "steps": int(model.optimizer.iterations.numpy()),
+              "seconds": round(time.time() - t0, 2)}
+    if args.soak:
+        samples.append((args.steps, _rss_mb(), threading.active_count()))
+        result["samples"] = samples
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def _rss_mb():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return -1.0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
