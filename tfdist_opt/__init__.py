@@ -1,31 +1,57 @@
 """tfdist_opt: fast, painless TensorFlow data-parallel training.
 
 Only pure-Python names are imported eagerly; the TensorFlow-backed ones
-(`opt_strategy`, `KerasMultiWorkerMirroredStrategy`) load on first use so
+(`opt_strategy`, the callbacks, the tf.data builder) load on first use so
 `import tfdist_opt` stays cheap and does not initialise TensorFlow.
+
+Subpackages: `tfdist_opt.cluster` (TF_CONFIG, launcher), `tfdist_opt.data`
+(pipelines), `tfdist_opt.gradients` (packing, compression, accumulation),
+`tfdist_opt.callbacks` (Keras callbacks).
 """
 
 __version__ = "0.1.0"
 
+from tfdist_opt.cluster.launcher import run_local
+from tfdist_opt.cluster.tf_config import apply_tf_config
+from tfdist_opt.cluster.tf_config import build_tf_config
 from tfdist_opt.config import StrategyConfig
+from tfdist_opt.gradients.contract import check_batch_contract
+from tfdist_opt.gradients.options import GradientOptions
 from tfdist_opt.plan import StrategyPlan
 from tfdist_opt.plan import plan_strategy
 from tfdist_opt.topology import Topology
 from tfdist_opt.topology import detect_topology
 
 _LAZY = {
-    "opt_strategy": "tfdist_opt.strategy",
+    "BatchSizeFinder": "tfdist_opt.callbacks.batch_size_finder",
+    "CommunicationProfiler": "tfdist_opt.callbacks.comm_profiler",
+    "DistributedBackupAndRestore": "tfdist_opt.callbacks.backup",
     "KerasMultiWorkerMirroredStrategy": "tfdist_opt.keras_compat",
+    "ScaledLearningRate": "tfdist_opt.callbacks.scaled_lr",
+    "ThroughputMonitor": "tfdist_opt.callbacks.throughput",
+    "build_dataset": "tfdist_opt.data.pipeline",
+    "opt_strategy": "tfdist_opt.strategy",
 }
 
 __all__ = [
+    "BatchSizeFinder",
+    "CommunicationProfiler",
+    "DistributedBackupAndRestore",
+    "GradientOptions",
     "KerasMultiWorkerMirroredStrategy",
+    "ScaledLearningRate",
     "StrategyConfig",
     "StrategyPlan",
+    "ThroughputMonitor",
     "Topology",
+    "apply_tf_config",
+    "build_dataset",
+    "build_tf_config",
+    "check_batch_contract",
     "detect_topology",
     "opt_strategy",
     "plan_strategy",
+    "run_local",
 ]
 
 
