@@ -43,7 +43,9 @@ def _assert_equal_training(single, w0, w1):
         np.testing.assert_array_equal(w0[k], w1[k], err_msg=f"workers differ: {k}")
         np.testing.assert_allclose(w0[k], single[k], rtol=RTOL, atol=1e-6,
                                    err_msg=f"2 workers vs 1 process: {k}")
-    np.testing.assert_allclose(w0["loss"], single["loss"], rtol=RTOL)
+    for key in ("loss", "val_loss", "val_accuracy"):
+        np.testing.assert_allclose(w0[key], single[key], rtol=RTOL, err_msg=key)
+        np.testing.assert_allclose(w1[key], single[key], rtol=RTOL, err_msg=key)
     for key in ("eval_loss", "eval_accuracy"):
         np.testing.assert_allclose(w0[key], single[key], rtol=RTOL)
         np.testing.assert_allclose(w1[key], single[key], rtol=RTOL)

@@ -80,7 +80,9 @@ def main():
             optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             metrics=["accuracy"])
-    history = model.fit(ds, epochs=3, steps_per_epoch=args.steps_per_epoch, verbose=0)
+    history = model.fit(ds, epochs=3, steps_per_epoch=args.steps_per_epoch,
+                        validation_data=ds, validation_steps=args.steps_per_epoch,
+                        verbose=0)
     evaluation = model.evaluate(ds, steps=args.steps_per_epoch, verbose=0, return_dict=True)
     predictions = model.predict(x_only, verbose=0)
 
@@ -95,6 +97,8 @@ def main():
     np.savez(os.path.join(args.out, role + ".npz"),
              predictions=predictions,
              loss=np.array(history.history["loss"]),
+             val_loss=np.array(history.history["val_loss"]),
+             val_accuracy=np.array(history.history["val_accuracy"]),
              eval_loss=np.array(evaluation["loss"]),
              eval_accuracy=np.array(evaluation["accuracy"]),
              replicas=np.array(strategy.num_replicas_in_sync),
