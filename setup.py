@@ -34,6 +34,7 @@ setuptools.setup(
             "pytest>=8",
             "pytest-timeout>=2.3",
             "tf-keras==2.21.*",
+            "matplotlib>=3.8",
         ],
         "legacy": ["tf-keras==2.21.*"],
         "plot": ["matplotlib>=3.8"],
