@@ -144,3 +144,14 @@ def test_steps_per_epoch_with_repeat():
     hist = model.fit(ds.repeat(), epochs=2, steps_per_epoch=3, verbose=0)
     assert len(hist.history["loss"]) == 2
     assert int(model.optimizer.iterations.numpy()) == 6
+
+
+@pytest.mark.parametrize("kw,name", [
+    ({"grad_accum": 2}, "grad_accum"),
+    ({"compression": "bf16"}, "compression"),
+    ({"bytes_per_pack": "auto"}, "bytes_per_pack"),
+])
+def test_keras3_only_features_refused_under_tf_keras(monkeypatch, kw, name):
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
+    with pytest.raises(ValueError, match=rf"Invalid value for `{name}` with tf_keras \(TF_USE_LEGACY_KERAS=1\).*Received: {name}="):
+        tfdist_opt.opt_strategy(cpu_replicas=2, **kw)

@@ -75,6 +75,7 @@ def opt_strategy(config: StrategyConfig | str | os.PathLike | None = None,
 def build_strategy(cfg: StrategyConfig, plan: plan_lib.StrategyPlan,
                    topo: topology_lib.Topology) -> tf.distribute.Strategy:
     """Turns a plan into TF objects (devices first, then the strategy)."""
+    _check_keras_flavour(cfg)
     for message in plan.warnings:
         warnings.warn(message, stacklevel=3)
     _configure_devices(cfg, plan)
@@ -93,6 +94,23 @@ def build_strategy(cfg: StrategyConfig, plan: plan_lib.StrategyPlan,
               f"{strategy.num_replicas_in_sync} replica(s): {plan.describe()}. "
               f"{topo.describe()}")
     return strategy
+
+
+def _check_keras_flavour(cfg: StrategyConfig) -> None:
+    """The gradient hooks exist for Keras 3 only: refuse, never ignore."""
+    if os.environ.get("TF_USE_LEGACY_KERAS", "").lower() not in ("1", "true"):
+        return
+    keras3_only = {"grad_accum": (cfg.grad_accum, 1),
+                   "compression": (cfg.compression, "none")}
+    if cfg.bytes_per_pack == "auto":
+        keras3_only["bytes_per_pack"] = (cfg.bytes_per_pack, "an int")
+    for name, (value, off) in keras3_only.items():
+        if value != off:
+            raise ValueError(
+                f"Invalid value for `{name}` with tf_keras (TF_USE_LEGACY_KERAS=1): "
+                f"tfdist_opt's gradient path hooks Keras 3 optimizers only. "
+                f"Received: {name}={value!r}. Expected {name}={off!r}, or "
+                "unset TF_USE_LEGACY_KERAS.")
 
 
 def communication_options(cfg: StrategyConfig, plan: plan_lib.StrategyPlan
