@@ -18,14 +18,17 @@ does not override the config (precedence: defaults < config file <
 the same data with plain tf.distribute defaults (see `_BASELINE_DOC`);
 `--compare=ablation` adds one row per optimisation switched on alone, so the
 table says what each one buys. Summary keys: `speedup` (opt / baseline
-examples/sec), `opt_eps`, `baseline_eps` (medians over `--repeats`), and
-`speedup_<setting>` for ablation rows.
+examples/sec), `opt_eps`, `baseline_eps`, and `speedup_<setting>` for
+ablation rows.
 
 Timing: a Keras callback records each batch's wall time (batch end to batch
 end, so the input wait is included); `--num_warmup_batches` are dropped; the
 rest is timed in windows of W batches, W the largest `grad_accum` in the run
 (one whole accumulation cycle, so accumulate-only steps never look like full
-steps), and reported as median +/- spread (jitter = 1.4826 MAD).
+steps), and reported as median +/- spread (jitter = 1.4826 MAD). With a
+comparison the timed batches are split into `--rounds`; each round runs every
+setting in turn on its own (already traced) model, so a load change on a
+shared machine falls on every setting alike.
 """
 
 from __future__ import annotations
@@ -79,9 +82,10 @@ _COMPARE = flags.DEFINE_enum(
     "none: measure the configured setup only; baseline: also plain "
     "tf.distribute defaults in the same run; ablation: baseline, each "
     "optimisation alone, then all.")
-_REPEATS = flags.DEFINE_integer(
-    "repeats", 1, "With --compare: measure the settings this many times, "
-    "alternating, and report medians.")
+_ROUNDS = flags.DEFINE_integer(
+    "rounds", 2, "With --compare: split --num_batches into this many rounds; "
+    "each round runs every setting in turn (load changes on a shared machine "
+    "then fall on all settings alike).")
 
 # StrategyConfig: every field, default None so an unset flag overrides nothing.
 _CONFIG = flags.DEFINE_string(
@@ -394,16 +398,19 @@ class _Printer:
             print(line, flush=True)
 
 
-def _step_timer(warmup: int, window: int, items_per_window: float, display_every: int,
-                printer: _Printer):
-    """Keras callback: batch-end to batch-end durations, progress lines."""
+def _step_timer(warmup: int, window: int, first_step: int):
+    """Keras callback: batch-end to batch-end durations, summed per window.
+
+    The first `warmup` batches of the `fit` call are dropped; the rest are
+    summed in windows of `window` batches (`window_durations`).
+    """
     import keras  # pylint: disable=g-import-not-at-top
 
     class StepTimer(keras.callbacks.Callback):
         def __init__(self):
             super().__init__()
-            self.durations: list[float] = []
             self.window_durations: list[float] = []
+            self.losses: list[tuple[int, float]] = []
             self._last = None
             self._window_sum = 0.0
             self._step = 0
@@ -414,75 +421,108 @@ def _step_timer(warmup: int, window: int, items_per_window: float, display_every
 
         def on_train_batch_end(self, batch, logs=None):
             now = time.perf_counter()
-            self.durations.append(now - self._last)
-            self._last = now
+            duration, self._last = now - self._last, now
             self._step += 1
-            if self._step == warmup:
-                printer("Done warm up")
-                printer("Step\tImg/sec\ttotal_loss")
             if self._step <= warmup:
                 return
-            self._window_sum += self.durations[-1]
-            measured = self._step - warmup
-            if measured % window == 0:
+            self._window_sum += duration
+            if (self._step - warmup) % window == 0:
                 self.window_durations.append(self._window_sum)
                 self._window_sum = 0.0
-            if measured % display_every == 0 or measured == 1:
                 loss = float((logs or {}).get("loss", float("nan")))
-                if self.window_durations:
-                    s = common.summarize(self.window_durations, items_per_window)
-                    printer(f"{measured}\t{s.format('images/sec')}\t{loss:.3f}")
-                else:
-                    printer(f"{measured}\timages/sec: (first window of {window} "
-                            f"batches running)\t{loss:.3f}")
+                self.losses.append((first_step + self._step - warmup, loss))
 
     return StepTimer()
 
 
-def run_setting(setting: Setting, strategy, inputs: Inputs, args, printer):
-    """Builds a fresh model for `setting`, trains a fixed number of steps."""
-    import keras  # pylint: disable=g-import-not-at-top
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+class SettingRun:
+    """One setting's model and data, trained in chunks (one per round).
 
-    from tfdist_opt.gradients import keras_binding  # pylint: disable=g-import-not-at-top
+    The model is built and traced once (first chunk, whose first
+    `warmup` batches are not timed); later chunks re-use it, dropping one
+    window while the fresh iterator fills its buffers. Gradient options and
+    numerics are bound when the train step is traced, in the first chunk.
+    """
 
-    if args["compare"] != "none":
-        keras_binding.attach(strategy, _gradient_options(setting))
-    keras.mixed_precision.set_global_policy(
-        "float32" if setting.mixed_precision == "off" else setting.mixed_precision)
-    tf.config.optimizer.set_jit(setting.jit_compile)
-    keras.utils.set_random_seed(args["seed"])
-    try:
-        dataset = (inputs.naive() if setting.pipeline == "naive"
-                   else inputs.optimized())
-        with strategy.scope():
-            model = build_model(args["model"], inputs.image_size,
-                                args["num_classes"])
-            model.compile(
-                optimizer=keras.optimizers.SGD(args["learning_rate"], momentum=0.9),
+    def __init__(self, setting: Setting, strategy, inputs: Inputs, args,
+                 printer):
+        self.setting = setting
+        self.strategy = strategy
+        self.inputs = inputs
+        self.args = args
+        self.printer = printer
+        self.model = None
+        self.dataset = None
+        self.window_durations: list[float] = []
+        self.round_medians: list[float] = []
+        self.wall_s = 0.0
+        self.items_per_window = inputs.global_batch * args["window"]
+
+    def _build(self):
+        import keras  # pylint: disable=g-import-not-at-top
+
+        args = self.args
+        keras.utils.set_random_seed(args["seed"])
+        self.dataset = (self.inputs.naive() if self.setting.pipeline == "naive"
+                        else self.inputs.optimized())
+        with self.strategy.scope():
+            self.model = build_model(args["model"], self.inputs.image_size,
+                                     args["num_classes"])
+            self.model.compile(
+                optimizer=keras.optimizers.SGD(args["learning_rate"],
+                                               momentum=0.9),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                 jit_compile=False)
-        window = args["window"]
-        items = inputs.global_batch * window
-        timer = _step_timer(args["warmup"], window, items, args["display_every"],
-                            printer)
-        printer(f"Running warm up ({setting.name}: {setting.describe()})")
-        started = time.perf_counter()
-        model.fit(dataset, epochs=1, steps_per_epoch=args["warmup"] + args["batches"],
-                  verbose=0, shuffle=False, callbacks=[timer])
-        wall = time.perf_counter() - started
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
-        tf.config.optimizer.set_jit(False)
-        # `attach` with grad_accum wraps experimental_distribute_dataset on
-        # the instance (to log the batch contract); undo it for the next run.
-        strategy.__dict__.pop("experimental_distribute_dataset", None)
-    stats = common.summarize(timer.window_durations, items)
-    printer("-" * 64)
-    printer(f"total images/sec: {stats.median:.2f}  ({setting.name}; "
-            f"{stats.format('images/sec')}; mean {stats.mean:.2f})")
-    printer("-" * 64)
-    return stats, {"params": model.count_params(), "wall_s": wall}
+
+    def run_chunk(self, batches: int) -> None:
+        """Trains `batches` timed batches (plus the warm-up of this chunk)."""
+        import keras  # pylint: disable=g-import-not-at-top
+        import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+        from tfdist_opt.gradients import keras_binding  # pylint: disable=g-import-not-at-top
+
+        setting, args, printer = self.setting, self.args, self.printer
+        first = self.model is None
+        warmup = args["warmup"] if first else args["window"]
+        if args["compare"] != "none":
+            keras_binding.attach(self.strategy, _gradient_options(setting))
+        keras.mixed_precision.set_global_policy(
+            "float32" if setting.mixed_precision == "off"
+            else setting.mixed_precision)
+        tf.config.optimizer.set_jit(setting.jit_compile)
+        try:
+            if first:
+                self._build()
+            printer(f"Running warm up ({setting.name}: {setting.describe()})"
+                    if first else f"Running {setting.name} (next round)")
+            timer = _step_timer(warmup, args["window"],
+                                len(self.window_durations) * args["window"])
+            started = time.perf_counter()
+            self.model.fit(self.dataset, epochs=1, steps_per_epoch=warmup + batches,
+                           verbose=0, shuffle=False, callbacks=[timer])
+            self.wall_s += time.perf_counter() - started
+        finally:
+            keras.mixed_precision.set_global_policy("float32")
+            tf.config.optimizer.set_jit(False)
+            # `attach` with grad_accum wraps experimental_distribute_dataset
+            # on the instance (to log the batch contract); undo it.
+            self.strategy.__dict__.pop("experimental_distribute_dataset", None)
+        if first:
+            printer("Done warm up")
+        printer("Step\tImg/sec\ttotal_loss")
+        start = len(self.window_durations)
+        self.window_durations += timer.window_durations
+        every = max(1, args["display_every"] // args["window"])
+        for k, (step, loss) in enumerate(timer.losses):
+            if (start + k + 1) % every == 0 or k + 1 == len(timer.losses):
+                s = common.summarize(self.window_durations[:start + k + 1],
+                                     self.items_per_window)
+                printer(f"{step}\t{s.format('images/sec')}\t{loss:.3f}")
+        self.round_medians.append(common.summarize(
+            timer.window_durations, self.items_per_window).median)
+
+    def stats(self):
+        return common.summarize(self.window_durations, self.items_per_window)
 
 
 def _gradient_options(setting: Setting):
@@ -553,7 +593,7 @@ def main(argv):
     cfg = strategy_config()
     compare = _COMPARE.value
     for name, value in (("batch_size", _BATCH.value), ("num_batches", _NUM_BATCHES.value),
-                        ("repeats", _REPEATS.value),
+                        ("rounds", _ROUNDS.value),
                         ("display_every", _DISPLAY_EVERY.value)):
         if value < 1:
             raise app.UsageError(f"Invalid value for `--{name}`: expected a "
@@ -578,6 +618,7 @@ def main(argv):
             "num_classes": _NUM_CLASSES.value, "seed": _SEED.value,
             "learning_rate": _LEARNING_RATE.value, "compare": compare,
             "display_every": _DISPLAY_EVERY.value, "window": window,
+            "rounds": _ROUNDS.value if compare != "none" else 1,
             # Whole accumulation cycles: warm-up ends on a cycle boundary.
             "warmup": window * math.ceil(_WARMUP.value / window),
             "batches": window * math.ceil(_NUM_BATCHES.value / window)}
@@ -587,24 +628,36 @@ def main(argv):
                     _SEED.value, _SHUFFLE_BUFFER.value)
     _header(printer, cfg, strategy, inputs, settings, args, replicas, workers)
 
-    rows, rates = [], {s.name: [] for s in settings}
-    repeats = _REPEATS.value if compare != "none" else 1
-    for repeat in range(repeats):
-        for setting in settings:
-            stats, extra = run_setting(setting, strategy, inputs, args, printer)
-            rates[setting.name].append(stats.median)
-            rows.append({"setting": setting.name, "repeat": repeat,
-                         "model": args["model"], "data": inputs.describe(),
-                         "input_pipeline": setting.pipeline,
-                         "bytes_per_pack": setting.bytes_per_pack,
-                         "compression": setting.compression,
-                         "grad_accum": setting.grad_accum,
-                         "mixed_precision": setting.mixed_precision,
-                         "jit_compile": setting.jit_compile,
-                         "global_batch": inputs.global_batch,
-                         "window_batches": window, "replicas": replicas,
-                         "workers": workers, **extra, **stats.to_dict()})
-    medians = {name: statistics.median(r) for name, r in rates.items()}
+    # Round-robin: every setting runs one chunk per round, so load changes on
+    # a shared machine fall on all settings alike.
+    rounds = args["rounds"]
+    per_round = window * math.ceil(args["batches"] / (window * rounds))
+    runs = [SettingRun(s, strategy, inputs, args, printer) for s in settings]
+    for r in range(rounds):
+        for run in runs:
+            run.run_chunk(per_round)
+    rows, medians = [], {}
+    for run in runs:
+        stats, setting = run.stats(), run.setting
+        medians[setting.name] = stats.median
+        printer("-" * 64)
+        printer(f"total images/sec: {stats.median:.2f}  ({setting.name}: "
+                f"{stats.format('images/sec')}; mean {stats.mean:.2f})")
+        printer("-" * 64)
+        rows.append({"setting": setting.name, "model": args["model"],
+                     "data": inputs.describe(), "input_pipeline": setting.pipeline,
+                     "bytes_per_pack": setting.bytes_per_pack,
+                     "compression": setting.compression,
+                     "grad_accum": setting.grad_accum,
+                     "mixed_precision": setting.mixed_precision,
+                     "jit_compile": setting.jit_compile,
+                     "global_batch": inputs.global_batch,
+                     "window_batches": window, "rounds": rounds,
+                     "timed_batches": per_round * rounds, "replicas": replicas,
+                     "workers": workers, "params": run.model.count_params(),
+                     "wall_s": run.wall_s,
+                     "round_medians": [round(m, 2) for m in run.round_medians],
+                     **stats.to_dict()})
     summary = {"opt_eps": medians["opt"]}
     if compare != "none":
         base = medians["baseline"]
@@ -619,11 +672,12 @@ def main(argv):
               "settings": [dataclasses.asdict(s) for s in settings],
               "baseline": (_BASELINE_DOC.format(strategy=type(strategy).__name__)
                            if compare != "none" else None),
-              "timing": f"median over windows of {window} batch(es) after "
-                        f"{args['warmup']} warm-up batches",
+              "timing": f"median over windows of {window} batch(es); "
+                        f"{args['warmup']} warm-up batches at the start, one "
+                        "window at the start of each later round",
               "comparison": "one process per worker, one strategy object; "
-                            "settings run one after another, alternating "
-                            f"{repeats} time(s)"}
+                            f"{rounds} round(s), each running every setting "
+                            f"for {per_round} timed batches in turn"}
     common.write_report(
         "train", config, rows, summary, output_json=common.OUTPUT_JSON.value,
         csv_path=common.CSV.value, plot_path=common.PLOT.value,
