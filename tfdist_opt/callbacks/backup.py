@@ -8,11 +8,15 @@ import math
 import os
 import shutil
 import tempfile
+import time
 
+from absl import logging
 import keras
 import tensorflow as tf
 
+from tfdist_opt import topology as topology_lib
 from tfdist_opt.callbacks import _common
+from tfdist_opt.callbacks import preemption as preemption_lib
 from tfdist_opt.callbacks.throughput import SKIPPING_ATTR
 
 LATEST = "latest.json"
@@ -57,6 +61,13 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
     randomness (dropout RNG state is not restored). Metric accumulators of
     the resumed epoch restart at the resume point.
 
+    Preemption: with `preemption` on, a SIGTERM to any worker makes every
+    worker save at the same train call (agreed through the coordination
+    service; see `tfdist_opt.callbacks.preemption`), wait until all have
+    saved, and raise `SystemExit(preemption_exit_code)`. Exactly one backup
+    remains (the one just written); a rerun (e.g. `tfdist-opt launch
+    --max-restarts R`) resumes from it.
+
     Ordering: none required (it writes nothing into `logs`). It cannot be
     combined with `keras.callbacks.BackupAndRestore`.
 
@@ -67,6 +78,12 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
             Defaults to `"epoch"`.
         delete_on_end: bool. Delete the backups when training finishes with
             finite losses. Defaults to `True`.
+        preemption: `"auto"` or bool. Handle SIGTERM as a preemption notice
+            during `fit`. `"auto"`: on in a multi-worker cluster (where TF
+            would otherwise swallow SIGTERM), off in a single process.
+            Defaults to `"auto"`.
+        preemption_exit_code: int. Exit code after a preemption save.
+            Defaults to `42` (`preemption.PREEMPTION_EXIT_CODE`).
 
     Example:
         >>> cb = DistributedBackupAndRestore("/shared/run1/backup",  # doctest: +SKIP
@@ -75,7 +92,8 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
     """
 
     def __init__(self, backup_dir: str, save_freq="epoch",
-                 delete_on_end: bool = True):
+                 delete_on_end: bool = True, preemption="auto",
+                 preemption_exit_code: int = preemption_lib.PREEMPTION_EXIT_CODE):
         super().__init__()
         if not isinstance(backup_dir, (str, os.PathLike)) or not str(backup_dir):
             raise ValueError("Invalid value for `backup_dir`: expected a "
@@ -87,7 +105,18 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
         if not isinstance(delete_on_end, bool):
             raise TypeError("Invalid value for `delete_on_end`: expected a bool. "
                             f"Received: delete_on_end={delete_on_end!r}")
+        if preemption != "auto" and not isinstance(preemption, bool):
+            raise ValueError("Invalid value for `preemption`: expected 'auto' "
+                             f"or a bool. Received: preemption={preemption!r}")
+        if (isinstance(preemption_exit_code, bool)
+                or not isinstance(preemption_exit_code, int)
+                or not 1 <= preemption_exit_code <= 255):
+            raise ValueError("Invalid value for `preemption_exit_code`: expected "
+                             "an int in [1, 255]. Received: "
+                             f"preemption_exit_code={preemption_exit_code!r}")
         self.backup_dir = os.fspath(backup_dir)
+        self.preemption = preemption
+        self.preemption_exit_code = preemption_exit_code
         self.save_freq = save_freq
         self.delete_on_end = delete_on_end
         self._after_write = None  # test hook: called between write and commit
@@ -105,6 +134,8 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
         self._saw_nonfinite = False
         self._completed = False
         self._restored = None
+        self._train_calls = 0
+        self._agreement = None
 
     # ------------------------------------------------------------- hooks
     def on_train_begin(self, logs=None):
@@ -133,6 +164,9 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
             self._resume_epoch = meta["epoch"]
             self._resume_calls = meta["calls"]
             self.model._initial_epoch = meta["epoch"]  # pylint: disable=protected-access
+        self._agreement = self._make_agreement()
+        if self._agreement is not None:
+            self._agreement.start()
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
@@ -161,13 +195,20 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
         if self._real_train_function is not None:
             self._to_skip -= 1
             return
+        self._train_calls += 1
+        # The loss read below also waits for the step to finish, so the
+        # preemption check never runs ahead of the step it counts.
         loss = (logs or {}).get("loss")
         if loss is not None and not math.isfinite(loss):
             self._saw_nonfinite = True
-            return
-        if (self.save_freq != "epoch" and not self._saw_nonfinite
-                and self._calls_in_epoch % self.save_freq == 0):
+        preempted = (self._agreement is not None
+                     and self._agreement.check(self._train_calls))
+        if (not self._saw_nonfinite
+                and (preempted or (self.save_freq != "epoch"
+                                   and self._calls_in_epoch % self.save_freq == 0))):
             self._save(self._epoch, self._calls_in_epoch)
+        if preempted:
+            self._exit_preempted()
 
     def on_epoch_end(self, epoch, logs=None):
         self._stop_skipping()
@@ -181,6 +222,9 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         self._stop_skipping()
+        if self._agreement is not None:
+            self._agreement.stop()
+            self._agreement = None
         self.model._initial_epoch = None  # pylint: disable=protected-access
         finished = self._completed or self.model.stop_training
         if (self.delete_on_end and finished and not self._saw_nonfinite
@@ -192,6 +236,35 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
     def restored(self) -> dict | None:
         """The metadata of the backup restored by the last `fit`, or None."""
         return self._restored
+
+    def _make_agreement(self):
+        topo = topology_lib.detect_topology(gpus=())
+        if self.preemption is False or (self.preemption == "auto"
+                                        and not topo.is_multi_worker):
+            return None
+        tasks = preemption_lib.task_names(topo.tf_config)
+        store = preemption_lib.TFKeyValueStore() if len(tasks) > 1 else None
+        return preemption_lib.PreemptionAgreement(
+            _common.task_tag(), tasks, store,
+            preemption_lib.next_fit_namespace())
+
+    def _exit_preempted(self):
+        """All workers have saved at the agreed call: exit for a restart."""
+        agreement, self._agreement = self._agreement, None
+        agreement.finish()
+        self._stop_skipping()
+        # Multi-worker: keep our handler, so the launcher's SIGTERM to the
+        # others (sent when the first worker exits) only sets a flag.
+        agreement.stop(restore_handler=not agreement.multi_worker)
+        waited = time.monotonic() - agreement.signal_time if (
+            agreement.signal_time is not None) else None
+        message = (f"tfdist_opt: preempted; {_common.task_tag()} saved at step "
+                   f"{_common.complete_step(self.model)} (train call "
+                   f"{self._train_calls} of this fit"
+                   + (f", {waited:.2f} s after its SIGTERM" if waited is not None
+                      else "") + f"); exiting with code {self.preemption_exit_code}")
+        logging.warning(message)
+        raise SystemExit(self.preemption_exit_code)
 
     def _stop_skipping(self):
         if self._real_train_function is not None:

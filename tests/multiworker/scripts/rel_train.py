@@ -1,0 +1,125 @@
+"""Worker script for the restart / preemption tests (issue 8, cases 6, 7, 10).
+
+Run under `tfdist-opt launch -n 2 [--max-restarts R] -- python rel_train.py ...`.
+Trains a tiny Dense model (96 examples, global batch 8: 12 steps per epoch,
+3 epochs = 36 optimizer steps) under `opt_strategy()` with
+`DistributedBackupAndRestore(BACKUP, save_freq=4)`, unshuffled, so a resumed
+run must end bit-identical to an uninterrupted one.
+
+Flags:
+  --out DIR, --backup DIR
+  --crash-task I --crash-at-step K: task I `os._exit(1)`s right after
+      optimizer step K, on the first attempt only (TFDIST_LAUNCH_RESTART_COUNT
+      == 0), like a crashed host.
+  --batch-sleep S: sleep S seconds after each batch on the first attempt
+      (so a test can send SIGTERM mid-training).
+  --check-input-errors: before training, check with the real 2-worker
+      strategy that an indivisible global batch and FILE sharding with fewer
+      files than workers both raise ValueError before any step (case 10).
+
+Writes OUT/attempt-<a>-worker-<i>.json when fit returns (weights, optimizer
+step, restored backup) and OUT/pid-<i> + OUT/training-<i>-<a> (first batch
+done) so a test can signal a worker at a known phase.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--backup", required=True)
+    parser.add_argument("--crash-task", type=int, default=-1)
+    parser.add_argument("--crash-at-step", type=int, default=-1)
+    parser.add_argument("--batch-sleep", type=float, default=0.0)
+    parser.add_argument("--check-input-errors", action="store_true")
+    args = parser.parse_args()
+
+    index = int(os.environ.get("TFDIST_LAUNCH_WORKER_INDEX", "0"))
+    attempt = int(os.environ.get("TFDIST_LAUNCH_RESTART_COUNT", "0"))
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, f"pid-{index}"), "w") as f:
+        f.write(str(os.getpid()))
+
+    import tfdist_opt  # pylint: disable=g-import-not-at-top
+
+    strategy = tfdist_opt.opt_strategy(all_reduce="ring")
+
+    import keras  # pylint: disable=g-import-not-at-top
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    from tfdist_opt import callbacks as cbs  # pylint: disable=g-import-not-at-top
+
+    input_errors = _check_input_errors(strategy, args.out, index) if (
+        args.check_input_errors) else None
+
+    rng = np.random.RandomState(0)
+    x = rng.rand(96, 4).astype("float32")
+    y = (x @ np.array([[1.0], [-2.0], [0.5], [3.0]], "float32")).astype("float32")
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+
+    class Faults(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if getattr(self.model, "_tfdist_opt_skipping", False):
+                return
+            step = int(self.model.optimizer.iterations.numpy())
+            marker = os.path.join(args.out, f"training-{index}-{attempt}")
+            if not os.path.exists(marker):
+                open(marker, "w").close()
+            if attempt == 0 and index == args.crash_task and step == args.crash_at_step:
+                print(f"task {index}: crashing after step {step}", flush=True)
+                os._exit(1)
+            if attempt == 0 and args.batch_sleep:
+                time.sleep(args.batch_sleep)
+
+    keras.utils.set_random_seed(1)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, "tanh"),
+                                  keras.layers.Dense(1)])
+        model.compile(keras.optimizers.SGD(0.02, momentum=0.9), "mse")
+    backup = cbs.DistributedBackupAndRestore(args.backup, save_freq=4)
+    model.fit(ds, epochs=3, verbose=0, shuffle=False, callbacks=[Faults(), backup])
+    result = {"attempt": attempt, "index": index,
+              "replicas": strategy.num_replicas_in_sync,
+              "step": int(model.optimizer.iterations.numpy()),
+              "weights": [w.tolist() for w in model.get_weights()],
+              "restored": backup.restored, "input_errors": input_errors}
+    with open(os.path.join(args.out, f"attempt-{attempt}-worker-{index}.json"),
+              "w") as f:
+        json.dump(result, f)
+    print(f"DONE attempt={attempt} step={result['step']}", flush=True)
+    return 0
+
+
+def _check_input_errors(strategy, out_dir, index):
+    """Case 10 with the real cluster: both errors come before any step."""
+    import numpy as np  # pylint: disable=g-import-not-at-top
+
+    from tests.data.records import write_id_records  # pylint: disable=g-import-not-at-top
+    from tfdist_opt import data  # pylint: disable=g-import-not-at-top
+
+    found = {}
+    t0 = time.monotonic()
+    try:
+        data.build_dataset(np.zeros((16, 1), "float32"), strategy, 5)
+    except ValueError as e:
+        found["indivisible"] = str(e)
+    files = os.path.join(out_dir, f"records-{index}")
+    os.makedirs(files, exist_ok=True)
+    write_id_records(files, [8])
+    try:
+        data.build_dataset(os.path.join(files, "*.tfrecord"), strategy, 4,
+                           options=data.PipelineOptions(shard_policy="file"))
+    except ValueError as e:
+        found["too_few_files"] = str(e)
+    found["seconds"] = round(time.monotonic() - t0, 3)
+    return found
+
+
+if __name__ == "__main__":
+    sys.exit(main())
