@@ -161,6 +161,8 @@ def environment() -> dict[str, Any]:
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
         "workers": num_workers(),
+        # Other processes share these machines; ratios are read with this.
+        "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }
     try:
         import tensorflow as tf  # pylint: disable=g-import-not-at-top
