@@ -11,6 +11,9 @@ Flags:
   --crash-task I --crash-at-step K: task I `os._exit(1)`s right after
       optimizer step K, on the first attempt only (TFDIST_LAUNCH_RESTART_COUNT
       == 0), like a crashed host.
+  --die-in-save-step M --die-in-save-attempt A: on attempt A the chief
+      `os._exit(1)`s inside the save of step M, after the backup is written
+      and before it is committed (case 8).
   --batch-sleep S: sleep S seconds after each batch on the first attempt
       (so a test can send SIGTERM mid-training).
   --check-input-errors: before training, check with the real 2-worker
@@ -18,8 +21,10 @@ Flags:
       files than workers both raise ValueError before any step (case 10).
 
 Writes OUT/attempt-<a>-worker-<i>.json when fit returns (weights, optimizer
-step, restored backup) and OUT/pid-<i> + OUT/training-<i>-<a> (first batch
-done) so a test can signal a worker at a known phase.
+step, restored backup); OUT/start-<i>-<a> (wall time at process start),
+OUT/restored-<i>-<a> (the backup `fit` resumed from), OUT/crash-<i> (wall
+time of a crash), OUT/pid-<i> and OUT/training-<i>-<a> (first batch done)
+so a test can signal a worker at a known phase and time what happened.
 """
 
 import argparse
@@ -35,6 +40,8 @@ def main():
     parser.add_argument("--backup", required=True)
     parser.add_argument("--crash-task", type=int, default=-1)
     parser.add_argument("--crash-at-step", type=int, default=-1)
+    parser.add_argument("--die-in-save-step", type=int, default=-1)
+    parser.add_argument("--die-in-save-attempt", type=int, default=-1)
     parser.add_argument("--batch-sleep", type=float, default=0.0)
     parser.add_argument("--check-input-errors", action="store_true")
     args = parser.parse_args()
@@ -42,6 +49,7 @@ def main():
     index = int(os.environ.get("TFDIST_LAUNCH_WORKER_INDEX", "0"))
     attempt = int(os.environ.get("TFDIST_LAUNCH_RESTART_COUNT", "0"))
     os.makedirs(args.out, exist_ok=True)
+    _write(args.out, f"start-{index}-{attempt}", repr(time.time()))
     with open(os.path.join(args.out, f"pid-{index}"), "w") as f:
         f.write(str(os.getpid()))
 
@@ -64,6 +72,10 @@ def main():
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
 
     class Faults(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            _write(args.out, f"restored-{index}-{attempt}",
+                   json.dumps(backup.restored))
+
         def on_train_batch_end(self, batch, logs=None):
             if getattr(self.model, "_tfdist_opt_skipping", False):
                 return
@@ -73,6 +85,7 @@ def main():
                 open(marker, "w").close()
             if attempt == 0 and index == args.crash_task and step == args.crash_at_step:
                 print(f"task {index}: crashing after step {step}", flush=True)
+                _write(args.out, f"crash-{index}", repr(time.time()))
                 os._exit(1)
             if attempt == 0 and args.batch_sleep:
                 time.sleep(args.batch_sleep)
@@ -83,7 +96,16 @@ def main():
                                   keras.layers.Dense(1)])
         model.compile(keras.optimizers.SGD(0.02, momentum=0.9), "mse")
     backup = cbs.DistributedBackupAndRestore(args.backup, save_freq=4)
-    model.fit(ds, epochs=3, verbose=0, shuffle=False, callbacks=[Faults(), backup])
+    if index == 0 and attempt == args.die_in_save_attempt:
+        def die_in_save(meta):
+            if meta["step"] == args.die_in_save_step:
+                print(f"task 0: dying inside the save of step {meta['step']}",
+                      flush=True)
+                _write(args.out, "crash-0", repr(time.time()))
+                os._exit(1)
+
+        backup._after_write = die_in_save  # pylint: disable=protected-access
+    model.fit(ds, epochs=3, verbose=0, shuffle=False, callbacks=[backup, Faults()])
     result = {"attempt": attempt, "index": index,
               "replicas": strategy.num_replicas_in_sync,
               "step": int(model.optimizer.iterations.numpy()),
@@ -94,6 +116,11 @@ def main():
         json.dump(result, f)
     print(f"DONE attempt={attempt} step={result['step']}", flush=True)
     return 0
+
+
+def _write(out_dir, name, text):
+    with open(os.path.join(out_dir, name), "w") as f:
+        f.write(text)
 
 
 def _check_input_errors(strategy, out_dir, index):
