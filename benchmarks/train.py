@@ -36,7 +36,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import statistics
 import sys
 import time
 
@@ -535,11 +534,12 @@ def _gradient_options(setting: Setting):
         # An int pack size alone is normally TF's CommunicationOptions, bound
         # to the strategy at creation; here the strategy must keep TF's
         # default for the baseline, so the packing goes through our hook.
-        return _PackOnlyOptions(bytes_per_pack=setting.bytes_per_pack)
+        return _pack_only_options(setting.bytes_per_pack)
     return options
 
 
-def _pack_only_options_class():
+def _pack_only_options(bytes_per_pack: int):
+    """GradientOptions whose int packing goes through tfdist_opt's hook."""
     from tfdist_opt.gradients.options import GradientOptions  # pylint: disable=g-import-not-at-top
 
     class PackOnlyOptions(GradientOptions):
@@ -547,11 +547,7 @@ def _pack_only_options_class():
         def is_default(self) -> bool:
             return False
 
-    return PackOnlyOptions
-
-
-def _PackOnlyOptions(**kwargs):  # pylint: disable=invalid-name
-    return _pack_only_options_class()(**kwargs)
+    return PackOnlyOptions(bytes_per_pack=bytes_per_pack)
 
 
 # ------------------------------------------------------------------ main

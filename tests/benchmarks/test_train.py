@@ -79,7 +79,8 @@ def test_mlp_synthetic_via_cli_with_preset_and_flag_override(tmp_path):
     """`tfdist-opt bench train`, `--config=cpu_test` plus one flag."""
     out = tmp_path / "r.json"
     argv = ["-m", "tfdist_opt", "bench", "train", "--model=mlp", *TINY,
-            "--config=cpu_test", "--grad_accum=2", "--compare=baseline",
+            "--config=cpu_test", "--grad_accum=2", "--bytes_per_pack=65536",
+            "--compare=baseline",
             f"--output_json={out}", f"--csv={tmp_path / 'r.csv'}"]
     if HAVE_MPL:
         argv.append(f"--plot={tmp_path / 'r.png'}")
@@ -92,6 +93,9 @@ def test_mlp_synthetic_via_cli_with_preset_and_flag_override(tmp_path):
     assert (cfg["mode"], cfg["all_reduce"], cfg["cpu_replicas"]) == (
         "mirrored", "reduce_to_one", 2)
     assert cfg["grad_accum"] == 2 and cfg["compression"] == "none"
+    # An int pack size is applied by the gradient hook (the strategy keeps
+    # TF's default for the baseline).
+    assert "(bytes_per_pack=65536 requested)" in r.output
     opt = report["results"][-1]
     assert opt["grad_accum"] == 2 and opt["replicas"] == 2
     assert opt["window_batches"] == 2  # timed in whole accumulation cycles
