@@ -26,6 +26,7 @@ setuptools.setup(
     install_requires=[
         "tensorflow==2.21.*",
         "tensorflow-datasets>=4.9",
+        "importlib_resources",  # tfds download_and_prepare of local builders
         "absl-py>=2.0",
         "numpy>=1.26",
     ],

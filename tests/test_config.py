@@ -131,3 +131,12 @@ def test_presets_all_load():
 def test_replace_validates():
     with pytest.raises(ValueError, match="Received: grad_accum=-1"):
         StrategyConfig().replace(grad_accum=-1)
+
+
+def test_file_with_strategy_and_data_sections(tmp_path):
+    f = tmp_path / "job.toml"
+    f.write_text('[strategy]\nall_reduce = "ring"\n[data]\nseed = 3\n')
+    assert StrategyConfig.from_file(f).all_reduce == "ring"
+    flat = tmp_path / "flat.toml"
+    flat.write_text('all_reduce = "ring"\n[data]\nseed = 3\n')
+    assert StrategyConfig.from_file(flat).all_reduce == "ring"

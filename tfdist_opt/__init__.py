@@ -15,6 +15,7 @@ from tfdist_opt.cluster.launcher import run_local
 from tfdist_opt.cluster.tf_config import apply_tf_config
 from tfdist_opt.cluster.tf_config import build_tf_config
 from tfdist_opt.config import StrategyConfig
+from tfdist_opt.data.options import PipelineOptions
 from tfdist_opt.gradients.contract import check_batch_contract
 from tfdist_opt.gradients.options import GradientOptions
 from tfdist_opt.plan import StrategyPlan
@@ -30,6 +31,7 @@ _LAZY = {
     "ScaledLearningRate": "tfdist_opt.callbacks.scaled_lr",
     "ThroughputMonitor": "tfdist_opt.callbacks.throughput",
     "build_dataset": "tfdist_opt.data.pipeline",
+    "build_input": "tfdist_opt.data.pipeline",
     "opt_strategy": "tfdist_opt.strategy",
 }
 
@@ -39,6 +41,7 @@ __all__ = [
     "DistributedBackupAndRestore",
     "GradientOptions",
     "KerasMultiWorkerMirroredStrategy",
+    "PipelineOptions",
     "ScaledLearningRate",
     "StrategyConfig",
     "StrategyPlan",
@@ -46,6 +49,7 @@ __all__ = [
     "Topology",
     "apply_tf_config",
     "build_dataset",
+    "build_input",
     "build_tf_config",
     "check_batch_contract",
     "detect_topology",

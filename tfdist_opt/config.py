@@ -231,10 +231,12 @@ def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
         raise ValueError(
             f"Invalid config file {p}: expected a JSON object / TOML table at "
             f"top level. Received: {type(data).__name__}")
-    data = data.get("strategy", data)
-    # Documentation keys are allowed in presets.
+    if "strategy" in data:
+        data = data["strategy"]
+    # Documentation keys, and other sections of a shared file (`data` for
+    # PipelineOptions), are not StrategyConfig fields.
     return {k: v for k, v in data.items() if not k.startswith("_")
-            and k != "description"}
+            and k not in ("description", "data")}
 
 
 # ----------------------------------------------------------- environment
