@@ -10,7 +10,9 @@ dir, no worker temp dir; a plain rerun resumes from it and ends with the
 optimizer step and bit-identical weights of the uninterrupted reference.
 
 The protocol itself (agreement on the step, a second SIGTERM, no cluster)
-is also tested here without processes, over an in-memory key-value store.
+is also tested here without processes, over an in-memory key-value store,
+and the callback in one process (2 virtual replicas): a real SIGTERM ->
+save -> `SystemExit(42)` -> handler restored -> exact resume.
 """
 
 import json
@@ -23,6 +25,8 @@ import time
 import numpy as np
 import pytest
 
+from tests.callbacks import _models
+from tests.callbacks._models import strategy  # noqa: F401  (fixture)
 from tests.multiworker.scripts import rel_launch
 from tfdist_opt.callbacks import preemption
 
@@ -197,3 +201,43 @@ def test_task_names_and_bad_arguments():
         preemption.PreemptionAgreement("worker_9", ["worker_0"], None, "ns")
     with pytest.raises(ValueError, match="Received: store=None"):
         preemption.PreemptionAgreement("worker_0", ["worker_0", "worker_1"], None, "ns")
+
+
+# ------------------------------------------- the callback, one process (fast)
+def test_callback_rejects_bad_preemption_arguments():
+    from tfdist_opt.callbacks import DistributedBackupAndRestore
+
+    with pytest.raises(ValueError, match="Received: preemption='yes'"):
+        DistributedBackupAndRestore("d", preemption="yes")
+    with pytest.raises(ValueError, match="Received: preemption_exit_code=0"):
+        DistributedBackupAndRestore("d", preemption_exit_code=0)
+
+
+def test_callback_sigterm_saves_exits_42_and_resume_is_exact(tmp_path, strategy):
+    import keras
+
+    from tfdist_opt.callbacks import DistributedBackupAndRestore
+    from tfdist_opt.callbacks import backup as backup_lib
+
+    class SigtermAt(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            if int(self.model.optimizer.iterations.numpy()) == 5:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    before = signal.getsignal(signal.SIGTERM)
+    bdir = str(tmp_path / "b")
+    with pytest.raises(SystemExit) as exc:
+        _models.model(strategy).fit(_models.dataset(), epochs=3, verbose=0, callbacks=[
+            SigtermAt(), DistributedBackupAndRestore(bdir, save_freq=4, preemption=True)])
+    assert exc.value.code == 42
+    assert signal.getsignal(signal.SIGTERM) == before       # handler restored
+    assert backup_lib.read_latest(bdir)["step"] == 6          # saved after that call
+    assert sorted(os.listdir(bdir)) == ["backup-6", "latest.json"]
+    ref = _models.model(strategy)
+    ref.fit(_models.dataset(), epochs=3, verbose=0)
+    resumed = _models.model(strategy)
+    resumed.fit(_models.dataset(), epochs=3, verbose=0,
+                callbacks=[DistributedBackupAndRestore(bdir, save_freq=4)])
+    assert int(resumed.optimizer.iterations.numpy()) == 24
+    for a, b in zip(ref.get_weights(), resumed.get_weights()):
+        np.testing.assert_array_equal(a, b)
