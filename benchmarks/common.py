@@ -302,7 +302,7 @@ def plot_results(path: str, rows: Sequence[Mapping[str, Any]],
             ax.bar([i + k * width for i in range(len(xs))],
                    [r.get(y) or 0 for r in rows], width=width, label=y)
         ax.set_xticks([i + width * (len(spec.ys) - 1) / 2 for i in range(len(xs))])
-        ax.set_xticklabels(xs)
+        ax.set_xticklabels(xs, rotation=20, ha="right")
     ax.set_xlabel(spec.x)
     ax.set_ylabel(spec.ylabel)
     ax.set_title(spec.title)
