@@ -21,6 +21,8 @@ import pathlib
 import tomllib
 from typing import Any, Mapping
 
+from tfdist_opt import validation
+
 ENV_PREFIX = "TFDIST_OPT_"
 CONFIG_FILE_ENV = ENV_PREFIX + "CONFIG"
 
@@ -89,20 +91,20 @@ class StrategyConfig:
     startup_timeout_s: float | None = 300.0
 
     def __post_init__(self):
-        _check_choice("mode", self.mode, MODES)
-        _check_choice("all_reduce", self.all_reduce, ALL_REDUCE)
+        validation.check_choice("mode", self.mode, MODES)
+        validation.check_choice("all_reduce", self.all_reduce, ALL_REDUCE)
         if self.bytes_per_pack != "auto":
-            _check_int("bytes_per_pack", self.bytes_per_pack, minimum=0,
+            validation.check_int("bytes_per_pack", self.bytes_per_pack, minimum=0,
                        expected='a non-negative int or "auto"')
-        _check_int("num_packs", self.num_packs, minimum=1)
+        validation.check_int("num_packs", self.num_packs, minimum=1)
         if self.collective_timeout_s is not None:
             _check_number("collective_timeout_s", self.collective_timeout_s)
-        _check_int("cpu_replicas", self.cpu_replicas, minimum=0)
-        _check_bool("gpu_memory_growth", self.gpu_memory_growth)
-        _check_choice("mixed_precision", self.mixed_precision, MIXED_PRECISION)
-        _check_bool("jit_compile", self.jit_compile)
-        _check_choice("compression", self.compression, COMPRESSION)
-        _check_int("grad_accum", self.grad_accum, minimum=1)
+        validation.check_int("cpu_replicas", self.cpu_replicas, minimum=0)
+        validation.check_bool("gpu_memory_growth", self.gpu_memory_growth)
+        validation.check_choice("mixed_precision", self.mixed_precision, MIXED_PRECISION)
+        validation.check_bool("jit_compile", self.jit_compile)
+        validation.check_choice("compression", self.compression, COMPRESSION)
+        validation.check_int("grad_accum", self.grad_accum, minimum=1)
         if self.startup_timeout_s is not None:
             _check_number("startup_timeout_s", self.startup_timeout_s)
 
@@ -291,41 +293,10 @@ def _parse_env_value(key: str, name: str, raw: str) -> Any:
 
 # ------------------------------------------------------------ validation
 def _check_keys(values: Mapping[str, Any], source: str) -> None:
-    known = StrategyConfig.field_names()
-    unknown = sorted(set(values) - set(known))
-    if unknown:
-        raise ValueError(
-            f"Unknown StrategyConfig field(s) in {source}: {', '.join(unknown)}. "
-            f"Expected one of: {', '.join(known)}.")
-
-
-def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(
-            f"Invalid value for `{name}`: expected one of "
-            f"{', '.join(repr(c) for c in choices)}. Received: {name}={value!r}")
-
-
-def _check_int(name: str, value: Any, minimum: int,
-               expected: str | None = None) -> None:
-    expected = expected or (
-        "a positive int" if minimum == 1 else f"an int >= {minimum}")
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(
-            f"Invalid value for `{name}`: expected {expected}. "
-            f"Received: {name}={value!r}")
+    validation.check_known_keys(values, StrategyConfig.field_names(),
+                                "StrategyConfig", source)
 
 
 def _check_number(name: str, value: Any) -> None:
-    if (isinstance(value, bool) or not isinstance(value, (int, float))
-            or not 0 < value < float("inf")):
-        raise ValueError(
-            f"Invalid value for `{name}`: expected a positive number of "
-            f"seconds or None. Received: {name}={value!r}")
-
-
-def _check_bool(name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ValueError(
-            f"Invalid value for `{name}`: expected a bool. "
-            f"Received: {name}={value!r}")
+    validation.check_number(name, value,
+                            expected="a positive number of seconds or None")

@@ -15,20 +15,14 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+from tfdist_opt import validation
+
 
 def _check_positive(name: str, value, allow_zero: bool = False) -> None:
-    ok = (not isinstance(value, bool) and isinstance(value, (int, float))
-          and math.isfinite(value) and (value >= 0 if allow_zero else value > 0))
-    if not ok:
-        expected = "a non-negative number" if allow_zero else "a positive number"
-        raise ValueError(f"Invalid value for `{name}`: expected {expected}. "
-                         f"Received: {name}={value!r}")
+    validation.check_number(name, value, allow_zero=allow_zero)
 
 
-def _check_int(name: str, value, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"Invalid value for `{name}`: expected an int >= "
-                         f"{minimum}. Received: {name}={value!r}")
+_check_int = validation.check_int
 
 
 def linear_scaled_lr(base_lr: float, global_batch_size: int,

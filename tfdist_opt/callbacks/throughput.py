@@ -9,6 +9,7 @@ import keras
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
+from tfdist_opt import validation
 from tfdist_opt.callbacks import _common
 from tfdist_opt.callbacks import stats
 
@@ -72,11 +73,11 @@ class ThroughputMonitor(keras.callbacks.Callback):
                  summary_freq: int = 10, verbose: int = 1,
                  json_path: str | None = None):
         super().__init__()
-        _check_int("global_batch_size", global_batch_size, 1)
-        _check_int("window", window, 1)
-        _check_int("warmup_steps", warmup_steps, 0)
-        _check_int("summary_freq", summary_freq, 1)
-        _check_int("verbose", verbose, 0)
+        validation.check_int("global_batch_size", global_batch_size, 1)
+        validation.check_int("window", window, 1)
+        validation.check_int("warmup_steps", warmup_steps, 0)
+        validation.check_int("summary_freq", summary_freq, 1)
+        validation.check_int("verbose", verbose, 0)
         self.global_batch_size = global_batch_size
         self.window = window
         self.warmup_steps = warmup_steps
@@ -224,9 +225,3 @@ class ThroughputMonitor(keras.callbacks.Callback):
                 tf.summary.write("throughput/" + key,
                                  tf.constant(values[key], tf.float32),
                                  metadata=_SCALAR_METADATA)
-
-
-def _check_int(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"Invalid value for `{name}`: expected an int >= "
-                         f"{minimum}. Received: {name}={value!r}")

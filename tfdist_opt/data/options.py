@@ -17,6 +17,7 @@ import pathlib
 import tomllib
 from typing import Any, Mapping
 
+from tfdist_opt import validation
 from tfdist_opt.data import sharding
 
 AUTO = "auto"
@@ -84,27 +85,27 @@ class PipelineOptions:
     deterministic: bool | None = None
 
     def __post_init__(self):
-        _check_choice("shard_policy", self.shard_policy, sharding.REQUESTS)
-        _check_choice("uneven", self.uneven, sharding.UNEVEN)
-        _check_bool("shuffle", self.shuffle)
-        _check_int_or("shuffle_buffer", self.shuffle_buffer, AUTO, minimum=1)
+        validation.check_choice("shard_policy", self.shard_policy, sharding.REQUESTS)
+        validation.check_choice("uneven", self.uneven, sharding.UNEVEN)
+        validation.check_bool("shuffle", self.shuffle)
+        validation.check_int_or("shuffle_buffer", self.shuffle_buffer, AUTO, minimum=1)
         if self.seed is not None:
-            _check_int("seed", self.seed, minimum=0)
-        _check_bool("reshuffle_each_iteration", self.reshuffle_each_iteration)
+            validation.check_int("seed", self.seed, minimum=0)
+        validation.check_bool("reshuffle_each_iteration", self.reshuffle_each_iteration)
         if not isinstance(self.cache, str) or not self.cache:
             raise ValueError(
                 "Invalid value for `cache`: expected 'none', 'memory' or a "
                 f"file path prefix. Received: cache={self.cache!r}")
-        _check_int_or("num_parallel_calls", self.num_parallel_calls, AUTOTUNE,
+        validation.check_int_or("num_parallel_calls", self.num_parallel_calls, AUTOTUNE,
                       minimum=1)
-        _check_int_or("cycle_length", self.cycle_length, AUTOTUNE, minimum=1)
-        _check_int_or("prefetch", self.prefetch, AUTOTUNE, minimum=0)
-        _check_int_or("device_prefetch", self.device_prefetch, AUTO, minimum=1)
-        _check_int("private_threadpool_size", self.private_threadpool_size,
+        validation.check_int_or("cycle_length", self.cycle_length, AUTOTUNE, minimum=1)
+        validation.check_int_or("prefetch", self.prefetch, AUTOTUNE, minimum=0)
+        validation.check_int_or("device_prefetch", self.device_prefetch, AUTO, minimum=1)
+        validation.check_int("private_threadpool_size", self.private_threadpool_size,
                    minimum=0)
-        _check_int("autotune_ram_budget", self.autotune_ram_budget, minimum=0)
+        validation.check_int("autotune_ram_budget", self.autotune_ram_budget, minimum=0)
         if self.deterministic is not None:
-            _check_bool("deterministic", self.deterministic)
+            validation.check_bool("deterministic", self.deterministic)
 
     @property
     def cache_kind(self) -> str:
@@ -172,36 +173,5 @@ def read_data_section(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def _check_keys(values: Mapping[str, Any], source: str) -> None:
-    known = PipelineOptions.field_names()
-    unknown = sorted(set(values) - set(known))
-    if unknown:
-        raise ValueError(
-            f"Unknown PipelineOptions field(s) in {source}: "
-            f"{', '.join(unknown)}. Expected one of: {', '.join(known)}.")
-
-
-def _check_choice(name: str, value: Any, choices) -> None:
-    if value not in choices:
-        raise ValueError(
-            f"Invalid value for `{name}`: expected one of "
-            f"{', '.join(repr(c) for c in choices)}. Received: {name}={value!r}")
-
-
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"Invalid value for `{name}`: expected an int >= "
-                         f"{minimum}. Received: {name}={value!r}")
-
-
-def _check_int_or(name: str, value: Any, word: str, minimum: int) -> None:
-    if value == word:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"Invalid value for `{name}`: expected {word!r} or an "
-                         f"int >= {minimum}. Received: {name}={value!r}")
-
-
-def _check_bool(name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ValueError(f"Invalid value for `{name}`: expected a bool. "
-                         f"Received: {name}={value!r}")
+    validation.check_known_keys(values, PipelineOptions.field_names(),
+                                "PipelineOptions", source)

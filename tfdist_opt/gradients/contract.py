@@ -16,13 +16,15 @@ error that shows all four numbers.
 
 from __future__ import annotations
 
+from tfdist_opt import validation
+
 
 def effective_batch_size(micro_batch: int, grad_accum: int,
                          num_replicas: int) -> int:
     """micro x k x replicas: the examples behind one optimizer step."""
     for name, v in (("micro_batch", micro_batch), ("grad_accum", grad_accum),
                     ("num_replicas", num_replicas)):
-        _check_positive(name, v)
+        validation.check_int(name, v, 1)
     return micro_batch * grad_accum * num_replicas
 
 
@@ -44,7 +46,7 @@ def check_batch_contract(global_batch: int, micro_batch: int, grad_accum: int,
     Example:
         >>> check_batch_contract(256, 32, 4, 2)
     """
-    _check_positive("global_batch", global_batch)
+    validation.check_int("global_batch", global_batch, 1)
     expected = effective_batch_size(micro_batch, grad_accum, num_replicas)
     if global_batch == expected:
         return
@@ -68,7 +70,7 @@ def micro_batch_from_dataset(dataset_batch: int, grad_accum: int,
         ValueError: `dataset_batch` is not a multiple of `num_replicas`
             (shows the four numbers).
     """
-    _check_positive("dataset_batch", dataset_batch)
+    validation.check_int("dataset_batch", dataset_batch, 1)
     if dataset_batch % num_replicas:
         raise ValueError(
             "Invalid batch contract: with grad_accum the dataset yields one "
@@ -80,9 +82,3 @@ def micro_batch_from_dataset(dataset_batch: int, grad_accum: int,
             f"is a multiple of {num_replicas}; the effective global batch is "
             "micro_batch x grad_accum x num_replicas.")
     return dataset_batch // num_replicas
-
-
-def _check_positive(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"Invalid value for `{name}`: expected a positive int. "
-                         f"Received: {name}={value!r}")

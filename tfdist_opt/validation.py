@@ -1,0 +1,63 @@
+"""Argument checks shared by every config and constructor (no TF import).
+
+Each raises with the message shape STYLE.md asks for — the argument, what
+was expected, what was received:
+``Invalid value for `num_packs`: expected a positive int. Received: num_packs=0``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping
+
+
+def check_choice(name: str, value: Any, choices: Iterable[Any]) -> None:
+    choices = tuple(choices)
+    if value not in choices:
+        raise ValueError(
+            f"Invalid value for `{name}`: expected one of "
+            f"{', '.join(repr(c) for c in choices)}. Received: {name}={value!r}")
+
+
+def check_int(name: str, value: Any, minimum: int, expected: str | None = None) -> None:
+    """An int (not a bool) >= minimum."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        expected = expected or (
+            "a positive int" if minimum == 1 else f"an int >= {minimum}")
+        raise ValueError(f"Invalid value for `{name}`: expected {expected}. "
+                         f"Received: {name}={value!r}")
+
+
+def check_int_or(name: str, value: Any, word: str, minimum: int) -> None:
+    """`word` (e.g. "autotune") or an int >= minimum."""
+    if value != word:
+        check_int(name, value, minimum, expected=f"{word!r} or an int >= {minimum}")
+
+
+def check_number(name: str, value: Any, allow_zero: bool = False,
+                 expected: str | None = None) -> None:
+    """A finite number (not a bool), > 0 (or >= 0 with allow_zero)."""
+    ok = (not isinstance(value, bool) and isinstance(value, (int, float))
+          and math.isfinite(value) and (value >= 0 if allow_zero else value > 0))
+    if not ok:
+        expected = expected or (
+            "a non-negative number" if allow_zero else "a positive number")
+        raise ValueError(f"Invalid value for `{name}`: expected {expected}. "
+                         f"Received: {name}={value!r}")
+
+
+def check_bool(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"Invalid value for `{name}`: expected a bool. "
+                         f"Received: {name}={value!r}")
+
+
+def check_known_keys(values: Mapping[str, Any], known: Iterable[str],
+                     typename: str, source: str) -> None:
+    """Refuses keys that are not fields of `typename`, listing the valid ones."""
+    known = tuple(known)
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ValueError(
+            f"Unknown {typename} field(s) in {source}: {', '.join(unknown)}. "
+            f"Expected one of: {', '.join(known)}.")
