@@ -8,6 +8,7 @@ from typing import Callable, Sequence
 
 import tensorflow as tf
 
+from tfdist_opt import validation
 from tfdist_opt.callbacks import _common
 from tfdist_opt.callbacks import lr_math
 from tfdist_opt.callbacks import stats
@@ -90,11 +91,11 @@ class BatchSizeFinder:
                                      ("steps_per_trial", steps_per_trial, 1),
                                      ("warmup_steps", warmup_steps, 0),
                                      ("verbose", verbose, 0)):
-            lr_math._check_int(name, value, minimum)  # pylint: disable=protected-access
+            validation.check_int(name, value, minimum)
         if max_batch_size < start:
             raise ValueError("Invalid value for `max_batch_size`: expected >= "
                              f"start={start}. Received: max_batch_size={max_batch_size}")
-        lr_math._check_positive("rel_tolerance", rel_tolerance, allow_zero=True)  # pylint: disable=protected-access
+        validation.check_number("rel_tolerance", rel_tolerance, allow_zero=True)
         if (base_lr is None) != (base_batch_size is None):
             raise ValueError("Invalid arguments: give both `base_lr` and "
                              f"`base_batch_size` or neither. Received: base_lr="

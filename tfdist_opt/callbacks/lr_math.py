@@ -18,13 +18,6 @@ from typing import Callable
 from tfdist_opt import validation
 
 
-def _check_positive(name: str, value, allow_zero: bool = False) -> None:
-    validation.check_number(name, value, allow_zero=allow_zero)
-
-
-_check_int = validation.check_int
-
-
 def linear_scaled_lr(base_lr: float, global_batch_size: int,
                      base_batch_size: int) -> float:
     """The linear scaling rule: `base_lr * global_batch_size / base_batch_size`.
@@ -41,9 +34,9 @@ def linear_scaled_lr(base_lr: float, global_batch_size: int,
         >>> linear_scaled_lr(0.1, 1024, 256)
         0.4
     """
-    _check_positive("base_lr", base_lr, allow_zero=True)
-    _check_int("global_batch_size", global_batch_size, 1)
-    _check_int("base_batch_size", base_batch_size, 1)
+    validation.check_number("base_lr", base_lr, allow_zero=True)
+    validation.check_int("global_batch_size", global_batch_size, 1)
+    validation.check_int("base_batch_size", base_batch_size, 1)
     return base_lr * global_batch_size / base_batch_size
 
 
@@ -59,8 +52,8 @@ def warmup_lr(step: int, start_lr: float, target_lr: float,
         >>> warmup_lr(5, 0.1, 0.4, 10)
         0.25
     """
-    _check_int("step", step, 0)
-    _check_int("warmup_steps", warmup_steps, 0)
+    validation.check_int("step", step, 0)
+    validation.check_int("warmup_steps", warmup_steps, 0)
     if step >= warmup_steps:
         return target_lr
     return start_lr + (target_lr - start_lr) * step / warmup_steps
@@ -110,6 +103,6 @@ def momentum_correction(previous_lr: float, new_lr: float) -> float:
 
 def epochs_to_steps(epochs: float, steps_per_epoch: int) -> int:
     """Warmup given in (possibly fractional) epochs, as whole optimizer steps."""
-    _check_positive("warmup_epochs", epochs, allow_zero=True)
-    _check_int("steps_per_epoch", steps_per_epoch, 1)
+    validation.check_number("warmup_epochs", epochs, allow_zero=True)
+    validation.check_int("steps_per_epoch", steps_per_epoch, 1)
     return int(round(epochs * steps_per_epoch))

@@ -6,6 +6,7 @@ from typing import Callable
 
 import keras
 
+from tfdist_opt import validation
 from tfdist_opt.callbacks import _common
 from tfdist_opt.callbacks import lr_math
 from tfdist_opt.callbacks.throughput import SKIPPING_ATTR
@@ -71,9 +72,9 @@ class ScaledLearningRate(keras.callbacks.Callback):
                 f"both. Received: warmup_steps={warmup_steps!r}, "
                 f"warmup_epochs={warmup_epochs!r}")
         if warmup_steps is not None:
-            lr_math._check_int("warmup_steps", warmup_steps, 0)  # pylint: disable=protected-access
+            validation.check_int("warmup_steps", warmup_steps, 0)
         if warmup_epochs is not None:
-            lr_math._check_positive("warmup_epochs", warmup_epochs,  # pylint: disable=protected-access
+            validation.check_number("warmup_epochs", warmup_epochs,
                                     allow_zero=True)
         if after_warmup is not None and not callable(after_warmup):
             raise TypeError("Invalid value for `after_warmup`: expected a "
@@ -107,7 +108,7 @@ class ScaledLearningRate(keras.callbacks.Callback):
             raise ValueError(
                 "Invalid optimizer for ScaledLearningRate: its learning rate is "
                 "a schedule, which the callback would overwrite. Received: "
-                f"learning_rate={optimizer._learning_rate!r}. Expected a float "  # pylint: disable=protected-access
+                f"learning_rate={optimizer._learning_rate!r}. Expected a float "
                 "learning rate; pass the schedule as `after_warmup`.")
         if self.momentum_correction and not (
                 getattr(optimizer, "momentum", 0) and
