@@ -7,7 +7,8 @@ first use:
 - `ThroughputMonitor` (throughput.py): examples/sec, step-time percentiles.
 - `ScaledLearningRate` (scaled_lr.py): linear scaling rule + warmup.
 - `DistributedBackupAndRestore` (backup.py): chief-aware, atomic,
-  mid-epoch resume, NaN-safe.
+  mid-epoch resume, NaN-safe; SIGTERM = coordinated preemption save on
+  every worker at one step, then exit 42 (preemption.py).
 - `CommunicationProfiler` (comm_profiler.py): `comm_fraction`.
 - `BatchSizeFinder` / `BatchSizeResult` (batch_size_finder.py).
 - `ordered` / `check_order` (ordering.py): callback order rules.

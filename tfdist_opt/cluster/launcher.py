@@ -16,7 +16,10 @@
   after `term_timeout`) and returns that worker's code. Under
   MultiWorkerMirroredStrategy TF's preemption notifier catches SIGTERM in
   C++ (a preemption notice, not an exit), so a TF worker usually needs the
-  SIGKILL: the grace is short by default; with `max_restarts`
+  SIGKILL — unless it trains with `DistributedBackupAndRestore`, which
+  turns SIGTERM into a save on every worker at one step and exit code 42
+  (tfdist_opt/callbacks/preemption.py); keep `term_timeout` above one step
+  plus one save. The grace is short by default; with `max_restarts`
   it restarts the whole group instead (torchrun semantics), so a job with
   backup/restore resumes;
 - forwards SIGINT / SIGTERM to every worker, and never leaves a process
