@@ -23,3 +23,16 @@ def pytest_configure(config):
             cpu, [tf.config.LogicalDeviceConfiguration()] * NUM_VIRTUAL_CPUS)
     except RuntimeError:  # already initialised (e.g. a plugin ran an op)
         pass
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _isolated_environment():
+    """Whatever a test writes to os.environ (TF_CONFIG, TFDIST_OPT_*) is undone."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
