@@ -503,9 +503,8 @@ class SettingRun:
         finally:
             keras.mixed_precision.set_global_policy("float32")
             tf.config.optimizer.set_jit(False)
-            # `attach` with grad_accum wraps experimental_distribute_dataset
-            # on the instance (to log the batch contract); undo it.
-            self.strategy.__dict__.pop("experimental_distribute_dataset", None)
+            if args["compare"] != "none":
+                keras_binding.detach(self.strategy)
         if first:
             printer("Done warm up")
         printer("Step\tImg/sec\ttotal_loss")

@@ -216,3 +216,17 @@ def test_keras_own_accumulation_refused_with_ours():
     x, y = _data(16)
     with pytest.raises(ValueError, match="gradient_accumulation_steps=2"):
         model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+
+
+def test_attach_replaces_and_detach_restores():
+    s = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"],
+                                       cross_device_ops=tf.distribute.ReductionToOneDevice())
+    upstream = s.experimental_distribute_dataset
+    keras_binding.attach(s, GradientOptions(grad_accum=2))
+    first = s.experimental_distribute_dataset
+    keras_binding.attach(s, GradientOptions(grad_accum=4))
+    assert keras_binding.options_of(s).grad_accum == 4
+    assert s.experimental_distribute_dataset is not first  # replaced, not stacked
+    keras_binding.detach(s)
+    assert keras_binding.options_of(s) is None
+    assert s.experimental_distribute_dataset == upstream

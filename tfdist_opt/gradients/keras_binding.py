@@ -62,12 +62,22 @@ def attach(strategy: tf.distribute.Strategy, options: GradientOptions
         >>> strategy = attach(tf.distribute.MirroredStrategy(),  # doctest: +SKIP
         ...                   GradientOptions(grad_accum=4, compression="bf16"))
     """
+    detach(strategy)  # re-attaching replaces, never stacks
     setattr(strategy, OPTIONS_ATTR, options)
     if options.is_default:
         return strategy
     install()
     if options.grad_accum > 1:
         _wrap_distribute_dataset(strategy, options.grad_accum)
+    return strategy
+
+
+def detach(strategy: tf.distribute.Strategy) -> tf.distribute.Strategy:
+    """Undoes `attach`: upstream Keras behaviour for this strategy's optimizers."""
+    if hasattr(strategy, OPTIONS_ATTR):
+        delattr(strategy, OPTIONS_ATTR)
+    # The batch-contract check lives on the instance; drop it if present.
+    vars(strategy).pop("experimental_distribute_dataset", None)
     return strategy
 
 
