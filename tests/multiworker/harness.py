@@ -108,3 +108,27 @@ def _kill(p: subprocess.Popen) -> None:
         except ProcessLookupError:
             pass
         p.wait(timeout=10)
+
+
+def process_running(pid: int) -> bool:
+    """True if `pid` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_for_file(path, proc: subprocess.Popen, timeout: float = 120,
+                  poll_s: float = 0.05) -> None:
+    """Waits for `path` to exist; fails early (with its output) if `proc` ends."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.path.exists(path):
+            return
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"launch ended early ({proc.returncode}):\n"
+                                 f"{(out or '')[-2000:]}\n{(err or '')[-3000:]}")
+        time.sleep(poll_s)
+    raise AssertionError(f"{path} did not appear within {timeout} s")

@@ -17,6 +17,8 @@ import time
 
 import pytest
 
+from tests.multiworker import harness
+
 pytestmark = [pytest.mark.multiworker, pytest.mark.slow]
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -45,27 +47,6 @@ def _finish(proc, timeout=TIMEOUT_S):
             proc.communicate(timeout=10)
 
 
-def _running(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def _wait_for(path, proc, timeout=120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if os.path.exists(path):
-            return
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            raise AssertionError(f"launch ended early ({proc.returncode}):\n"
-                                 f"{out[-2000:]}\n{err[-3000:]}")
-        time.sleep(0.1)
-    raise AssertionError(f"{path} did not appear within {timeout} s")
-
-
 def _pids(out_dir):
     return [int((out_dir / f"worker-{i}.pid").read_text()) for i in range(2)]
 
@@ -92,7 +73,7 @@ def test_launch_trains_on_two_workers(tmp_path):
     assert w0["replicas"] == w1["replicas"] == 2
     assert w0["weights"] == w1["weights"]  # bit-identical after all-reduce
     assert w0["loss"][-1] < w0["loss"][0]
-    assert not any(_running(p) for p in _pids(tmp_path))
+    assert not any(harness.process_running(p) for p in _pids(tmp_path))
 
 
 def test_launch_one_process_over_cpu_replicas(tmp_path):
@@ -107,7 +88,7 @@ def test_killed_worker_fails_the_launch_fast_and_leaves_nothing(tmp_path):
     proc = _launch(tmp_path, script_args=("--epochs", "100", "--batch-sleep", "0.2"))
     pids = []
     try:
-        _wait_for(tmp_path / "training-1-0", proc)
+        harness.wait_for_file(tmp_path / "training-1-0", proc)
         pids = _pids(tmp_path)
         t0 = time.monotonic()
         os.kill(pids[1], signal.SIGKILL)
@@ -118,7 +99,7 @@ def test_killed_worker_fails_the_launch_fast_and_leaves_nothing(tmp_path):
         assert elapsed < 60
         print(f"launch exited {elapsed:.2f} s after worker 1 was killed")
         time.sleep(0.2)
-        assert not any(_running(p) for p in pids), "a worker survived"
+        assert not any(harness.process_running(p) for p in pids), "a worker survived"
         assert not (tmp_path / "worker-0.json").exists()  # it did not finish
     finally:
         _kill_left(pids)
@@ -130,11 +111,11 @@ def test_max_restarts_restarts_the_group_once(tmp_path):
         "--batch-sleep", "0.2", "--slow-attempts", "1", "--slow-epochs", "100"))
     pids = []
     try:
-        _wait_for(tmp_path / "training-1-0", proc)
+        harness.wait_for_file(tmp_path / "training-1-0", proc)
         first = _pids(tmp_path)
         pids = list(first)
         os.kill(first[1], signal.SIGKILL)
-        _wait_for(tmp_path / "training-1-1", proc)
+        harness.wait_for_file(tmp_path / "training-1-1", proc)
         pids += _pids(tmp_path)
         out, err = _finish(proc)
         assert proc.returncode == 0, f"{out[-2000:]}\n{err[-4000:]}"
@@ -144,7 +125,7 @@ def test_max_restarts_restarts_the_group_once(tmp_path):
         assert w0["attempt"] == w1["attempt"] == 1
         assert w0["replicas"] == w1["replicas"] == 2
         assert w0["weights"] == w1["weights"]
-        assert not any(_running(p) for p in pids)
+        assert not any(harness.process_running(p) for p in pids)
     finally:
         _kill_left(pids)
         _finish(proc, timeout=10)

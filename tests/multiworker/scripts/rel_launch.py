@@ -15,6 +15,8 @@ import subprocess
 import sys
 import time
 
+from tests.multiworker import harness
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
 SCRIPT = os.path.join(REPO_ROOT, "tests", "multiworker", "scripts", "rel_train.py")
@@ -64,25 +66,8 @@ def kill_pids(pids):
     return left
 
 
-def running(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def wait_for(path, proc, timeout=120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if os.path.exists(path):
-            return
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            raise AssertionError(f"launch ended early ({proc.returncode}):\n"
-                                 f"{out[-2000:]}\n{err[-3000:]}")
-        time.sleep(0.05)
-    raise AssertionError(f"{path} did not appear within {timeout} s")
+running = harness.process_running
+wait_for = harness.wait_for_file
 
 
 def result(out_dir, attempt, index):
