@@ -5,10 +5,15 @@ Writes its own TFRecord files of JPEG-encoded images, then:
 - `--mode=throughput` (default): examples/sec of the naive pipeline
   (`TFRecordDataset -> map -> batch`: no parallelism, no prefetch) and of
   ours (`tfdist_opt.data.worker_dataset`: parallel interleave, parallel
-  AUTOTUNE map, shuffle, prefetch), both doing JPEG decode + random crop +
-  random flip + normalize. The two are measured alternately `--repeats`
-  times and each reported as the median of its repeats. Summary:
-  `speedup` (ours / naive), `naive_eps`, `opt_eps`.
+  AUTOTUNE map, shuffle, prefetch and, with `--cache=memory` (default),
+  the decoded images cached in memory after the first epoch, with the
+  random crop/flip/normalize still applied per epoch after the cache), both
+  doing JPEG decode + random crop + random flip + normalize. They are
+  measured alternately `--repeats` times over repeated epochs and each
+  reported as the median of its repeats. Summary: `speedup` (ours / naive),
+  `naive_eps`, `opt_eps`; with a cache also `speedup_no_cache` and
+  `opt_no_cache_eps` (ours without the cache: what parallelism and
+  prefetch alone buy).
 - `--mode=input_bound`: trains `--model` with `model.fit` under
   `tfdist_opt.opt_strategy()` on real input from our pipeline and on
   synthetic input (one constant example repeated), and reports whether the
@@ -55,6 +60,10 @@ _DATA_DIR = flags.DEFINE_string(
     "data_dir", None, "Where to write the TFRecords (default: a temp dir, "
     "removed at exit).")
 _SEED = flags.DEFINE_integer("seed", 0, "Shuffle / augmentation seed.")
+_CACHE = flags.DEFINE_enum(
+    "cache", "memory", ["memory", "none"],
+    "Our pipeline's cache of decoded images (PipelineOptions.cache); "
+    "`none` measures parallelism + prefetch alone.")
 _MODEL = flags.DEFINE_enum("model", "small_cnn",
                            ["small_cnn", "mobilenet_v2", "resnet50"],
                            "Model for --mode=input_bound (weights=None).")
@@ -129,7 +138,7 @@ def naive_dataset(files, batch_size, decode, augment):
             .batch(batch_size, drop_remainder=True))
 
 
-def opt_dataset(files, batch_size, decode, augment, seed):
+def opt_dataset(files, batch_size, decode, augment, seed, cache="none"):
     """tfdist_opt's per-worker pipeline over the same files."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -138,7 +147,7 @@ def opt_dataset(files, batch_size, decode, augment, seed):
     ctx = tf.distribute.InputContext(1, 0, 1)
     ds, _ = data.worker_dataset(
         list(files), ctx, batch_size, map_fn=decode, augment_fn=augment,
-        options=data.PipelineOptions(seed=seed, deterministic=False))
+        options=data.PipelineOptions(seed=seed, deterministic=False, cache=cache))
     return ds
 
 
@@ -161,9 +170,12 @@ def run_throughput(files):
     builders = {
         "naive": lambda: naive_dataset(files, _BATCH.value, decode, augment),
         "opt": lambda: opt_dataset(files, _BATCH.value, decode, augment,
-                                   _SEED.value),
+                                   _SEED.value, cache=_CACHE.value),
     }
-    rows, rates = [], {"naive": [], "opt": []}
+    if _CACHE.value != "none":
+        builders["opt_no_cache"] = lambda: opt_dataset(
+            files, _BATCH.value, decode, augment, _SEED.value)
+    rows, rates = [], {name: [] for name in builders}
     for repeat in range(_REPEATS.value):
         for name, build in builders.items():
             stats = measure_dataset(build(), _STEPS.value, _BATCHES_PER_STEP.value,
@@ -173,13 +185,18 @@ def run_throughput(files):
                          "repeat": repeat, **stats.to_dict()})
             logging.info("%s (repeat %d): %s", name, repeat,
                          stats.format("examples/sec"))
-            print(f"{name:>5} repeat {repeat}: {stats.format('examples/sec')}",
+            print(f"{name:>12} repeat {repeat}: {stats.format('examples/sec')}",
                   flush=True)
-    naive = statistics.median(rates["naive"])
-    opt = statistics.median(rates["opt"])
+    medians = {name: statistics.median(r) for name, r in rates.items()}
+    naive, opt = medians["naive"], medians["opt"]
     summary = {"speedup": opt / naive, "naive_eps": naive, "opt_eps": opt}
+    if "opt_no_cache" in medians:
+        summary["speedup_no_cache"] = medians["opt_no_cache"] / naive
+        summary["opt_no_cache_eps"] = medians["opt_no_cache"]
     print(f"speedup (ours / naive): {summary['speedup']:.2f}x  "
-          f"naive {naive:.1f} eps, ours {opt:.1f} eps", flush=True)
+          f"naive {naive:.1f} eps, ours {opt:.1f} eps (cache={_CACHE.value})"
+          + (f"; without the cache {summary['speedup_no_cache']:.2f}x"
+             if "speedup_no_cache" in summary else ""), flush=True)
     return rows, summary, common.PlotSpec(
         x="setting", ys=("median",), title="input pipeline examples/sec "
         "(median per repeat)",

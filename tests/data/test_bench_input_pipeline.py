@@ -21,13 +21,29 @@ def test_throughput_mode_writes_report(tmp_path):
     assert r.returncode == 0, r.output[-3000:]
     report = json.loads(out.read_text())
     assert report["benchmark"] == "input_pipeline"
-    assert set(report["summary"]) == {"speedup", "naive_eps", "opt_eps"}
-    assert report["summary"]["speedup"] == pytest.approx(
-        report["summary"]["opt_eps"] / report["summary"]["naive_eps"])
+    summary = report["summary"]
+    assert set(summary) == {"speedup", "naive_eps", "opt_eps",
+                            "speedup_no_cache", "opt_no_cache_eps"}
+    assert summary["speedup"] == pytest.approx(summary["opt_eps"] / summary["naive_eps"])
+    assert summary["speedup_no_cache"] == pytest.approx(
+        summary["opt_no_cache_eps"] / summary["naive_eps"])
     assert report["config"]["num_images"] == 256  # every flag recorded
-    assert [row["pipeline"] for row in report["results"]] == ["naive", "opt"]
+    assert report["config"]["cache"] == "memory"
+    assert [row["pipeline"] for row in report["results"]] == [
+        "naive", "opt", "opt_no_cache"]
     assert "examples/sec: " in r.output and "(jitter = " in r.output
     assert (tmp_path / "ip.csv").exists()
+
+
+@pytest.mark.slow
+def test_throughput_mode_without_cache(tmp_path):
+    out = tmp_path / "ip.json"
+    r = run_single([BINARY, *TINY, "--cache=none", f"--output_json={out}"],
+                   timeout_s=120)
+    assert r.returncode == 0, r.output[-3000:]
+    report = json.loads(out.read_text())
+    assert set(report["summary"]) == {"speedup", "naive_eps", "opt_eps"}
+    assert [row["pipeline"] for row in report["results"]] == ["naive", "opt"]
 
 
 @pytest.mark.slow
