@@ -116,6 +116,8 @@ _GRAD_ACCUM = flags.DEFINE_integer("grad_accum", None,
                                    "StrategyConfig.grad_accum")
 _STARTUP_TIMEOUT = flags.DEFINE_float("startup_timeout_s", None,
                                       "StrategyConfig.startup_timeout_s")
+_TUNE_MALLOC = flags.DEFINE_boolean("tune_malloc", None,
+                                    "StrategyConfig.tune_malloc")
 
 _BASELINE_DOC = (
     "same process and strategy object ({strategy}; with several workers "
@@ -141,12 +143,13 @@ class Setting:
     grad_accum: int = 1
     mixed_precision: str = "off"
     jit_compile: bool = False
+    tune_malloc: bool = False
 
     def describe(self) -> str:
         return (f"input={self.pipeline}, bytes_per_pack={self.bytes_per_pack}, "
                 f"compression={self.compression}, grad_accum={self.grad_accum}, "
                 f"mixed_precision={self.mixed_precision}, "
-                f"jit_compile={self.jit_compile}")
+                f"jit_compile={self.jit_compile}, tune_malloc={self.tune_malloc}")
 
 
 def strategy_config():
@@ -168,7 +171,7 @@ def strategy_config():
         gpu_memory_growth=_GPU_MEMORY_GROWTH.value,
         mixed_precision=_MIXED_PRECISION.value, jit_compile=_JIT_COMPILE.value,
         compression=_COMPRESSION.value, grad_accum=_GRAD_ACCUM.value,
-        startup_timeout_s=_STARTUP_TIMEOUT.value)
+        startup_timeout_s=_STARTUP_TIMEOUT.value, tune_malloc=_TUNE_MALLOC.value)
     known = StrategyConfig.field_names()
     for name, value in overrides.items():
         if name not in known and value is not None:
@@ -178,10 +181,18 @@ def strategy_config():
         _CONFIG.value, **{k: v for k, v in overrides.items() if k in known})
 
 
+def _multi_worker() -> bool:
+    """opt_strategy() tunes malloc for multi-worker strategies only."""
+    from tfdist_opt import topology  # pylint: disable=g-import-not-at-top
+
+    return topology.detect_topology(gpus=()).is_multi_worker
+
+
 def plan_settings(cfg, compare: str) -> list[Setting]:
     """Settings to measure, in order: baseline first, the full setup last."""
     opt = Setting("opt", "tfdist_opt", cfg.bytes_per_pack, cfg.compression,
-                  cfg.grad_accum, cfg.mixed_precision, cfg.jit_compile)
+                  cfg.grad_accum, cfg.mixed_precision, cfg.jit_compile,
+                  cfg.tune_malloc and _multi_worker())
     if compare == "none":
         return [opt]
     base = Setting("baseline", "naive")
@@ -192,7 +203,8 @@ def plan_settings(cfg, compare: str) -> list[Setting]:
                   ("+compression", {"compression": cfg.compression}),
                   ("+grad_accum", {"grad_accum": cfg.grad_accum}),
                   ("+mixed_precision", {"mixed_precision": cfg.mixed_precision}),
-                  ("+jit_compile", {"jit_compile": cfg.jit_compile})]
+                  ("+jit_compile", {"jit_compile": cfg.jit_compile}),
+                  ("+malloc", {"tune_malloc": opt.tune_malloc})]
         for name, change in single:
             s = dataclasses.replace(base, name=name, **change)
             if s != dataclasses.replace(base, name=name):  # that one is on
@@ -478,6 +490,7 @@ class SettingRun:
         import keras  # pylint: disable=g-import-not-at-top
         import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
+        from tfdist_opt import host_memory  # pylint: disable=g-import-not-at-top
         from tfdist_opt.gradients import keras_binding  # pylint: disable=g-import-not-at-top
 
         setting, args, printer = self.setting, self.args, self.printer
@@ -485,6 +498,12 @@ class SettingRun:
         warmup = args["warmup"] if first else args["window"]
         if args["compare"] != "none":
             keras_binding.attach(self.strategy, _gradient_options(setting))
+            # Process-wide and switchable at any time: each setting runs
+            # with its own allocator policy (the baseline with glibc's).
+            if setting.tune_malloc:
+                host_memory.tune_for_collectives()
+            else:
+                host_memory.restore_defaults()
         keras.mixed_precision.set_global_policy(
             "float32" if setting.mixed_precision == "off"
             else setting.mixed_precision)
@@ -646,6 +665,7 @@ def main(argv):
                      "grad_accum": setting.grad_accum,
                      "mixed_precision": setting.mixed_precision,
                      "jit_compile": setting.jit_compile,
+                     "tune_malloc": setting.tune_malloc,
                      "global_batch": inputs.global_batch,
                      "window_batches": window, "rounds": rounds,
                      "timed_batches": per_round * rounds, "replicas": replicas,

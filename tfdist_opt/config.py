@@ -75,6 +75,9 @@ class StrategyConfig:
             every peer to join before exiting with a message naming the
             missing tasks (TF's own default is one hour). None waits
             forever. Defaults to `300`.
+        tune_malloc: bool. Multi-worker: raise glibc's mmap/trim thresholds
+            so collective receive buffers are reused instead of page-faulted
+            in every step (see `tfdist_opt.host_memory`). Defaults to `True`.
     """
 
     mode: str = "auto"
@@ -89,6 +92,7 @@ class StrategyConfig:
     compression: str = "none"
     grad_accum: int = 1
     startup_timeout_s: float | None = 300.0
+    tune_malloc: bool = True
 
     def __post_init__(self):
         validation.check_choice("mode", self.mode, MODES)
@@ -107,6 +111,7 @@ class StrategyConfig:
         validation.check_int("grad_accum", self.grad_accum, minimum=1)
         if self.startup_timeout_s is not None:
             _check_number("startup_timeout_s", self.startup_timeout_s)
+        validation.check_bool("tune_malloc", self.tune_malloc)
 
     # ------------------------------------------------------------ loading
     @classmethod
@@ -266,7 +271,7 @@ _INT_FIELDS = ("num_packs", "cpu_replicas", "grad_accum")
 
 def _parse_env_value(key: str, name: str, raw: str) -> Any:
     text = raw.strip()
-    if name in ("gpu_memory_growth", "jit_compile"):
+    if name in ("gpu_memory_growth", "jit_compile", "tune_malloc"):
         if text.lower() not in _BOOL_WORDS:
             raise ValueError(
                 f"Invalid value for `{name}` (from {key}): expected a boolean "

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 from absl import logging
 import tensorflow as tf
 
+from tfdist_opt import host_memory
 from tfdist_opt import keras_compat
 from tfdist_opt.cluster import faults
 from tfdist_opt.cluster import launcher
@@ -128,6 +129,10 @@ def _multi_worker_strategy(cfg, plan, topo):
     # instead of as a gRPC bind error deep inside TF.
     launcher.check_own_port(topo.tf_config)
     faults.install_excepthook(topo.tf_config)
+    if cfg.tune_malloc and host_memory.tune_for_collectives():
+        _log_once("tfdist_opt: glibc malloc tuned for collectives "
+                  "(mmap threshold 32 MiB, trim 1 GiB; tune_malloc=False to keep "
+                  "the defaults)")
     try:
         # Bounded wait for peers (TF's own default is one hour).
         with startup_guard.StartupGuard(topo.tf_config, cfg.startup_timeout_s):
