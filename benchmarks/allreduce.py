@@ -13,7 +13,9 @@ Three measurements, all in one run:
 - `sweep` (nccl-tests style): one float32 tensor of 4 KB .. `--max_bytes`
   (x4 steps) all-reduced with TF's defaults; per size: time, algbw =
   bytes / time, busbw = algbw x 2(n-1)/n. Large sizes run fewer iterations
-  (`--sweep_budget_bytes`).
+  (`--sweep_budget_bytes`). Run twice: under glibc's malloc defaults and
+  under the allocator policy opt_strategy() sets (`tfdist_opt.host_memory`:
+  receive buffers reused instead of page-faulted in every step).
 - `model`: ResNet-50's real gradient shapes (`keras.applications.ResNet50
   (weights=None)`, built once, never trained): TF defaults (one
   `ReplicaContext.all_reduce` of the list: a single pack), our `auto`
@@ -22,11 +24,13 @@ Three measurements, all in one run:
   cast and concatenation costs are also timed alone (no collective) to
   show where the time goes.
 
-Summary keys: `speedup_pack` (TF default time / our tuned packing),
+Summary keys: `speedup_malloc` (TF default / the same all-reduce with our
+allocator policy), `speedup_pack` (TF default time / our tuned packing),
 `speedup_bf16` (TF default fp32 time / bf16 with our tuned packing),
 `speedup_bf16_one_pack` (bf16 alone, TF's single pack),
 `busbw_fraction_of_loopback` (best sweep busbw / TCP stream bandwidth),
-`tcp_gbps`, `best_busbw_gbps`.
+`tcp_gbps`, `best_busbw_gbps`, `best_busbw_gbps_default_malloc`. The
+baseline rows run with glibc's defaults; every "ours" row with our policy.
 
 Timings are medians over `--iters` (warm-up excluded) with spread; absolute
 figures are noise on a shared machine, the ratios are the result.
@@ -176,23 +180,31 @@ def _bus_factor(n):
 
 # --------------------------------------------------------------- sweep
 def _sweep(strategy, n):
+    """TF's plain all-reduce per size, under glibc's malloc and under ours."""
     import tensorflow as tf
 
+    from tfdist_opt import host_memory
+
     rows = []
-    size = _MIN_BYTES.value
-    while size <= _MAX_BYTES.value:
-        t = tf.zeros([size // 4], tf.float32)
-        iters = max(3, min(_ITERS.value, _SWEEP_BUDGET.value // size))
-        res = _timer(strategy, lambda t=t: _scalar([
-            tf.distribute.get_replica_context().all_reduce("SUM", t)]),
-            iters, min(_WARMUP.value, 1 if size > (64 << 20) else _WARMUP.value))
-        algbw = size / res["time_s"]
-        rows.append({"section": "sweep", "setting": "tf_default_fp32", "bytes": size,
-                     **res, "algbw_gbps": algbw / 1e9,
-                     "busbw_gbps": algbw * _bus_factor(n) / 1e9})
-        logging.info("sweep %10d B  %8.3f ms  algbw %.3f GB/s  busbw %.3f GB/s", size,
-                     1e3 * res["time_s"], algbw / 1e9, algbw * _bus_factor(n) / 1e9)
-        size *= 4
+    for setting, apply in (("tf_default_fp32", host_memory.restore_defaults),
+                           ("tf_default_fp32_tuned_malloc",
+                            host_memory.tune_for_collectives)):
+        apply()
+        size = _MIN_BYTES.value
+        while size <= _MAX_BYTES.value:
+            t = tf.zeros([size // 4], tf.float32)
+            iters = max(3, min(_ITERS.value, _SWEEP_BUDGET.value // size))
+            res = _timer(strategy, lambda t=t: _scalar([
+                tf.distribute.get_replica_context().all_reduce("SUM", t)]),
+                iters, min(_WARMUP.value, 1 if size > (64 << 20) else _WARMUP.value))
+            algbw = size / res["time_s"]
+            rows.append({"section": "sweep", "setting": setting, "bytes": size,
+                         **res, "algbw_gbps": algbw / 1e9,
+                         "busbw_gbps": algbw * _bus_factor(n) / 1e9})
+            logging.info("sweep %-30s %10d B  %8.3f ms  algbw %.3f GB/s  busbw %.3f GB/s",
+                         setting, size, 1e3 * res["time_s"], algbw / 1e9,
+                         algbw * _bus_factor(n) / 1e9)
+            size *= 4
     return rows
 
 
@@ -211,6 +223,7 @@ def _model_shapes():
 def _model(strategy, n, is_chief):
     import tensorflow as tf
 
+    from tfdist_opt import host_memory
     from tfdist_opt.gradients import allreduce
     from tfdist_opt.gradients import autotune
     from tfdist_opt.gradients import packing
@@ -236,9 +249,17 @@ def _model(strategy, n, is_chief):
     def ours(options):
         return lambda: _scalar(allreduce.all_reduce_sum(grads, options, strategy))
 
-    default = row("tf_default_fp32", _timer(strategy, lambda: _scalar(
-        tf.distribute.get_replica_context().all_reduce("SUM", grads)), iters, warmup),
-        num_tensors=len(grads))
+    def plain():
+        return _scalar(tf.distribute.get_replica_context().all_reduce("SUM", grads))
+
+    # The baseline is TF as it comes, glibc's malloc included; every "ours"
+    # row runs with the allocator policy opt_strategy() sets (host_memory).
+    host_memory.restore_defaults()
+    default = row("tf_default_fp32", _timer(strategy, plain, iters, warmup),
+                  num_tensors=len(grads))
+    host_memory.tune_for_collectives()
+    malloc_only = row("tf_default_fp32_tuned_malloc",
+                      _timer(strategy, plain, iters, warmup))
     sizes = [4 * _numel(s) for s, _ in shapes]
     policy = packing.auto_pack_policy(sizes)
     auto = row("ours_auto_policy_fp32", _timer(
@@ -273,6 +294,7 @@ def _model(strategy, n, is_chief):
         tf.concat([tf.reshape(g, [-1]) for g in grads], 0),
         [_numel(s) for s, _ in shapes])), iters, warmup))
     summary = {
+        "speedup_malloc": default["time_s"] / malloc_only["time_s"],
         "speedup_pack": default["time_s"] / pack_best["time_s"],
         "speedup_bf16": default["time_s"] / bf16["time_s"],
         "speedup_bf16_one_pack": default["time_s"] / bf16_one["time_s"],
@@ -320,6 +342,8 @@ def main(argv):
         sweep = _sweep(strategy, n)
         rows += sweep
         summary["best_busbw_gbps"] = max(r["busbw_gbps"] for r in sweep)
+        summary["best_busbw_gbps_default_malloc"] = max(
+            r["busbw_gbps"] for r in sweep if r["setting"] == "tf_default_fp32")
     if mode in ("all", "model"):
         model_rows, model_summary = _model(strategy, n, chief)
         rows += model_rows
