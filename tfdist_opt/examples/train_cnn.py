@@ -53,7 +53,8 @@ def main(argv=None) -> int:
     x, y = synthetic_images(args.examples)
     # Sharded per worker, per-replica batches, seeded reshuffle, prefetch;
     # the global batch must divide by the replicas (checked before step 1).
-    train = tfdist_opt.build_dataset((x, y), strategy, args.global_batch)
+    train = tfdist_opt.build_dataset((x, y), strategy, args.global_batch,
+                                     options=tfdist_opt.PipelineOptions(seed=0))
     monitor = tfdist_opt.ThroughputMonitor(args.global_batch, verbose=0)
 
     with strategy.scope():
