@@ -200,6 +200,63 @@ def flag_config(extra_modules: Sequence[str] = ()) -> dict[str, Any]:
     return dict(sorted(config.items()))
 
 
+# ---------------------------------------------------- StrategyConfig flags
+def define_strategy_flags() -> Callable[[], Any]:
+    """Defines `--config` and one flag per `StrategyConfig` field.
+
+    Flags are generated from the dataclass, so a new field is a new flag
+    with no edit here; every default is None, so a flag left unset
+    overrides nothing (`StrategyConfig.load` drops None). Call once, at
+    module level of a binary.
+
+    Returns:
+        A function giving the effective config (defaults < `--config` file <
+        `TFDIST_OPT_*` env < set flags); it raises `app.UsageError` naming
+        the flag for a value that does not parse.
+    """
+    from absl import app  # pylint: disable=g-import-not-at-top
+
+    from tfdist_opt import config as config_lib  # pylint: disable=g-import-not-at-top
+
+    choices = {"mode": config_lib.MODES, "all_reduce": config_lib.ALL_REDUCE,
+               "mixed_precision": config_lib.MIXED_PRECISION,
+               "compression": config_lib.COMPRESSION}
+    config_flag = flags.DEFINE_string(
+        "config", None, "StrategyConfig file (.json/.toml) or preset name from "
+        "configs/ (e.g. multi_worker_ring_cpu).")
+    holders, int_or_word = {}, {}
+    for field in dataclasses.fields(config_lib.StrategyConfig):
+        name, kind, doc = field.name, field.type, f"StrategyConfig.{field.name}"
+        if name in choices:
+            holders[name] = flags.DEFINE_enum(name, None, list(choices[name]), doc)
+        elif kind == "bool":
+            holders[name] = flags.DEFINE_boolean(name, None, doc)
+        elif kind == "int":
+            holders[name] = flags.DEFINE_integer(name, None, doc)
+        elif kind == "float | None":
+            holders[name] = flags.DEFINE_float(name, None, doc)
+        elif kind == "int | str":  # bytes_per_pack: an int or "auto"
+            holders[name] = flags.DEFINE_string(name, None, doc + ": int or auto")
+            int_or_word[name] = "auto"
+        else:
+            raise TypeError(f"No flag type for StrategyConfig.{name}: {kind}")
+
+    def strategy_config():
+        overrides = {name: h.value for name, h in holders.items()}
+        for name, word in int_or_word.items():
+            value = overrides[name]
+            if value is not None and value != word:
+                try:
+                    overrides[name] = int(value)
+                except ValueError:
+                    raise app.UsageError(
+                        f"Invalid value for `--{name}`: expected a non-negative "
+                        f"int or {word}. Received: --{name}={value}") from None
+        return config_lib.StrategyConfig.load(config_flag.value, **overrides)
+
+    return strategy_config
+
+
 # -------------------------------------------------------------- reports
 @dataclasses.dataclass(frozen=True)
 class PlotSpec:

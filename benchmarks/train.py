@@ -86,38 +86,9 @@ _ROUNDS = flags.DEFINE_integer(
     "each round runs every setting in turn (load changes on a shared machine "
     "then fall on all settings alike).")
 
-# StrategyConfig: every field, default None so an unset flag overrides nothing.
-_CONFIG = flags.DEFINE_string(
-    "config", None, "StrategyConfig file (.json/.toml) or preset name from "
-    "configs/ (e.g. multi_worker_ring_cpu).")
-_MODE = flags.DEFINE_enum("mode", None, ["auto", "one_device", "mirrored",
-                                         "multi_worker"], "StrategyConfig.mode")
-_ALL_REDUCE = flags.DEFINE_enum(
-    "all_reduce", None, ["auto", "nccl", "ring", "hierarchical_copy",
-                         "reduce_to_one"], "StrategyConfig.all_reduce")
-_BYTES_PER_PACK = flags.DEFINE_string(
-    "bytes_per_pack", None, "StrategyConfig.bytes_per_pack: bytes (0: TF "
-    "decides) or auto.")
-_NUM_PACKS = flags.DEFINE_integer("num_packs", None, "StrategyConfig.num_packs")
-_TIMEOUT = flags.DEFINE_float("collective_timeout_s", None,
-                              "StrategyConfig.collective_timeout_s")
-_CPU_REPLICAS = flags.DEFINE_integer("cpu_replicas", None,
-                                     "StrategyConfig.cpu_replicas")
-_GPU_MEMORY_GROWTH = flags.DEFINE_boolean("gpu_memory_growth", None,
-                                          "StrategyConfig.gpu_memory_growth")
-_MIXED_PRECISION = flags.DEFINE_enum(
-    "mixed_precision", None, ["off", "mixed_float16", "mixed_bfloat16"],
-    "StrategyConfig.mixed_precision")
-_JIT_COMPILE = flags.DEFINE_boolean("jit_compile", None,
-                                    "StrategyConfig.jit_compile")
-_COMPRESSION = flags.DEFINE_enum("compression", None, ["none", "fp16", "bf16"],
-                                 "StrategyConfig.compression")
-_GRAD_ACCUM = flags.DEFINE_integer("grad_accum", None,
-                                   "StrategyConfig.grad_accum")
-_STARTUP_TIMEOUT = flags.DEFINE_float("startup_timeout_s", None,
-                                      "StrategyConfig.startup_timeout_s")
-_TUNE_MALLOC = flags.DEFINE_boolean("tune_malloc", None,
-                                    "StrategyConfig.tune_malloc")
+# --config and every StrategyConfig field, default None: an unset flag
+# overrides nothing.
+strategy_config = common.define_strategy_flags()
 
 _BASELINE_DOC = (
     "same process and strategy object ({strategy}; with several workers "
@@ -150,35 +121,6 @@ class Setting:
                 f"compression={self.compression}, grad_accum={self.grad_accum}, "
                 f"mixed_precision={self.mixed_precision}, "
                 f"jit_compile={self.jit_compile}, tune_malloc={self.tune_malloc}")
-
-
-def strategy_config():
-    """The effective StrategyConfig: defaults < file < env < set flags."""
-    from tfdist_opt.config import StrategyConfig  # pylint: disable=g-import-not-at-top
-
-    bpp = _BYTES_PER_PACK.value
-    if bpp is not None and bpp != "auto":
-        try:
-            bpp = int(bpp)
-        except ValueError:
-            raise app.UsageError(
-                "Invalid value for `--bytes_per_pack`: expected a non-negative "
-                f"int or auto. Received: --bytes_per_pack={bpp}") from None
-    overrides = dict(
-        mode=_MODE.value, all_reduce=_ALL_REDUCE.value, bytes_per_pack=bpp,
-        num_packs=_NUM_PACKS.value, collective_timeout_s=_TIMEOUT.value,
-        cpu_replicas=_CPU_REPLICAS.value,
-        gpu_memory_growth=_GPU_MEMORY_GROWTH.value,
-        mixed_precision=_MIXED_PRECISION.value, jit_compile=_JIT_COMPILE.value,
-        compression=_COMPRESSION.value, grad_accum=_GRAD_ACCUM.value,
-        startup_timeout_s=_STARTUP_TIMEOUT.value, tune_malloc=_TUNE_MALLOC.value)
-    known = StrategyConfig.field_names()
-    for name, value in overrides.items():
-        if name not in known and value is not None:
-            raise app.UsageError(f"--{name} is not a StrategyConfig field in "
-                                 "this tfdist_opt version.")
-    return StrategyConfig.load(
-        _CONFIG.value, **{k: v for k, v in overrides.items() if k in known})
 
 
 def _multi_worker() -> bool:
