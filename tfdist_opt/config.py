@@ -36,7 +36,7 @@ PRESETS_DIR = pathlib.Path(__file__).resolve().parent.parent / "configs"
 
 
 @dataclasses.dataclass(frozen=True)
-class StrategyConfig:
+class StrategyConfig(validation.ConfigFields):
     """How `opt_strategy()` should build and tune a `tf.distribute` strategy.
 
     Every field is validated on construction; a bad value raises a
@@ -115,21 +115,6 @@ class StrategyConfig:
 
     # ------------------------------------------------------------ loading
     @classmethod
-    def field_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls))
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any], source: str = "dict"
-                  ) -> "StrategyConfig":
-        """Builds a config from a mapping, refusing unknown keys."""
-        if not isinstance(values, Mapping):
-            raise TypeError(
-                f"Invalid {source}: expected a mapping of StrategyConfig "
-                f"fields. Received: {type(values).__name__}")
-        _check_keys(values, source)
-        return cls(**dict(values))
-
-    @classmethod
     def from_file(cls, path: str | os.PathLike) -> "StrategyConfig":
         """Loads a JSON or TOML file (or a preset name from `configs/`)."""
         return cls.from_dict(read_config_file(path), source=f"config file {path}")
@@ -169,21 +154,13 @@ class StrategyConfig:
         path = path if path is not None else environ.get(CONFIG_FILE_ENV) or None
         if path is not None:
             file_values = read_config_file(path)
-            _check_keys(file_values, f"config file {path}")
+            cls.check_keys(file_values, f"config file {path}")
             merged.update(file_values)
         merged.update(env_overrides(environ))
         explicit = {k: v for k, v in overrides.items() if v is not None}
-        _check_keys(explicit, "keyword arguments")
+        cls.check_keys(explicit, "keyword arguments")
         merged.update(explicit)
         return cls(**merged)
-
-    def replace(self, **changes: Any) -> "StrategyConfig":
-        """Returns a copy with `changes` applied (validated)."""
-        _check_keys(changes, "keyword arguments")
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 # ----------------------------------------------------------------- files
@@ -297,11 +274,6 @@ def _parse_env_value(key: str, name: str, raw: str) -> Any:
 
 
 # ------------------------------------------------------------ validation
-def _check_keys(values: Mapping[str, Any], source: str) -> None:
-    validation.check_known_keys(values, StrategyConfig.field_names(),
-                                "StrategyConfig", source)
-
-
 def _check_number(name: str, value: Any) -> None:
     validation.check_number(name, value,
                             expected="a positive number of seconds or None")

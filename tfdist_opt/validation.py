@@ -7,6 +7,7 @@ was expected, what was received:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Iterable, Mapping
 
@@ -61,3 +62,38 @@ def check_known_keys(values: Mapping[str, Any], known: Iterable[str],
         raise ValueError(
             f"Unknown {typename} field(s) in {source}: {', '.join(unknown)}. "
             f"Expected one of: {', '.join(known)}.")
+
+
+class ConfigFields:
+    """Mapping and copy helpers for a frozen config dataclass.
+
+    Shared by `StrategyConfig` and `PipelineOptions`: unknown keys are
+    refused with the valid field names listed, and `replace` re-runs the
+    dataclass's own validation.
+    """
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def check_keys(cls, values: Mapping[str, Any], source: str) -> None:
+        check_known_keys(values, cls.field_names(), cls.__name__, source)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any], source: str = "dict"):
+        """Builds an instance from a mapping, refusing unknown keys."""
+        if not isinstance(values, Mapping):
+            raise TypeError(
+                f"Invalid {source}: expected a mapping of {cls.__name__} "
+                f"fields. Received: {type(values).__name__}")
+        cls.check_keys(values, source)
+        return cls(**dict(values))
+
+    def replace(self, **changes: Any):
+        """Returns a copy with `changes` applied (validated)."""
+        self.check_keys(changes, "keyword arguments")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

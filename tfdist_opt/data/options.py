@@ -26,7 +26,7 @@ CACHE_KINDS = ("none", "memory")  # or a file path prefix
 
 
 @dataclasses.dataclass(frozen=True)
-class PipelineOptions:
+class PipelineOptions(validation.ConfigFields):
     """How `build_dataset()` reads, shuffles, transforms and feeds data.
 
     Every field is validated on construction; a bad value raises a
@@ -113,21 +113,6 @@ class PipelineOptions:
         return self.cache if self.cache in CACHE_KINDS else "file"
 
     @classmethod
-    def field_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls))
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any], source: str = "dict"
-                  ) -> "PipelineOptions":
-        """Builds options from a mapping, refusing unknown keys."""
-        if not isinstance(values, Mapping):
-            raise TypeError(
-                f"Invalid {source}: expected a mapping of PipelineOptions "
-                f"fields. Received: {type(values).__name__}")
-        _check_keys(values, source)
-        return cls(**dict(values))
-
-    @classmethod
     def load(cls, path: str | os.PathLike | None = None, **overrides: Any
              ) -> "PipelineOptions":
         """Merges defaults < the file's `data` table < keyword overrides.
@@ -141,19 +126,11 @@ class PipelineOptions:
         merged: dict[str, Any] = {}
         if path is not None:
             merged.update(read_data_section(path))
-            _check_keys(merged, f"config file {path}")
+            cls.check_keys(merged, f"config file {path}")
         explicit = {k: v for k, v in overrides.items() if v is not None}
-        _check_keys(explicit, "keyword arguments")
+        cls.check_keys(explicit, "keyword arguments")
         merged.update(explicit)
         return cls(**merged)
-
-    def replace(self, **changes: Any) -> "PipelineOptions":
-        """Returns a copy with `changes` applied (validated)."""
-        _check_keys(changes, "keyword arguments")
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 def read_data_section(path: str | os.PathLike) -> dict[str, Any]:
@@ -170,8 +147,3 @@ def read_data_section(path: str | os.PathLike) -> dict[str, Any]:
             f"Invalid config file {p}: expected a `data` table. Received: "
             f"{type(section).__name__}")
     return {k: v for k, v in section.items() if not k.startswith("_")}
-
-
-def _check_keys(values: Mapping[str, Any], source: str) -> None:
-    validation.check_known_keys(values, PipelineOptions.field_names(),
-                                "PipelineOptions", source)
