@@ -11,6 +11,7 @@ Subpackages: `tfdist_opt.cluster` (TF_CONFIG, launcher), `tfdist_opt.data`
 
 __version__ = "0.1.0"
 
+from tfdist_opt import _lazy
 from tfdist_opt.cluster.launcher import run_local
 from tfdist_opt.cluster.tf_config import apply_tf_config
 from tfdist_opt.cluster.tf_config import build_tf_config
@@ -58,10 +59,4 @@ __all__ = [
     "run_local",
 ]
 
-
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'tfdist_opt' has no attribute {name!r}")
+__getattr__ = _lazy.lazy_getattr(__name__, _LAZY)

@@ -14,6 +14,7 @@ first use:
 - `ordered` / `check_order` (ordering.py): callback order rules.
 """
 
+from tfdist_opt import _lazy
 from tfdist_opt.callbacks.ordering import check_order
 from tfdist_opt.callbacks.ordering import ordered
 
@@ -37,11 +38,4 @@ __all__ = [
     "ordered",
 ]
 
-
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(
-        f"module 'tfdist_opt.callbacks' has no attribute {name!r}")
+__getattr__ = _lazy.lazy_getattr(__name__, _LAZY)

@@ -11,6 +11,7 @@ Example:
     >>> model.fit(ds, epochs=10)
 """
 
+from tfdist_opt import _lazy
 from tfdist_opt.data.options import PipelineOptions
 from tfdist_opt.data.sharding import ShardPlan
 from tfdist_opt.data.sharding import choose_policy
@@ -54,10 +55,4 @@ __all__ = [
     "worker_dataset",
 ]
 
-
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'tfdist_opt.data' has no attribute {name!r}")
+__getattr__ = _lazy.lazy_getattr(__name__, _LAZY)
