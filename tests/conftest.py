@@ -23,6 +23,9 @@ def pytest_configure(config):
             cpu, [tf.config.LogicalDeviceConfiguration()] * NUM_VIRTUAL_CPUS)
     except RuntimeError:  # already initialised (e.g. a plugin ran an op)
         pass
+    # Initialise the runtime now, so no later opt_strategy(cpu_replicas=k)
+    # call can re-configure the session to k devices.
+    assert len(tf.config.list_logical_devices("CPU")) == NUM_VIRTUAL_CPUS
 
 
 import pytest  # noqa: E402
@@ -36,3 +39,17 @@ def _isolated_environment():
     if os.environ != saved:
         os.environ.clear()
         os.environ.update(saved)
+
+
+@pytest.fixture(scope="session")
+def strategy():
+    """One 2-replica MirroredStrategy (ReductionToOneDevice) for in-process tests.
+
+    Shared because several MirroredStrategy instances using TF's default
+    collective all-reduce in one process can collide on collective instance
+    keys ("Shape mismatch in the collective instance ...").
+    """
+    import tfdist_opt
+
+    return tfdist_opt.opt_strategy(cpu_replicas=2, mode="mirrored",
+                                   all_reduce="reduce_to_one")

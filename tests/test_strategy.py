@@ -5,9 +5,7 @@ tolerance for 2 replicas vs 1: rel 1e-5 (float32; the only difference is the
 summation order of the gradient all-reduce).
 """
 
-import warnings
 
-from absl import logging as absl_logging
 import keras
 import numpy as np
 import pytest

@@ -2,18 +2,9 @@
 
 import keras
 import numpy as np
-import pytest
 import tensorflow as tf
 
-import tfdist_opt
-
 GLOBAL_BATCH = 8
-
-
-@pytest.fixture(scope="session")
-def strategy():
-    """2-replica MirroredStrategy on the session's virtual CPUs."""
-    return tfdist_opt.opt_strategy(cpu_replicas=2)
 
 
 def dataset(n=64, batch=GLOBAL_BATCH):

@@ -11,7 +11,7 @@ import tensorflow as tf
 from tfdist_opt.callbacks import DistributedBackupAndRestore
 from tfdist_opt.callbacks import _common
 from tfdist_opt.callbacks import backup as backup_lib
-from tests.callbacks._models import dataset, model, strategy  # noqa: F401
+from tests.callbacks._models import dataset, model
 
 
 class CrashAt(keras.callbacks.Callback):

@@ -9,7 +9,6 @@ import tensorflow as tf
 
 from tfdist_opt.callbacks import BatchSizeFinder
 from tfdist_opt.callbacks import batch_size_finder as bsf
-from tests.callbacks._models import strategy  # noqa: F401
 
 
 class InjectOOM(keras.layers.Layer):

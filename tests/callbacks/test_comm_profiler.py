@@ -7,7 +7,7 @@ import pytest
 
 from tfdist_opt.callbacks import CommunicationProfiler
 from tfdist_opt.callbacks import _common
-from tests.callbacks._models import dataset, model, strategy  # noqa: F401
+from tests.callbacks._models import dataset, model
 
 
 def test_rejects_bad_arguments():

@@ -7,7 +7,7 @@ import pytest
 from tfdist_opt.callbacks import DistributedBackupAndRestore
 from tfdist_opt.callbacks import ScaledLearningRate
 from tfdist_opt.callbacks import lr_math
-from tests.callbacks._models import GLOBAL_BATCH, dataset, model, strategy  # noqa: F401
+from tests.callbacks._models import GLOBAL_BATCH, dataset, model
 
 
 class LrRecorder(keras.callbacks.Callback):

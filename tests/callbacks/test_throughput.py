@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from tfdist_opt.callbacks import ThroughputMonitor
 from tfdist_opt.callbacks import _common
-from tests.callbacks._models import GLOBAL_BATCH, dataset, model, strategy  # noqa: F401
+from tests.callbacks._models import GLOBAL_BATCH, dataset, model
 
 KEYS = ("examples_per_sec", "examples_per_sec_per_replica", "step_time_median",
         "step_time_p90")

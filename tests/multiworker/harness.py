@@ -132,3 +132,32 @@ def wait_for_file(path, proc: subprocess.Popen, timeout: float = 120,
                                  f"{(out or '')[-2000:]}\n{(err or '')[-3000:]}")
         time.sleep(poll_s)
     raise AssertionError(f"{path} did not appear within {timeout} s")
+
+
+def start_launch(n: int, options, argv, extra_env: dict | None = None
+                 ) -> subprocess.Popen:
+    """`tfdist-opt launch -n N OPTIONS -- python ARGV...` in its own session.
+
+    Start-up and term timeouts are short (120 s, 2 s) so failures show fast;
+    pair with `finish_launch`, which kills the group whatever happens.
+    """
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+               PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("TF_CONFIG", None)
+    env.update(extra_env or {})
+    return subprocess.Popen(
+        [sys.executable, "-m", "tfdist_opt", "launch", "-n", str(n),
+         "--startup-timeout", "120", "--term-timeout", "2", *options, "--",
+         sys.executable, *argv],
+        env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True)
+
+
+def finish_launch(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    """(stdout, stderr) of a launch; its process group is killed whatever happens."""
+    try:
+        return proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=10)

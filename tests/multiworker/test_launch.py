@@ -11,8 +11,6 @@
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -27,24 +25,11 @@ TIMEOUT_S = 240
 
 
 def _launch(out_dir, *options, script_args=(), n=2):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-               PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("TF_CONFIG", None)
-    return subprocess.Popen(
-        [sys.executable, "-m", "tfdist_opt", "launch", "-n", str(n),
-         "--startup-timeout", "120", "--term-timeout", "2", *options, "--",
-         sys.executable, SCRIPT, "--out", str(out_dir), *script_args],
-        env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, start_new_session=True)
+    return harness.start_launch(n, options, [SCRIPT, "--out", str(out_dir), *script_args])
 
 
 def _finish(proc, timeout=TIMEOUT_S):
-    try:
-        return proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate(timeout=10)
+    return harness.finish_launch(proc, timeout)
 
 
 def _pids(out_dir):

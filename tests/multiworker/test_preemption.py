@@ -26,7 +26,6 @@ import numpy as np
 import pytest
 
 from tests.callbacks import _models
-from tests.callbacks._models import strategy  # noqa: F401  (fixture)
 from tests.multiworker.scripts import rel_launch
 from tfdist_opt.callbacks import preemption
 

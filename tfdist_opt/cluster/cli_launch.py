@@ -113,8 +113,8 @@ def _run(args, command: list[str]) -> int:
         workers = (sources.parse_host_list(args.workers, default_port=args.port)
                    if args.workers is not None else
                    sources.read_hostfile(args.hostfile, port=args.port))
-        print(f"# Run on each host (TF's gRPC server is unauthenticated: keep "
-              f"these ports on a private network):")
+        print("# Run on each host (TF's gRPC server is unauthenticated: keep "
+              "these ports on a private network):")
         for address, task_type, index, line in remote.per_host_commands(
                 {"worker": workers}, command):
             print(f"# {task_type} {index} on {address}\n{line}")

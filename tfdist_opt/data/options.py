@@ -15,7 +15,7 @@ import json
 import os
 import pathlib
 import tomllib
-from typing import Any, Mapping
+from typing import Any
 
 from tfdist_opt import validation
 from tfdist_opt.data import sharding

@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 from tests.multiworker import harness
@@ -31,26 +29,16 @@ def start(root, *launch_options, script_args=(), out="out"):
     root = str(root)
     for d in ("backup", "tmp"):
         os.makedirs(os.path.join(root, d), exist_ok=True)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TMPDIR=os.path.join(root, "tmp"),
-               PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("TF_CONFIG", None)
-    return subprocess.Popen(
-        [sys.executable, "-m", "tfdist_opt", "launch", "-n", "2",
-         "--startup-timeout", "120", "--term-timeout", "2", *launch_options, "--",
-         sys.executable, SCRIPT, "--out", os.path.join(root, out),
+    return harness.start_launch(
+        2, launch_options,
+        [SCRIPT, "--out", os.path.join(root, out),
          "--backup", os.path.join(root, "backup"), *script_args],
-        env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, start_new_session=True)
+        extra_env={"TMPDIR": os.path.join(root, "tmp")})
 
 
 def finish(proc, timeout=TIMEOUT_S):
     """(stdout, stderr) of the launch; its process group is killed whatever happens."""
-    try:
-        return proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate(timeout=10)
+    return harness.finish_launch(proc, timeout)
 
 
 def kill_pids(pids):
