@@ -73,6 +73,15 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName("tensorflow.python.framework.errors", "AlreadyExistsError",
                 "tfdist_opt.callbacks.preemption",
                 "raised by set_config_key_value for an existing key"),
+    PrivateName("tensorflow.python.eager.context", "context",
+                "tfdist_opt.callbacks.restore_agreement",
+                "the restored-step agreement at on_train_begin posts and reads "
+                "keys in the coordination service's key-value store (through "
+                "preemption.TFKeyValueStore); no tf.* export"),
+    PrivateName("keras.src.trainers.trainer.Trainer()", "_initial_epoch",
+                "tfdist_opt.callbacks.backup",
+                "the epoch fit starts at after a restore; Keras's own "
+                "BackupAndRestore sets it the same way (no public hook)"),
 )
 
 

@@ -24,7 +24,7 @@ import threading
 
 from absl import logging
 
-from tfdist_opt import topology as topology_lib
+from tfdist_opt.strategy import topology as topology_lib
 from tfdist_opt.callbacks import _common
 from tfdist_opt.callbacks import preemption as preemption_lib
 from tfdist_opt.callbacks.preemption import KeyValueStore
