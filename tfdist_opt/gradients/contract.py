@@ -82,3 +82,38 @@ def micro_batch_from_dataset(dataset_batch: int, grad_accum: int,
             f"is a multiple of {num_replicas}; the effective global batch is "
             "micro_batch x grad_accum x num_replicas.")
     return dataset_batch // num_replicas
+
+
+def check_updates_per_fit(grad_accum: int, steps_per_epoch: int | None,
+                          epochs: int, initial_epoch: int = 0) -> str | None:
+    """Before `fit`: raises if it would apply no optimizer update at all.
+
+    With `grad_accum = k` the optimizer steps once every k micro-batches
+    (train steps), counted across epochs. A fit of `epochs - initial_epoch`
+    epochs of `steps_per_epoch` steps that runs fewer than k steps trains
+    nothing. Returns a warning line when an epoch is shorter than k (updates
+    then straddle epoch boundaries), else None. `steps_per_epoch=None`
+    (unknown length) checks nothing.
+
+    Raises:
+        ValueError: naming grad_accum, the steps per epoch and the epochs.
+    """
+    if steps_per_epoch is None or steps_per_epoch < 0 or grad_accum <= 1:
+        return None
+    total = steps_per_epoch * max(0, epochs - initial_epoch)
+    if 0 < total < grad_accum:
+        raise ValueError(
+            f"Invalid value for `grad_accum`: this fit runs {total} train "
+            f"step(s) ({max(0, epochs - initial_epoch)} epoch(s) x "
+            f"{steps_per_epoch} step(s) per epoch) but grad_accum="
+            f"{grad_accum} applies an optimizer update only every "
+            f"{grad_accum} steps, so it would train nothing. Received: "
+            f"grad_accum={grad_accum}, steps_per_epoch={steps_per_epoch}, "
+            f"epochs={epochs}. Expected grad_accum <= {total}, or more "
+            "steps (more data, more epochs, or a repeated dataset with "
+            f"steps_per_epoch >= {grad_accum}).")
+    if steps_per_epoch < grad_accum:
+        return (f"tfdist_opt grad_accum: an epoch has {steps_per_epoch} "
+                f"step(s), fewer than grad_accum={grad_accum}: each optimizer "
+                "update spans epochs and per-epoch metrics mix updates")
+    return None

@@ -31,6 +31,7 @@ through `tf.distribute` as usual, without compression or accumulation.
 
 from __future__ import annotations
 
+import sys
 import threading
 
 from absl import logging
@@ -184,6 +185,18 @@ def _wrap_distribute_dataset(strategy, k: int) -> None:
     original = strategy.experimental_distribute_dataset
 
     def experimental_distribute_dataset(dataset, options=None):
+        fit = _calling_fit()
+        if fit is not None:
+            try:
+                card = int(dataset.cardinality())
+            except (AttributeError, TypeError, ValueError):
+                card = -1
+            steps = fit.get("steps_per_epoch") or (card if card >= 0 else None)
+            line = contract.check_updates_per_fit(
+                k, steps, int(fit.get("epochs") or 1),
+                int(fit.get("initial_epoch") or 0))
+            if line:
+                logging.warning(line)
         batch = _static_batch(dataset)
         if batch is not None:
             n = strategy.num_replicas_in_sync
@@ -196,6 +209,31 @@ def _wrap_distribute_dataset(strategy, k: int) -> None:
         return original(dataset, options)
 
     strategy.experimental_distribute_dataset = experimental_distribute_dataset
+
+
+def _calling_fit() -> dict | None:
+    """`fit`'s arguments when a Keras `fit` (not evaluate / predict) is
+    distributing its training data; None otherwise.
+
+    Keras gives the strategy no hint which call distributes a dataset, so
+    the caller's frames are inspected (a few levels, first match wins).
+    """
+    frame = sys._getframe(2)  # pylint: disable=protected-access
+    for _ in range(12):
+        if frame is None:
+            return None
+        name = frame.f_code.co_name
+        owner = frame.f_locals.get("self")
+        if name in ("fit", "evaluate", "predict") and hasattr(owner, "train_function"):
+            if name != "fit":
+                return None
+            loc = frame.f_locals
+            return {"epochs": loc.get("epochs"),
+                    "initial_epoch": getattr(owner, "_initial_epoch", None)
+                    or loc.get("initial_epoch"),
+                    "steps_per_epoch": loc.get("steps_per_epoch")}
+        frame = frame.f_back
+    return None
 
 
 def _static_batch(dataset) -> int | None:
