@@ -82,6 +82,10 @@ ENTRIES: tuple[PrivateName, ...] = (
                 "tfdist_opt.callbacks.backup",
                 "the epoch fit starts at after a restore; Keras's own "
                 "BackupAndRestore sets it the same way (no public hook)"),
+    PrivateName("keras.src.trainers.trainer.Trainer()", "_initial_epoch",
+                "tfdist_opt.gradients.keras_binding",
+                "read (with fit's own arguments, from its frame) to count the "
+                "train steps a fit runs before checking grad_accum against it"),
 )
 
 
