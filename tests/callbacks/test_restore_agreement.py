@@ -2,6 +2,8 @@
 
 import threading
 
+import pytest
+
 from tfdist_opt.callbacks import restore_agreement as ra
 
 
@@ -63,3 +65,18 @@ def test_missing_peer_is_named():
     got = ra.exchange("worker_0", ["worker_0", "worker_1"], store, "ns/2",
                       ra.entry(0, None, "/b"), timeout_s=0.2)
     assert "worker_1: did not reach on_train_begin within 0.2 s" in ra.decide(got, 0.2)
+
+
+def test_no_coordination_service_warns_and_continues(monkeypatch):
+    class NoService:
+        def set(self, key, value):
+            raise RuntimeError("coordination service is not enabled")
+
+        get = set
+
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["localhost:1", '
+                       '"localhost:2"]}, "task": {"type": "worker", "index": 0}}')
+    ra.agree_or_raise({"step": 4, "name": "backup-4"}, None, "/b", store=NoService())
+    with pytest.raises(OSError, match="not writable"):   # its own problem still stops it
+        ra.agree_or_raise(None, OSError("backup_dir '/b' is not writable"), "/b",
+                          store=NoService())

@@ -30,7 +30,10 @@ from tfdist_opt.callbacks import preemption as preemption_lib
 from tfdist_opt.callbacks.preemption import KeyValueStore
 
 _PREFIX = "tfdist_opt/restore"
-DEFAULT_TIMEOUT_S = 120.0
+# How long a worker waits for the others to reach `on_train_begin`. Long:
+# workers can take different times to build their input; a dead or frozen
+# peer is reported sooner by TF's coordination service itself.
+DEFAULT_TIMEOUT_S = 600.0
 _LOCK = threading.Lock()
 _SEQ = [0]
 
@@ -105,9 +108,19 @@ def agree_or_raise(meta: dict | None, exc: BaseException | None,
         return
     mine = entry((meta or {}).get("step", 0), (meta or {}).get("name"),
                  os.path.abspath(backup_dir), None if exc is None else str(exc))
-    entries = exchange(_common.task_tag(), tasks,
-                       store or preemption_lib.TFKeyValueStore(),
-                       next_namespace(), mine)
+    namespace = next_namespace()
+    try:
+        store = store or preemption_lib.TFKeyValueStore()
+        entries = exchange(_common.task_tag(), tasks, store, namespace, mine)
+    except Exception as e:  # pylint: disable=broad-except
+        # No coordination service (a TF_CONFIG without MultiWorkerMirrored-
+        # Strategy) or a peer already lost: nothing to compare with.
+        if exc is not None:
+            raise exc
+        logging.warning("tfdist_opt: could not compare the restored step with "
+                        "the other workers (%s: %s); continuing",
+                        type(e).__name__, (str(e).splitlines() or [""])[0][:200])
+        return
     line = decide(entries)
     if line is not None:
         logging.error(line)
