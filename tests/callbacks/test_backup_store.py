@@ -210,3 +210,15 @@ def test_read_latest_is_none_for_broken_pointer(tmp_path):
     assert backup_lib.read_latest(str(tmp_path)) is None
     assert store.read_pointer(str(tmp_path))[1].startswith(
         f"{tmp_path}/latest.json holds list")
+
+
+def test_backup_of_0_1_0_without_manifest_still_restores(runs, tmp_path, strategy):
+    bdir = str(tmp_path / "b")
+    shutil.copytree(runs["crashed"], bdir)
+    shutil.rmtree(f"{bdir}/backup-8")
+    d = f"{bdir}/backup-10"
+    os.remove(f"{d}/manifest.json")                       # the 0.1.0 layout
+    _write(f"{d}/meta.json", b'{"calls": 2, "epoch": 1, "name": "backup-10", "step": 10}')
+    cb, rec = DistributedBackupAndRestore(bdir, delete_on_end=False), WeightsAt()
+    model(strategy).fit(dataset(), epochs=1, verbose=0, callbacks=[cb, rec])
+    assert cb.restored["step"] == 10 and _equal(rec.at["begin"], runs[10])

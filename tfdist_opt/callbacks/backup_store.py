@@ -139,8 +139,7 @@ def verify(directory: str, full: bool = True) -> tuple[dict | None, str | None]:
         with open(path, "rb") as f:
             raw = f.read()
     except FileNotFoundError:
-        return None, (f"{path} is missing (the save did not finish, or the "
-                      "backup was written by tfdist_opt < 0.2)")
+        return _legacy(directory, path)
     except OSError as e:
         return None, f"{path} cannot be read ({e.strerror or e})"
     try:
@@ -166,6 +165,20 @@ def verify(directory: str, full: bool = True) -> tuple[dict | None, str | None]:
     meta = {k: manifest[k] for k in _POSITION}
     meta["name"] = os.path.basename(os.path.normpath(directory))
     return meta, None
+
+
+def _legacy(directory: str, manifest_path: str) -> tuple[dict | None, str | None]:
+    """A backup of tfdist_opt 0.1.0 (`meta.json`, no manifest): its position,
+    unverified (the checkpoint reader is then the only check)."""
+    try:
+        with open(os.path.join(directory, "meta.json"), "rb") as f:
+            meta = json.loads(f.read().decode("utf-8"))
+        if all(isinstance(meta.get(k), int) for k in _POSITION):
+            return ({**{k: meta[k] for k in _POSITION},
+                     "name": os.path.basename(os.path.normpath(directory))}, None)
+    except (OSError, ValueError, AttributeError):
+        pass
+    return None, f"{manifest_path} is missing (the save did not finish)"
 
 
 def read_pointer(backup_dir: str) -> tuple[dict | None, str | None]:
