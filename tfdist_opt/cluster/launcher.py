@@ -44,13 +44,12 @@ import dataclasses
 import os
 import shlex
 import signal
-import socket
-import subprocess
 import sys
 import threading
 import time
 from typing import IO, Mapping, Sequence
 
+from tfdist_opt.cluster import process_group
 from tfdist_opt.cluster import sources
 from tfdist_opt.cluster import tf_config as tf_config_lib
 from tfdist_opt.cluster import watchdog as watchdog_lib
@@ -111,139 +110,6 @@ def worker_env(base_env: Mapping[str, str], index: int, addresses: Sequence[str]
     if cpu_replicas is not None:
         env[CPU_REPLICAS_ENV] = str(cpu_replicas)
     return env
-
-
-# ------------------------------------------------------------ the group
-def _exit_code(returncode: int) -> int:
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def _describe_code(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return f"was killed by {name} (exit code {128 - returncode})"
-    return f"exited with code {returncode}"
-
-
-def _deathsig_preexec():
-    """Linux: make the child die (SIGKILL) when the launcher thread dies."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes  # pylint: disable=g-import-not-at-top
-
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    pr_set_pdeathsig, sigkill = 1, int(signal.SIGKILL)
-
-    def preexec():
-        prctl(pr_set_pdeathsig, sigkill)
-
-    return preexec
-
-
-class _Group:
-    """One attempt: N processes, their output pumps, and their teardown."""
-
-    def __init__(self, argv, envs, cwd, out, err, lock, watchdog=None):
-        self.procs: list[subprocess.Popen] = []
-        self.pumps: list[threading.Thread] = []
-        self.watchdog = watchdog
-        preexec = _deathsig_preexec()
-        try:
-            for i, env in enumerate(envs):
-                if watchdog is not None:
-                    env = dict(env, **{watchdog_lib.LAUNCH_ID_ENV: watchdog.launch_id})
-                try:
-                    p = subprocess.Popen(
-                        list(argv), env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                        start_new_session=True, preexec_fn=preexec)
-                except OSError as e:
-                    raise LaunchError(
-                        f"Cannot start worker {i}: {shlex.join(argv)}: "
-                        f"{e.strerror or e}. Received: -- {shlex.join(argv)}"
-                    ) from e
-                self.procs.append(p)
-                if watchdog is not None:
-                    watchdog.add_group(p.pid)
-                for pipe, stream in ((p.stdout, out), (p.stderr, err)):
-                    t = threading.Thread(target=_pump, daemon=True,
-                                         args=(pipe, stream, f"[worker {i}] ", lock))
-                    t.start()
-                    self.pumps.append(t)
-        except BaseException:
-            self.kill()
-            raise
-
-    def signal_all(self, signum: int) -> None:
-        for p in self.procs:
-            _killpg(p, signum)
-
-    def terminate(self, timeout_s: float, signum: int | None = signal.SIGTERM
-                  ) -> None:
-        """Sends `signum` (None: already sent) to every live worker group,
-        waits up to timeout_s for them to exit, then SIGKILLs them all."""
-        live = [p for p in self.procs if p.poll() is None]
-        for p in live:
-            if signum is not None:
-                _killpg(p, signum)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and any(p.poll() is None for p in live):
-            time.sleep(_POLL_S)
-        self.kill()
-
-    def kill(self) -> None:
-        """SIGKILL every group (leaders and anything they started), every
-        process tagged with this launch's id (descendants that left the
-        group), reap."""
-        for p in self.procs:
-            _killpg(p, signal.SIGKILL)
-        if self.watchdog is not None:
-            watchdog_lib.kill_tagged(self.watchdog.launch_id)
-        for p in self.procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-        for t in self.pumps:
-            t.join(timeout=2)
-
-
-def _killpg(p: subprocess.Popen, signum: int) -> None:
-    try:
-        os.killpg(p.pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _pump(pipe: IO[bytes], stream: IO[str], prefix: str,
-          lock: threading.Lock) -> None:
-    try:
-        for raw in iter(pipe.readline, b""):
-            line = raw.decode("utf-8", errors="replace")
-            if not line.endswith("\n"):
-                line += "\n"
-            with lock:
-                try:
-                    stream.write(prefix + line)
-                    stream.flush()
-                except (ValueError, OSError):  # closed stream: keep draining
-                    pass
-    finally:
-        pipe.close()
-
-
-def _accepts(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
 
 
 # ------------------------------------------------------------ run_local
@@ -350,7 +216,7 @@ class _Launcher:
     def __init__(self, out, err, lock):
         self.out, self.err, self.lock = out, err, lock
         self.stop_signal: int | None = None
-        self.group: _Group | None = None
+        self.group: process_group.Group | None = None
         self.watchdog: watchdog_lib.Watchdog | None = None
 
     def log(self, message: str) -> None:
@@ -380,7 +246,7 @@ class _Launcher:
     def run_attempt(self, argv, envs, ports, startup_timeout, term_timeout,
                     cwd) -> LaunchResult:
         n = len(envs)
-        self.group = group = _Group(argv, envs, cwd, self.out, self.err,
+        self.group = group = process_group.Group(argv, envs, cwd, self.out, self.err,
                                     self.lock, self.watchdog)
         try:
             if self.stop_signal is not None:  # arrived while spawning
@@ -402,8 +268,8 @@ class _Launcher:
                     code = codes[i]
                     group.terminate(term_timeout)
                     return LaunchResult(
-                        _exit_code(code), failed_worker=i,
-                        message=f"worker {i} {_describe_code(code)}; "
+                        process_group.exit_code(code), failed_worker=i,
+                        message=f"worker {i} {process_group.describe_code(code)}; "
                                 f"stopped the other {n - 1} worker(s)")
                 if all(c == 0 for c in codes):
                     group.kill()  # reap anything left in their groups
@@ -411,7 +277,7 @@ class _Launcher:
                 now = time.monotonic()
                 if ports and not all(joined) and now >= next_join_poll:
                     for i, port in enumerate(ports):
-                        if not joined[i] and (codes[i] == 0 or _accepts(port)):
+                        if not joined[i] and (codes[i] == 0 or process_group.accepts(port)):
                             joined[i] = True
                     next_join_poll = now + _JOIN_POLL_S
                     if (not all(joined) and startup_timeout
