@@ -108,6 +108,7 @@ def main():
                 os._exit(1)
 
         backup._after_write = die_in_save  # pylint: disable=protected-access
+    _write(args.out, f"fit-{index}-{attempt}", repr(time.time()))
     try:
         model.fit(ds, epochs=3, verbose=0, shuffle=False,
                   callbacks=[backup, Faults()])
