@@ -21,6 +21,7 @@ import pathlib
 import tomllib
 from typing import Any, Mapping
 
+from tfdist_opt import resources
 from tfdist_opt import validation
 
 ENV_PREFIX = "TFDIST_OPT_"
@@ -31,8 +32,10 @@ ALL_REDUCE = ("auto", "nccl", "ring", "hierarchical_copy", "reduce_to_one")
 MIXED_PRECISION = ("off", "mixed_float16", "mixed_bfloat16")
 COMPRESSION = ("none", "fp16", "bf16")
 
-# configs/ beside the package (source checkout / editable install).
-PRESETS_DIR = pathlib.Path(__file__).resolve().parent.parent / "configs"
+# configs/ of the source checkout, else the installed wheel's copy
+# (tfdist_opt/resources.py); a path that does not exist when neither does.
+PRESETS_DIR = (resources.data_dir("configs")
+               or pathlib.Path(__file__).resolve().parent.parent / "configs")
 
 
 @dataclasses.dataclass(frozen=True)

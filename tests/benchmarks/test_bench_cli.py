@@ -28,7 +28,7 @@ def test_unknown_benchmark_lists_the_valid_names():
 def test_missing_benchmarks_dir_says_where_it_looked(tmp_path):
     missing = tmp_path / "gone"
     with pytest.raises(FileNotFoundError, match="benchmark binaries were not "
-                       f"found. Received: {missing}.*pip install -e"):
+                       f"found. Received: {missing}.*pip install \\."):
         bench_cli.command("train", [],
                           environ={bench_cli.BENCHMARKS_DIR_ENV: str(missing)})
 
