@@ -12,6 +12,10 @@ from tfdist_opt.cluster import log_filter
 ABSL = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 CUINIT = ("E0000 00:00:1796237916.441030    6657 cuda_platform.cc:52] failed call to "
           "cuInit: INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)")
+ONEDNN = ("I0000 00:00:1796238661.800876   29463 port.cc:153] oneDNN custom "
+          "operations are on. You may see slightly different numerical results")
+TF_WARNING = ("W0000 00:00:1796237918.738233    6654 dataset.cc:997] Input of "
+              "GeneratorDatasetOp::Dataset will not be optimized")
 TF_ERROR = ("E0000 00:00:1796237952.730819    7028 base_collective_executor.cc:252] "
             "BaseCollectiveExecutor::StartAbort UNAVAILABLE: Failed to send RPC")
 
@@ -20,6 +24,8 @@ _CHILD = textwrap.dedent(f"""
     import os, sys
     print({ABSL!r}, file=sys.stderr)
     print({CUINIT!r}, file=sys.stderr)
+    print({ONEDNN!r}, file=sys.stderr)
+    print({TF_WARNING!r}, file=sys.stderr)
     print({TF_ERROR!r}, file=sys.stderr)
     print("tfdist_opt: built KerasMultiWorkerMirroredStrategy", file=sys.stderr)
     print("Traceback (most recent call last):", file=sys.stderr)
@@ -27,16 +33,29 @@ _CHILD = textwrap.dedent(f"""
 """)
 
 
-def test_filter_drops_only_known_start_up_lines():
+def test_filter_drops_only_known_start_up_lines_and_cpp_lines_below_the_level():
     f = log_filter.StartupNoiseFilter(nvidia_driver=False)
-    assert not f.keep(ABSL + "\n")
-    assert not f.keep(CUINIT)
-    for line in (TF_ERROR, "Traceback (most recent call last):",
+    for line in (ABSL + "\n", CUINIT, ONEDNN, TF_WARNING):
+        assert not f.keep(line), line
+    for line in (TF_ERROR, "F0000 00:00:1.5 1 check.cc:1] Check failed",
+                 "Traceback (most recent call last):",
                  "ValueError: Invalid value for `num_packs`", "Epoch 1/3",
-                 "I0000 00:00:1.0 grpc_server_lib.cc:467] Started server",
+                 "I0000 in a Python message, not a C++ log line",
                  "WARNING: something else before absl::InitializeLog()"):
         assert f.keep(line), line
-    assert f.hidden == 2
+    assert f.hidden == 4
+
+
+def test_the_users_level_decides_which_cpp_lines_go():
+    f = log_filter.StartupNoiseFilter(min_level=1, nvidia_driver=False)
+    assert not f.keep(ONEDNN) and f.keep(TF_WARNING)
+    f = log_filter.StartupNoiseFilter(min_level=0, nvidia_driver=False)
+    assert f.keep(ONEDNN) and f.keep(TF_WARNING)
+    f = log_filter.StartupNoiseFilter(min_level=3, nvidia_driver=False)
+    assert f.keep(TF_ERROR)  # errors always show
+    assert log_filter.min_log_level({"TF_CPP_MIN_LOG_LEVEL": "1"}) == 1
+    assert log_filter.min_log_level({"TF_CPP_MIN_LOG_LEVEL": "x"}) == 0
+    assert log_filter.min_log_level({}) == 0
 
 
 def test_a_failed_cuinit_is_kept_on_a_host_with_an_nvidia_driver():
@@ -69,13 +88,14 @@ def test_quiet_launch_hides_noise_and_keeps_errors_and_decisions(monkeypatch, tm
            if k != "TF_CPP_MIN_LOG_LEVEL"}
     out, err = _launch(True, env, monkeypatch, tmp_path)
     assert out.count("level=2") == 2
-    assert ABSL not in err and "cuInit" not in err
+    for noise in (ABSL, "cuInit", ONEDNN, TF_WARNING):
+        assert noise not in err
     for i in (0, 1):
         assert f"[worker {i}] {TF_ERROR}" in err
         assert f"[worker {i}] tfdist_opt: built KerasMultiWorkerMirroredStrategy" in err
         assert f"[worker {i}] Traceback (most recent call last):" in err
     assert "TF_CPP_MIN_LOG_LEVEL=2; --verbose shows them" in err
-    assert "all 2 worker(s) finished (4 TensorFlow start-up line(s) hidden" in err
+    assert "all 2 worker(s) finished (8 TensorFlow start-up line(s) hidden" in err
 
 
 def test_quiet_launch_respects_the_users_level(monkeypatch, tmp_path):
@@ -83,6 +103,7 @@ def test_quiet_launch_respects_the_users_level(monkeypatch, tmp_path):
     out, err = _launch(True, env, monkeypatch, tmp_path)
     assert out.count("level=1") == 2
     assert "TF_CPP_MIN_LOG_LEVEL=2" not in err
+    assert ONEDNN not in err and err.count(TF_WARNING) == 2
 
 
 def test_verbose_launch_passes_everything(monkeypatch, tmp_path):
@@ -91,6 +112,7 @@ def test_verbose_launch_passes_everything(monkeypatch, tmp_path):
     out, err = _launch(False, env, monkeypatch, tmp_path)
     assert out.count("level=unset") == 2
     assert err.count(ABSL) == 2 and err.count("cuInit") == 4
+    assert err.count(ONEDNN) == 2 and err.count(TF_WARNING) == 2
     assert "hidden" not in err
 
 

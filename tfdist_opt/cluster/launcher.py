@@ -399,7 +399,8 @@ def run_local(argv: Sequence[str], num_workers: int, *,
     launcher = _Launcher(out, err, lock)
     if quiet:
         base_env, set_level = log_filter.quiet_env(base_env)
-        launcher.keep = log_filter.StartupNoiseFilter()
+        launcher.keep = log_filter.StartupNoiseFilter(
+            log_filter.min_log_level(base_env))
         if set_level:
             launcher.log("TensorFlow C++ INFO/WARNING lines hidden in workers "
                          "(TF_CPP_MIN_LOG_LEVEL=2; --verbose shows them)")
