@@ -90,6 +90,7 @@ setuptools.setup(
             _TF_KERAS,
             _TENSORBOARD,
             "matplotlib>=3.8",
+            "pyyaml>=6",  # tests read `tfdist-opt k8s` manifests back
         ],
         "legacy": [_TF_KERAS],
         "plot": ["matplotlib>=3.8"],
