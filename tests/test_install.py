@@ -71,10 +71,10 @@ def test_presets_load_by_name_from_the_installed_wheel(installed, tmp_path):
     site, _ = installed
     script = (
         "import json, tfdist_opt\n"
-        "from tfdist_opt import config\n"
-        "names = [p.stem for p in config.list_presets()]\n"
+        "from tfdist_opt import config_files\n"
+        "names = [p.stem for p in config_files.list_presets()]\n"
         "loaded = {n: tfdist_opt.StrategyConfig.load(n).to_dict() for n in names}\n"
-        "print(json.dumps({'file': tfdist_opt.__file__, 'dir': str(config.PRESETS_DIR),"
+        "print(json.dumps({'file': tfdist_opt.__file__, 'dir': str(config_files.presets_dir()),"
         " 'loaded': loaded}))\n")
     res = _run(site, [sys.executable, "-c", script], tmp_path)
     assert res.returncode == 0, res.stderr

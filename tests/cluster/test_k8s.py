@@ -9,8 +9,8 @@ from tfdist_opt import StrategyConfig
 from tfdist_opt import cli
 from tfdist_opt.cluster import k8s
 from tfdist_opt.cluster import tf_config as tc
-from tfdist_opt.plan import plan_strategy
-from tfdist_opt.topology import Topology
+from tfdist_opt.strategy.plan import plan_strategy
+from tfdist_opt.strategy.topology import Topology
 
 yaml = pytest.importorskip("yaml", reason="pyyaml comes with the test extra")
 

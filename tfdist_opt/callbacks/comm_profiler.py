@@ -9,6 +9,7 @@ import time
 import keras
 import tensorflow as tf
 
+from tfdist_opt import validation
 from tfdist_opt.callbacks import _common
 from tfdist_opt.callbacks import stats
 from tfdist_opt.callbacks.throughput import SKIPPING_ATTR
@@ -73,9 +74,8 @@ class CommunicationProfiler(keras.callbacks.Callback):
                                      ("probe_warmup", probe_warmup, 0),
                                      ("warmup_steps", warmup_steps, 0),
                                      ("verbose", verbose, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"Invalid value for `{name}`: expected an int "
-                                 f">= {minimum}. Received: {name}={value!r}")
+            validation.check_int(name, value, minimum,
+                                 expected=f"an int >= {minimum}")
         self.probe_steps = probe_steps
         self.probe_warmup = probe_warmup
         self.warmup_steps = warmup_steps
