@@ -40,7 +40,10 @@ class _BuildPyWithData(build_py):
         self._data_outputs(write=True)
 
     def get_outputs(self, include_bytecode=1):
-        return super().get_outputs(include_bytecode) + self._data_outputs()
+        outputs = super().get_outputs(include_bytecode)
+        if getattr(self, "editable_mode", False):
+            return outputs
+        return outputs + self._data_outputs()
 
     def _data_outputs(self, write=False):
         out = []

@@ -1,7 +1,8 @@
 """A built wheel works on its own: presets, benchmark binaries, `info`.
 
 Builds the wheel from a copy of this checkout (`pip wheel . --no-deps`,
-no build isolation, so no network), installs it with `--no-deps --target`
+without build isolation when this environment has setuptools and wheel, so
+no network), installs it with `--no-deps --target`
 into a fresh folder and runs it from another folder with only that folder
 on PYTHONPATH (TensorFlow and the other dependencies come from this
 interpreter's environment, so nothing is downloaded). `tfdist_opt.__file__`
@@ -33,12 +34,23 @@ def installed(tmp_path_factory):
     shutil.copytree(REPO, src, ignore=_IGNORE)
     dist, site = root / "dist", root / "site"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run(pip + ["wheel", str(src), "--no-deps", "--no-build-isolation",
+    subprocess.run(pip + ["wheel", str(src), "--no-deps", *_isolation(),
                           "-w", str(dist)], check=True, timeout=300, cwd=root)
     (wheel,) = dist.glob("tfdist_opt-*.whl")
     subprocess.run(pip + ["install", "--no-deps", "--target", str(site), str(wheel)],
                    check=True, timeout=300, cwd=root)
     return site, wheel
+
+
+def _isolation():
+    """Build with this environment's setuptools when it has one (offline);
+    otherwise let pip fetch the build backend from the registry."""
+    try:
+        import setuptools  # noqa: F401
+        import wheel  # noqa: F401
+    except ImportError:
+        return []
+    return ["--no-build-isolation"]
 
 
 def _run(site, args, elsewhere, timeout=240):

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from tfdist_opt.callbacks import ChiefTensorBoard
 from tfdist_opt.callbacks import CommunicationProfiler
+from tfdist_opt.callbacks import ThroughputMonitor
 from tfdist_opt.callbacks import _common
 from tests.callbacks._models import dataset, model
 
@@ -22,9 +23,13 @@ def _tags(root):
 def test_chief_writes_keras_tensorboard_and_comm_scalars(strategy, tmp_path):
     tb = tmp_path / "tb"
     prof = CommunicationProfiler(probe_steps=2, log_dir=str(tb), verbose=0)
+    mon = ThroughputMonitor(8, log_dir=str(tb), summary_freq=2, verbose=0)
     model(strategy).fit(dataset(), epochs=2, verbose=0,
-                        callbacks=[prof, ChiefTensorBoard(str(tb))])
-    assert {"comm/comm_fraction", "comm/comm_time", "comm/step_time"} <= _tags(tb)
+                        callbacks=[mon, prof, ChiefTensorBoard(str(tb))])
+    assert {"comm/comm_fraction", "comm/comm_time", "comm/step_time",
+            "throughput/examples_per_sec"} <= _tags(tb)
+    # Ours share one event file per folder (two would interleave steps).
+    assert len(glob.glob(str(tb / "events*"))) == 1
     assert {"epoch_loss", "epoch_comm_fraction"} <= _tags(tb / "train")
 
 

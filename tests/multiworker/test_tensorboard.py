@@ -47,6 +47,8 @@ def test_only_the_chief_writes_and_the_scalars_read_back(tmp_path):
 
     files, writers = _pids_of_event_files(tmp_path / "tb")
     assert files and writers == {chief_pid}, files
+    # ours share one event file; Keras's is under train/
+    assert len(glob.glob(str(tmp_path / "tb" / "events*"))) == 1, files
     # Keras's own TensorBoard writes from every worker (why ChiefTensorBoard exists).
     _, plain_writers = _pids_of_event_files(tmp_path / "tb_plain")
     assert plain_writers == set(pids), plain_writers

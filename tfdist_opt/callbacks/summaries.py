@@ -22,6 +22,8 @@ depends on it): `pip install "tfdist_opt[tensorboard]"`, then
 
 from __future__ import annotations
 
+import os
+import threading
 from typing import Mapping
 
 import keras
@@ -35,8 +37,37 @@ _SCALAR_METADATA = summary_pb2.SummaryMetadata(
         plugin_name="scalars")).SerializeToString()
 
 
+# One event file per log_dir per process, shared by every ScalarWriter:
+# two files in one folder with interleaved steps make TensorBoard report
+# out-of-order steps. abspath -> [tf.summary writer, users].
+_SHARED: dict[str, list] = {}
+_LOCK = threading.Lock()
+
+
+def _acquire(log_dir: str):
+    key = os.path.abspath(log_dir)
+    with _LOCK:
+        entry = _SHARED.get(key)
+        if entry is None:
+            entry = _SHARED[key] = [tf.summary.create_file_writer(log_dir), 0]
+        entry[1] += 1
+        return key, entry[0]
+
+
+def _release(key: str) -> None:
+    with _LOCK:
+        entry = _SHARED[key]
+        entry[0].flush()
+        entry[1] -= 1
+        if entry[1] == 0:
+            entry[0].close()
+            del _SHARED[key]
+
+
 class ScalarWriter:
     """Scalars `PREFIX/NAME` into `log_dir`, on the chief only.
+
+    Writers on the same `log_dir` in one process share one event file.
 
     Args:
         log_dir: str or None. None (or a non-chief task) writes nothing.
@@ -46,8 +77,8 @@ class ScalarWriter:
 
     def __init__(self, log_dir: str | None, chief: bool | None = None):
         chief = _common.is_chief() if chief is None else chief
-        self._writer = (tf.summary.create_file_writer(log_dir)
-                        if log_dir and chief else None)
+        self._key, self._writer = (_acquire(log_dir) if log_dir and chief
+                                   else (None, None))
 
     @property
     def active(self) -> bool:
@@ -66,8 +97,7 @@ class ScalarWriter:
 
     def close(self) -> None:
         if self._writer is not None:
-            self._writer.flush()
-            self._writer.close()
+            _release(self._key)
             self._writer = None
 
 
