@@ -118,8 +118,8 @@ class ChiefTensorBoard(keras.callbacks.TensorBoard):
         self.writes = _common.is_chief()
         if self.writes:
             super().set_model(model)
-        else:
-            self._model = model
+        else:  # the plain Callback's: remember the model, create nothing
+            keras.callbacks.Callback.set_model(self, model)
 
     def _skip(self) -> bool:
         return not getattr(self, "writes", True)
