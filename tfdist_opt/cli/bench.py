@@ -21,10 +21,11 @@ import os
 import pathlib
 import sys
 
+from tfdist_opt import config_files
 from tfdist_opt import resources
 
 PROG = "tfdist-opt bench"
-BENCHMARKS_DIR_ENV = "TFDIST_OPT_BENCHMARKS_DIR"
+BENCHMARKS_DIR_ENV = config_files.BENCHMARKS_DIR_ENV  # not a config field
 
 # name -> (file under benchmarks/, one-line help)
 BINARIES = {
