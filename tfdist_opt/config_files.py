@@ -23,8 +23,13 @@ import re
 import tomllib
 from typing import Any, Mapping
 
+from tfdist_opt import resources
+
 ENV_PREFIX = "TFDIST_OPT_"
 CONFIG_FILE_ENV = ENV_PREFIX + "CONFIG"
+# TFDIST_OPT_* variables that are not config fields (read elsewhere).
+BENCHMARKS_DIR_ENV = ENV_PREFIX + "BENCHMARKS_DIR"  # tfdist-opt bench
+NON_FIELD_ENVS = (CONFIG_FILE_ENV, BENCHMARKS_DIR_ENV)
 SECTIONS = ("strategy", "data")
 _NOTES = ("description",)
 SUFFIXES = (".json", ".toml")
@@ -35,8 +40,11 @@ _BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True,
 
 # --------------------------------------------------------------- presets
 def presets_dir() -> pathlib.Path:
-    """The folder of preset files (`configs/` of the source tree)."""
-    return pathlib.Path(__file__).resolve().parents[1] / "configs"
+    """The folder of preset files: `configs/` of the source checkout, else
+    the installed wheel's copy (`tfdist_opt/resources.py`); a path that does
+    not exist when neither does."""
+    return (resources.data_dir("configs")
+            or pathlib.Path(__file__).resolve().parents[1] / "configs")
 
 
 def list_presets() -> list[pathlib.Path]:
@@ -134,7 +142,7 @@ def env_values(cls, environ: Mapping[str, str], prefix: str,
     fields = {f.name: f for f in dataclasses.fields(cls)}
     out: dict[str, tuple[str, Any]] = {}
     for key, raw in environ.items():
-        if (not key.startswith(prefix) or key == CONFIG_FILE_ENV
+        if (not key.startswith(prefix) or key in NON_FIELD_ENVS
                 or key.startswith(skip_prefixes)):
             continue
         name = key[len(prefix):].lower()

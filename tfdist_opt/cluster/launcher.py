@@ -49,6 +49,7 @@ import threading
 import time
 from typing import IO, Mapping, Sequence
 
+from tfdist_opt.cluster import log_filter
 from tfdist_opt.cluster import process_group
 from tfdist_opt.cluster import sources
 from tfdist_opt.cluster import tf_config as tf_config_lib
@@ -123,7 +124,8 @@ def run_local(argv: Sequence[str], num_workers: int, *,
               cwd: str | None = None,
               stdout: IO[str] | None = None,
               stderr: IO[str] | None = None,
-              handle_signals: bool = True) -> LaunchResult:
+              handle_signals: bool = True,
+              quiet: bool = False) -> LaunchResult:
     """Runs `argv` as `num_workers` local workers of one cluster.
 
     Args:
@@ -149,6 +151,11 @@ def run_local(argv: Sequence[str], num_workers: int, *,
             `stderr` (defaults to `sys.stderr`).
         handle_signals: bool. Forward SIGINT / SIGTERM to the workers
             (main thread only). Defaults to `True`.
+        quiet: bool. Keep TensorFlow's C++ start-up noise out of the
+            output: `TF_CPP_MIN_LOG_LEVEL=2` in the workers unless `env`
+            sets it, and known start-up lines dropped (see
+            `tfdist_opt.cluster.log_filter`). Defaults to `False`
+            (`tfdist-opt launch` passes `True` unless `--verbose`).
 
     Returns:
         `LaunchResult`.
@@ -178,6 +185,13 @@ def run_local(argv: Sequence[str], num_workers: int, *,
     err = stderr if stderr is not None else sys.stderr
     lock = threading.Lock()
     launcher = _Launcher(out, err, lock)
+    if quiet:
+        base_env, set_level = log_filter.quiet_env(base_env)
+        launcher.keep = log_filter.StartupNoiseFilter(
+            log_filter.min_log_level(base_env))
+        if set_level:
+            launcher.log("TensorFlow C++ INFO/WARNING lines hidden in workers "
+                         "(TF_CPP_MIN_LOG_LEVEL=2; --verbose shows them)")
     launcher.watchdog = watchdog_lib.Watchdog(watchdog_lib.new_launch_id())
     old_handlers = launcher.install_signal_handlers() if handle_signals else {}
     try:
@@ -199,7 +213,7 @@ def run_local(argv: Sequence[str], num_workers: int, *,
             result.restarts = restarts
             if (result.returncode == 0 or launcher.stop_signal is not None
                     or restarts >= max_restarts):
-                launcher.log(result.message)
+                launcher.log(result.message + launcher.hidden_note())
                 return result
             restarts += 1
             launcher.log(f"{result.message}; restarting the group "
@@ -218,6 +232,12 @@ class _Launcher:
         self.stop_signal: int | None = None
         self.group: process_group.Group | None = None
         self.watchdog: watchdog_lib.Watchdog | None = None
+        self.keep: log_filter.StartupNoiseFilter | None = None
+
+    def hidden_note(self) -> str:
+        hidden = self.keep.hidden if self.keep is not None else 0
+        return (f" ({hidden} TensorFlow start-up line(s) hidden; --verbose "
+                "shows them)" if hidden else "")
 
     def log(self, message: str) -> None:
         with self.lock:
@@ -247,7 +267,7 @@ class _Launcher:
                     cwd) -> LaunchResult:
         n = len(envs)
         self.group = group = process_group.Group(argv, envs, cwd, self.out, self.err,
-                                    self.lock, self.watchdog)
+                                    self.lock, self.watchdog, self.keep)
         try:
             if self.stop_signal is not None:  # arrived while spawning
                 group.signal_all(self.stop_signal)
@@ -280,6 +300,9 @@ class _Launcher:
                         if not joined[i] and (codes[i] == 0 or process_group.accepts(port)):
                             joined[i] = True
                     next_join_poll = now + _JOIN_POLL_S
+                    if all(joined):
+                        self.log(f"all {n} workers joined (TF servers "
+                                 f"listening) {now - start:.1f} s after start")
                     if (not all(joined) and startup_timeout
                             and now - start > startup_timeout):
                         late = [i for i, ok in enumerate(joined) if not ok]

@@ -60,7 +60,8 @@ def _deathsig_preexec():
 class Group:
     """One attempt: N processes, their output pumps, and their teardown."""
 
-    def __init__(self, argv, envs, cwd, out, err, lock, watchdog=None):
+    def __init__(self, argv, envs, cwd, out, err, lock, watchdog=None,
+                 keep=None):
         self.procs: list[subprocess.Popen] = []
         self.pumps: list[threading.Thread] = []
         self.watchdog = watchdog
@@ -84,7 +85,8 @@ class Group:
                     watchdog.add_group(p.pid)
                 for pipe, stream in ((p.stdout, out), (p.stderr, err)):
                     t = threading.Thread(target=_pump, daemon=True,
-                                         args=(pipe, stream, f"[worker {i}] ", lock))
+                                         args=(pipe, stream, f"[worker {i}] ", lock,
+                                               keep))
                     t.start()
                     self.pumps.append(t)
         except BaseException:
@@ -133,13 +135,15 @@ def _killpg(p: subprocess.Popen, signum: int) -> None:
 
 
 def _pump(pipe: IO[bytes], stream: IO[str], prefix: str,
-          lock: threading.Lock) -> None:
+          lock: threading.Lock, keep=None) -> None:
     try:
         for raw in iter(pipe.readline, b""):
             line = raw.decode("utf-8", errors="replace")
             if not line.endswith("\n"):
                 line += "\n"
             with lock:
+                if keep is not None and not keep(line):
+                    continue
                 try:
                     stream.write(prefix + line)
                     stream.flush()
