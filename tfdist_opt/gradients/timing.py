@@ -57,10 +57,16 @@ def agree(strategy: tf.distribute.Strategy, values: Sequence[float],
                          f"Received: op={op!r}")
     vec = tf.constant(list(values), tf.float64)
 
+    def replica_fn():
+        # `tf.identity` per replica: MirroredStrategy returns a tensor that is
+        # the same object in every replica (a capture) unreduced, so a SUM of
+        # a capture would come back as the value itself.
+        return tf.distribute.get_replica_context().all_reduce(
+            reduce_op, tf.identity(vec))
+
     @tf.function
     def fn():
-        return strategy.run(lambda: tf.distribute.get_replica_context().all_reduce(
-            reduce_op, vec))
+        return strategy.run(replica_fn)
 
     out = strategy.experimental_local_results(fn())[0]
     return [float(x) for x in out.numpy()]
