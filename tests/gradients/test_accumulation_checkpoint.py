@@ -9,6 +9,7 @@ updates). What each test proves:
   itself equals two big-batch steps (rel 1e-5); zeroing the restored partial
   sums instead changes the result (the test can fail);
 * the same through Keras `model.save` / `keras.models.load_model`;
+* a learning-rate schedule sees updates, not micro-steps (equals big batch);
 * the accumulators are ON_READ (per replica, never synced) and in
   `optimizer.variables`.
 """
@@ -37,14 +38,14 @@ def _dataset(batch, skip=0, take=None):
     return ds.take(take) if take is not None else ds
 
 
-def _model(strategy):
+def _model(strategy, lr=0.1):
     with strategy.scope():
         model = keras.Sequential([keras.Input((IN,)), keras.layers.Dense(32, activation="tanh"),
                                   keras.layers.Dense(1)])
         rng = np.random.default_rng(1)
         model.set_weights([rng.normal(size=w.shape).astype("float32") * 0.2
                            for w in model.get_weights()])
-        model.compile(keras.optimizers.SGD(0.1, momentum=0.9), "mse")
+        model.compile(keras.optimizers.SGD(lr, momentum=0.9), "mse")
         model.optimizer.build(model.trainable_variables)
     return model
 
@@ -126,3 +127,15 @@ def test_keras_save_mid_cycle_restores_partial_sums(tmp_path, full):
     _fit(model, skip=2)
     assert int(model.optimizer.iterations.numpy()) == 2
     assert _max_rel(model.get_weights(), full) <= 1e-6
+
+
+def test_schedule_sees_updates_not_micro_steps():
+    def schedule():
+        return keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=1, decay_rate=0.2)
+
+    big = _model(opt_strategy(cpu_replicas=REPLICAS), lr=schedule())
+    big.fit(_dataset(MICRO * REPLICAS * K), epochs=1, verbose=0, shuffle=False)
+    acc = _model(_accum_strategy(), lr=schedule())
+    _fit(acc)
+    assert _max_rel(acc.get_weights(), big.get_weights()) <= 1e-5
+    assert abs(float(acc.optimizer.learning_rate.numpy()) - 0.1 * 0.2 ** 2) < 1e-7

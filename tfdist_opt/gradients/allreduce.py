@@ -2,8 +2,8 @@
 
 One function per context, both built from the same pieces:
 
-* `all_reduce_sum(grads, options)` in a *replica* context: what Keras 3's
-  `TFOptimizer._all_reduce_sum_gradients` calls through our hook (one
+* `all_reduce_sum(grads, options)` in a *replica* context: what a hooked
+  optimizer's `_all_reduce_sum_gradients` calls (`hooks`; one
   `ReplicaContext.all_reduce` per bucket);
 * `cross_replica_reduce_sum(distribution, per_replica, options)` in a
   *cross-replica* context (inside `merge_call`): what gradient accumulation

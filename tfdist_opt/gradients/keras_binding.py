@@ -80,9 +80,9 @@ class GradientBinding:
 
     def adopt(self, optimizer) -> bool:
         """Hooks `optimizer` if it belongs to this binding's strategy."""
-        from keras.src.optimizers.loss_scale_optimizer import LossScaleOptimizer
+        import keras
 
-        if isinstance(optimizer, LossScaleOptimizer) or hooks.state_of(optimizer):
+        if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) or hooks.state_of(optimizer):
             return False
         # Created now (Keras sets `_distribution_strategy` after the first
         # variable) in this strategy's scope, not in a nested other one.

@@ -121,10 +121,10 @@ def creating_optimizer():
 
 
 def _check_name_scope_stack(version: str) -> None:
-    from keras.src import backend
+    import keras
     from keras.src.backend.common import global_state
 
-    with backend.name_scope("tfdist_probe", caller=check):
+    with keras.name_scope("tfdist_probe", caller=check):
         stack = global_state.get_global_attribute("name_scope_stack")
         ok = bool(stack) and getattr(stack[-1], "caller", None) is check
     if not ok:
