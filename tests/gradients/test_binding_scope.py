@@ -150,3 +150,11 @@ def test_every_listed_upstream_method_exists_with_its_signature():
     for name in ("_distribution_strategy", "_iterations", "_trainable_variables",
                  "_learning_rate"):
         assert hasattr(opt, name), name
+
+
+def test_every_checked_method_is_in_the_private_api_registry():
+    from tfdist_opt import private_api
+
+    listed = {e.attr for e in private_api.ENTRIES}
+    private = [name for name, _, _ in upstream.SIGNATURES if name.startswith("_")]
+    assert private and set(private) <= listed
