@@ -29,7 +29,10 @@ allocator policy), `speedup_pack` (TF default time / our tuned packing),
 `speedup_bf16` (TF default fp32 time / bf16 with our tuned packing),
 `speedup_bf16_one_pack` (bf16 alone, TF's single pack),
 `busbw_fraction_of_loopback` (best sweep busbw / TCP stream bandwidth),
-`tcp_gbps`, `best_busbw_gbps`, `best_busbw_gbps_default_malloc`. The
+`tcp_gbps`, `best_busbw_gbps`, `best_busbw_gbps_default_malloc`,
+`best_busbw_gbps_no_mmap` (the sweep also runs with `M_MMAP_MAX=0`: no
+buffer is ever mmapped, so packs > 32 MiB are reused too), and
+`num_channels_per_target` when `--num_channels_per_target` is set. The
 baseline rows run with glibc's defaults; every "ours" row with our policy.
 
 Timings are medians over `--iters` (warm-up excluded) with spread; absolute
@@ -67,6 +70,10 @@ _MODEL = flags.DEFINE_enum("model", "resnet50", ["resnet50", "small"],
                            "Gradient shapes for the model mode.")
 _TCP_BYTES = flags.DEFINE_integer("tcp_bytes", 1 << 30, "Bytes per TCP trial.")
 _TCP_TRIALS = flags.DEFINE_integer("tcp_trials", 3, "TCP trials (best kept).")
+_CHANNELS = flags.DEFINE_integer(
+    "num_channels_per_target", None, "gRPC channels per peer for TF's server "
+    "(ConfigProto.rpc_options.num_channels_per_target; TF's default 1). Needs "
+    "its own launch: compare invocations.")
 _AUTOTUNE_CSV = flags.DEFINE_string(
     "autotune_csv", None, "Also write the autotune trials to this CSV (chief).")
 
@@ -188,7 +195,8 @@ def _sweep(strategy, n):
     rows = []
     for setting, apply in (("tf_default_fp32", host_memory.restore_defaults),
                            ("tf_default_fp32_tuned_malloc",
-                            host_memory.tune_for_collectives)):
+                            host_memory.tune_for_collectives),
+                           ("tf_default_fp32_no_mmap", _no_mmap)):
         apply()
         size = _MIN_BYTES.value
         while size <= _MAX_BYTES.value:
@@ -205,7 +213,49 @@ def _sweep(strategy, n):
                          setting, size, 1e3 * res["time_s"], algbw / 1e9,
                          algbw * _bus_factor(n) / 1e9)
             size *= 4
+    _no_mmap(False)
+    host_memory.tune_for_collectives()
     return rows
+
+
+def _no_mmap(on: bool = True) -> bool:
+    """Hypothesis: buffers > 32 MiB reused too, by never mmapping (M_MMAP_MAX=0).
+
+    glibc caps M_MMAP_THRESHOLD at 32 MiB, so bigger buffers are mapped and
+    unmapped per collective; with M_MMAP_MAX=0 every allocation comes from
+    the heap (and, with the raised trim threshold, stays there).
+    """
+    from tfdist_opt import host_memory
+
+    fn = host_memory._mallopt()  # pylint: disable=protected-access
+    if fn is None:
+        return False
+    if on:
+        host_memory.tune_for_collectives()
+    return fn(_M_MMAP_MAX, 0 if on else _M_MMAP_MAX_DEFAULT) == 1
+
+
+_M_MMAP_MAX = -4  # glibc <malloc.h>
+_M_MMAP_MAX_DEFAULT = 65536
+
+
+def _apply_rpc_options(channels: int | None) -> None:
+    """gRPC channels per target for the server MultiWorkerMirroredStrategy starts.
+
+    MWMS copies `context.context().config` into the ServerDef's
+    `default_session_config` (collective_all_reduce_strategy.py,
+    `_initialize_multi_worker`), whose `rpc_options.num_channels_per_target`
+    sizes TF's gRPC channel cache; TF has no public setter for it, so the
+    eager context's `_config` is set before the strategy exists.
+    """
+    if channels is None:
+        return
+    from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
+
+    ctx = context.context()
+    config = ctx.config
+    config.rpc_options.num_channels_per_target = channels
+    ctx._config = config  # pylint: disable=protected-access
 
 
 # --------------------------------------------------------------- model
@@ -322,6 +372,7 @@ def main(argv):
     cfg = tf_config_lib.tf_config_from_env(os.environ)
     task = cfg["task"]["index"] if cfg else 0
     host = (cfg["cluster"]["worker"][0].rsplit(":", 1)[0] if cfg else "127.0.0.1")
+    _apply_rpc_options(_CHANNELS.value)
     strategy = opt_strategy(all_reduce="auto")
     n = strategy.num_replicas_in_sync
     workers = common.num_workers()
@@ -342,8 +393,10 @@ def main(argv):
         sweep = _sweep(strategy, n)
         rows += sweep
         summary["best_busbw_gbps"] = max(r["busbw_gbps"] for r in sweep)
-        summary["best_busbw_gbps_default_malloc"] = max(
-            r["busbw_gbps"] for r in sweep if r["setting"] == "tf_default_fp32")
+        for key, setting in (("best_busbw_gbps_default_malloc", "tf_default_fp32"),
+                             ("best_busbw_gbps_no_mmap", "tf_default_fp32_no_mmap")):
+            summary[key] = max(r["busbw_gbps"] for r in sweep
+                               if r["setting"] == setting)
     if mode in ("all", "model"):
         model_rows, model_summary = _model(strategy, n, chief)
         rows += model_rows
@@ -352,6 +405,8 @@ def main(argv):
         summary["busbw_fraction_of_loopback"] = (
             summary["best_busbw_gbps"] / summary["tcp_gbps"])
     summary["num_replicas"] = n
+    if _CHANNELS.value is not None:
+        summary["num_channels_per_target"] = _CHANNELS.value
     plot = common.PlotSpec(x="setting", ys=("busbw_gbps",),
                            title=f"all-reduce busbw, {n} replicas", ylabel="GB/s")
     common.write_report("allreduce", common.flag_config(), rows, summary,

@@ -22,6 +22,20 @@ table says what each one buys. Summary keys: `speedup` (opt / baseline
 examples/sec), `opt_eps`, `baseline_eps`, and `speedup_<setting>` for
 ablation rows.
 
+`--compare=peer` measures ours against what a TF 2.21 user runs instead
+(tf_keras + plain MultiWorkerMirroredStrategy, and Keras 3 + plain MWMS + a
+custom training loop), each in a fresh local cluster per round, because the
+Keras flavour is fixed at import (train_lib/peer_compare.py):
+
+    tfdist-opt launch -n 2 -- python benchmarks/train.py --model=mlp \
+        --compare=peer --output_json=/tmp/peer.json
+
+Summary keys `speedup_vs_peer` (ours over the faster peer),
+`speedup_vs_tf_keras`, `speedup_vs_keras3_ctl`, `peer_<name>_eps`, and
+`overlap_fraction` (train_lib/overlap.py: share of the all-reduce time that
+runs before backprop ends, from a TF profiler trace of `--overlap_steps`
+extra steps; multi-worker runs without an in-process comparison).
+
 Timing: a Keras callback records each batch's wall time (batch end to batch
 end, so the input wait is included); `--num_warmup_batches` are dropped; the
 rest is timed in windows of W batches, W the largest `grad_accum` in the run
@@ -33,8 +47,9 @@ shared machine falls on every setting alike.
 
 Layout: this file holds the flags and `main`; `benchmarks/train_lib/` holds
 the settings and typed run args (`settings.py`), input pipelines
-(`inputs.py`), models (`models.py`), the timed runs (`runner.py`) and the
-report (`report.py`).
+(`inputs.py`), models (`models.py`), the timed runs (`runner.py`), the
+report (`report.py`), the peers (`peers.py`, `peer_compare.py`) and the
+overlap trace (`overlap.py`).
 """
 
 from __future__ import annotations
@@ -53,6 +68,9 @@ if __package__ in (None, ""):  # run as `python benchmarks/train.py`
 # pylint: disable=g-import-not-at-top
 from benchmarks import common
 from benchmarks.train_lib import inputs as inputs_lib
+from benchmarks.train_lib import overlap
+from benchmarks.train_lib import peer_compare
+from benchmarks.train_lib import peers
 from benchmarks.train_lib import report
 from benchmarks.train_lib import runner
 from benchmarks.train_lib import settings as settings_lib
@@ -67,7 +85,8 @@ _NUM_BATCHES = flags.DEFINE_integer("num_batches", 40, "Batches timed.")
 _DISPLAY_EVERY = flags.DEFINE_integer("display_every", 10,
                                       "Print a progress line every N batches.")
 _IMAGE_SIZE = flags.DEFINE_integer(
-    "image_size", None, "Input side (default: 224 for resnet50, else 32).")
+    "image_size", None, "Input side (default: 224 for resnet50, 16 for mlp, "
+    "else 32).")
 _NUM_CLASSES = flags.DEFINE_integer("num_classes", 10, "Output classes.")
 _DATA = flags.DEFINE_string(
     "data", "synthetic",
@@ -83,10 +102,26 @@ _SHUFFLE_BUFFER = flags.DEFINE_integer(
 _LEARNING_RATE = flags.DEFINE_float("learning_rate", 0.01, "SGD learning rate.")
 _SEED = flags.DEFINE_integer("seed", 0, "Data and shuffle seed.")
 _COMPARE = flags.DEFINE_enum(
-    "compare", "none", ["none", "baseline", "ablation"],
+    "compare", "none", list(settings_lib.COMPARES),
     "none: measure the configured setup only; baseline: also plain "
     "tf.distribute defaults in the same run; ablation: baseline, each "
-    "optimisation alone, then all.")
+    "optimisation alone, then all; peer: against tf_keras + plain MWMS and "
+    "Keras 3 + plain MWMS + a custom loop, each in its own local cluster per "
+    "round (see train_lib/peer_compare.py).")
+_PEER_ROLE = flags.DEFINE_enum(
+    "peer_role", None, ["ours", *peers.PEERS],
+    "Internal, set by --compare=peer: train as this role for one round.")
+_OVERLAP_STEPS = flags.DEFINE_integer(
+    "overlap_steps", 3, "Multi-worker, without an in-process comparison: after "
+    "timing, profile this many more steps (TF profiler) and report "
+    "overlap_fraction, the share of all-reduce time before backprop ends "
+    "(0: off).")
+_TRACE_DIR = flags.DEFINE_string(
+    "trace_dir", None, "Keep the --overlap_steps profile here (TensorBoard's "
+    "profile plugin reads it); default: a temp dir, removed.")
+_PEER_WORKERS = flags.DEFINE_integer(
+    "peer_workers", 2, "--compare=peer without TF_CONFIG: workers per local "
+    "cluster (under `tfdist-opt launch -n N`: N).")
 _ROUNDS = flags.DEFINE_integer(
     "rounds", 2, "With --compare: split --num_batches into this many rounds; "
     "each round runs every setting in turn (load changes on a shared machine "
@@ -109,10 +144,19 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     started = time.perf_counter()
     cfg = strategy_config()
-    compare = _COMPARE.value
+    role = _PEER_ROLE.value
+    compare = "none" if role else _COMPARE.value
+    if _OVERLAP_STEPS.value < 0:
+        raise app.UsageError("Invalid value for `--overlap_steps`: expected an "
+                             f"int >= 0. Received: --overlap_steps="
+                             f"{_OVERLAP_STEPS.value}")
     _check_positive(batch_size=_BATCH.value, num_batches=_NUM_BATCHES.value,
-                    rounds=_ROUNDS.value, display_every=_DISPLAY_EVERY.value)
-    inputs_lib.parse_data(_DATA.value)
+                    rounds=_ROUNDS.value, display_every=_DISPLAY_EVERY.value,
+                    peer_workers=_PEER_WORKERS.value)
+    if inputs_lib.parse_data(_DATA.value)[0] != "synthetic" and (
+            compare == "peer" or role):
+        raise app.UsageError("Invalid value for `--data` with --compare=peer: "
+                             f"expected synthetic. Received: --data={_DATA.value}")
     settings = settings_lib.plan_settings(cfg, compare)
     args = settings_lib.RunArgs.build(
         settings=settings, model=_MODEL.value, batch_size=_BATCH.value,
@@ -120,6 +164,10 @@ def main(argv):
         learning_rate=_LEARNING_RATE.value, compare=compare,
         display_every=_DISPLAY_EVERY.value, image_size=_IMAGE_SIZE.value,
         rounds=_ROUNDS.value, warmup=_WARMUP.value, batches=_NUM_BATCHES.value)
+    if compare == "peer":
+        return _peer_main(cfg, args, started)
+    if role in peers.PEERS:
+        return _peer_child(role, args)
     # Before any other TF op (virtual devices / collectives are set up here).
     import tfdist_opt  # pylint: disable=g-import-not-at-top
 
@@ -152,12 +200,66 @@ def main(argv):
                 f"{stats.format('images/sec')}; mean {stats.mean:.2f})")
         printer("-" * 64)
         rows.append(report.result_row(run, args, inputs, replicas, workers))
+        if role:  # raw windows for the --compare=peer coordinator
+            import keras  # pylint: disable=g-import-not-at-top
+
+            rows[-1].update(window_durations_s=run.window_durations,
+                            keras="keras " + keras.__version__)
     summary = report.summarize(medians, compare)
+    if (_OVERLAP_STEPS.value > 0 and workers > 1
+            and not args.in_process_compare):
+        figures = overlap.measure(runs[-1].model, runs[-1].dataset,
+                                  _OVERLAP_STEPS.value, _TRACE_DIR.value,
+                                  profile=common.is_chief())
+        if figures:
+            summary.update(figures)
+            rows[-1].update(figures)
+            printer(f"overlap_fraction: {figures['overlap_fraction']:.3f} "
+                    f"(all-reduce time before backprop ends), first pack "
+                    f"early in {figures['early_start_fraction']:.0%} of steps")
     report.write(rows, summary, cfg=cfg, strategy=strategy, settings=settings,
                  args=args, inputs=inputs, replicas=replicas, workers=workers,
                  printer=printer)
     printer(f"total wall time {time.perf_counter() - started:.1f} s")
     logging.info("summary: %s", summary)
+
+
+def _peer_main(cfg, args, started):
+    printer = runner.Printer(common.is_chief())
+    result = peer_compare.coordinate(
+        args, peer_workers=_PEER_WORKERS.value, printer=printer,
+        binary=os.path.abspath(__file__))
+    if result is None:  # not worker 0 of the launch
+        return
+    rows, summary, config = result
+    common.write_report(
+        "train", {**common.flag_config(), "strategy_config": cfg.to_dict(),
+                  **config},
+        rows, summary, output_json=common.OUTPUT_JSON.value,
+        csv_path=common.CSV.value, plot_path=common.PLOT.value,
+        plot=common.PlotSpec(x="setting", ys=("median",),
+                             ylabel="images/sec (global)",
+                             title=f"{args.model}: ours vs peers"))
+    for row in rows:
+        printer(f"{row['setting']:>18}: {row['median']:10.2f} images/sec "
+                f"(rounds: {row['round_medians']})")
+    printer(f"speedup_vs_peer (ours / faster peer): "
+            f"{summary['speedup_vs_peer']:.2f}x")
+    printer(f"total wall time {time.perf_counter() - started:.1f} s")
+    logging.info("summary: %s", summary)
+
+
+def _peer_child(role, args):
+    """One peer's run in this process (a worker of a coordinator's cluster)."""
+    run = peers.PeerRun(role, args, _SHUFFLE_BUFFER.value)
+    run.run(args.batches)
+    replicas = run.strategy.num_replicas_in_sync
+    row = report.result_row(run, args, run.inputs, replicas,
+                            common.num_workers())
+    row.update(window_durations_s=run.window_durations, keras=run.keras_version)
+    common.write_report("train", common.flag_config(), [row],
+                        {"peer_eps": row["median"]},
+                        output_json=common.OUTPUT_JSON.value)
 
 
 if __name__ == "__main__":

@@ -21,13 +21,15 @@ class Printer:
             print(line, flush=True)
 
 
-def step_timer(warmup: int, window: int, first_step: int):
+def step_timer(warmup: int, window: int, first_step: int, keras=None):
     """Keras callback: batch-end to batch-end durations, summed per window.
 
     The first `warmup` batches of the `fit` call are dropped; the rest are
-    summed in windows of `window` batches (`window_durations`).
+    summed in windows of `window` batches (`window_durations`). `keras`:
+    the Keras whose `fit` is timed (default Keras 3; `tf.keras` for tf_keras).
     """
-    import keras  # pylint: disable=g-import-not-at-top
+    if keras is None:
+        import keras  # pylint: disable=g-import-not-at-top,redefined-outer-name
 
     class StepTimer(keras.callbacks.Callback):
         def __init__(self):

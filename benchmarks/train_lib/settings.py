@@ -10,7 +10,7 @@ import dataclasses
 import math
 
 MODELS = ("mlp", "cnn_small", "resnet50", "transformer")
-DEFAULT_IMAGE_SIZE = {"mlp": 32, "cnn_small": 32, "resnet50": 224,
+DEFAULT_IMAGE_SIZE = {"mlp": 16, "cnn_small": 32, "resnet50": 224,
                       "transformer": 32}
 COMPARES = ("none", "baseline", "ablation", "peer")
 
