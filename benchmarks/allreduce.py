@@ -42,11 +42,8 @@ figures are noise on a shared machine, the ratios are the result.
 from __future__ import annotations
 
 import os
-import socket
 import statistics
 import sys
-import threading
-import time
 
 from absl import app
 from absl import flags
@@ -55,6 +52,7 @@ from absl import logging
 if __package__ in (None, ""):  # run as `python benchmarks/allreduce.py`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import allreduce_transport  # pylint: disable=g-import-not-at-top
 from benchmarks import common  # pylint: disable=g-import-not-at-top
 
 _MODE = flags.DEFINE_enum("mode", "all", ["all", "sweep", "model", "tcp"],
@@ -76,69 +74,6 @@ _CHANNELS = flags.DEFINE_integer(
     "its own launch: compare invocations.")
 _AUTOTUNE_CSV = flags.DEFINE_string(
     "autotune_csv", None, "Also write the autotune trials to this CSV (chief).")
-
-
-# ------------------------------------------------------------------ TCP
-def _tcp_stream(strategy, task: int, num_workers: int, host: str) -> float:
-    """Bytes/s of one TCP stream worker 1 -> worker 0 (0 elsewhere)."""
-    import tensorflow as tf
-
-    nbytes, trials = _TCP_BYTES.value, _TCP_TRIALS.value
-    listener, port = None, 0.0
-    if task == 0:
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.bind((host, 0))
-        listener.listen(1)
-        port = float(listener.getsockname()[1])
-    port = int(_all_sum(strategy, [port])[0])  # share the port via a collective
-    rate = 0.0
-    chunk = bytearray(4 << 20)
-    try:
-        if num_workers == 1:  # no peer: a thread plays worker 1
-            sender = threading.Thread(target=_send, args=(host, port, nbytes, trials, chunk))
-            sender.start()
-            rate = _receive(listener, nbytes, trials, chunk)
-            sender.join()
-        elif task == 0:
-            rate = _receive(listener, nbytes, trials, chunk)
-        elif task == 1:
-            _send(host, port, nbytes, trials, chunk)
-    finally:
-        if listener is not None:
-            listener.close()
-    del tf
-    return _all_sum(strategy, [rate])[0]
-
-
-def _receive(listener, nbytes, trials, chunk) -> float:
-    conn, _ = listener.accept()
-    view = memoryview(chunk)
-    best = 0.0
-    with conn:
-        for _ in range(trials):
-            got, t0 = 0, None
-            while got < nbytes:
-                n = conn.recv_into(view, min(len(view), nbytes - got))
-                if n == 0:
-                    raise RuntimeError("TCP peer closed early")
-                if t0 is None:
-                    t0 = time.perf_counter()
-                got += n
-            best = max(best, nbytes / (time.perf_counter() - t0))
-            conn.sendall(b"k")  # one trial at a time
-    return best
-
-
-def _send(host, port, nbytes, trials, chunk) -> None:
-    with socket.create_connection((host, port)) as s:
-        view = memoryview(chunk)
-        for _ in range(trials):
-            sent = 0
-            while sent < nbytes:
-                n = min(len(view), nbytes - sent)
-                s.sendall(view[:n])
-                sent += n
-            s.recv(1)
 
 
 # ------------------------------------------------------------- helpers
@@ -196,7 +131,7 @@ def _sweep(strategy, n):
     for setting, apply in (("tf_default_fp32", host_memory.restore_defaults),
                            ("tf_default_fp32_tuned_malloc",
                             host_memory.tune_for_collectives),
-                           ("tf_default_fp32_no_mmap", _no_mmap)):
+                           ("tf_default_fp32_no_mmap", allreduce_transport.no_mmap)):
         apply()
         size = _MIN_BYTES.value
         while size <= _MAX_BYTES.value:
@@ -213,49 +148,9 @@ def _sweep(strategy, n):
                          setting, size, 1e3 * res["time_s"], algbw / 1e9,
                          algbw * _bus_factor(n) / 1e9)
             size *= 4
-    _no_mmap(False)
+    allreduce_transport.no_mmap(False)
     host_memory.tune_for_collectives()
     return rows
-
-
-def _no_mmap(on: bool = True) -> bool:
-    """Hypothesis: buffers > 32 MiB reused too, by never mmapping (M_MMAP_MAX=0).
-
-    glibc caps M_MMAP_THRESHOLD at 32 MiB, so bigger buffers are mapped and
-    unmapped per collective; with M_MMAP_MAX=0 every allocation comes from
-    the heap (and, with the raised trim threshold, stays there).
-    """
-    from tfdist_opt import host_memory
-
-    fn = host_memory._mallopt()  # pylint: disable=protected-access
-    if fn is None:
-        return False
-    if on:
-        host_memory.tune_for_collectives()
-    return fn(_M_MMAP_MAX, 0 if on else _M_MMAP_MAX_DEFAULT) == 1
-
-
-_M_MMAP_MAX = -4  # glibc <malloc.h>
-_M_MMAP_MAX_DEFAULT = 65536
-
-
-def _apply_rpc_options(channels: int | None) -> None:
-    """gRPC channels per target for the server MultiWorkerMirroredStrategy starts.
-
-    MWMS copies `context.context().config` into the ServerDef's
-    `default_session_config` (collective_all_reduce_strategy.py,
-    `_initialize_multi_worker`), whose `rpc_options.num_channels_per_target`
-    sizes TF's gRPC channel cache; TF has no public setter for it, so the
-    eager context's `_config` is set before the strategy exists.
-    """
-    if channels is None:
-        return
-    from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
-
-    ctx = context.context()
-    config = ctx.config
-    config.rpc_options.num_channels_per_target = channels
-    ctx._config = config  # pylint: disable=protected-access
 
 
 # --------------------------------------------------------------- model
@@ -372,7 +267,7 @@ def main(argv):
     cfg = tf_config_lib.tf_config_from_env(os.environ)
     task = cfg["task"]["index"] if cfg else 0
     host = (cfg["cluster"]["worker"][0].rsplit(":", 1)[0] if cfg else "127.0.0.1")
-    _apply_rpc_options(_CHANNELS.value)
+    allreduce_transport.apply_rpc_options(_CHANNELS.value)
     strategy = opt_strategy(all_reduce="auto")
     n = strategy.num_replicas_in_sync
     workers = common.num_workers()
@@ -383,7 +278,9 @@ def main(argv):
     rows, summary = [], {}
     mode = _MODE.value
     if mode in ("all", "tcp"):
-        tcp = _tcp_stream(strategy, task, workers, host)
+        tcp = allreduce_transport.tcp_stream(
+            _all_sum, strategy, task, workers, host, _TCP_BYTES.value,
+            _TCP_TRIALS.value)
         rows.append({"section": "tcp", "setting": "python_single_stream",
                      "bytes": _TCP_BYTES.value, "time_s": _TCP_BYTES.value / tcp,
                      "algbw_gbps": tcp / 1e9})

@@ -106,6 +106,7 @@ def coordinate(args, *, peer_workers: int, printer, binary: str,
     durations = {role: [] for role in ROLES}
     last_rows, wall, round_medians = {}, dict.fromkeys(ROLES, 0.0), {
         role: [] for role in ROLES}
+    loads = {role: [] for role in ROLES}  # 1-min load average after each run
     try:
         for r in range(args.rounds):
             order = ROLES[r % len(ROLES):] + ROLES[:r % len(ROLES)]
@@ -127,7 +128,9 @@ def coordinate(args, *, peer_workers: int, printer, binary: str,
                                        f"{r + 1} failed ({result.message}); its "
                                        f"output ends:\n{tail}")
                 with open(out) as f:
-                    row = json.load(f)["results"][0]
+                    child = json.load(f)
+                row = child["results"][0]
+                loads[role].append(child["environment"]["load_avg_1m"])
                 durations[role] += row.pop("window_durations_s")
                 wall[role] += row["wall_s"]
                 round_medians[role].append(round(row["median"], 2))
@@ -145,6 +148,7 @@ def coordinate(args, *, peer_workers: int, printer, binary: str,
         row.update(stats.to_dict(), wall_s=wall[role], rounds=args.rounds,
                    timed_batches=args.per_round * args.rounds,
                    round_medians=round_medians[role],
+                   load_avg_1m_rounds=loads[role],
                    peer=peers.DOC.get(role, "tfdist_opt.opt_strategy() + fit"))
         medians[role] = stats.median
         rows.append(row)

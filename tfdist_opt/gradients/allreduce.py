@@ -60,8 +60,12 @@ def pack_policy(options: GradientOptions, sizes: Sequence[int],
     if bpp == "auto":
         tuned = getattr(strategy, _TUNED_ATTR, None) if strategy else None
         if tuned is not None:
-            return dataclasses.replace(packing.fixed_policy(tuned),
-                                       reason=f"autotuned: {tuned} bytes")
+            # Reverse (backprop) order, like the "auto" policy: TF runs a
+            # replica's collectives in issue order, so a first pack holding
+            # the first layer (its gradient comes last) holds back every pack.
+            return dataclasses.replace(packing.fixed_policy(tuned), reverse=True,
+                                       reason=f"autotuned: {tuned} bytes, "
+                                              "reverse (backprop) order")
         return packing.auto_pack_policy(sizes)
     return packing.fixed_policy(bpp)
 
