@@ -67,6 +67,7 @@ if __package__ in (None, ""):  # run as `python benchmarks/train.py`
 
 # pylint: disable=g-import-not-at-top
 from benchmarks import common
+from benchmarks import progress
 from benchmarks.train_lib import inputs as inputs_lib
 from benchmarks.train_lib import overlap
 from benchmarks.train_lib import peer_compare
@@ -188,9 +189,11 @@ def main(argv):
     # a shared machine fall on all settings alike.
     runs = [runner.SettingRun(s, strategy, inputs, args, printer)
             for s in settings]
-    for _ in range(args.rounds):
+    bar = progress.Progress(args.rounds * len(runs), enabled=common.is_chief())
+    for r in range(args.rounds):
         for run in runs:
             run.run_chunk(args.per_round)
+            bar.done(f"round {r + 1}/{args.rounds} {run.setting.name}")
     rows, medians = [], {}
     for run in runs:
         stats = run.stats()

@@ -19,8 +19,8 @@ def header(printer, cfg, strategy, inputs, settings, args, replicas: int,
     """The tf_cnn_benchmarks-style preamble (chief only)."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-    from tfdist_opt import plan as plan_lib  # pylint: disable=g-import-not-at-top
-    from tfdist_opt import topology  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.strategy import plan as plan_lib  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.strategy import topology  # pylint: disable=g-import-not-at-top
 
     plan = plan_lib.plan_strategy(cfg, topology.detect_topology())
     devices = strategy.extended.worker_devices

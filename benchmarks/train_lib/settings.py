@@ -96,7 +96,7 @@ class RunArgs:
 
 def is_multi_worker() -> bool:
     """opt_strategy() tunes malloc for multi-worker strategies only."""
-    from tfdist_opt import topology  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.strategy import topology  # pylint: disable=g-import-not-at-top
 
     return topology.detect_topology(gpus=()).is_multi_worker
 
