@@ -22,7 +22,8 @@ _TENSORBOARD = "tensorboard==2.21.*"
 
 # Top-level folders shipped inside the wheel as tfdist_opt/_data/<folder>/
 # (found by tfdist_opt/resources.py): folder -> file patterns.
-_SHIPPED = {"configs": ("*.json", "*.toml"), "benchmarks": ("*.py",)}
+_SHIPPED = {"configs": ("*.json", "*.toml"),
+            "benchmarks": ("*.py", "train_lib/*.py")}
 
 
 class _BuildPyWithData(build_py):
@@ -54,10 +55,11 @@ class _BuildPyWithData(build_py):
                 raise FileNotFoundError(f"setup.py: nothing to ship in {folder}/ "
                                         f"(expected {', '.join(patterns)}).")
             for src in files:
+                target = dest / src.relative_to(_HERE / folder)
                 if write:
-                    dest.mkdir(parents=True, exist_ok=True)
-                    self.copy_file(str(src), str(dest / src.name))
-                out.append(str(dest / src.name))
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    self.copy_file(str(src), str(target))
+                out.append(str(target))
             if folder == "benchmarks":
                 init = dest / "__init__.py"
                 if write:

@@ -29,7 +29,10 @@ allocator policy), `speedup_pack` (TF default time / our tuned packing),
 `speedup_bf16` (TF default fp32 time / bf16 with our tuned packing),
 `speedup_bf16_one_pack` (bf16 alone, TF's single pack),
 `busbw_fraction_of_loopback` (best sweep busbw / TCP stream bandwidth),
-`tcp_gbps`, `best_busbw_gbps`, `best_busbw_gbps_default_malloc`. The
+`tcp_gbps`, `best_busbw_gbps`, `best_busbw_gbps_default_malloc`,
+`best_busbw_gbps_no_mmap` (the sweep also runs with `M_MMAP_MAX=0`: no
+buffer is ever mmapped, so packs > 32 MiB are reused too), and
+`num_channels_per_target` when `--num_channels_per_target` is set. The
 baseline rows run with glibc's defaults; every "ours" row with our policy.
 
 Timings are medians over `--iters` (warm-up excluded) with spread; absolute
@@ -39,10 +42,7 @@ figures are noise on a shared machine, the ratios are the result.
 from __future__ import annotations
 
 import os
-import socket
 import sys
-import threading
-import time
 
 from absl import app
 from absl import flags
@@ -51,6 +51,7 @@ from absl import logging
 if __package__ in (None, ""):  # run as `python benchmarks/allreduce.py`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import allreduce_transport  # pylint: disable=g-import-not-at-top
 from benchmarks import common  # pylint: disable=g-import-not-at-top
 from benchmarks import progress  # pylint: disable=g-import-not-at-top
 
@@ -67,71 +68,12 @@ _MODEL = flags.DEFINE_enum("model", "resnet50", ["resnet50", "small"],
                            "Gradient shapes for the model mode.")
 _TCP_BYTES = flags.DEFINE_integer("tcp_bytes", 1 << 30, "Bytes per TCP trial.")
 _TCP_TRIALS = flags.DEFINE_integer("tcp_trials", 3, "TCP trials (best kept).")
+_CHANNELS = flags.DEFINE_integer(
+    "num_channels_per_target", None, "gRPC channels per peer for TF's server "
+    "(ConfigProto.rpc_options.num_channels_per_target; TF's default 1). Needs "
+    "its own launch: compare invocations.")
 _AUTOTUNE_CSV = flags.DEFINE_string(
     "autotune_csv", None, "Also write the autotune trials to this CSV (chief).")
-
-
-# ------------------------------------------------------------------ TCP
-def _tcp_stream(strategy, task: int, num_workers: int, host: str) -> float:
-    """Bytes/s of one TCP stream worker 1 -> worker 0 (0 elsewhere)."""
-    import tensorflow as tf
-
-    nbytes, trials = _TCP_BYTES.value, _TCP_TRIALS.value
-    listener, port = None, 0.0
-    if task == 0:
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.bind((host, 0))
-        listener.listen(1)
-        port = float(listener.getsockname()[1])
-    port = int(_all_sum(strategy, [port])[0])  # share the port via a collective
-    rate = 0.0
-    chunk = bytearray(4 << 20)
-    try:
-        if num_workers == 1:  # no peer: a thread plays worker 1
-            sender = threading.Thread(target=_send, args=(host, port, nbytes, trials, chunk))
-            sender.start()
-            rate = _receive(listener, nbytes, trials, chunk)
-            sender.join()
-        elif task == 0:
-            rate = _receive(listener, nbytes, trials, chunk)
-        elif task == 1:
-            _send(host, port, nbytes, trials, chunk)
-    finally:
-        if listener is not None:
-            listener.close()
-    del tf
-    return _all_sum(strategy, [rate])[0]
-
-
-def _receive(listener, nbytes, trials, chunk) -> float:
-    conn, _ = listener.accept()
-    view = memoryview(chunk)
-    best = 0.0
-    with conn:
-        for _ in range(trials):
-            got, t0 = 0, None
-            while got < nbytes:
-                n = conn.recv_into(view, min(len(view), nbytes - got))
-                if n == 0:
-                    raise RuntimeError("TCP peer closed early")
-                if t0 is None:
-                    t0 = time.perf_counter()
-                got += n
-            best = max(best, nbytes / (time.perf_counter() - t0))
-            conn.sendall(b"k")  # one trial at a time
-    return best
-
-
-def _send(host, port, nbytes, trials, chunk) -> None:
-    with socket.create_connection((host, port)) as s:
-        view = memoryview(chunk)
-        for _ in range(trials):
-            sent = 0
-            while sent < nbytes:
-                n = min(len(view), nbytes - sent)
-                s.sendall(view[:n])
-                sent += n
-            s.recv(1)
 
 
 # ------------------------------------------------------------- helpers
@@ -174,7 +116,8 @@ def _sweep(strategy, n):
     bar = progress.Progress(max(1, 2 * sizes), enabled=common.is_chief())
     for setting, apply in (("tf_default_fp32", host_memory.restore_defaults),
                            ("tf_default_fp32_tuned_malloc",
-                            host_memory.tune_for_collectives)):
+                            host_memory.tune_for_collectives),
+                           ("tf_default_fp32_no_mmap", allreduce_transport.no_mmap)):
         apply()
         size = _MIN_BYTES.value
         while size <= _MAX_BYTES.value:
@@ -192,6 +135,8 @@ def _sweep(strategy, n):
                          algbw * _bus_factor(n) / 1e9)
             bar.done(f"sweep {setting} {size} B")
             size *= 4
+    allreduce_transport.no_mmap(False)
+    host_memory.tune_for_collectives()
     return rows
 
 
@@ -312,6 +257,7 @@ def main(argv):
     cfg = tf_config_lib.tf_config_from_env(os.environ)
     task = cfg["task"]["index"] if cfg else 0
     host = (cfg["cluster"]["worker"][0].rsplit(":", 1)[0] if cfg else "127.0.0.1")
+    allreduce_transport.apply_rpc_options(_CHANNELS.value)
     strategy = opt_strategy(all_reduce="auto")
     n = strategy.num_replicas_in_sync
     workers = common.num_workers()
@@ -322,7 +268,9 @@ def main(argv):
     rows, summary = [], {}
     mode = _MODE.value
     if mode in ("all", "tcp"):
-        tcp = _tcp_stream(strategy, task, workers, host)
+        tcp = allreduce_transport.tcp_stream(
+            _all_sum, strategy, task, workers, host, _TCP_BYTES.value,
+            _TCP_TRIALS.value)
         rows.append({"section": "tcp", "setting": "python_single_stream",
                      "bytes": _TCP_BYTES.value, "time_s": _TCP_BYTES.value / tcp,
                      "algbw_gbps": tcp / 1e9})
@@ -332,8 +280,10 @@ def main(argv):
         sweep = _sweep(strategy, n)
         rows += sweep
         summary["best_busbw_gbps"] = max(r["busbw_gbps"] for r in sweep)
-        summary["best_busbw_gbps_default_malloc"] = max(
-            r["busbw_gbps"] for r in sweep if r["setting"] == "tf_default_fp32")
+        for key, setting in (("best_busbw_gbps_default_malloc", "tf_default_fp32"),
+                             ("best_busbw_gbps_no_mmap", "tf_default_fp32_no_mmap")):
+            summary[key] = max(r["busbw_gbps"] for r in sweep
+                               if r["setting"] == setting)
     if mode in ("all", "model"):
         model_rows, model_summary = _model(strategy, n, chief)
         rows += model_rows
@@ -342,6 +292,8 @@ def main(argv):
         summary["busbw_fraction_of_loopback"] = (
             summary["best_busbw_gbps"] / summary["tcp_gbps"])
     summary["num_replicas"] = n
+    if _CHANNELS.value is not None:
+        summary["num_channels_per_target"] = _CHANNELS.value
     plot = common.PlotSpec(x="setting", ys=("busbw_gbps",),
                            title=f"all-reduce busbw, {n} replicas", ylabel="GB/s")
     common.write_report("allreduce", common.flag_config(), rows, summary,

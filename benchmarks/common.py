@@ -1,4 +1,4 @@
-"""Helpers shared by the benchmark binaries (see /work/shared/BENCHMARKS.md).
+"""Helpers shared by the benchmark binaries.
 
 What every binary under `benchmarks/` needs, in one place:
 

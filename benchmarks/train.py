@@ -15,11 +15,26 @@ does not override the config (precedence: defaults < config file <
 `TFDIST_OPT_*` environment < flags).
 
 `--compare=baseline` also measures, in the same invocation, the same model on
-the same data with plain tf.distribute defaults (see `_BASELINE_DOC`);
+the same data with plain tf.distribute defaults (see
+`train_lib.settings.BASELINE_DOC`);
 `--compare=ablation` adds one row per optimisation switched on alone, so the
 table says what each one buys. Summary keys: `speedup` (opt / baseline
 examples/sec), `opt_eps`, `baseline_eps`, and `speedup_<setting>` for
 ablation rows.
+
+`--compare=peer` measures ours against what a TF 2.21 user runs instead
+(tf_keras + plain MultiWorkerMirroredStrategy, and Keras 3 + plain MWMS + a
+custom training loop), each in a fresh local cluster per round, because the
+Keras flavour is fixed at import (train_lib/peer_compare.py):
+
+    tfdist-opt launch -n 2 -- python benchmarks/train.py --model=mlp \
+        --compare=peer --output_json=/tmp/peer.json
+
+Summary keys `speedup_vs_peer` (ours over the faster peer),
+`speedup_vs_tf_keras`, `speedup_vs_keras3_ctl`, `peer_<name>_eps`, and
+`overlap_fraction` (train_lib/overlap.py: share of the all-reduce time that
+runs before backprop ends, from a TF profiler trace of `--overlap_steps`
+extra steps; multi-worker runs without an in-process comparison).
 
 Timing: a Keras callback records each batch's wall time (batch end to batch
 end, so the input wait is included); `--num_warmup_batches` are dropped; the
@@ -29,12 +44,16 @@ steps), and reported as median +/- spread (jitter = 1.4826 MAD). With a
 comparison the timed batches are split into `--rounds`; each round runs every
 setting in turn on its own (already traced) model, so a load change on a
 shared machine falls on every setting alike.
+
+Layout: this file holds the flags and `main`; `benchmarks/train_lib/` holds
+the settings and typed run args (`settings.py`), input pipelines
+(`inputs.py`), models (`models.py`), the timed runs (`runner.py`), the
+report (`report.py`), the peers (`peers.py`, `peer_compare.py`) and the
+overlap trace (`overlap.py`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import os
 import sys
 import time
@@ -46,14 +65,19 @@ from absl import logging
 if __package__ in (None, ""):  # run as `python benchmarks/train.py`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import common  # pylint: disable=g-import-not-at-top
-from benchmarks import progress  # pylint: disable=g-import-not-at-top
+# pylint: disable=g-import-not-at-top
+from benchmarks import common
+from benchmarks import progress
+from benchmarks.train_lib import inputs as inputs_lib
+from benchmarks.train_lib import overlap
+from benchmarks.train_lib import peer_compare
+from benchmarks.train_lib import peers
+from benchmarks.train_lib import report
+from benchmarks.train_lib import runner
+from benchmarks.train_lib import settings as settings_lib
+# pylint: enable=g-import-not-at-top
 
-MODELS = ("mlp", "cnn_small", "resnet50", "transformer")
-_DEFAULT_IMAGE_SIZE = {"mlp": 32, "cnn_small": 32, "resnet50": 224,
-                       "transformer": 32}
-
-_MODEL = flags.DEFINE_enum("model", "cnn_small", list(MODELS), "Model to train.")
+_MODEL = flags.DEFINE_enum("model", "cnn_small", list(settings_lib.MODELS), "Model to train.")
 _BATCH = flags.DEFINE_integer("batch_size", 32, "Batch size per replica "
                               "(per micro-batch with grad_accum).")
 _WARMUP = flags.DEFINE_integer("num_warmup_batches", 5,
@@ -62,7 +86,8 @@ _NUM_BATCHES = flags.DEFINE_integer("num_batches", 40, "Batches timed.")
 _DISPLAY_EVERY = flags.DEFINE_integer("display_every", 10,
                                       "Print a progress line every N batches.")
 _IMAGE_SIZE = flags.DEFINE_integer(
-    "image_size", None, "Input side (default: 224 for resnet50, else 32).")
+    "image_size", None, "Input side (default: 224 for resnet50, 16 for mlp, "
+    "else 32).")
 _NUM_CLASSES = flags.DEFINE_integer("num_classes", 10, "Output classes.")
 _DATA = flags.DEFINE_string(
     "data", "synthetic",
@@ -78,10 +103,26 @@ _SHUFFLE_BUFFER = flags.DEFINE_integer(
 _LEARNING_RATE = flags.DEFINE_float("learning_rate", 0.01, "SGD learning rate.")
 _SEED = flags.DEFINE_integer("seed", 0, "Data and shuffle seed.")
 _COMPARE = flags.DEFINE_enum(
-    "compare", "none", ["none", "baseline", "ablation"],
+    "compare", "none", list(settings_lib.COMPARES),
     "none: measure the configured setup only; baseline: also plain "
     "tf.distribute defaults in the same run; ablation: baseline, each "
-    "optimisation alone, then all.")
+    "optimisation alone, then all; peer: against tf_keras + plain MWMS and "
+    "Keras 3 + plain MWMS + a custom loop, each in its own local cluster per "
+    "round (see train_lib/peer_compare.py).")
+_PEER_ROLE = flags.DEFINE_enum(
+    "peer_role", None, ["ours", *peers.PEERS],
+    "Internal, set by --compare=peer: train as this role for one round.")
+_OVERLAP_STEPS = flags.DEFINE_integer(
+    "overlap_steps", 3, "Multi-worker, without an in-process comparison: after "
+    "timing, profile this many more steps (TF profiler) and report "
+    "overlap_fraction, the share of all-reduce time before backprop ends "
+    "(0: off).")
+_TRACE_DIR = flags.DEFINE_string(
+    "trace_dir", None, "Keep the --overlap_steps profile here (TensorBoard's "
+    "profile plugin reads it); default: a temp dir, removed.")
+_PEER_WORKERS = flags.DEFINE_integer(
+    "peer_workers", 2, "--compare=peer without TF_CONFIG: workers per local "
+    "cluster (under `tfdist-opt launch -n N`: N).")
 _ROUNDS = flags.DEFINE_integer(
     "rounds", 2, "With --compare: split --num_batches into this many rounds; "
     "each round runs every setting in turn (load changes on a shared machine "
@@ -91,456 +132,12 @@ _ROUNDS = flags.DEFINE_integer(
 # overrides nothing.
 strategy_config = common.define_strategy_flags()
 
-_BASELINE_DOC = (
-    "same process and strategy object ({strategy}; with several workers "
-    "only one MultiWorkerMirroredStrategy can exist per process, and plain "
-    "MWMS cannot run Keras 3 fit, so there it is tfdist_opt's "
-    "KerasMultiWorkerMirroredStrategy, whose only change is reduce()), with "
-    "TF's default CommunicationOptions (bytes_per_pack=0), Keras's own "
-    "gradient all-reduce (no packing hook, no compression, no accumulation), "
-    "float32, no XLA, and the naive input pipeline (read -> shuffle -> "
-    "sequential map -> batch, distributed by Keras with TF's auto-shard; no "
-    "parallel map, no prefetch)")
 
-
-# ------------------------------------------------------------- settings
-@dataclasses.dataclass(frozen=True)
-class Setting:
-    """One measured configuration (a row of the results)."""
-
-    name: str
-    pipeline: str  # "naive" | "tfdist_opt"
-    bytes_per_pack: int | str = 0
-    compression: str = "none"
-    grad_accum: int = 1
-    mixed_precision: str = "off"
-    jit_compile: bool = False
-    tune_malloc: bool = False
-
-    def describe(self) -> str:
-        return (f"input={self.pipeline}, bytes_per_pack={self.bytes_per_pack}, "
-                f"compression={self.compression}, grad_accum={self.grad_accum}, "
-                f"mixed_precision={self.mixed_precision}, "
-                f"jit_compile={self.jit_compile}, tune_malloc={self.tune_malloc}")
-
-
-def _multi_worker() -> bool:
-    """opt_strategy() tunes malloc for multi-worker strategies only."""
-    from tfdist_opt.strategy import topology  # pylint: disable=g-import-not-at-top
-
-    return topology.detect_topology(gpus=()).is_multi_worker
-
-
-def plan_settings(cfg, compare: str) -> list[Setting]:
-    """Settings to measure, in order: baseline first, the full setup last."""
-    opt = Setting("opt", "tfdist_opt", cfg.bytes_per_pack, cfg.compression,
-                  cfg.grad_accum, cfg.mixed_precision, cfg.jit_compile,
-                  cfg.tune_malloc and _multi_worker())
-    if compare == "none":
-        return [opt]
-    base = Setting("baseline", "naive")
-    settings = [base]
-    if compare == "ablation":
-        single = [("+tf.data", {"pipeline": "tfdist_opt"}),
-                  ("+packing", {"bytes_per_pack": cfg.bytes_per_pack}),
-                  ("+compression", {"compression": cfg.compression}),
-                  ("+grad_accum", {"grad_accum": cfg.grad_accum}),
-                  ("+mixed_precision", {"mixed_precision": cfg.mixed_precision}),
-                  ("+jit_compile", {"jit_compile": cfg.jit_compile}),
-                  ("+malloc", {"tune_malloc": opt.tune_malloc})]
-        for name, change in single:
-            s = dataclasses.replace(base, name=name, **change)
-            if s != dataclasses.replace(base, name=name):  # that one is on
-                settings.append(s)
-    settings.append(opt)
-    return settings
-
-
-# ----------------------------------------------------------------- data
-def _parse_data(spec: str) -> tuple[str, str | None]:
-    kind, _, arg = spec.partition(":")
-    if kind == "synthetic" and not arg:
-        return kind, None
-    if kind in ("tfrecord", "tfds") and arg:
-        return kind, arg
-    raise app.UsageError(
-        f"Invalid value for `--data`: expected synthetic, tfrecord:PATTERN or "
-        f"tfds:NAME. Received: --data={spec}")
-
-
-def _preprocess(image_size: int, num_classes: int):
-    """image (any size, 1 or 3 channels, any dtype), label -> model input."""
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-    def fn(image, label):
-        if image.shape.rank == 2:
-            image = image[..., None]
-        if image.shape[-1] == 1:
-            image = tf.tile(image, [1, 1, 3])
-        scale = 127.5 if image.dtype == tf.uint8 else 1.0
-        image = tf.image.resize(tf.cast(image, tf.float32), (image_size, image_size))
-        image = image / scale - (1.0 if scale != 1.0 else 0.0)
-        image.set_shape([image_size, image_size, 3])
-        label = tf.cast(tf.reshape(label, []), tf.int64) % num_classes
-        return image, tf.cast(label, tf.int32)
-
-    return fn
-
-
-def _parse_example(serialized):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-    ex = tf.io.parse_single_example(serialized, {
-        "image": tf.io.FixedLenFeature([], tf.string),
-        "label": tf.io.FixedLenFeature([], tf.int64)})
-    return (tf.io.decode_image(ex["image"], channels=3, expand_animations=False),
-            ex["label"])
-
-
-def _synthetic_arrays(pool: int, image_size: int, num_classes: int, seed: int):
-    import numpy as np  # pylint: disable=g-import-not-at-top
-
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((pool, image_size, image_size, 3), dtype=np.float32)
-    y = rng.integers(0, num_classes, size=(pool,)).astype(np.int32)
-    return x, y
-
-
-class Inputs:
-    """The two input pipelines over the same data, both repeated forever."""
-
-    def __init__(self, strategy, spec: str, global_batch: int, image_size: int,
-                 num_classes: int, total_steps: int, seed: int,
-                 shuffle_buffer: int):
-        self.kind, self.arg = _parse_data(spec)
-        self.strategy = strategy
-        self.global_batch = global_batch
-        self.image_size = image_size
-        self.seed = seed
-        self.shuffle_buffer = shuffle_buffer
-        self.prep = _preprocess(image_size, num_classes)
-        if self.kind == "synthetic":
-            example_bytes = image_size * image_size * 3 * 4
-            steps = max(1, min(total_steps, 16,
-                               (256 << 20) // (global_batch * example_bytes)))
-            self.arrays = _synthetic_arrays(steps * global_batch, image_size,
-                                            num_classes, seed)
-        elif self.kind == "tfds":
-            from tfdist_opt import data  # pylint: disable=g-import-not-at-top
-
-            self.tfds_source = data.TFDSSource(
-                self.arg, split=_TFDS_SPLIT.value, data_dir=_TFDS_DATA_DIR.value,
-                as_supervised=True)
-
-    def describe(self) -> str:
-        return self.kind + (f":{self.arg}" if self.arg else "")
-
-    def naive(self):
-        """What a user writes first; Keras distributes it (auto-shard)."""
-        import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-        if self.kind == "synthetic":
-            ds = tf.data.Dataset.from_tensor_slices(self.arrays)
-            ds = ds.shuffle(self.shuffle_buffer, seed=self.seed)
-        elif self.kind == "tfrecord":
-            from tfdist_opt.data import pipeline  # pylint: disable=g-import-not-at-top
-
-            ds = tf.data.TFRecordDataset(pipeline.resolve_files(self.arg))
-            ds = ds.shuffle(self.shuffle_buffer, seed=self.seed)
-            ds = ds.map(_parse_example).map(self.prep)
-        else:
-            from tfdist_opt.data import tfds_source  # pylint: disable=g-import-not-at-top
-
-            builder = tfds_source.load_builder(self.tfds_source)
-            ds = builder.as_dataset(split=self.tfds_source.split,
-                                    as_supervised=True, shuffle_files=False)
-            ds = ds.shuffle(self.shuffle_buffer, seed=self.seed).map(self.prep)
-        return ds.batch(self.global_batch, drop_remainder=True).repeat()
-
-    def optimized(self):
-        """tfdist_opt.data's per-worker pipeline, distributed by the strategy."""
-        import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-        from tfdist_opt import data  # pylint: disable=g-import-not-at-top
-
-        options = data.PipelineOptions(seed=self.seed, deterministic=False,
-                                       shuffle_buffer=self.shuffle_buffer)
-        map_fn = None
-        if self.kind == "synthetic":
-            source = data.ArraySource(self.arrays)
-        elif self.kind == "tfrecord":
-            source = data.TFRecordSource(self.arg)
-
-            def map_fn(serialized):
-                return self.prep(*_parse_example(serialized))
-        else:
-            source, map_fn = self.tfds_source, self.prep
-        fn = data.make_dataset_fn(source, self.global_batch, map_fn=map_fn,
-                                  options=options)
-        # Repeated, so a fixed number of steps never crosses an epoch end.
-        return self.strategy.distribute_datasets_from_function(
-            lambda ctx: fn(ctx).repeat(), options=tf.distribute.InputOptions())
-
-
-# ---------------------------------------------------------------- models
-def build_model(name: str, image_size: int, num_classes: int):
-    """A Keras 3 model from its name (lookup table; unknown names listed)."""
-    import keras  # pylint: disable=g-import-not-at-top
-
-    shape = (image_size, image_size, 3)
-
-    def mlp():
-        return keras.Sequential([
-            keras.Input(shape), keras.layers.Flatten(),
-            keras.layers.Dense(512, activation="relu"),
-            keras.layers.Dense(512, activation="relu"),
-            keras.layers.Dense(num_classes)], name="mlp")
-
-    def cnn_small():
-        conv = keras.layers.Conv2D
-        return keras.Sequential([
-            keras.Input(shape),
-            conv(32, 3, padding="same", activation="relu"),
-            conv(32, 3, padding="same", activation="relu"),
-            keras.layers.MaxPooling2D(),
-            conv(64, 3, padding="same", activation="relu"),
-            conv(64, 3, padding="same", activation="relu"),
-            keras.layers.MaxPooling2D(),
-            keras.layers.Flatten(),
-            keras.layers.Dense(256, activation="relu"),
-            keras.layers.Dense(num_classes)], name="cnn_small")
-
-    def resnet50():
-        return keras.applications.ResNet50(
-            weights=None, input_shape=shape, classes=num_classes,
-            classifier_activation=None)
-
-    def transformer():
-        # A small ViT: 4x4 patches -> 2 pre-norm encoder blocks -> mean pool.
-        dim, heads, patch = 64, 4, max(1, min(4, image_size // 2))
-        inputs = keras.Input(shape)
-        x = keras.layers.Conv2D(dim, patch, strides=patch)(inputs)
-        x = keras.layers.Reshape((-1, dim))(x)
-        tokens = (image_size // patch) ** 2
-        pos = keras.layers.Embedding(tokens, dim)(keras.ops.arange(tokens)[None])
-        x = x + pos
-        for _ in range(2):
-            h = keras.layers.LayerNormalization()(x)
-            x = x + keras.layers.MultiHeadAttention(heads, dim // heads)(h, h)
-            h = keras.layers.LayerNormalization()(x)
-            h = keras.layers.Dense(2 * dim, activation="gelu")(h)
-            x = x + keras.layers.Dense(dim)(h)
-        x = keras.layers.GlobalAveragePooling1D()(keras.layers.LayerNormalization()(x))
-        return keras.Model(inputs, keras.layers.Dense(num_classes)(x),
-                           name="transformer")
-
-    table = {"mlp": mlp, "cnn_small": cnn_small, "resnet50": resnet50,
-             "transformer": transformer}
-    if name not in table:
-        raise ValueError(f"Unrecognized model: {name!r}. Expected one of: "
-                         f"{', '.join(table)}.")
-    return table[name]()
-
-
-# ---------------------------------------------------------------- timing
-class _Printer:
-    def __init__(self, chief: bool):
-        self.chief = chief
-
-    def __call__(self, line: str = "") -> None:
-        if self.chief:
-            print(line, flush=True)
-
-
-def _step_timer(warmup: int, window: int, first_step: int):
-    """Keras callback: batch-end to batch-end durations, summed per window.
-
-    The first `warmup` batches of the `fit` call are dropped; the rest are
-    summed in windows of `window` batches (`window_durations`).
-    """
-    import keras  # pylint: disable=g-import-not-at-top
-
-    class StepTimer(keras.callbacks.Callback):
-        def __init__(self):
-            super().__init__()
-            self.window_durations: list[float] = []
-            self.losses: list[tuple[int, float]] = []
-            self._last = None
-            self._window_sum = 0.0
-            self._step = 0
-
-        def on_train_batch_begin(self, batch, logs=None):
-            if self._last is None:
-                self._last = time.perf_counter()
-
-        def on_train_batch_end(self, batch, logs=None):
-            now = time.perf_counter()
-            duration, self._last = now - self._last, now
-            self._step += 1
-            if self._step <= warmup:
-                return
-            self._window_sum += duration
-            if (self._step - warmup) % window == 0:
-                self.window_durations.append(self._window_sum)
-                self._window_sum = 0.0
-                loss = float((logs or {}).get("loss", float("nan")))
-                self.losses.append((first_step + self._step - warmup, loss))
-
-    return StepTimer()
-
-
-class SettingRun:
-    """One setting's model and data, trained in chunks (one per round).
-
-    The model is built and traced once (first chunk, whose first
-    `warmup` batches are not timed); later chunks re-use it, dropping one
-    window while the fresh iterator fills its buffers. Gradient options and
-    numerics are bound when the train step is traced, in the first chunk.
-    """
-
-    def __init__(self, setting: Setting, strategy, inputs: Inputs, args,
-                 printer):
-        self.setting = setting
-        self.strategy = strategy
-        self.inputs = inputs
-        self.args = args
-        self.printer = printer
-        self.model = None
-        self.dataset = None
-        self.window_durations: list[float] = []
-        self.round_medians: list[float] = []
-        self.wall_s = 0.0
-        self.items_per_window = inputs.global_batch * args["window"]
-
-    def _build(self):
-        import keras  # pylint: disable=g-import-not-at-top
-
-        args = self.args
-        keras.utils.set_random_seed(args["seed"])
-        self.dataset = (self.inputs.naive() if self.setting.pipeline == "naive"
-                        else self.inputs.optimized())
-        with self.strategy.scope():
-            self.model = build_model(args["model"], self.inputs.image_size,
-                                     args["num_classes"])
-            self.model.compile(
-                optimizer=keras.optimizers.SGD(args["learning_rate"],
-                                               momentum=0.9),
-                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                jit_compile=False)
-
-    def run_chunk(self, batches: int) -> None:
-        """Trains `batches` timed batches (plus the warm-up of this chunk)."""
-        import keras  # pylint: disable=g-import-not-at-top
-        import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-        from tfdist_opt.strategy import host_memory  # pylint: disable=g-import-not-at-top
-        from tfdist_opt.gradients import keras_binding  # pylint: disable=g-import-not-at-top
-
-        setting, args, printer = self.setting, self.args, self.printer
-        first = self.model is None
-        warmup = args["warmup"] if first else args["window"]
-        if args["compare"] != "none":
-            keras_binding.attach(self.strategy, _gradient_options(setting))
-            # Process-wide and switchable at any time: each setting runs
-            # with its own allocator policy (the baseline with glibc's).
-            if setting.tune_malloc:
-                host_memory.tune_for_collectives()
-            else:
-                host_memory.restore_defaults()
-        keras.mixed_precision.set_global_policy(
-            "float32" if setting.mixed_precision == "off"
-            else setting.mixed_precision)
-        tf.config.optimizer.set_jit(setting.jit_compile)
-        try:
-            if first:
-                self._build()
-            printer(f"Running warm up ({setting.name}: {setting.describe()})"
-                    if first else f"Running {setting.name} (next round)")
-            timer = _step_timer(warmup, args["window"],
-                                len(self.window_durations) * args["window"])
-            started = time.perf_counter()
-            self.model.fit(self.dataset, epochs=1, steps_per_epoch=warmup + batches,
-                           verbose=0, shuffle=False, callbacks=[timer])
-            self.wall_s += time.perf_counter() - started
-        finally:
-            keras.mixed_precision.set_global_policy("float32")
-            tf.config.optimizer.set_jit(False)
-            if args["compare"] != "none":
-                keras_binding.detach(self.strategy)
-        if first:
-            printer("Done warm up")
-        printer("Step\tImg/sec\ttotal_loss")
-        start = len(self.window_durations)
-        self.window_durations += timer.window_durations
-        every = max(1, args["display_every"] // args["window"])
-        for k, (step, loss) in enumerate(timer.losses):
-            if (start + k + 1) % every == 0 or k + 1 == len(timer.losses):
-                s = common.summarize(self.window_durations[:start + k + 1],
-                                     self.items_per_window)
-                printer(f"{step}\t{s.format('images/sec')}\t{loss:.3f}")
-        self.round_medians.append(common.summarize(
-            timer.window_durations, self.items_per_window).median)
-
-    def stats(self):
-        return common.summarize(self.window_durations, self.items_per_window)
-
-
-def _gradient_options(setting: Setting):
-    from tfdist_opt.gradients.options import GradientOptions  # pylint: disable=g-import-not-at-top
-
-    options = GradientOptions(bytes_per_pack=setting.bytes_per_pack,
-                              compression=setting.compression,
-                              grad_accum=setting.grad_accum)
-    if options.is_default and setting.bytes_per_pack != 0:
-        # An int pack size alone is normally TF's CommunicationOptions, bound
-        # to the strategy at creation; here the strategy must keep TF's
-        # default for the baseline, so the packing goes through our hook.
-        return _pack_only_options(setting.bytes_per_pack)
-    return options
-
-
-def _pack_only_options(bytes_per_pack: int):
-    """GradientOptions whose int packing goes through tfdist_opt's hook."""
-    from tfdist_opt.gradients.options import GradientOptions  # pylint: disable=g-import-not-at-top
-
-    class PackOnlyOptions(GradientOptions):
-        @property
-        def is_default(self) -> bool:
-            return False
-
-    return PackOnlyOptions(bytes_per_pack=bytes_per_pack)
-
-
-# ------------------------------------------------------------------ main
-def _header(printer, cfg, strategy, inputs, settings, args, replicas, workers):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-    from tfdist_opt.strategy import plan as plan_lib  # pylint: disable=g-import-not-at-top
-    from tfdist_opt.strategy import topology  # pylint: disable=g-import-not-at-top
-
-    plan = plan_lib.plan_strategy(cfg, topology.detect_topology())
-    devices = strategy.extended.worker_devices
-    printer(f"TensorFlow:  {tf.__version__}")
-    printer(f"Model:       {args['model']} ({inputs.image_size}x"
-            f"{inputs.image_size}x3, {args['num_classes']} classes)")
-    printer(f"Dataset:     {inputs.describe()}")
-    printer("Mode:        training")
-    printer(f"Batch size:  {inputs.global_batch} global")
-    printer(f"             {args['batch_size']} per device")
-    printer(f"Num batches: {args['batches']} timed (+{args['warmup']} warm-up), "
-            f"windows of {args['window']}")
-    printer(f"Devices:     {list(devices)} x {workers} worker(s) = {replicas} "
-            "replica(s)")
-    printer(f"Strategy:    {type(strategy).__name__}")
-    printer(f"All-reduce:  {plan.all_reduce}")
-    printer("Optimizer:   sgd (momentum 0.9)")
-    printer(f"Config:      {cfg.to_dict()}")
-    for s in settings:
-        printer(f"Setting:     {s.name}: {s.describe()}")
-    if args["compare"] != "none":
-        printer("Baseline:    " + _BASELINE_DOC.format(
-            strategy=type(strategy).__name__))
-    printer("=" * 10)
+def _check_positive(**values: int) -> None:
+    for name, value in values.items():
+        if value < 1:
+            raise app.UsageError(f"Invalid value for `--{name}`: expected a "
+                                 f"positive int. Received: --{name}={value}")
 
 
 def main(argv):
@@ -548,111 +145,124 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     started = time.perf_counter()
     cfg = strategy_config()
-    compare = _COMPARE.value
-    for name, value in (("batch_size", _BATCH.value), ("num_batches", _NUM_BATCHES.value),
-                        ("rounds", _ROUNDS.value),
-                        ("display_every", _DISPLAY_EVERY.value)):
-        if value < 1:
-            raise app.UsageError(f"Invalid value for `--{name}`: expected a "
-                                 f"positive int. Received: --{name}={value}")
-    _parse_data(_DATA.value)
-    settings = plan_settings(cfg, compare)
+    role = _PEER_ROLE.value
+    compare = "none" if role else _COMPARE.value
+    if _OVERLAP_STEPS.value < 0:
+        raise app.UsageError("Invalid value for `--overlap_steps`: expected an "
+                             f"int >= 0. Received: --overlap_steps="
+                             f"{_OVERLAP_STEPS.value}")
+    _check_positive(batch_size=_BATCH.value, num_batches=_NUM_BATCHES.value,
+                    rounds=_ROUNDS.value, display_every=_DISPLAY_EVERY.value,
+                    peer_workers=_PEER_WORKERS.value)
+    if inputs_lib.parse_data(_DATA.value)[0] != "synthetic" and (
+            compare == "peer" or role):
+        raise app.UsageError("Invalid value for `--data` with --compare=peer: "
+                             f"expected synthetic. Received: --data={_DATA.value}")
+    settings = settings_lib.plan_settings(cfg, compare)
+    args = settings_lib.RunArgs.build(
+        settings=settings, model=_MODEL.value, batch_size=_BATCH.value,
+        num_classes=_NUM_CLASSES.value, seed=_SEED.value,
+        learning_rate=_LEARNING_RATE.value, compare=compare,
+        display_every=_DISPLAY_EVERY.value, image_size=_IMAGE_SIZE.value,
+        rounds=_ROUNDS.value, warmup=_WARMUP.value, batches=_NUM_BATCHES.value)
+    if compare == "peer":
+        return _peer_main(cfg, args, started)
+    if role in peers.PEERS:
+        return _peer_child(role, args)
     # Before any other TF op (virtual devices / collectives are set up here).
-    # With a comparison the strategy keeps TF's defaults; each setting then
-    # attaches its own gradient options and numerics.
     import tfdist_opt  # pylint: disable=g-import-not-at-top
 
-    strategy_cfg = cfg if compare == "none" else cfg.replace(
-        bytes_per_pack=0, compression="none", grad_accum=1,
-        mixed_precision="off", jit_compile=False)
-    strategy = tfdist_opt.opt_strategy(strategy_cfg)
+    strategy = tfdist_opt.opt_strategy(
+        settings_lib.strategy_config_for(cfg, compare))
     replicas = strategy.num_replicas_in_sync
     workers = common.num_workers()
-    chief = common.is_chief()
-    printer = _Printer(chief)
-    window = max(s.grad_accum for s in settings)
-    args = {"model": _MODEL.value, "batch_size": _BATCH.value,
-            "num_classes": _NUM_CLASSES.value, "seed": _SEED.value,
-            "learning_rate": _LEARNING_RATE.value, "compare": compare,
-            "display_every": _DISPLAY_EVERY.value, "window": window,
-            "rounds": _ROUNDS.value if compare != "none" else 1,
-            # Whole accumulation cycles: warm-up ends on a cycle boundary.
-            "warmup": window * math.ceil(_WARMUP.value / window),
-            "batches": window * math.ceil(_NUM_BATCHES.value / window)}
-    image_size = _IMAGE_SIZE.value or _DEFAULT_IMAGE_SIZE[_MODEL.value]
-    inputs = Inputs(strategy, _DATA.value, _BATCH.value * replicas, image_size,
-                    _NUM_CLASSES.value, args["warmup"] + args["batches"],
-                    _SEED.value, _SHUFFLE_BUFFER.value)
-    _header(printer, cfg, strategy, inputs, settings, args, replicas, workers)
+    printer = runner.Printer(common.is_chief())
+    inputs = inputs_lib.Inputs(
+        strategy, _DATA.value, args.batch_size * replicas, args.image_size,
+        args.num_classes, args.warmup + args.batches, args.seed,
+        _SHUFFLE_BUFFER.value, tfds_split=_TFDS_SPLIT.value,
+        tfds_data_dir=_TFDS_DATA_DIR.value)
+    report.header(printer, cfg, strategy, inputs, settings, args, replicas,
+                  workers)
 
     # Round-robin: every setting runs one chunk per round, so load changes on
     # a shared machine fall on all settings alike.
-    rounds = args["rounds"]
-    per_round = window * math.ceil(args["batches"] / (window * rounds))
-    runs = [SettingRun(s, strategy, inputs, args, printer) for s in settings]
-    bar = progress.Progress(rounds * len(runs), enabled=common.is_chief())
-    for r in range(rounds):
+    runs = [runner.SettingRun(s, strategy, inputs, args, printer)
+            for s in settings]
+    bar = progress.Progress(args.rounds * len(runs), enabled=common.is_chief())
+    for r in range(args.rounds):
         for run in runs:
-            run.run_chunk(per_round)
-            bar.done(f"round {r + 1}/{rounds} {run.setting.name}")
+            run.run_chunk(args.per_round)
+            bar.done(f"round {r + 1}/{args.rounds} {run.setting.name}")
     rows, medians = [], {}
     for run in runs:
-        stats, setting = run.stats(), run.setting
-        medians[setting.name] = stats.median
+        stats = run.stats()
+        medians[run.setting.name] = stats.median
         printer("-" * 64)
-        printer(f"total images/sec: {stats.median:.2f}  ({setting.name}: "
+        printer(f"total images/sec: {stats.median:.2f}  ({run.setting.name}: "
                 f"{stats.format('images/sec')}; mean {stats.mean:.2f})")
         printer("-" * 64)
-        rows.append({"setting": setting.name, "model": args["model"],
-                     "data": inputs.describe(), "input_pipeline": setting.pipeline,
-                     "bytes_per_pack": setting.bytes_per_pack,
-                     "compression": setting.compression,
-                     "grad_accum": setting.grad_accum,
-                     "mixed_precision": setting.mixed_precision,
-                     "jit_compile": setting.jit_compile,
-                     "tune_malloc": setting.tune_malloc,
-                     "global_batch": inputs.global_batch,
-                     "window_batches": window, "rounds": rounds,
-                     "timed_batches": per_round * rounds, "replicas": replicas,
-                     "workers": workers, "params": run.model.count_params(),
-                     "wall_s": run.wall_s,
-                     "round_medians": [round(m, 2) for m in run.round_medians],
-                     **stats.to_dict()})
-    summary = {"opt_eps": medians["opt"]}
-    if compare != "none":
-        base = medians["baseline"]
-        summary.update(speedup=medians["opt"] / base, baseline_eps=base)
-        for name, eps in medians.items():
-            if name not in ("opt", "baseline"):
-                summary["speedup_" + name.lstrip("+").replace(".", "_")] = eps / base
-    for row in rows:
-        row["vs_baseline"] = (row["median"] / summary["baseline_eps"]
-                              if "baseline_eps" in summary else None)
-    config = {**common.flag_config(), "strategy_config": cfg.to_dict(),
-              "settings": [dataclasses.asdict(s) for s in settings],
-              "baseline": (_BASELINE_DOC.format(strategy=type(strategy).__name__)
-                           if compare != "none" else None),
-              "timing": f"median over windows of {window} batch(es); "
-                        f"{args['warmup']} warm-up batches at the start, one "
-                        "window at the start of each later round",
-              "comparison": "one process per worker, one strategy object; "
-                            f"{rounds} round(s), each running every setting "
-                            f"for {per_round} timed batches in turn"}
-    common.write_report(
-        "train", config, rows, summary, output_json=common.OUTPUT_JSON.value,
-        csv_path=common.CSV.value, plot_path=common.PLOT.value,
-        plot=common.PlotSpec(
-            x="setting", ys=("median",), ylabel="images/sec (global)",
-            title=f"{args['model']}, {inputs.describe()}, {workers} worker(s), "
-                  f"{replicas} replica(s), batch {args['batch_size']}/replica"))
-    for name, eps in medians.items():
-        printer(f"{name:>18}: {eps:10.2f} images/sec"
-                + (f"  ({eps / summary['baseline_eps']:.2f}x baseline)"
-                   if "baseline_eps" in summary else ""))
-    if "speedup" in summary:
-        printer(f"speedup (opt / baseline): {summary['speedup']:.2f}x")
+        rows.append(report.result_row(run, args, inputs, replicas, workers))
+        if role:  # raw windows for the --compare=peer coordinator
+            import keras  # pylint: disable=g-import-not-at-top
+
+            rows[-1].update(window_durations_s=run.window_durations,
+                            keras="keras " + keras.__version__)
+    summary = report.summarize(medians, compare)
+    if (_OVERLAP_STEPS.value > 0 and workers > 1
+            and not args.in_process_compare):
+        figures = overlap.measure(runs[-1].model, runs[-1].dataset,
+                                  _OVERLAP_STEPS.value, _TRACE_DIR.value,
+                                  profile=common.is_chief())
+        if figures:
+            summary.update(figures)
+            rows[-1].update(figures)
+            printer(f"overlap_fraction: {figures['overlap_fraction']:.3f} "
+                    f"(all-reduce time before backprop ends), first pack "
+                    f"early in {figures['early_start_fraction']:.0%} of steps")
+    report.write(rows, summary, cfg=cfg, strategy=strategy, settings=settings,
+                 args=args, inputs=inputs, replicas=replicas, workers=workers,
+                 printer=printer)
     printer(f"total wall time {time.perf_counter() - started:.1f} s")
     logging.info("summary: %s", summary)
+
+
+def _peer_main(cfg, args, started):
+    printer = runner.Printer(common.is_chief())
+    result = peer_compare.coordinate(
+        args, peer_workers=_PEER_WORKERS.value, printer=printer,
+        binary=os.path.abspath(__file__))
+    if result is None:  # not worker 0 of the launch
+        return
+    rows, summary, config = result
+    common.write_report(
+        "train", {**common.flag_config(), "strategy_config": cfg.to_dict(),
+                  **config},
+        rows, summary, output_json=common.OUTPUT_JSON.value,
+        csv_path=common.CSV.value, plot_path=common.PLOT.value,
+        plot=common.PlotSpec(x="setting", ys=("median",),
+                             ylabel="images/sec (global)",
+                             title=f"{args.model}: ours vs peers"))
+    for row in rows:
+        printer(f"{row['setting']:>18}: {row['median']:10.2f} images/sec "
+                f"(rounds: {row['round_medians']})")
+    printer(f"speedup_vs_peer (ours / faster peer): "
+            f"{summary['speedup_vs_peer']:.2f}x")
+    printer(f"total wall time {time.perf_counter() - started:.1f} s")
+    logging.info("summary: %s", summary)
+
+
+def _peer_child(role, args):
+    """One peer's run in this process (a worker of a coordinator's cluster)."""
+    run = peers.PeerRun(role, args, _SHUFFLE_BUFFER.value)
+    run.run(args.batches)
+    replicas = run.strategy.num_replicas_in_sync
+    row = report.result_row(run, args, run.inputs, replicas,
+                            common.num_workers())
+    row.update(window_durations_s=run.window_durations, keras=run.keras_version)
+    common.write_report("train", common.flag_config(), [row],
+                        {"peer_eps": row["median"]},
+                        output_json=common.OUTPUT_JSON.value)
 
 
 if __name__ == "__main__":

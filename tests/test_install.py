@@ -68,10 +68,12 @@ def test_the_wheel_carries_configs_and_benchmarks_byte_for_byte(installed):
         shipped = {n for n in names if n.startswith("tfdist_opt/_data/")}
         expected = ([("configs", p) for p in sorted((REPO / "configs").iterdir())
                      if p.suffix in (".json", ".toml")]
-                    + [("benchmarks", p) for p in sorted((REPO / "benchmarks").glob("*.py"))])
+                    + [("benchmarks", p) for p in sorted((REPO / "benchmarks").glob("*.py"))]
+                    + [("benchmarks", p) for p in sorted(
+                        (REPO / "benchmarks" / "train_lib").glob("*.py"))])
         assert len(expected) >= 8
         for folder, path in expected:
-            name = f"tfdist_opt/_data/{folder}/{path.name}"
+            name = f"tfdist_opt/_data/{folder}/{path.relative_to(REPO / folder)}"
             assert name in shipped, name
             assert z.read(name) == path.read_bytes(), name
         assert "tfdist_opt/_data/benchmarks/__init__.py" in shipped

@@ -101,6 +101,17 @@ ENTRIES: tuple[PrivateName, ...] = (
                 "tfdist_opt.gradients.keras_binding",
                 "read (with fit's own arguments, from its frame) to count the "
                 "train steps a fit runs before checking grad_accum against it"),
+    # ------------------------------------------------ benchmarks/ binaries
+    PrivateName("tensorflow.python.eager.context.context()", "_config",
+                "benchmarks.allreduce_transport",
+                "ConfigProto.rpc_options (num_channels_per_target) of the "
+                "ServerDef MultiWorkerMirroredStrategy builds from "
+                "context.context().config; TF has no public setter for it"),
+    PrivateName("tensorflow.tsl.profiler.protobuf.xplane_pb2", "XSpace",
+                "benchmarks.train_lib.overlap",
+                "reads the TF profiler's trace (overlap_fraction); the proto "
+                "module is not exported under tf.*"),
+
 )
 
 

@@ -69,4 +69,7 @@ def test_options_default_and_wire():
     assert GradientOptions().is_default
     assert GradientOptions(bytes_per_pack=4096).is_default
     assert not GradientOptions(bytes_per_pack="auto").is_default
+    # An int pack size routed through our hook (TF keeps its defaults).
+    assert not GradientOptions(bytes_per_pack=4096, via_hook=True).is_default
+    assert GradientOptions(via_hook=True).is_default  # nothing to route
     assert GradientOptions(compression="bf16").wire_dtype == "bfloat16"

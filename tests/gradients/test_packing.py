@@ -72,3 +72,16 @@ def test_candidates_and_choice():
 def test_describe():
     assert "first 1 MiB" in PackPolicy(4 * MIB, MIB, True).describe()
     assert PackPolicy(0).describe() == "one pack"
+
+
+def test_autotuned_pack_size_keeps_backprop_order():
+    """TF runs a replica's collectives in issue order: the pack holding the
+    last layer (whose gradient backprop produces first) must be issued first,
+    or every pack waits for the end of backprop."""
+    from tfdist_opt.gradients import allreduce
+    from tfdist_opt.gradients.options import GradientOptions
+
+    policy = allreduce.pack_policy(GradientOptions(bytes_per_pack="auto"),
+                                   [3000] * 4, tuned=4096)
+    assert policy.reverse and policy.bucket_bytes == 4096
+    assert packing.assign_buckets([3000] * 4, policy)[0][0] == 3

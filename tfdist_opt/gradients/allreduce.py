@@ -57,8 +57,12 @@ def pack_policy(options: GradientOptions, sizes: Sequence[int],
     bpp = options.bytes_per_pack
     if bpp == "auto":
         if tuned is not None:
-            return dataclasses.replace(packing.fixed_policy(tuned),
-                                       reason=f"autotuned: {tuned} bytes")
+            # Reverse (backprop) order, like the "auto" policy: TF runs a
+            # replica's collectives in issue order, so a first pack holding
+            # the first layer (its gradient comes last) holds back every pack.
+            return dataclasses.replace(packing.fixed_policy(tuned), reverse=True,
+                                       reason=f"autotuned: {tuned} bytes, "
+                                              "reverse (backprop) order")
         return packing.auto_pack_policy(sizes)
     return packing.fixed_policy(bpp)
 

@@ -47,6 +47,11 @@ class GradientOptions:
             Defaults to `True`.
         autotune_csv: str or None. Where the chief writes every autotune
             trial (CSV). Defaults to `None` (trials are logged only).
+        via_hook: bool. Route an int `bytes_per_pack` through tfdist_opt's
+            packing hook instead of leaving it to TF's
+            `CommunicationOptions`, which are bound when the strategy is
+            created (for a strategy that must keep TF's defaults, e.g. a
+            benchmark's baseline in the same process). Defaults to `False`.
 
     Raises:
         ValueError: a value outside the ranges above.
@@ -58,6 +63,7 @@ class GradientOptions:
     predivide: bool = True
     autotune: bool = True
     autotune_csv: str | None = None
+    via_hook: bool = False
 
     def __post_init__(self):
         bpp = self.bytes_per_pack
@@ -90,7 +96,8 @@ class GradientOptions:
         `CommunicationOptions(bytes_per_pack=...)`.
         """
         return (self.compression == "none" and self.grad_accum == 1
-                and self.bytes_per_pack != "auto")
+                and self.bytes_per_pack != "auto"
+                and not (self.via_hook and self.bytes_per_pack != 0))
 
     @classmethod
     def from_config(cls, config) -> "GradientOptions":

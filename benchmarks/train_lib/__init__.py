@@ -1,0 +1,1 @@
+"""Library modules of `benchmarks/train.py`, one per concern."""
