@@ -14,7 +14,7 @@ Three measurements, all in one run:
   (x4 steps) all-reduced with TF's defaults; per size: time, algbw =
   bytes / time, busbw = algbw x 2(n-1)/n. Large sizes run fewer iterations
   (`--sweep_budget_bytes`). Run twice: under glibc's malloc defaults and
-  under the allocator policy opt_strategy() sets (`tfdist_opt.host_memory`:
+  under the allocator policy opt_strategy() sets (`tfdist_opt.strategy.host_memory`:
   receive buffers reused instead of page-faulted in every step).
 - `model`: ResNet-50's real gradient shapes (`keras.applications.ResNet50
   (weights=None)`, built once, never trained): TF defaults (one
@@ -53,6 +53,7 @@ if __package__ in (None, ""):  # run as `python benchmarks/allreduce.py`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import common  # pylint: disable=g-import-not-at-top
+from benchmarks import progress  # pylint: disable=g-import-not-at-top
 
 _MODE = flags.DEFINE_enum("mode", "all", ["all", "sweep", "model", "tcp"],
                           "Which measurements to run.")
@@ -183,9 +184,13 @@ def _sweep(strategy, n):
     """TF's plain all-reduce per size, under glibc's malloc and under ours."""
     import tensorflow as tf
 
-    from tfdist_opt import host_memory
+    from tfdist_opt.strategy import host_memory
 
     rows = []
+    sizes, size = 0, _MIN_BYTES.value
+    while size <= _MAX_BYTES.value:
+        sizes, size = sizes + 1, size * 4
+    bar = progress.Progress(max(1, 2 * sizes), enabled=common.is_chief())
     for setting, apply in (("tf_default_fp32", host_memory.restore_defaults),
                            ("tf_default_fp32_tuned_malloc",
                             host_memory.tune_for_collectives)):
@@ -204,11 +209,13 @@ def _sweep(strategy, n):
             logging.info("sweep %-30s %10d B  %8.3f ms  algbw %.3f GB/s  busbw %.3f GB/s",
                          setting, size, 1e3 * res["time_s"], algbw / 1e9,
                          algbw * _bus_factor(n) / 1e9)
+            bar.done(f"sweep {setting} {size} B")
             size *= 4
     return rows
 
 
 # --------------------------------------------------------------- model
+_MODEL_ROWS = 9  # row(...) calls in _model, for the progress line's ETA
 def _model_shapes():
     import keras
 
@@ -223,7 +230,7 @@ def _model_shapes():
 def _model(strategy, n, is_chief):
     import tensorflow as tf
 
-    from tfdist_opt import host_memory
+    from tfdist_opt.strategy import host_memory
     from tfdist_opt.gradients import allreduce
     from tfdist_opt.gradients import autotune
     from tfdist_opt.gradients import packing
@@ -235,6 +242,7 @@ def _model(strategy, n, is_chief):
         grads = [tf.zeros(s, d) for s, d in shapes]
     iters, warmup = _ITERS.value, _WARMUP.value
     rows = []
+    bar = progress.Progress(_MODEL_ROWS, enabled=is_chief)
 
     def row(setting, res, **extra):
         algbw = nbytes / res["time_s"]
@@ -243,6 +251,7 @@ def _model(strategy, n, is_chief):
              **extra}
         logging.info("model %-28s %8.2f ms  busbw %.3f GB/s", setting,
                      1e3 * res["time_s"], r["busbw_gbps"])
+        bar.done(f"model {setting}")
         rows.append(r)
         return r
 
@@ -317,7 +326,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     from tfdist_opt.cluster import tf_config as tf_config_lib
-    from tfdist_opt.strategy import opt_strategy
+    from tfdist_opt.strategy.build import opt_strategy
 
     cfg = tf_config_lib.tf_config_from_env(os.environ)
     task = cfg["task"]["index"] if cfg else 0

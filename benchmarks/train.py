@@ -47,6 +47,7 @@ if __package__ in (None, ""):  # run as `python benchmarks/train.py`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import common  # pylint: disable=g-import-not-at-top
+from benchmarks import progress  # pylint: disable=g-import-not-at-top
 
 MODELS = ("mlp", "cnn_small", "resnet50", "transformer")
 _DEFAULT_IMAGE_SIZE = {"mlp": 32, "cnn_small": 32, "resnet50": 224,
@@ -125,7 +126,7 @@ class Setting:
 
 def _multi_worker() -> bool:
     """opt_strategy() tunes malloc for multi-worker strategies only."""
-    from tfdist_opt import topology  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.strategy import topology  # pylint: disable=g-import-not-at-top
 
     return topology.detect_topology(gpus=()).is_multi_worker
 
@@ -432,7 +433,7 @@ class SettingRun:
         import keras  # pylint: disable=g-import-not-at-top
         import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-        from tfdist_opt import host_memory  # pylint: disable=g-import-not-at-top
+        from tfdist_opt.strategy import host_memory  # pylint: disable=g-import-not-at-top
         from tfdist_opt.gradients import keras_binding  # pylint: disable=g-import-not-at-top
 
         setting, args, printer = self.setting, self.args, self.printer
@@ -514,8 +515,8 @@ def _pack_only_options(bytes_per_pack: int):
 def _header(printer, cfg, strategy, inputs, settings, args, replicas, workers):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-    from tfdist_opt import plan as plan_lib  # pylint: disable=g-import-not-at-top
-    from tfdist_opt import topology  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.strategy import plan as plan_lib  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.strategy import topology  # pylint: disable=g-import-not-at-top
 
     plan = plan_lib.plan_strategy(cfg, topology.detect_topology())
     devices = strategy.extended.worker_devices
@@ -589,9 +590,11 @@ def main(argv):
     rounds = args["rounds"]
     per_round = window * math.ceil(args["batches"] / (window * rounds))
     runs = [SettingRun(s, strategy, inputs, args, printer) for s in settings]
+    bar = progress.Progress(rounds * len(runs), enabled=common.is_chief())
     for r in range(rounds):
         for run in runs:
             run.run_chunk(per_round)
+            bar.done(f"round {r + 1}/{rounds} {run.setting.name}")
     rows, medians = [], {}
     for run in runs:
         stats, setting = run.stats(), run.setting

@@ -17,7 +17,7 @@ import pytest
 from tests.multiworker import harness
 from tests.multiworker.harness import REPO_ROOT
 from tests.multiworker.harness import run_single
-from tfdist_opt.config import StrategyConfig
+from tfdist_opt.strategy.config import StrategyConfig
 
 BINARY = os.path.join(REPO_ROOT, "benchmarks", "train.py")
 TINY = ["--batch_size=4", "--num_warmup_batches=1", "--num_batches=2",
@@ -107,6 +107,12 @@ def test_mlp_synthetic_via_cli_with_preset_and_flag_override(tmp_path):
     assert (tmp_path / "r.csv").read_text().startswith("setting,")
     if HAVE_MPL:
         assert (tmp_path / "r.png").stat().st_size > 0
+    # One progress line per round per setting, ending at 100% with an ETA.
+    rounds = report["results"][-1]["rounds"]
+    bars = [ln for ln in r.output.splitlines() if ln.startswith("progress ")]
+    assert len(bars) == 2 * rounds, bars
+    assert bars[-1].startswith(f"progress {2 * rounds}/{2 * rounds} (100%) round "
+                               f"{rounds}/{rounds} ") and ", ETA 0s" in bars[-1]
 
 
 def _write_jpeg_records(directory, files=2, per_file=16, side=12):

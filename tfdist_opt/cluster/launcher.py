@@ -44,6 +44,7 @@ import threading
 import time
 from typing import IO, Mapping, Sequence
 
+from tfdist_opt.cluster import log_filter
 from tfdist_opt.cluster import sources
 from tfdist_opt.cluster import tf_config as tf_config_lib
 
@@ -238,7 +239,7 @@ def _deathsig_preexec():
 class _Group:
     """One attempt: N processes, their output pumps, and their teardown."""
 
-    def __init__(self, argv, envs, cwd, out, err, lock):
+    def __init__(self, argv, envs, cwd, out, err, lock, keep=None):
         self.procs: list[subprocess.Popen] = []
         self.pumps: list[threading.Thread] = []
         preexec = _deathsig_preexec()
@@ -251,7 +252,8 @@ class _Group:
                 self.procs.append(p)
                 for pipe, stream in ((p.stdout, out), (p.stderr, err)):
                     t = threading.Thread(target=_pump, daemon=True,
-                                         args=(pipe, stream, f"[worker {i}] ", lock))
+                                         args=(pipe, stream, f"[worker {i}] ", lock,
+                                               keep))
                     t.start()
                     self.pumps.append(t)
         except BaseException:
@@ -296,13 +298,15 @@ def _killpg(p: subprocess.Popen, signum: int) -> None:
 
 
 def _pump(pipe: IO[bytes], stream: IO[str], prefix: str,
-          lock: threading.Lock) -> None:
+          lock: threading.Lock, keep=None) -> None:
     try:
         for raw in iter(pipe.readline, b""):
             line = raw.decode("utf-8", errors="replace")
             if not line.endswith("\n"):
                 line += "\n"
             with lock:
+                if keep is not None and not keep(line):
+                    continue
                 try:
                     stream.write(prefix + line)
                     stream.flush()
@@ -331,7 +335,8 @@ def run_local(argv: Sequence[str], num_workers: int, *,
               cwd: str | None = None,
               stdout: IO[str] | None = None,
               stderr: IO[str] | None = None,
-              handle_signals: bool = True) -> LaunchResult:
+              handle_signals: bool = True,
+              quiet: bool = False) -> LaunchResult:
     """Runs `argv` as `num_workers` local workers of one cluster.
 
     Args:
@@ -357,6 +362,11 @@ def run_local(argv: Sequence[str], num_workers: int, *,
             `stderr` (defaults to `sys.stderr`).
         handle_signals: bool. Forward SIGINT / SIGTERM to the workers
             (main thread only). Defaults to `True`.
+        quiet: bool. Keep TensorFlow's C++ start-up noise out of the
+            output: `TF_CPP_MIN_LOG_LEVEL=2` in the workers unless `env`
+            sets it, and known start-up lines dropped (see
+            `tfdist_opt.cluster.log_filter`). Defaults to `False`
+            (`tfdist-opt launch` passes `True` unless `--verbose`).
 
     Returns:
         `LaunchResult`.
@@ -387,6 +397,13 @@ def run_local(argv: Sequence[str], num_workers: int, *,
     base_env = dict(os.environ if env is None else env)
     lock = threading.Lock()
     launcher = _Launcher(out, err, lock)
+    if quiet:
+        base_env, set_level = log_filter.quiet_env(base_env)
+        launcher.keep = log_filter.StartupNoiseFilter(
+            log_filter.min_log_level(base_env))
+        if set_level:
+            launcher.log("TensorFlow C++ INFO/WARNING lines hidden in workers "
+                         "(TF_CPP_MIN_LOG_LEVEL=2; --verbose shows them)")
     old_handlers = launcher.install_signal_handlers() if handle_signals else {}
     try:
         restarts = 0
@@ -407,7 +424,7 @@ def run_local(argv: Sequence[str], num_workers: int, *,
             result.restarts = restarts
             if (result.returncode == 0 or launcher.stop_signal is not None
                     or restarts >= max_restarts):
-                launcher.log(result.message)
+                launcher.log(result.message + launcher.hidden_note())
                 return result
             restarts += 1
             launcher.log(f"{result.message}; restarting the group "
@@ -424,6 +441,12 @@ class _Launcher:
         self.out, self.err, self.lock = out, err, lock
         self.stop_signal: int | None = None
         self.group: _Group | None = None
+        self.keep: log_filter.StartupNoiseFilter | None = None
+
+    def hidden_note(self) -> str:
+        hidden = self.keep.hidden if self.keep is not None else 0
+        return (f" ({hidden} TensorFlow start-up line(s) hidden; --verbose "
+                "shows them)" if hidden else "")
 
     def log(self, message: str) -> None:
         with self.lock:
@@ -452,7 +475,8 @@ class _Launcher:
     def run_attempt(self, argv, envs, ports, startup_timeout, term_timeout,
                     cwd) -> LaunchResult:
         n = len(envs)
-        self.group = group = _Group(argv, envs, cwd, self.out, self.err, self.lock)
+        self.group = group = _Group(argv, envs, cwd, self.out, self.err,
+                                    self.lock, self.keep)
         try:
             if self.stop_signal is not None:  # arrived while spawning
                 group.signal_all(self.stop_signal)
@@ -485,6 +509,9 @@ class _Launcher:
                         if not joined[i] and (codes[i] == 0 or _accepts(port)):
                             joined[i] = True
                     next_join_poll = now + _JOIN_POLL_S
+                    if all(joined):
+                        self.log(f"all {n} workers joined (TF servers "
+                                 f"listening) {now - start:.1f} s after start")
                     if (not all(joined) and startup_timeout
                             and now - start > startup_timeout):
                         late = [i for i, ok in enumerate(joined) if not ok]
