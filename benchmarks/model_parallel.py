@@ -52,6 +52,10 @@ def _setup_devices(stages: int) -> tuple[list[str], str]:
 
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
+        if len(gpus) < stages:
+            raise app.UsageError(
+                f"Invalid value for `--stages`: expected at most the {len(gpus)} "
+                f"visible GPU(s). Received: --stages={stages}")
         return [f"/GPU:{i}" for i in range(stages)], "GPU"
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
