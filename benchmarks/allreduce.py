@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import os
 import socket
-import statistics
 import sys
 import threading
 import time
@@ -137,35 +136,17 @@ def _send(host, port, nbytes, trials, chunk) -> None:
 
 # ------------------------------------------------------------- helpers
 def _all_sum(strategy, values):
-    import tensorflow as tf
+    from tfdist_opt.gradients import timing
 
-    vec = tf.constant(list(values), tf.float64)
-
-    @tf.function
-    def fn():
-        return strategy.run(lambda: tf.distribute.get_replica_context().all_reduce(
-            tf.distribute.ReduceOp.SUM, vec))
-
-    return [float(x) for x in strategy.experimental_local_results(fn())[0].numpy()]
+    return timing.agree(strategy, values, op="SUM")
 
 
 def _timer(strategy, replica_fn, iters, warmup):
-    """Median/min/max seconds of `strategy.run(replica_fn)` in a tf.function."""
-    import tensorflow as tf
+    """Median/min/max seconds of `strategy.run(replica_fn)`, agreed by workers."""
+    from tfdist_opt.gradients import timing
 
-    @tf.function
-    def step():
-        return strategy.run(replica_fn)
-
-    def run_once():
-        for r in strategy.experimental_local_results(step()):
-            r.numpy()
-
-    times = common.time_steps(run_once, steps=iters, warmup=warmup)
-    # Every worker must agree on the figure: average the medians.
-    n = strategy.num_replicas_in_sync
-    med = _all_sum(strategy, [statistics.median(times), min(times), max(times)])
-    return {"time_s": med[0] / n, "time_min_s": med[1] / n, "time_max_s": med[2] / n,
+    t = timing.time_and_agree(strategy, replica_fn, iters, warmup)
+    return {"time_s": t.median_s, "time_min_s": t.min_s, "time_max_s": t.max_s,
             "iters": iters}
 
 

@@ -14,6 +14,7 @@ from tfdist_opt.callbacks import _common
 from tfdist_opt.callbacks import stats
 from tfdist_opt.callbacks import summaries
 from tfdist_opt.callbacks.throughput import SKIPPING_ATTR
+from tfdist_opt.gradients import timing
 
 _MAX_TRACE_STEPS = 1000
 
@@ -31,7 +32,10 @@ class CommunicationProfiler(keras.callbacks.Callback):
       over tensors with the shapes and dtypes of `model.trainable_variables`,
       through the strategy's own cross-device ops / collectives (so packing
       and the RING/NCCL choice are the real ones). Each call is completed by
-      copying one scalar to the host. `probe_warmup` untimed calls go first.
+      copying one scalar to the host. `probe_warmup` untimed calls go first;
+      the median is then averaged over workers
+      (`tfdist_opt.gradients.timing.time_and_agree`), so every worker
+      reports the same `comm_time`.
     * `step_time`: the median, over training steps after `warmup_steps`, of
       the time from `on_train_batch_begin` to the step's completion (forced
       by reading `optimizer.iterations`, see `ThroughputMonitor`).
@@ -197,23 +201,13 @@ class CommunicationProfiler(keras.callbacks.Callback):
             return tf.add_n([tf.cast(tf.reshape(r, [-1])[0], tf.float32)
                              for r in reduced])
 
-        @tf.function
-        def probe(seed):
-            out = strategy.run(replica_fn, args=(seed,))
-            return strategy.experimental_local_results(out)[0]
-
-        for i in range(self.probe_warmup):
-            probe(tf.constant(float(i))).numpy()
-        times = []
-        for i in range(self.probe_steps):
-            seed = tf.constant(float(i))
-            start = time.perf_counter()
-            probe(seed).numpy()
-            end = time.perf_counter()
-            times.append(end - start)
+        result = timing.time_and_agree(
+            strategy, replica_fn, self.probe_steps, self.probe_warmup,
+            args_fn=lambda i: (tf.constant(float(i)),))
+        for start, end in result.samples:
             self._event("allreduce_probe", start, end, tid=1)
-        self._probe_times = times
-        return stats.median(times)
+        self._probe_times = result.local_times
+        return result.median_s
 
     def _event(self, name, start, end, tid=0):
         if len(self._events) < 4 * _MAX_TRACE_STEPS:
