@@ -6,12 +6,14 @@ Only pure-Python names are imported eagerly; the TensorFlow-backed ones
 
 Subpackages: `tfdist_opt.cluster` (TF_CONFIG, launcher), `tfdist_opt.data`
 (pipelines), `tfdist_opt.gradients` (packing, compression, accumulation),
-`tfdist_opt.callbacks` (Keras callbacks).
+`tfdist_opt.callbacks` (Keras callbacks), `tfdist_opt.model_parallel`
+(a model's layer groups on different local devices: `pipeline(...)`).
 """
 
 __version__ = "0.1.0"
 
 from tfdist_opt import _lazy
+from tfdist_opt import model_parallel  # TF-free until `pipeline` is used
 from tfdist_opt import versions as _versions
 from tfdist_opt.cluster.launcher import run_local
 from tfdist_opt.cluster.tf_config import apply_tf_config

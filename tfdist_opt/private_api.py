@@ -80,6 +80,11 @@ ENTRIES: tuple[PrivateName, ...] = (
                 "tfdist_opt.data.pipeline",
                 "its `_cardinality` is set to per-replica steps so Keras does "
                 "not warn 'ran out of data' (TF reports per-replica batches)"),
+    # ---------------------------------------------------- model parallel
+    PrivateName("keras.Model()", "_loss_tracker",
+                "tfdist_opt.model_parallel.model",
+                "the Mean metric `fit` logs as \"loss\"; a custom train_step "
+                "(the micro-batched pipeline's) has no public way to update it"),
     # --------------------------------------------------------- callbacks
     PrivateName("tensorflow.python.eager.context", "context",
                 "tfdist_opt.callbacks.preemption",
