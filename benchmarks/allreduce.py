@@ -14,7 +14,7 @@ Three measurements, all in one run:
   (x4 steps) all-reduced with TF's defaults; per size: time, algbw =
   bytes / time, busbw = algbw x 2(n-1)/n. Large sizes run fewer iterations
   (`--sweep_budget_bytes`). Run twice: under glibc's malloc defaults and
-  under the allocator policy opt_strategy() sets (`tfdist_opt.host_memory`:
+  under the allocator policy opt_strategy() sets (`tfdist_opt.strategy.host_memory`:
   receive buffers reused instead of page-faulted in every step).
 - `model`: ResNet-50's real gradient shapes (`keras.applications.ResNet50
   (weights=None)`, built once, never trained): TF defaults (one
@@ -183,7 +183,7 @@ def _sweep(strategy, n):
     """TF's plain all-reduce per size, under glibc's malloc and under ours."""
     import tensorflow as tf
 
-    from tfdist_opt import host_memory
+    from tfdist_opt.strategy import host_memory
 
     rows = []
     for setting, apply in (("tf_default_fp32", host_memory.restore_defaults),
@@ -223,7 +223,7 @@ def _model_shapes():
 def _model(strategy, n, is_chief):
     import tensorflow as tf
 
-    from tfdist_opt import host_memory
+    from tfdist_opt.strategy import host_memory
     from tfdist_opt.gradients import allreduce
     from tfdist_opt.gradients import autotune
     from tfdist_opt.gradients import packing
@@ -317,7 +317,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     from tfdist_opt.cluster import tf_config as tf_config_lib
-    from tfdist_opt.strategy import opt_strategy
+    from tfdist_opt.strategy.build import opt_strategy
 
     cfg = tf_config_lib.tf_config_from_env(os.environ)
     task = cfg["task"]["index"] if cfg else 0

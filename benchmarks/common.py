@@ -139,7 +139,7 @@ def time_steps(step_fn: Callable[[], Any], steps: int, warmup: int = 0,
 # ----------------------------------------------------------- environment
 def is_chief(environ: Mapping[str, str] | None = None) -> bool:
     """True without TF_CONFIG, for the `chief` task, or worker 0 without one."""
-    from tfdist_opt.topology import Topology  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.strategy.topology import Topology  # pylint: disable=g-import-not-at-top
     from tfdist_opt.cluster import tf_config as tf_config_lib  # pylint: disable=g-import-not-at-top
 
     cfg = tf_config_lib.tf_config_from_env(os.environ if environ is None else environ)
@@ -147,7 +147,7 @@ def is_chief(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def num_workers(environ: Mapping[str, str] | None = None) -> int:
-    from tfdist_opt.topology import Topology  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.strategy.topology import Topology  # pylint: disable=g-import-not-at-top
     from tfdist_opt.cluster import tf_config as tf_config_lib  # pylint: disable=g-import-not-at-top
 
     cfg = tf_config_lib.tf_config_from_env(os.environ if environ is None else environ)
@@ -216,7 +216,7 @@ def define_strategy_flags() -> Callable[[], Any]:
     """
     from absl import app  # pylint: disable=g-import-not-at-top
 
-    from tfdist_opt import config as config_lib  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.strategy import config as config_lib  # pylint: disable=g-import-not-at-top
 
     choices = {"mode": config_lib.MODES, "all_reduce": config_lib.ALL_REDUCE,
                "mixed_precision": config_lib.MIXED_PRECISION,

@@ -125,7 +125,7 @@ class Setting:
 
 def _multi_worker() -> bool:
     """opt_strategy() tunes malloc for multi-worker strategies only."""
-    from tfdist_opt import topology  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.strategy import topology  # pylint: disable=g-import-not-at-top
 
     return topology.detect_topology(gpus=()).is_multi_worker
 
@@ -432,7 +432,7 @@ class SettingRun:
         import keras  # pylint: disable=g-import-not-at-top
         import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-        from tfdist_opt import host_memory  # pylint: disable=g-import-not-at-top
+        from tfdist_opt.strategy import host_memory  # pylint: disable=g-import-not-at-top
         from tfdist_opt.gradients import keras_binding  # pylint: disable=g-import-not-at-top
 
         setting, args, printer = self.setting, self.args, self.printer
@@ -514,8 +514,8 @@ def _pack_only_options(bytes_per_pack: int):
 def _header(printer, cfg, strategy, inputs, settings, args, replicas, workers):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-    from tfdist_opt import plan as plan_lib  # pylint: disable=g-import-not-at-top
-    from tfdist_opt import topology  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.strategy import plan as plan_lib  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.strategy import topology  # pylint: disable=g-import-not-at-top
 
     plan = plan_lib.plan_strategy(cfg, topology.detect_topology())
     devices = strategy.extended.worker_devices

@@ -15,25 +15,25 @@ from tfdist_opt import _lazy
 from tfdist_opt.cluster.launcher import run_local
 from tfdist_opt.cluster.tf_config import apply_tf_config
 from tfdist_opt.cluster.tf_config import build_tf_config
-from tfdist_opt.config import StrategyConfig
+from tfdist_opt.strategy.config import StrategyConfig
 from tfdist_opt.data.options import PipelineOptions
 from tfdist_opt.gradients.contract import check_batch_contract
 from tfdist_opt.gradients.options import GradientOptions
-from tfdist_opt.plan import StrategyPlan
-from tfdist_opt.plan import plan_strategy
-from tfdist_opt.topology import Topology
-from tfdist_opt.topology import detect_topology
+from tfdist_opt.strategy.plan import StrategyPlan
+from tfdist_opt.strategy.plan import plan_strategy
+from tfdist_opt.strategy.topology import Topology
+from tfdist_opt.strategy.topology import detect_topology
 
 _LAZY = {
     "BatchSizeFinder": "tfdist_opt.callbacks.batch_size_finder",
     "CommunicationProfiler": "tfdist_opt.callbacks.comm_profiler",
     "DistributedBackupAndRestore": "tfdist_opt.callbacks.backup",
-    "KerasMultiWorkerMirroredStrategy": "tfdist_opt.keras_compat",
+    "KerasMultiWorkerMirroredStrategy": "tfdist_opt.strategy.keras_compat",
     "ScaledLearningRate": "tfdist_opt.callbacks.scaled_lr",
     "ThroughputMonitor": "tfdist_opt.callbacks.throughput",
     "build_dataset": "tfdist_opt.data.pipeline",
     "build_input": "tfdist_opt.data.pipeline",
-    "opt_strategy": "tfdist_opt.strategy",
+    "opt_strategy": "tfdist_opt.strategy.build",
 }
 
 __all__ = [

@@ -17,7 +17,7 @@ import pytest
 from tests.multiworker import harness
 from tests.multiworker.harness import REPO_ROOT
 from tests.multiworker.harness import run_single
-from tfdist_opt.config import StrategyConfig
+from tfdist_opt.strategy.config import StrategyConfig
 
 BINARY = os.path.join(REPO_ROOT, "benchmarks", "train.py")
 TINY = ["--batch_size=4", "--num_warmup_batches=1", "--num_batches=2",

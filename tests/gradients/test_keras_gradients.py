@@ -22,7 +22,7 @@ from tfdist_opt.gradients import allreduce
 from tfdist_opt.gradients import keras_binding
 from tfdist_opt.gradients import precision
 from tfdist_opt.gradients.options import GradientOptions
-from tfdist_opt.strategy import opt_strategy
+from tfdist_opt.strategy.build import opt_strategy
 
 IN, HID = 64, 512  # ~1.2 MB of gradients: several "auto" packs
 

@@ -6,7 +6,7 @@ import os
 import sys
 import tempfile
 
-from tfdist_opt import topology as topology_lib
+from tfdist_opt.strategy import topology as topology_lib
 from tfdist_opt.callbacks import ordering
 
 

@@ -14,7 +14,7 @@ from absl import logging
 import keras
 import tensorflow as tf
 
-from tfdist_opt import topology as topology_lib
+from tfdist_opt.strategy import topology as topology_lib
 from tfdist_opt.callbacks import _common
 from tfdist_opt.callbacks import preemption as preemption_lib
 from tfdist_opt.callbacks.throughput import SKIPPING_ATTR

@@ -23,12 +23,11 @@ tries (and warns about) auto-sharding it.
 from __future__ import annotations
 
 import dataclasses
-import threading
 from typing import Any, Callable
 
-from absl import logging
 import tensorflow as tf
 
+from tfdist_opt import _logging
 from tfdist_opt.data import sharding
 from tfdist_opt.data import sources as sources_lib
 from tfdist_opt.data import tfds_source
@@ -36,8 +35,6 @@ from tfdist_opt.data.options import AUTO
 from tfdist_opt.data.options import AUTOTUNE
 from tfdist_opt.data.options import PipelineOptions
 
-_LOGGED: set[str] = set()
-_LOCK = threading.Lock()
 
 
 @dataclasses.dataclass
@@ -195,10 +192,10 @@ def worker_dataset(source: Any, input_context: tf.distribute.InputContext,
     # `get_per_replica_batch_size` is TF's own arithmetic; ours must agree.
     assert (ctx.get_per_replica_batch_size(global_batch_size)
             == shard_plan.per_replica_batch)
-    _log_once(f"tfdist_opt.data: worker {shard_plan.worker_index}: "
+    _logging.log_once(f"tfdist_opt.data: worker {shard_plan.worker_index}: "
               f"{shard_plan.describe()}")
     if shard_plan.steps_per_epoch is None and shard_plan.num_workers > 1:
-        _log_once("tfdist_opt.data: the dataset_fn source gives no size, so "
+        _logging.log_once("tfdist_opt.data: the dataset_fn source gives no size, so "
                   "equal steps per epoch on every worker cannot be enforced; "
                   "pass DatasetFnSource(fn, examples_per_worker=N) or "
                   "steps_per_epoch to fit.", warning=True)
@@ -351,11 +348,3 @@ def _compose(first, second):
         return second(*out) if isinstance(out, tuple) else second(out)
 
     return composed
-
-
-def _log_once(message: str, warning: bool = False) -> None:
-    with _LOCK:
-        if message in _LOGGED:
-            return
-        _LOGGED.add(message)
-    (logging.warning if warning else logging.info)(message)

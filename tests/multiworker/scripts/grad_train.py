@@ -70,7 +70,7 @@ def main():
     ap.add_argument("--reference", action="store_true")
     args = ap.parse_args()
     sys.path.insert(0, os.getcwd())
-    from tfdist_opt.strategy import opt_strategy
+    from tfdist_opt.strategy.build import opt_strategy
 
     if args.reference:
         strategy = opt_strategy(mode="one_device")

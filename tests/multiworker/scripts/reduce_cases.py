@@ -9,7 +9,7 @@ import sys
 
 import tensorflow as tf
 
-from tfdist_opt import keras_compat
+from tfdist_opt.strategy import keras_compat
 
 impl = tf.distribute.experimental.CommunicationImplementation.RING
 options = tf.distribute.experimental.CommunicationOptions(implementation=impl)

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import tfdist_opt
-from tfdist_opt import strategy as strategy_lib
+from tfdist_opt import _logging
 
 RTOL = 1e-5
 
@@ -63,8 +63,8 @@ def test_inapplicable_setting_warns():
 
 def test_logs_once_what_and_why(monkeypatch):
     seen = []
-    monkeypatch.setattr(strategy_lib.logging, "info", seen.append)
-    monkeypatch.setattr(strategy_lib, "_LOGGED", set())
+    monkeypatch.setattr(_logging.logging, "info", seen.append)
+    monkeypatch.setattr(_logging, "_LOGGED", set())
     tfdist_opt.opt_strategy(cpu_replicas=2)
     tfdist_opt.opt_strategy(cpu_replicas=2)
     assert len(seen) == 1

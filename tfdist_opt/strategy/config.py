@@ -22,17 +22,18 @@ import tomllib
 from typing import Any, Mapping
 
 from tfdist_opt import validation
+from tfdist_opt.strategy import kinds
 
 ENV_PREFIX = "TFDIST_OPT_"
 CONFIG_FILE_ENV = ENV_PREFIX + "CONFIG"
 
-MODES = ("auto", "one_device", "mirrored", "multi_worker")
+MODES = ("auto",) + kinds.names()
 ALL_REDUCE = ("auto", "nccl", "ring", "hierarchical_copy", "reduce_to_one")
 MIXED_PRECISION = ("off", "mixed_float16", "mixed_bfloat16")
 COMPRESSION = ("none", "fp16", "bf16")
 
 # configs/ beside the package (source checkout / editable install).
-PRESETS_DIR = pathlib.Path(__file__).resolve().parent.parent / "configs"
+PRESETS_DIR = pathlib.Path(__file__).resolve().parents[2] / "configs"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +78,7 @@ class StrategyConfig(validation.ConfigFields):
             forever. Defaults to `300`.
         tune_malloc: bool. Multi-worker: raise glibc's mmap/trim thresholds
             so collective receive buffers are reused instead of page-faulted
-            in every step (see `tfdist_opt.host_memory`). Defaults to `True`.
+            in every step (see `tfdist_opt.strategy.host_memory`). Defaults to `True`.
     """
 
     mode: str = "auto"

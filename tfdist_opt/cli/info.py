@@ -13,9 +13,9 @@ import platform
 import sys
 from typing import Any
 
-from tfdist_opt import config as config_lib
-from tfdist_opt import plan as plan_lib
-from tfdist_opt import topology as topology_lib
+from tfdist_opt.strategy import config as config_lib
+from tfdist_opt.strategy import plan as plan_lib
+from tfdist_opt.strategy import topology as topology_lib
 
 
 def collect(config_path: str | None = None) -> dict[str, Any]:

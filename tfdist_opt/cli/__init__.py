@@ -12,10 +12,10 @@ import sys
 
 # subcommand -> (module, one-line help)
 _COMMANDS = {
-    "info": ("tfdist_opt.info", "versions, devices and the strategy opt_strategy() would build"),
-    "tf-config": ("tfdist_opt.cluster.cli_tf_config", "print or write TF_CONFIG for each task"),
-    "launch": ("tfdist_opt.cluster.cli_launch", "run N local workers with generated TF_CONFIG"),
-    "bench": ("tfdist_opt.bench_cli", "run a benchmark binary (train | allreduce | input)"),
+    "info": ("tfdist_opt.cli.info", "versions, devices and the strategy opt_strategy() would build"),
+    "tf-config": ("tfdist_opt.cli.tf_config", "print or write TF_CONFIG for each task"),
+    "launch": ("tfdist_opt.cli.launch", "run N local workers with generated TF_CONFIG"),
+    "bench": ("tfdist_opt.cli.bench", "run a benchmark binary (train | allreduce | input)"),
 }
 
 

@@ -3,26 +3,18 @@
 from __future__ import annotations
 
 import os
-import threading
 import warnings
 from typing import Any, Mapping
 
-from absl import logging
 import tensorflow as tf
 
-from tfdist_opt import host_memory
-from tfdist_opt import keras_compat
-from tfdist_opt.cluster import faults
-from tfdist_opt.cluster import launcher
-from tfdist_opt.cluster import startup_guard
-from tfdist_opt import plan as plan_lib
-from tfdist_opt import topology as topology_lib
-from tfdist_opt.config import StrategyConfig
+from tfdist_opt import _logging
+from tfdist_opt.strategy import kinds
+from tfdist_opt.strategy import plan as plan_lib
+from tfdist_opt.strategy import topology as topology_lib
+from tfdist_opt.strategy.config import StrategyConfig
 from tfdist_opt.gradients import keras_binding as gradient_binding
 from tfdist_opt.gradients.options import GradientOptions
-
-_LOGGED: set[str] = set()
-_LOCK = threading.Lock()
 
 
 def resolve_config(config: StrategyConfig | str | os.PathLike | None = None,
@@ -43,7 +35,7 @@ def opt_strategy(config: StrategyConfig | str | os.PathLike | None = None,
     Reads TF_CONFIG and the visible GPUs, merges `config` (a
     `StrategyConfig`, or a JSON/TOML path / preset name) with `TFDIST_OPT_*`
     environment variables and `overrides`, decides (see
-    `tfdist_opt.plan.plan_strategy`), configures devices and returns the
+    `tfdist_opt.strategy.plan.plan_strategy`), configures devices and returns the
     strategy. Call it at program start, before any other TensorFlow op:
     virtual CPU devices and multi-worker collectives must be configured
     before TF initialises its runtime.
@@ -75,25 +67,20 @@ def opt_strategy(config: StrategyConfig | str | os.PathLike | None = None,
 
 def build_strategy(cfg: StrategyConfig, plan: plan_lib.StrategyPlan,
                    topo: topology_lib.Topology) -> tf.distribute.Strategy:
-    """Turns a plan into TF objects (devices first, then the strategy)."""
+    """Turns a plan into TF objects (devices first, then the kind's strategy)."""
     _check_keras_flavour(cfg)
     for message in plan.warnings:
         warnings.warn(message, stacklevel=3)
     _configure_devices(cfg, plan)
     _configure_numerics(cfg)
-    if plan.kind == plan_lib.ONE_DEVICE:
-        strategy = tf.distribute.OneDeviceStrategy(plan.devices[0])
-    elif plan.kind == plan_lib.MIRRORED:
-        strategy = tf.distribute.MirroredStrategy(
-            list(plan.devices), cross_device_ops=_mirrored_ops(cfg, plan))
-    else:
-        strategy = _multi_worker_strategy(cfg, plan, topo)
+    strategy = kinds.module(plan.kind).build(cfg, plan, topo)
     # Packing ("auto"), compression and accumulation: Keras 3 optimizers
     # created in this strategy's scope pick these up (tfdist_opt.gradients).
     gradient_binding.attach(strategy, GradientOptions.from_config(cfg))
-    _log_once(f"tfdist_opt: built {type(strategy).__name__} with "
-              f"{strategy.num_replicas_in_sync} replica(s): {plan.describe()}. "
-              f"{topo.describe()}")
+    _logging.log_once(
+        f"tfdist_opt: built {type(strategy).__name__} with "
+        f"{strategy.num_replicas_in_sync} replica(s): {plan.describe()}. "
+        f"{topo.describe()}")
     return strategy
 
 
@@ -112,47 +99,6 @@ def _check_keras_flavour(cfg: StrategyConfig) -> None:
                 f"tfdist_opt's gradient path hooks Keras 3 optimizers only. "
                 f"Received: {name}={value!r}. Expected {name}={off!r}, or "
                 "unset TF_USE_LEGACY_KERAS.")
-
-
-def communication_options(cfg: StrategyConfig, plan: plan_lib.StrategyPlan
-                          ) -> tf.distribute.experimental.CommunicationOptions:
-    """CommunicationOptions for multi-worker collectives."""
-    impl = tf.distribute.experimental.CommunicationImplementation
-    return tf.distribute.experimental.CommunicationOptions(
-        bytes_per_pack=cfg.bytes_per_pack if isinstance(cfg.bytes_per_pack, int) else 0,
-        timeout_seconds=cfg.collective_timeout_s,
-        implementation=impl.NCCL if plan.all_reduce == "nccl" else impl.RING)
-
-
-def _multi_worker_strategy(cfg, plan, topo):
-    # Pre-flight: a taken port fails here, naming the port and the task,
-    # instead of as a gRPC bind error deep inside TF.
-    launcher.check_own_port(topo.tf_config)
-    faults.install_excepthook(topo.tf_config)
-    if cfg.tune_malloc and host_memory.tune_for_collectives():
-        _log_once("tfdist_opt: glibc malloc tuned for collectives "
-                  "(mmap threshold 32 MiB, trim 1 GiB; tune_malloc=False to keep "
-                  "the defaults)")
-    try:
-        # Bounded wait for peers (TF's own default is one hour).
-        with startup_guard.StartupGuard(topo.tf_config, cfg.startup_timeout_s):
-            return keras_compat.KerasMultiWorkerMirroredStrategy(
-                communication_options=communication_options(cfg, plan))
-    except RuntimeError as e:
-        if "configured at program startup" in str(e) or "initialized" in str(e):
-            raise RuntimeError(
-                "opt_strategy() must run before any other TensorFlow op when "
-                "building a multi-worker strategy (collective ops are configured "
-                f"at program startup). TensorFlow said: {e}") from e
-        raise
-
-
-def _mirrored_ops(cfg, plan):
-    if plan.all_reduce == "nccl":
-        return tf.distribute.NcclAllReduce(num_packs=cfg.num_packs)
-    if plan.all_reduce == "hierarchical_copy":
-        return tf.distribute.HierarchicalCopyAllReduce(num_packs=cfg.num_packs)
-    return tf.distribute.ReductionToOneDevice()
 
 
 def _configure_devices(cfg: StrategyConfig, plan: plan_lib.StrategyPlan) -> None:
@@ -185,11 +131,3 @@ def _configure_numerics(cfg: StrategyConfig) -> None:
         tf.keras.mixed_precision.set_global_policy(cfg.mixed_precision)
     if cfg.jit_compile:
         tf.config.optimizer.set_jit(True)
-
-
-def _log_once(message: str) -> None:
-    with _LOCK:
-        if message in _LOGGED:
-            return
-        _LOGGED.add(message)
-    logging.info(message)

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from tfdist_opt import bench_cli
+from tfdist_opt.cli import bench as bench_cli
 from tfdist_opt import cli
 
 

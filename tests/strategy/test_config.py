@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from tfdist_opt import config as config_lib
-from tfdist_opt.config import StrategyConfig
+from tfdist_opt.strategy import config as config_lib
+from tfdist_opt.strategy.config import StrategyConfig
 
 
 def test_defaults():

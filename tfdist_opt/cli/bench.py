@@ -41,7 +41,7 @@ def benchmarks_dir(environ=None) -> pathlib.Path:
     environ = os.environ if environ is None else environ
     override = environ.get(BENCHMARKS_DIR_ENV)
     path = (pathlib.Path(override) if override else
-            pathlib.Path(__file__).resolve().parent.parent / "benchmarks")
+            pathlib.Path(__file__).resolve().parents[2] / "benchmarks")
     if not path.is_dir():
         raise FileNotFoundError(
             f"{PROG}: the benchmark binaries were not found. Received: {path} "

@@ -2,9 +2,9 @@
 
 import pytest
 
-from tfdist_opt.config import StrategyConfig
-from tfdist_opt.plan import plan_strategy
-from tfdist_opt.topology import Topology
+from tfdist_opt.strategy.config import StrategyConfig
+from tfdist_opt.strategy.plan import plan_strategy
+from tfdist_opt.strategy.topology import Topology
 
 TWO_WORKERS = {"cluster": {"worker": ["localhost:1", "localhost:2"]},
                "task": {"type": "worker", "index": 1}}
@@ -62,7 +62,7 @@ def test_single_host_mode_with_cluster_refused(mode):
 def test_nccl_without_gpu_is_an_error():
     with pytest.raises(ValueError, match=r"NCCL needs GPUs and this host has none. Received: all_reduce='nccl'. Expected 'auto' or 'ring'"):
         plan(Topology(tf_config=TWO_WORKERS), all_reduce="nccl")
-    with pytest.raises(ValueError, match=r"Received: all_reduce='nccl'. Expected 'auto' or 'reduce_to_one' or 'hierarchical_copy'"):
+    with pytest.raises(ValueError, match=r"Received: all_reduce='nccl'. Expected 'auto' or 'hierarchical_copy' or 'reduce_to_one' on CPU"):
         plan(cpu_replicas=2, all_reduce="nccl")
 
 

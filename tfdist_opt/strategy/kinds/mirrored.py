@@ -1,0 +1,59 @@
+"""Kind `mirrored`: `tf.distribute.MirroredStrategy` over local GPUs or virtual CPUs."""
+
+from __future__ import annotations
+
+from tfdist_opt.strategy import plan as plan_lib
+from tfdist_opt.strategy.kinds import Kind
+
+KIND = Kind.MIRRORED
+ROLES: frozenset[str] = frozenset()
+AUTO_PRIORITY = 50
+ALL_REDUCE = ("nccl", "hierarchical_copy", "reduce_to_one")
+
+
+def auto_reason(config, topology) -> str | None:
+    if topology.is_multi_worker:
+        return None
+    if topology.num_gpus >= 2:
+        return f"{topology.num_gpus} GPUs on this host"
+    if topology.num_gpus == 0 and config.cpu_replicas >= 2:
+        return f"no GPU; cpu_replicas={config.cpu_replicas} virtual CPU devices"
+    return None
+
+
+def requested_reason(config, topology) -> str:
+    plan_lib.refuse_cluster(KIND, topology)
+    return "mode=mirrored requested"
+
+
+def plan(config, topology, reasons: list[str]) -> plan_lib.StrategyPlan:
+    gpus = topology.num_gpus
+    warnings: list[str] = []
+    if gpus:
+        devices = tuple(f"/gpu:{i}" for i in range(gpus))
+        cpu_replicas = 0
+        if config.cpu_replicas:
+            warnings.append(
+                f"cpu_replicas={config.cpu_replicas} ignored: {gpus} GPU(s) present")
+    else:
+        devices = tuple(f"/cpu:{i}" for i in range(max(1, config.cpu_replicas)))
+        cpu_replicas = config.cpu_replicas
+    all_reduce = plan_lib.choose_all_reduce(
+        config, KIND, gpus, ALL_REDUCE, cpu_choice="reduce_to_one",
+        reasons=reasons)
+    warnings += plan_lib.inapplicable(config, KIND, all_reduce)
+    return plan_lib.StrategyPlan(kind=KIND, devices=devices,
+                                 all_reduce=all_reduce, cpu_replicas=cpu_replicas,
+                                 reasons=tuple(reasons), warnings=tuple(warnings))
+
+
+def build(config, plan, topology):
+    import tensorflow as tf
+
+    if plan.all_reduce == "nccl":
+        ops = tf.distribute.NcclAllReduce(num_packs=config.num_packs)
+    elif plan.all_reduce == "hierarchical_copy":
+        ops = tf.distribute.HierarchicalCopyAllReduce(num_packs=config.num_packs)
+    else:
+        ops = tf.distribute.ReductionToOneDevice()
+    return tf.distribute.MirroredStrategy(list(plan.devices), cross_device_ops=ops)

@@ -1,0 +1,94 @@
+"""Kind `multi_worker`: `KerasMultiWorkerMirroredStrategy` over a TF_CONFIG cluster.
+
+One replica per GPU (or the CPU) on every chief/worker task; gradients are
+all-reduced with NCCL (GPUs) or RING (CPU) collectives. The strategy is
+TF's `MultiWorkerMirroredStrategy` with the `reduce` fix Keras 3 needs
+(`tfdist_opt.strategy.keras_compat`).
+"""
+
+from __future__ import annotations
+
+from tfdist_opt.strategy import plan as plan_lib
+from tfdist_opt.strategy.kinds import Kind
+
+KIND = Kind.MULTI_WORKER
+ROLES = frozenset({"chief", "worker"})
+AUTO_PRIORITY = 10
+ALL_REDUCE = ("nccl", "ring")
+
+
+def auto_reason(config, topology) -> str | None:
+    if topology.is_multi_worker:
+        return f"TF_CONFIG has {topology.num_workers} tasks"
+    return None
+
+
+def requested_reason(config, topology) -> str:
+    if topology.tf_config is None:
+        raise ValueError(
+            "Invalid value for `mode`: multi_worker needs a TF_CONFIG "
+            "naming the cluster, and none is set. Received: "
+            "mode='multi_worker', TF_CONFIG unset. Set TF_CONFIG (see "
+            "`tfdist-opt tf-config`) or start with `tfdist-opt launch`.")
+    return (f"mode=multi_worker requested; TF_CONFIG has "
+            f"{topology.num_workers} task(s)")
+
+
+def plan(config, topology, reasons: list[str]) -> plan_lib.StrategyPlan:
+    if config.cpu_replicas > 1:
+        raise ValueError(
+            "Invalid value for `cpu_replicas` with mode multi_worker: "
+            "MultiWorkerMirroredStrategy runs one CPU replica per worker. "
+            f"Received: cpu_replicas={config.cpu_replicas}. Expected 0 or 1 "
+            "(start more workers instead, e.g. `tfdist-opt launch -n N`).")
+    gpus = topology.num_gpus
+    devices = tuple(f"/gpu:{i}" for i in range(gpus)) or ("/cpu:0",)
+    all_reduce = plan_lib.choose_all_reduce(
+        config, KIND, gpus, ALL_REDUCE, cpu_choice="ring", reasons=reasons)
+    warnings = plan_lib.inapplicable(config, KIND, all_reduce)
+    return plan_lib.StrategyPlan(kind=KIND, devices=devices,
+                                 all_reduce=all_reduce, cpu_replicas=0,
+                                 reasons=tuple(reasons), warnings=tuple(warnings))
+
+
+def communication_options(config, plan):
+    """`tf.distribute.experimental.CommunicationOptions` for the collectives."""
+    import tensorflow as tf
+
+    impl = tf.distribute.experimental.CommunicationImplementation
+    bpp = config.bytes_per_pack
+    return tf.distribute.experimental.CommunicationOptions(
+        bytes_per_pack=bpp if isinstance(bpp, int) else 0,
+        timeout_seconds=config.collective_timeout_s,
+        implementation=impl.NCCL if plan.all_reduce == "nccl" else impl.RING)
+
+
+def build(config, plan, topology):
+    from tfdist_opt import _logging
+    from tfdist_opt.cluster import faults
+    from tfdist_opt.cluster import launcher
+    from tfdist_opt.cluster import startup_guard
+    from tfdist_opt.strategy import host_memory
+    from tfdist_opt.strategy import keras_compat
+
+    # Pre-flight: a taken port fails here, naming the port and the task,
+    # instead of as a gRPC bind error deep inside TF.
+    launcher.check_own_port(topology.tf_config)
+    faults.install_excepthook(topology.tf_config)
+    if config.tune_malloc and host_memory.tune_for_collectives():
+        _logging.log_once(
+            "tfdist_opt: glibc malloc tuned for collectives (mmap threshold "
+            "32 MiB, trim 1 GiB; tune_malloc=False to keep the defaults)")
+    try:
+        # Bounded wait for peers (TF's own default is one hour).
+        with startup_guard.StartupGuard(topology.tf_config,
+                                        config.startup_timeout_s):
+            return keras_compat.KerasMultiWorkerMirroredStrategy(
+                communication_options=communication_options(config, plan))
+    except RuntimeError as e:
+        if "configured at program startup" in str(e) or "initialized" in str(e):
+            raise RuntimeError(
+                "opt_strategy() must run before any other TensorFlow op when "
+                "building a multi-worker strategy (collective ops are "
+                f"configured at program startup). TensorFlow said: {e}") from e
+        raise
