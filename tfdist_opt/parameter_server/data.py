@@ -49,7 +49,8 @@ def training_input(coordinator, x, y=None, sample_weight=None,
         batch_size: int. Examples per step, for arrays. Defaults to 32.
         steps_per_epoch: int or None. Required unless `x` holds arrays.
         shuffle: bool. Shuffle arrays (each worker its own order).
-        seed: int or None. Shuffle seed (worker i uses seed + i).
+        seed: int or None. Shuffle seed, the same on every worker (so all
+            workers see one order); None shuffles each worker differently.
 
     Raises:
         ValueError: a missing `steps_per_epoch`, or `y` with a dataset.
@@ -72,8 +73,9 @@ def training_input(coordinator, x, y=None, sample_weight=None,
         def dataset_fn(input_context):
             ds = arrays_dataset(x, y, sample_weight)
             if shuffle:
-                s = None if seed is None else seed + input_context.input_pipeline_id
-                ds = ds.shuffle(n, seed=s, reshuffle_each_iteration=True)
+                # TF gives every PS worker input_pipeline_id 0, so a seed is the
+                # same on all workers; None (the default) shuffles each differently.
+                ds = ds.shuffle(n, seed=seed, reshuffle_each_iteration=True)
             return ds.repeat().batch(batch_size).prefetch(2)
 
         spec = arrays_dataset(x, y, sample_weight).batch(batch_size).element_spec

@@ -28,12 +28,9 @@ def ps_task_in(error: BaseException) -> int | None:
 
 
 def lost_ps_message(strategy, index: int) -> str:
-    address = "?"
-    try:
-        address = strategy.cluster_resolver.cluster_spec().as_dict()["ps"][index]
-    except (AttributeError, KeyError, IndexError):
-        pass
-    return (f"parameter server ps:{index} ({address}) was lost; training stopped. "
+    known = getattr(strategy, "ps_addresses", ())
+    address = known[index] if index < len(known) else "address unknown"
+    return (f"parameter server ps:{index} ({address}) was lost. "
             "Restart the job: with tfdist_opt.parameter_server.BackupAndRestore it "
             "resumes from the last checkpoint.")
 
@@ -50,3 +47,21 @@ def named_ps_failure(strategy):
         if index is None:
             raise
         raise ParameterServerLostError(lost_ps_message(strategy, index)) from None
+
+
+def install_excepthook() -> None:
+    """A `ParameterServerLostError` that ends the program prints one line, no traceback."""
+    import sys  # pylint: disable=g-import-not-at-top
+
+    previous = sys.excepthook
+    if getattr(previous, "_tfdist_opt_ps", False):
+        return
+
+    def hook(exc_type, exc, tb):
+        if issubclass(exc_type, ParameterServerLostError):
+            print(f"tfdist_opt: training stopped: {exc}", file=sys.stderr, flush=True)
+            return
+        previous(exc_type, exc, tb)
+
+    hook._tfdist_opt_ps = True
+    sys.excepthook = hook

@@ -41,6 +41,13 @@ class KerasParameterServerStrategy(tf.distribute.ParameterServerStrategy):
         >>> tfdist_opt.parameter_server.fit(model, x, y, epochs=2)
     """
 
+    def __init__(self, cluster_resolver, *args, **kwargs):
+        # Read now: after a ps task is lost the resolver may not answer, and
+        # the failure message names the lost task's address.
+        self.ps_addresses = tuple(
+            cluster_resolver.cluster_spec().as_dict().get("ps", ()))
+        super().__init__(cluster_resolver, *args, **kwargs)
+
     def experimental_distribute_dataset(self, dataset, options=None):
         keras_method = _keras_caller()
         if keras_method is not None:

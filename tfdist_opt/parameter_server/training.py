@@ -5,8 +5,13 @@
 update the variables on the parameter servers asynchronously, and the
 chief joins at each epoch end to collect the epoch's loss and metrics. A
 worker that fails has its steps rescheduled on the others by the
-coordinator (TF's parameter-server fault tolerance), so every epoch runs
-exactly `steps_per_epoch` steps. `evaluate` and `predict` run on the chief,
+coordinator (TF's parameter-server fault tolerance), so every epoch
+completes exactly `steps_per_epoch` steps (`history.steps_completed`). A
+step that was running on the worker when it died may already have applied
+its update on the parameter servers before being rescheduled: TF gives
+at-least-once semantics there, so `optimizer.iterations` can exceed the
+completed steps by at most the steps in flight on the lost worker
+(`steps_per_execution` per worker). `evaluate` and `predict` run on the chief,
 in order, reading the variables from the parameter servers.
 
 Callbacks get Keras's usual calls. Batch hooks run when a step is
@@ -45,7 +50,8 @@ def fit(model: keras.Model, x=None, y=None, batch_size: int | None = None,
         steps_per_epoch: int. Steps per epoch; required for datasets.
         validation_data: `(x_val, y_val)` or a finite dataset, evaluated on the
             chief after each `validation_freq`-th epoch.
-        seed: int or None. Shuffle seed for arrays (worker i: seed + i).
+        seed: int or None. Shuffle seed for arrays, the same on every worker
+            (TF gives PS workers no distinct pipeline id); None: each differs.
         Others: as `keras.Model.fit`. `validation_split` and `class_weight`
             are not supported (a ValueError says so).
 
@@ -91,6 +97,7 @@ def fit(model: keras.Model, x=None, y=None, batch_size: int | None = None,
     # A callback (our BackupAndRestore) may move the start epoch.
     initial_epoch = max(initial_epoch, getattr(model, "_tfdist_resume_epoch", 0))
     logs = {}
+    completed: list[int] = []
     with faults.named_ps_failure(strategy):
         for epoch in range(initial_epoch, epochs):
             totals.reset()
@@ -108,6 +115,7 @@ def fit(model: keras.Model, x=None, y=None, batch_size: int | None = None,
             coordinator.join()
             for value in coordinator.fetch(results):
                 totals.add(*value)
+            completed.append(scheduled)
             logs = totals.logs()
             elapsed = time.perf_counter() - start
             logs["examples_per_sec"] = totals.count / elapsed if elapsed > 0 else 0.0
@@ -121,6 +129,7 @@ def fit(model: keras.Model, x=None, y=None, batch_size: int | None = None,
             if model.stop_training:
                 break
     cbs.on_train_end(logs)
+    model.history.steps_completed = completed  # per epoch, each step counted once
     return model.history
 
 

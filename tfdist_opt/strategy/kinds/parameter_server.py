@@ -101,11 +101,13 @@ def build(config, plan, topology):
     import tensorflow as tf
 
     from tfdist_opt.parameter_server import cluster as cluster_lib
+    from tfdist_opt.parameter_server import faults
     from tfdist_opt.parameter_server import serving
     from tfdist_opt.parameter_server import strategy as strategy_lib
 
     if topology.task_type in ("worker", "ps"):
         serving.serve(topology.tf_config, config.startup_timeout_s)  # exits
+    faults.install_excepthook()
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     return strategy_lib.KerasParameterServerStrategy(
         resolver, variable_partitioner=cluster_lib.partitioner(
