@@ -60,6 +60,24 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName("keras.optimizers.SGD", "_apply_weight_decay",
                 "tfdist_opt.gradients.accumulation",
                 "weight decay applied once per update under accumulation"),
+    # --------------------------------------------------- parameter server
+    PrivateName("tensorflow.__internal__.distribute", "ShardedVariable",
+                "tfdist_opt.parameter_server.variables",
+                "the type of a partitioned variable (variable_partitioner); "
+                "TF exports it only under tf.__internal__"),
+    PrivateName("keras.Model", "_flatten_layers",
+                "tfdist_opt.parameter_server.variables",
+                "every nested layer (Model.layers is top-level only), to find "
+                "Embedding layers whose table is sharded"),
+    PrivateName("keras.Model", "_symbolic_build",
+                "tfdist_opt.parameter_server.steps",
+                "builds compiled metrics and losses symbolically before any step "
+                "is scheduled, as Keras's own fit does (no coordinator support in "
+                "Keras 3: keras-team/keras#18624)"),
+    PrivateName("keras.Model()", "_compile_metrics",
+                "tfdist_opt.parameter_server.steps",
+                "the CompileMetrics object whose state steps return statelessly, "
+                "so async workers never race on metric variables"),
     # --------------------------------------------------------------- data
     PrivateName("tensorflow.python.distribute.input_lib", "DistributedDataset",
                 "tfdist_opt.data.pipeline",
