@@ -14,6 +14,8 @@ import numpy as np
 import keras
 import tensorflow as tf
 
+import tfdist_opt
+
 from tfdist_opt import parameter_server as ps
 from tfdist_opt.parameter_server import backup as backup_lib
 from tfdist_opt.parameter_server import variables as variables_lib
@@ -54,6 +56,10 @@ def linear(strategy, out):
     ps.fit(model, x, y, batch_size=64, epochs=1, verbose=0,
            callbacks=[keras.callbacks.ModelCheckpoint(path, save_weights_only=True)])
     out["checkpoint_written"] = os.path.exists(path)
+    monitor = tfdist_opt.ThroughputMonitor(global_batch_size=8, warmup_steps=4, verbose=0)
+    h4 = ps.fit(model, x, y, batch_size=8, epochs=2, verbose=0, callbacks=[monitor])
+    out["monitor"] = monitor.summary()
+    out["epoch_examples_per_sec"] = h4.history["examples_per_sec"]
     bdir = os.path.join(d, "backup")
     ps.fit(model, x, y, batch_size=64, epochs=2, verbose=0,
            callbacks=[ps.BackupAndRestore(bdir)])

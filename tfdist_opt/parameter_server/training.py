@@ -14,14 +14,16 @@ completed steps by at most the steps in flight on the lost worker
 (`steps_per_execution` per worker). `evaluate` and `predict` run on the chief,
 in order, reading the variables from the parameter servers.
 
-Callbacks get Keras's usual calls. Batch hooks run when a step is
-*scheduled* (it may still be running); `logs` of batch hooks are empty.
-Epoch logs carry `loss`, the compiled metrics, `val_*`, and
+Callbacks get Keras's usual calls. Up to `2 x workers` steps are in
+flight; `on_train_batch_end(i)` runs when step i has completed (in order),
+with the epoch's running loss and metrics in `logs`, so per-step callbacks
+(progress bar, ThroughputMonitor) see real progress. Epoch logs carry `loss`, the compiled metrics, `val_*`, and
 `examples_per_sec` (epoch examples / epoch wall time, join included).
 """
 
 from __future__ import annotations
 
+import collections
 import time
 
 import keras
@@ -92,6 +94,9 @@ def fit(model: keras.Model, x=None, y=None, batch_size: int | None = None,
                                      add_progbar=verbose != 0, verbose=verbose,
                                      epochs=epochs, steps=calls, model=model)
     totals = steps_lib.Totals(model)
+    # Steps in flight: enough to keep every worker busy; batch-end hooks run
+    # as each step completes, in order, so callbacks see real progress.
+    window = 2 * max(1, _num_workers(strategy))
     model.stop_training = False
     cbs.on_train_begin()
     # A callback (our BackupAndRestore) may move the start epoch.
@@ -103,18 +108,20 @@ def fit(model: keras.Model, x=None, y=None, batch_size: int | None = None,
             totals.reset()
             cbs.on_epoch_begin(epoch)
             start = time.perf_counter()
-            results = []
+            pending: collections.deque = collections.deque()
             scheduled = 0
             for call in range(calls):
                 cbs.on_train_batch_begin(call)
-                results.append(coordinator.schedule(train_function, args=(iterator,)))
+                pending.append((call, coordinator.schedule(train_function,
+                                                           args=(iterator,))))
                 scheduled += min(spe, steps_per_epoch - call * spe)
-                cbs.on_train_batch_end(call, {})
+                while len(pending) > window:
+                    _finish(cbs, totals, *pending.popleft())
                 if model.stop_training:
                     break
+            while pending:
+                _finish(cbs, totals, *pending.popleft())
             coordinator.join()
-            for value in coordinator.fetch(results):
-                totals.add(*value)
             completed.append(scheduled)
             logs = totals.logs()
             elapsed = time.perf_counter() - start
@@ -131,6 +138,19 @@ def fit(model: keras.Model, x=None, y=None, batch_size: int | None = None,
     cbs.on_train_end(logs)
     model.history.steps_completed = completed  # per epoch, each step counted once
     return model.history
+
+
+def _finish(cbs, totals, call, remote_value):
+    """Waits for one step, adds its outputs, then runs the batch-end hooks."""
+    totals.add(*remote_value.fetch())
+    cbs.on_train_batch_end(call, totals.logs())
+
+
+def _num_workers(strategy) -> int:
+    try:
+        return len(strategy.cluster_resolver.cluster_spec().as_dict().get("worker", ()))
+    except Exception:  # pylint: disable=broad-except
+        return 2
 
 
 def evaluate(model: keras.Model, x=None, y=None, batch_size: int | None = None,
