@@ -163,6 +163,7 @@ class Totals:
         self.count = 0.0
         self.state = None
         self.steps = 0
+        self.lost = 0  # steps whose outputs died with their worker
 
     def add(self, loss_sum, count, state):
         self.loss_sum += float(loss_sum)

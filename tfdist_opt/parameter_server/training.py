@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import time
 
+from absl import logging
 import keras
 import numpy as np
 import tensorflow as tf
@@ -141,8 +142,22 @@ def fit(model: keras.Model, x=None, y=None, batch_size: int | None = None,
 
 
 def _finish(cbs, totals, call, remote_value):
-    """Waits for one step, adds its outputs, then runs the batch-end hooks."""
-    totals.add(*remote_value.fetch())
+    """Waits for one step, adds its outputs, then runs the batch-end hooks.
+
+    A step that completed on a worker which died before its outputs were
+    copied here has had its update applied, but its loss is gone: it counts
+    as completed and is left out of the epoch's loss and metrics (logged).
+    """
+    try:
+        totals.add(*remote_value.fetch())
+    except (tf.errors.UnavailableError, tf.errors.AbortedError,
+            tf.errors.CancelledError) as e:
+        if faults.ps_task_in(e) is not None:
+            raise
+        totals.lost += 1
+        logging.warning("tfdist_opt: step %d completed on a worker that was then "
+                        "lost; its update is applied, its loss is left out of the "
+                        "epoch mean", call)
     cbs.on_train_batch_end(call, totals.logs())
 
 
