@@ -91,3 +91,10 @@ def test_launch_prints_ps_host_commands(capsys):
 def test_launch_bad_ps_arguments(argv, match, capsys):
     assert launch_cli.main([*argv, "--", "python", "t.py"]) == 2
     assert match in capsys.readouterr().err
+
+
+def test_public_names_resolve():
+    from tfdist_opt import parameter_server as ps  # pylint: disable=g-import-not-at-top
+
+    for name in ps.__all__:
+        assert getattr(ps, name) is not None, name

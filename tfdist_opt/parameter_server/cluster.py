@@ -8,7 +8,7 @@ TF 2.21): one thread per concurrent closure plus one for the server.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 import tensorflow as tf
 
@@ -81,6 +81,3 @@ class InProcessCluster:
             self.resolver, variable_partitioner=partitioner(
                 min_shard_bytes, max_shards), **kwargs)
 
-
-def cluster_counts(cluster: Mapping[str, list[str]]) -> dict[str, int]:
-    return {role: len(cluster.get(role, [])) for role in ("chief", "worker", "ps")}
