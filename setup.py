@@ -4,6 +4,7 @@ import pathlib
 import re
 
 import setuptools
+from setuptools.command.build_py import build_py
 
 _HERE = pathlib.Path(__file__).parent
 _VERSION = re.search(
@@ -11,6 +12,60 @@ _VERSION = re.search(
     (_HERE / "tfdist_opt" / "__init__.py").read_text(),
     re.M,
 ).group(1)
+
+# Versions a test has run on (tests/test_versions.py reads this table back
+# from tfdist_opt/versions.py, so the two cannot drift apart).
+_TF = "tensorflow==2.21.*"
+_KERAS = "keras==3.15.*"
+_TF_KERAS = "tf-keras==2.21.*"
+_TENSORBOARD = "tensorboard==2.21.*"
+
+# Top-level folders shipped inside the wheel as tfdist_opt/_data/<folder>/
+# (found by tfdist_opt/resources.py): folder -> file patterns.
+_SHIPPED = {"configs": ("*.json", "*.toml"), "benchmarks": ("*.py",)}
+
+
+class _BuildPyWithData(build_py):
+    """build_py, plus copies of configs/ and benchmarks/ from the checkout.
+
+    The repository's folders stay the only copy in git; the wheel gets
+    them at build time. benchmarks/ gains an empty `__init__.py` there so
+    its `from benchmarks import common` finds this copy first.
+    """
+
+    def run(self):
+        super().run()
+        if getattr(self, "editable_mode", False):
+            return  # an editable install reads the checkout's folders
+        self._data_outputs(write=True)
+
+    def get_outputs(self, include_bytecode=1):
+        outputs = super().get_outputs(include_bytecode)
+        if getattr(self, "editable_mode", False):
+            return outputs
+        return outputs + self._data_outputs()
+
+    def _data_outputs(self, write=False):
+        out = []
+        for folder, patterns in _SHIPPED.items():
+            dest = pathlib.Path(self.build_lib) / "tfdist_opt" / "_data" / folder
+            files = sorted({p for pat in patterns for p in (_HERE / folder).glob(pat)})
+            if not files:
+                raise FileNotFoundError(f"setup.py: nothing to ship in {folder}/ "
+                                        f"(expected {', '.join(patterns)}).")
+            for src in files:
+                if write:
+                    dest.mkdir(parents=True, exist_ok=True)
+                    self.copy_file(str(src), str(dest / src.name))
+                out.append(str(dest / src.name))
+            if folder == "benchmarks":
+                init = dest / "__init__.py"
+                if write:
+                    init.write_text('"""tfdist_opt benchmark binaries (copied '
+                                    'from the repository\'s benchmarks/)."""\n')
+                out.append(str(init))
+        return out
+
 
 setuptools.setup(
     name="tfdist_opt",
@@ -22,9 +77,10 @@ setuptools.setup(
     long_description=(_HERE / "README.md").read_text(),
     long_description_content_type="text/markdown",
     packages=setuptools.find_packages(include=["tfdist_opt", "tfdist_opt.*"]),
-    python_requires=">=3.10",
+    python_requires=">=3.11",  # tomllib
     install_requires=[
-        "tensorflow==2.21.*",
+        _TF,
+        _KERAS,
         "tensorflow-datasets>=4.9",
         "importlib_resources",  # tfds download_and_prepare of local builders
         "absl-py>=2.0",
@@ -34,11 +90,15 @@ setuptools.setup(
         "test": [
             "pytest>=8",
             "pytest-timeout>=2.3",
-            "tf-keras==2.21.*",
+            _TF_KERAS,
+            _TENSORBOARD,
             "matplotlib>=3.8",
+            "pyyaml>=6",  # tests read `tfdist-opt k8s` manifests back
         ],
-        "legacy": ["tf-keras==2.21.*"],
+        "legacy": [_TF_KERAS],
         "plot": ["matplotlib>=3.8"],
+        "tensorboard": [_TENSORBOARD],
     },
+    cmdclass={"build_py": _BuildPyWithData},
     entry_points={"console_scripts": ["tfdist-opt=tfdist_opt.cli:main"]},
 )

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import os
 import socket
-import statistics
 import sys
 import threading
 import time
@@ -53,6 +52,7 @@ if __package__ in (None, ""):  # run as `python benchmarks/allreduce.py`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import common  # pylint: disable=g-import-not-at-top
+from benchmarks import progress  # pylint: disable=g-import-not-at-top
 
 _MODE = flags.DEFINE_enum("mode", "all", ["all", "sweep", "model", "tcp"],
                           "Which measurements to run.")
@@ -136,35 +136,17 @@ def _send(host, port, nbytes, trials, chunk) -> None:
 
 # ------------------------------------------------------------- helpers
 def _all_sum(strategy, values):
-    import tensorflow as tf
+    from tfdist_opt.gradients import timing
 
-    vec = tf.constant(list(values), tf.float64)
-
-    @tf.function
-    def fn():
-        return strategy.run(lambda: tf.distribute.get_replica_context().all_reduce(
-            tf.distribute.ReduceOp.SUM, vec))
-
-    return [float(x) for x in strategy.experimental_local_results(fn())[0].numpy()]
+    return timing.agree(strategy, values, op="SUM")
 
 
 def _timer(strategy, replica_fn, iters, warmup):
-    """Median/min/max seconds of `strategy.run(replica_fn)` in a tf.function."""
-    import tensorflow as tf
+    """Median/min/max seconds of `strategy.run(replica_fn)`, agreed by workers."""
+    from tfdist_opt.gradients import timing
 
-    @tf.function
-    def step():
-        return strategy.run(replica_fn)
-
-    def run_once():
-        for r in strategy.experimental_local_results(step()):
-            r.numpy()
-
-    times = common.time_steps(run_once, steps=iters, warmup=warmup)
-    # Every worker must agree on the figure: average the medians.
-    n = strategy.num_replicas_in_sync
-    med = _all_sum(strategy, [statistics.median(times), min(times), max(times)])
-    return {"time_s": med[0] / n, "time_min_s": med[1] / n, "time_max_s": med[2] / n,
+    t = timing.time_and_agree(strategy, replica_fn, iters, warmup)
+    return {"time_s": t.median_s, "time_min_s": t.min_s, "time_max_s": t.max_s,
             "iters": iters}
 
 
@@ -186,6 +168,10 @@ def _sweep(strategy, n):
     from tfdist_opt.strategy import host_memory
 
     rows = []
+    sizes, size = 0, _MIN_BYTES.value
+    while size <= _MAX_BYTES.value:
+        sizes, size = sizes + 1, size * 4
+    bar = progress.Progress(max(1, 2 * sizes), enabled=common.is_chief())
     for setting, apply in (("tf_default_fp32", host_memory.restore_defaults),
                            ("tf_default_fp32_tuned_malloc",
                             host_memory.tune_for_collectives)):
@@ -204,11 +190,13 @@ def _sweep(strategy, n):
             logging.info("sweep %-30s %10d B  %8.3f ms  algbw %.3f GB/s  busbw %.3f GB/s",
                          setting, size, 1e3 * res["time_s"], algbw / 1e9,
                          algbw * _bus_factor(n) / 1e9)
+            bar.done(f"sweep {setting} {size} B")
             size *= 4
     return rows
 
 
 # --------------------------------------------------------------- model
+_MODEL_ROWS = 9  # row(...) calls in _model, for the progress line's ETA
 def _model_shapes():
     import keras
 
@@ -235,6 +223,7 @@ def _model(strategy, n, is_chief):
         grads = [tf.zeros(s, d) for s, d in shapes]
     iters, warmup = _ITERS.value, _WARMUP.value
     rows = []
+    bar = progress.Progress(_MODEL_ROWS, enabled=is_chief)
 
     def row(setting, res, **extra):
         algbw = nbytes / res["time_s"]
@@ -243,6 +232,7 @@ def _model(strategy, n, is_chief):
              **extra}
         logging.info("model %-28s %8.2f ms  busbw %.3f GB/s", setting,
                      1e3 * res["time_s"], r["busbw_gbps"])
+        bar.done(f"model {setting}")
         rows.append(r)
         return r
 

@@ -42,6 +42,7 @@ if __package__ in (None, ""):  # run as `python benchmarks/input_pipeline.py`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import common  # pylint: disable=g-import-not-at-top
+from benchmarks import progress  # pylint: disable=g-import-not-at-top
 
 _MODE = flags.DEFINE_enum("mode", "throughput", ["throughput", "input_bound"],
                           "What to measure.")
@@ -176,6 +177,7 @@ def run_throughput(files):
         builders["opt_no_cache"] = lambda: opt_dataset(
             files, _BATCH.value, decode, augment, _SEED.value)
     rows, rates = [], {name: [] for name in builders}
+    bar = progress.Progress(_REPEATS.value * len(builders), enabled=common.is_chief())
     for repeat in range(_REPEATS.value):
         for name, build in builders.items():
             stats = measure_dataset(build(), _STEPS.value, _BATCHES_PER_STEP.value,
@@ -187,6 +189,7 @@ def run_throughput(files):
                          stats.format("examples/sec"))
             print(f"{name:>12} repeat {repeat}: {stats.format('examples/sec')}",
                   flush=True)
+            bar.done(f"repeat {repeat + 1}/{_REPEATS.value} {name}")
     medians = {name: statistics.median(r) for name, r in rates.items()}
     naive, opt = medians["naive"], medians["opt"]
     summary = {"speedup": opt / naive, "naive_eps": naive, "opt_eps": opt}
@@ -267,6 +270,7 @@ def run_input_bound(files, strategy):
         data.DatasetFnSource(synthetic_fn, examples_per_worker=per_worker),
         strategy, _BATCH.value, options=opts.replace(shuffle=False))
     rows, stats = [], {}
+    bar = progress.Progress(2, enabled=common.is_chief())
     for name, inp in (("synthetic", synthetic), ("real", real)):
         with strategy.scope():
             model = _model(_MODEL.value, (crop, crop, 3))
@@ -281,6 +285,7 @@ def run_input_bound(files, strategy):
         rows.append({"input": name, "model": _MODEL.value, **s.to_dict()})
         print(f"{name:>9}: {s.format('examples/sec')} "
               f"(step {1000 * s.step_time_median_s:.1f} ms)", flush=True)
+        bar.done(f"input {name}")
     ratio = stats["real"].median / stats["synthetic"].median
     bound = ratio < 1.0 - _THRESHOLD.value
     summary = {"input_bound": int(bound), "real_eps": stats["real"].median,

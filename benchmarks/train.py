@@ -47,6 +47,7 @@ if __package__ in (None, ""):  # run as `python benchmarks/train.py`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import common  # pylint: disable=g-import-not-at-top
+from benchmarks import progress  # pylint: disable=g-import-not-at-top
 
 MODELS = ("mlp", "cnn_small", "resnet50", "transformer")
 _DEFAULT_IMAGE_SIZE = {"mlp": 32, "cnn_small": 32, "resnet50": 224,
@@ -589,9 +590,11 @@ def main(argv):
     rounds = args["rounds"]
     per_round = window * math.ceil(args["batches"] / (window * rounds))
     runs = [SettingRun(s, strategy, inputs, args, printer) for s in settings]
+    bar = progress.Progress(rounds * len(runs), enabled=common.is_chief())
     for r in range(rounds):
         for run in runs:
             run.run_chunk(per_round)
+            bar.done(f"round {r + 1}/{rounds} {run.setting.name}")
     rows, medians = [], {}
     for run in runs:
         stats, setting = run.stats(), run.setting

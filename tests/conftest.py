@@ -2,7 +2,8 @@
 
 In-process TensorFlow tests share one runtime, and virtual CPU devices can be
 configured only before it starts, so the session gets 4 logical CPU devices
-here, once, before any test runs an op (FACTS.md 3). Tests that need a
+here, once, before any test runs an op (TF refuses to change logical
+devices after its runtime starts). Tests that need a
 different process set-up (tf_keras, multi-worker) run in subprocesses.
 """
 

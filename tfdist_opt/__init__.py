@@ -12,6 +12,7 @@ Subpackages: `tfdist_opt.cluster` (TF_CONFIG, launcher), `tfdist_opt.data`
 __version__ = "0.1.0"
 
 from tfdist_opt import _lazy
+from tfdist_opt import versions as _versions
 from tfdist_opt.cluster.launcher import run_local
 from tfdist_opt.cluster.tf_config import apply_tf_config
 from tfdist_opt.cluster.tf_config import build_tf_config
@@ -60,3 +61,7 @@ __all__ = [
 ]
 
 __getattr__ = _lazy.lazy_getattr(__name__, _LAZY)
+
+# One warning naming the tested versions if TF/Keras are outside them
+# (package metadata only: TensorFlow is not imported).
+_versions.warn_if_unsupported()

@@ -38,28 +38,43 @@ class PrivateName:
     why: str
 
 
+_TF_OPTIMIZER = "keras.src.backend.tensorflow.optimizer.TFOptimizer"
+
 ENTRIES: tuple[PrivateName, ...] = (
     # ---------------------------------------------------------- gradients
-    PrivateName("keras.src.backend.tensorflow.optimizer.TFOptimizer",
-                "_all_reduce_sum_gradients", "tfdist_opt.gradients.keras_binding",
-                "the gradient all-reduce Keras 3 runs under tf.distribute; no "
-                "aggregation hook (keras-team/keras#17429)"),
-    PrivateName("keras.src.optimizers.loss_scale_optimizer", "LossScaleOptimizer",
-                "tfdist_opt.gradients.keras_binding",
-                "it delegates to an inner optimizer, which is the one hooked"),
+    # Keras has no hook for the gradient all-reduce or for accumulation
+    # under tf.distribute (keras-team/keras#17429); the per-optimizer
+    # subclass (tfdist_opt.gradients.hooks) overrides or calls these, and
+    # tfdist_opt.gradients.upstream also checks their signatures.
+    PrivateName("keras.src.backend.tensorflow.optimizer", "TFOptimizer",
+                "tfdist_opt.gradients.upstream",
+                "base of every Keras 3 TF optimizer; only importable from keras.src"),
+    PrivateName(_TF_OPTIMIZER, "_all_reduce_sum_gradients", "tfdist_opt.gradients.hooks",
+                "overridden: the gradient all-reduce Keras 3 runs under "
+                "tf.distribute (keras-team/keras#17429)"),
+    PrivateName(_TF_OPTIMIZER, "_backend_apply_gradients", "tfdist_opt.gradients.hooks",
+                "overridden with grad_accum > 1: Keras's own accumulation branch "
+                "fails under MirroredStrategy (keras-team/keras#17429, tf-keras#107)"),
+    PrivateName(_TF_OPTIMIZER, "_get_current_learning_rate", "tfdist_opt.gradients.hooks",
+                "overridden with grad_accum > 1: schedules see updates, not micro-steps"),
+    PrivateName(_TF_OPTIMIZER, "_get_variable_index", "tfdist_opt.gradients.accumulation",
+                "maps a (possibly filtered) variable to its accumulator"),
+    PrivateName(_TF_OPTIMIZER, "_apply_weight_decay", "tfdist_opt.gradients.accumulation",
+                "weight decay applied once per update under accumulation"),
     PrivateName("keras.optimizers.SGD()", "_distribution_strategy",
                 "tfdist_opt.gradients.keras_binding",
-                "the strategy an optimizer was created under (Keras 3 keeps "
-                "it private)"),
+                "the strategy Keras captured in __init__ (kept private)"),
     PrivateName("keras.optimizers.SGD()", "_iterations",
                 "tfdist_opt.gradients.accumulation",
-                "the step counter incremented once per applied update"),
-    PrivateName("keras.optimizers.SGD", "_get_variable_index",
-                "tfdist_opt.gradients.accumulation",
-                "maps a variable to its slot / accumulator index"),
-    PrivateName("keras.optimizers.SGD", "_apply_weight_decay",
-                "tfdist_opt.gradients.accumulation",
-                "weight decay applied once per update under accumulation"),
+                "the counter upstream apply() increments per call: the micro-step"),
+    PrivateName("keras.optimizers.SGD()", "_trainable_variables",
+                "tfdist_opt.gradients.hooks", "the variables build() was given"),
+    PrivateName("keras.optimizers.SGD()", "_learning_rate",
+                "tfdist_opt.gradients.hooks", "float variable or schedule"),
+    PrivateName("keras.src.backend.common.global_state", "get_global_attribute",
+                "tfdist_opt.gradients.upstream",
+                "its 'name_scope_stack'[-1].caller names the optimizer creating a "
+                "variable (Keras has no optimizer-creation hook)"),
     # --------------------------------------------------- parameter server
     PrivateName("tensorflow.__internal__.distribute", "ShardedVariable",
                 "tfdist_opt.parameter_server.variables",
@@ -91,6 +106,19 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName("tensorflow.python.framework.errors", "AlreadyExistsError",
                 "tfdist_opt.callbacks.preemption",
                 "raised by set_config_key_value for an existing key"),
+    PrivateName("tensorflow.python.eager.context", "context",
+                "tfdist_opt.callbacks.restore_agreement",
+                "the restored-step agreement at on_train_begin posts and reads "
+                "keys in the coordination service's key-value store (through "
+                "preemption.TFKeyValueStore); no tf.* export"),
+    PrivateName("keras.src.trainers.trainer.Trainer()", "_initial_epoch",
+                "tfdist_opt.callbacks.backup",
+                "the epoch fit starts at after a restore; Keras's own "
+                "BackupAndRestore sets it the same way (no public hook)"),
+    PrivateName("keras.src.trainers.trainer.Trainer()", "_initial_epoch",
+                "tfdist_opt.gradients.keras_binding",
+                "read (with fit's own arguments, from its frame) to count the "
+                "train steps a fit runs before checking grad_accum against it"),
 )
 
 

@@ -1,6 +1,6 @@
 """Argument checks shared by every config and constructor (no TF import).
 
-Each raises with the message shape STYLE.md asks for — the argument, what
+Each raises with one message shape (the Keras convention) — the argument, what
 was expected, what was received:
 ``Invalid value for `num_packs`: expected a positive int. Received: num_packs=0``.
 """
@@ -47,10 +47,11 @@ def check_number(name: str, value: Any, allow_zero: bool = False,
                          f"Received: {name}={value!r}")
 
 
-def check_bool(name: str, value: Any) -> None:
+def check_bool(name: str, value: Any, error: type[Exception] = ValueError) -> None:
+    """A bool; `error` is the exception type (TypeError for API arguments)."""
     if not isinstance(value, bool):
-        raise ValueError(f"Invalid value for `{name}`: expected a bool. "
-                         f"Received: {name}={value!r}")
+        raise error(f"Invalid value for `{name}`: expected a bool. "
+                    f"Received: {name}={value!r}")
 
 
 def check_known_keys(values: Mapping[str, Any], known: Iterable[str],

@@ -32,3 +32,8 @@ def test_two_workers_report_all_sections(tmp_path):
     for r in sweep:  # nccl-tests convention: busbw = algbw * 2(n-1)/n, n = 2
         assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"])
     assert (tmp_path / "ar.csv").exists() and (tmp_path / "tune.csv").exists()
+    # Progress: the chief prints one line per sweep size and model row.
+    chief = results[0].output
+    assert "progress 8/8 (100%) sweep tf_default_fp32_tuned_malloc 262144 B" in chief
+    assert "progress 9/9 (100%) model local_concat_split_only" in chief
+    assert "progress " not in results[1].output

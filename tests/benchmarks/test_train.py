@@ -107,6 +107,12 @@ def test_mlp_synthetic_via_cli_with_preset_and_flag_override(tmp_path):
     assert (tmp_path / "r.csv").read_text().startswith("setting,")
     if HAVE_MPL:
         assert (tmp_path / "r.png").stat().st_size > 0
+    # One progress line per round per setting, ending at 100% with an ETA.
+    rounds = report["results"][-1]["rounds"]
+    bars = [ln for ln in r.output.splitlines() if ln.startswith("progress ")]
+    assert len(bars) == 2 * rounds, bars
+    assert bars[-1].startswith(f"progress {2 * rounds}/{2 * rounds} (100%) round "
+                               f"{rounds}/{rounds} ") and ", ETA 0s" in bars[-1]
 
 
 def _write_jpeg_records(directory, files=2, per_file=16, side=12):

@@ -95,7 +95,7 @@ def test_kill_during_save_leaves_previous_backup_loadable(strategy, tmp_path):
     cb2 = DistributedBackupAndRestore(bdir, save_freq=2, delete_on_end=False)
     model(strategy).fit(dataset(), epochs=1, verbose=0, callbacks=[cb2])
     assert cb2.restored["step"] == 2
-    assert sorted(os.listdir(bdir)) == ["backup-8", "latest.json"]  # staging gone
+    assert sorted(os.listdir(bdir)) == ["backup-6", "backup-8", "latest.json"]  # keep=2; staging gone
 
 
 def test_non_chief_writes_only_temp_dirs_and_removes_them(strategy, tmp_path,

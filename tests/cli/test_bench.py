@@ -28,7 +28,7 @@ def test_unknown_benchmark_lists_the_valid_names():
 def test_missing_benchmarks_dir_says_where_it_looked(tmp_path):
     missing = tmp_path / "gone"
     with pytest.raises(FileNotFoundError, match="benchmark binaries were not "
-                       f"found. Received: {missing}.*pip install -e"):
+                       f"found. Received: {missing}.*pip install \\."):
         bench_cli.command("train", [],
                           environ={bench_cli.BENCHMARKS_DIR_ENV: str(missing)})
 
@@ -49,3 +49,11 @@ def test_main_errors_and_usage(capsys, monkeypatch):
     assert bench_cli.main(["--help"]) == 0
     out = capsys.readouterr().out
     assert "train" in out and "allreduce" in out and "input" in out
+
+
+def test_the_benchmarks_dir_variable_is_not_taken_for_a_config_field():
+    # The binary inherits it; StrategyConfig must not reject it as unknown.
+    from tfdist_opt import StrategyConfig
+
+    env = {bench_cli.BENCHMARKS_DIR_ENV: "/x", "TFDIST_OPT_ALL_REDUCE": "ring"}
+    assert StrategyConfig.load(environ=env).all_reduce == "ring"

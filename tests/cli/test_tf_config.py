@@ -68,6 +68,24 @@ def test_out_dir_writes_one_file_per_task(capsys, tmp_path):
         "export TF_CONFIG=")
 
 
+def test_out_dir_never_follows_a_planted_symlink(capsys, tmp_path):
+    out_dir, target = tmp_path / "cfg", tmp_path / "precious"
+    out_dir.mkdir()
+    target.write_text("keep me\n")
+    (out_dir / "worker-0.json").symlink_to(target)
+    code, out, err = _run(capsys, "--workers", "a:1,b:1", "--out-dir", str(out_dir))
+    assert code == 2 and out == ""
+    assert f"Refusing to write {out_dir}/worker-0.json: it is a symbolic link" in err
+    assert target.read_text() == "keep me\n"                 # target untouched
+    assert sorted(p.name for p in out_dir.iterdir()) == ["worker-0.json"]  # nothing written
+    (out_dir / "worker-0.json").unlink()
+    (out_dir / "worker-1.json").write_text("old")            # a plain file is replaced
+    code, _, _ = _run(capsys, "--workers", "a:1,b:1", "--out-dir", str(out_dir))
+    assert code == 0
+    assert tc.tf_config_from_file(out_dir / "worker-1.json")["task"]["index"] == 1
+    assert sorted(p.name for p in out_dir.iterdir()) == ["worker-0.json", "worker-1.json"]
+
+
 def test_slurm_source_takes_index_from_procid(capsys, monkeypatch):
     for k, v in {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node[01-04,07]",
                  "SLURM_NTASKS": "5", "SLURM_TASKS_PER_NODE": "1(x5)",

@@ -22,9 +22,35 @@ def test_explains_lost_peer():
 
 
 def test_timeout_without_task_names():
-    line = faults.explain("DeadlineExceededError", "Collective timed out", None)
+    line = faults.explain("DeadlineExceededError", "Collective timed out", None, 30)
     assert line == ("tfdist_opt: training stopped: a collective timed out "
-                    "(collective_timeout_s); cause: timed out.")
+                    "(collective_timeout_s=30); cause: timed out.")
+    line = faults.explain("DeadlineExceededError", "Collective timed out", None)
+    assert "no collective_timeout_s was set" in line
+
+
+# What worker 1 printed when worker 0 (the chief) was SIGSTOPped mid-training
+# (TF 2.21, no collective_timeout_s): no task named anywhere.
+FROZEN_CHIEF = """Graph execution error:
+Collective ops is aborted by: Deadline Exceeded
+
+RPC: /tensorflow.CoordinationService/Heartbeat
+The error could be from a previous operation. Restart your program to reset.
+	 [[{{node CollectiveReduceV2}}]] [Op:__inference_multi_step_on_iterator_527]"""
+
+
+def test_frozen_chief_names_the_coordination_service_task_not_a_timeout():
+    cfg = dict(CFG, task={"type": "worker", "index": 1})
+    line = faults.explain("DeadlineExceededError", FROZEN_CHIEF, cfg)
+    assert line.startswith(
+        "tfdist_opt: training stopped: the coordination service stopped "
+        "answering (its heartbeat timed out): worker:0 (localhost:5000), which "
+        "hosts it, is frozen"), line
+    assert "collective_timeout_s" not in line
+    chief_cfg = {"cluster": {"chief": ["h0:1"], "worker": ["h1:1"]},
+                 "task": {"type": "worker", "index": 0}}
+    assert "chief:0 (h0:1), which hosts it" in faults.explain(
+        "DeadlineExceededError", FROZEN_CHIEF, chief_cfg)
 
 
 def test_other_errors_untouched():

@@ -33,6 +33,7 @@ def test_throughput_mode_writes_report(tmp_path):
         "naive", "opt", "opt_no_cache"]
     assert "examples/sec: " in r.output and "(jitter = " in r.output
     assert (tmp_path / "ip.csv").exists()
+    assert "progress 3/3 (100%) repeat 1/1 opt_no_cache: elapsed " in r.output
 
 
 @pytest.mark.slow

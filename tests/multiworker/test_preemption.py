@@ -69,9 +69,14 @@ def test_sigterm_to_one_worker_saves_all_at_one_step_and_rerun_resumes(
     assert saves[1][4] and not saves[0][4]   # only worker 1 got the signal
     t_save = float(saves[1][4])
     assert "worker 1 exited with code 42" in err or "worker 0 exited with code 42" in err
-    # Exactly one backup: the preemption save, committed; nothing else left.
+    # The preemption save is the newest backup, committed; keep=2 leaves at
+    # most one older one; no staging dir.
     backup = tmp_path / "backup"
-    assert sorted(os.listdir(backup)) == [f"backup-{step}", "latest.json"]
+    names = sorted(os.listdir(backup))
+    assert f"backup-{step}" in names and "latest.json" in names, names
+    assert len(names) <= 3 and all(n.startswith("backup-") or n == "latest.json"
+                                   for n in names), names
+    assert max(int(n[len("backup-"):]) for n in names if n != "latest.json") == step
     latest = json.loads((backup / "latest.json").read_text())
     assert latest["step"] == step and latest["name"] == f"backup-{step}"
     assert rel_launch.backup_temp_dirs(tmp_path) == []
@@ -231,7 +236,7 @@ def test_callback_sigterm_saves_exits_42_and_resume_is_exact(tmp_path, strategy)
     assert exc.value.code == 42
     assert signal.getsignal(signal.SIGTERM) == before       # handler restored
     assert backup_lib.read_latest(bdir)["step"] == 6          # saved after that call
-    assert sorted(os.listdir(bdir)) == ["backup-6", "latest.json"]
+    assert sorted(os.listdir(bdir)) == ["backup-4", "backup-6", "latest.json"]
     ref = _models.model(strategy)
     ref.fit(_models.dataset(), epochs=3, verbose=0)
     resumed = _models.model(strategy)

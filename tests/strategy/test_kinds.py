@@ -63,3 +63,15 @@ def test_local_kinds_refuse_a_cluster():
     with pytest.raises(ValueError, match="each would train alone under 'mirrored'"):
         plan_strategy(StrategyConfig(mode="mirrored"),
                       Topology(tf_config=_PS_CLUSTER))
+
+
+@pytest.mark.parametrize("task_type,index,has_chief,expected", [
+    (None, None, False, True), ("chief", 0, True, True),
+    ("worker", 0, False, True), ("worker", 0, True, False),
+    ("worker", 1, False, False), ("ps", 0, True, False),
+    ("evaluator", 0, True, False),
+])
+def test_one_chief_rule(task_type, index, has_chief, expected):
+    from tfdist_opt.strategy.topology import is_chief
+
+    assert is_chief(task_type, index, has_chief) is expected

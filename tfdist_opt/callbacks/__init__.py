@@ -10,6 +10,7 @@ first use:
   mid-epoch resume, NaN-safe; SIGTERM = coordinated preemption save on
   every worker at one step, then exit 42 (preemption.py).
 - `CommunicationProfiler` (comm_profiler.py): `comm_fraction`.
+- `ChiefTensorBoard` (summaries.py): Keras's TensorBoard, chief only.
 - `BatchSizeFinder` / `BatchSizeResult` (batch_size_finder.py).
 - `ordered` / `check_order` (ordering.py): callback order rules.
 """
@@ -21,6 +22,7 @@ from tfdist_opt.callbacks.ordering import ordered
 _LAZY = {
     "BatchSizeFinder": "tfdist_opt.callbacks.batch_size_finder",
     "BatchSizeResult": "tfdist_opt.callbacks.batch_size_finder",
+    "ChiefTensorBoard": "tfdist_opt.callbacks.summaries",
     "CommunicationProfiler": "tfdist_opt.callbacks.comm_profiler",
     "DistributedBackupAndRestore": "tfdist_opt.callbacks.backup",
     "ScaledLearningRate": "tfdist_opt.callbacks.scaled_lr",
@@ -30,6 +32,7 @@ _LAZY = {
 __all__ = [
     "BatchSizeFinder",
     "BatchSizeResult",
+    "ChiefTensorBoard",
     "CommunicationProfiler",
     "DistributedBackupAndRestore",
     "ScaledLearningRate",

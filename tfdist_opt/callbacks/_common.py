@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import tempfile
 
 from tfdist_opt.strategy import topology as topology_lib
+from tfdist_opt import _logging
 from tfdist_opt.callbacks import ordering
 
 
@@ -38,28 +40,51 @@ def complete_step(model) -> int:
     return int(optimizer.iterations.numpy())
 
 
+def _callback_list_types() -> tuple[type, ...]:
+    types = []
+    import keras  # pylint: disable=g-import-not-at-top
+
+    types.append(keras.callbacks.CallbackList)
+    tf_keras = sys.modules.get("tf_keras")
+    if tf_keras is not None:
+        types.append(tf_keras.callbacks.CallbackList)
+    return tuple(types)
+
+
 def _calling_callback_list():
-    """The `keras.callbacks.CallbackList` whose hook is calling us, if any.
+    """The `CallbackList` (Keras 3 or tf_keras) whose hook is calling us, if any.
 
     Keras does not tell a callback about its siblings; the list is the
-    `self` of a caller a few frames up. Used only at `on_train_begin`.
+    `self` of a caller a few frames up (`inspect.currentframe`, public
+    API). Used only at `on_train_begin`.
     """
-    frame = sys._getframe(1)  # pylint: disable=protected-access
-    for _ in range(6):
+    types = _callback_list_types()
+    frame = inspect.currentframe()
+    for _ in range(12):
         if frame is None:
             return None
         owner = frame.f_locals.get("self")
-        if type(owner).__name__ == "CallbackList" and hasattr(owner, "callbacks"):
+        if isinstance(owner, types):
             return owner
         frame = frame.f_back
     return None
 
 
 def check_fit_order() -> None:
-    """Runs `ordering.check_order` on the list `fit` was given (if found)."""
+    """Runs `ordering.check_order` on the list `fit` was given.
+
+    When the list cannot be found (a custom training loop calling the hooks
+    by hand), says once that the order was not checked, instead of
+    skipping the check silently.
+    """
     cb_list = _calling_callback_list()
-    if cb_list is not None:
-        ordering.check_order(cb_list.callbacks)
+    if cb_list is None:
+        _logging.log_once(
+            "tfdist_opt callbacks: not called from a keras CallbackList, so "
+            "their order was not checked (see tfdist_opt.callbacks.ordering)",
+            warning=True)
+        return
+    ordering.check_order(cb_list.callbacks)
 
 
 def atomic_write_text(path: str, text: str) -> None:

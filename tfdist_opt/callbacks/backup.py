@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import glob
-import json
 import math
 import os
 import shutil
@@ -16,12 +15,14 @@ import tensorflow as tf
 
 from tfdist_opt.strategy import topology as topology_lib
 from tfdist_opt.callbacks import _common
+from tfdist_opt.callbacks import backup_store as store_lib
 from tfdist_opt.callbacks import preemption as preemption_lib
+from tfdist_opt.callbacks import restore_agreement
 from tfdist_opt.callbacks.throughput import SKIPPING_ATTR
 
-LATEST = "latest.json"
-_PREFIX = "backup-"
-_STAGING = ".staging-"
+LATEST = store_lib.LATEST
+BackupError = store_lib.BackupError
+RestoreMismatchError = restore_agreement.RestoreMismatchError
 
 
 class DistributedBackupAndRestore(keras.callbacks.Callback):
@@ -38,14 +39,27 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
     directory that they delete right after. Every worker restores from
     `backup_dir`, which must therefore be on a filesystem all workers see.
 
-    Atomicity: a backup is written into `backup_dir/.staging-<step>`, renamed
-    to `backup-<step>` when complete, and only then made current by
-    atomically replacing `latest.json`; older backups are deleted after
-    that. A process killed at any point leaves `latest.json` naming a
-    complete backup (the previous one if the kill came first).
+    Store (`tfdist_opt.callbacks.backup_store`): a backup is written into
+    `backup_dir/.staging-<step>`, sealed by a `manifest.json` (position, and
+    size + SHA-256 of every file) written last, renamed to `backup-<step>`,
+    and only then pointed at by `latest.json`. The newest `keep` verified
+    backups are kept; a backup is deleted only once a verified newer one
+    exists. On restore the backups are tried from the highest step down:
+    one whose files do not match its manifest, or whose checkpoint cannot
+    be read, is skipped with a warning naming the file and why, and the
+    next older one is used; a broken or dangling `latest.json` is reported
+    and ignored (it never causes a deletion). If backups exist but none is
+    valid, `fit` raises `BackupError` instead of restarting from step 0.
+
+    Before step 1: the chief checks that `backup_dir` is writable (others:
+    their temp dir), and in a cluster every worker posts the step it
+    restored and its directory to the coordination service; if any worker
+    has a problem or the steps differ, every worker raises
+    `RestoreMismatchError` with one line naming each worker's step and
+    directory (e.g. each host was given its own `backup_dir`).
 
     NaN safety: no backup is written after a step whose `loss` is NaN/inf,
-    and the backup directory is deleted at train end only when training
+    and the backups is deleted at train end only when training
     finished with finite losses (unlike Keras's `BackupAndRestore` with
     `TerminateOnNaN`, keras-team/keras#21771).
 
@@ -64,8 +78,8 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
     Preemption: with `preemption` on, a SIGTERM to any worker makes every
     worker save at the same train call (agreed through the coordination
     service; see `tfdist_opt.callbacks.preemption`), wait until all have
-    saved, and raise `SystemExit(preemption_exit_code)`. Exactly one backup
-    remains (the one just written); a rerun (e.g. `tfdist-opt launch
+    saved, and raise `SystemExit(preemption_exit_code)`. The backup just
+    written is the newest; a rerun (e.g. `tfdist-opt launch
     --max-restarts R`) resumes from it.
 
     Ordering: none required (it writes nothing into `logs`). It cannot be
@@ -84,6 +98,8 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
             Defaults to `"auto"`.
         preemption_exit_code: int. Exit code after a preemption save.
             Defaults to `42` (`preemption.PREEMPTION_EXIT_CODE`).
+        keep: int. Complete backups to keep (>= 1); with 2 a corrupt newest
+            backup still leaves one to resume from. Defaults to `2`.
 
     Example:
         >>> cb = DistributedBackupAndRestore("/shared/run1/backup",  # doctest: +SKIP
@@ -93,7 +109,8 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
 
     def __init__(self, backup_dir: str, save_freq="epoch",
                  delete_on_end: bool = True, preemption="auto",
-                 preemption_exit_code: int = preemption_lib.PREEMPTION_EXIT_CODE):
+                 preemption_exit_code: int = preemption_lib.PREEMPTION_EXIT_CODE,
+                 keep: int = store_lib.DEFAULT_KEEP):
         super().__init__()
         if not isinstance(backup_dir, (str, os.PathLike)) or not str(backup_dir):
             raise ValueError("Invalid value for `backup_dir`: expected a "
@@ -114,6 +131,10 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
             raise ValueError("Invalid value for `preemption_exit_code`: expected "
                              "an int in [1, 255]. Received: "
                              f"preemption_exit_code={preemption_exit_code!r}")
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise ValueError("Invalid value for `keep`: expected an int >= 1. "
+                             f"Received: keep={keep!r}")
+        self.keep = keep
         self.backup_dir = os.fspath(backup_dir)
         self.preemption = preemption
         self.preemption_exit_code = preemption_exit_code
@@ -134,6 +155,7 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
         self._saw_nonfinite = False
         self._completed = False
         self._restored = None
+        self._skipped = []
         self._train_calls = 0
         self._agreement = None
 
@@ -148,18 +170,14 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
         self._checkpoint = tf.train.Checkpoint(
             weights=list(self.model.weights),
             optimizer=list(optimizer.variables))
-        if self._chief:
-            os.makedirs(self.backup_dir, exist_ok=True)
-            self._remove_stale()
-        else:  # temp dirs of this task left by a process killed mid-save
-            pattern = os.path.join(tempfile.gettempdir(),
-                                   f"tfdist_opt_backup_{_common.task_tag()}_*")
-            for leftover in glob.glob(pattern):
-                shutil.rmtree(leftover, ignore_errors=True)
-        meta = read_latest(self.backup_dir)
+        exc = meta = None
+        try:
+            self._prepare_dirs()
+            meta = self._restore()
+        except (OSError, BackupError) as e:
+            exc = e
+        restore_agreement.agree_or_raise(meta, exc, self.backup_dir)
         if meta is not None:
-            path = os.path.join(self.backup_dir, meta["name"], "state")
-            self._checkpoint.read(path).assert_consumed()
             self._restored = meta
             self._resume_epoch = meta["epoch"]
             self._resume_calls = meta["calls"]
@@ -237,6 +255,34 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
         """The metadata of the backup restored by the last `fit`, or None."""
         return self._restored
 
+    @property
+    def skipped(self) -> list:
+        """Why the last `fit` passed over newer backups (one line each)."""
+        return list(self._skipped)
+
+    def _prepare_dirs(self) -> None:
+        """Writable check + leftovers of killed saves, before any step."""
+        if self._chief:
+            store_lib.check_writable(self.backup_dir)
+            store_lib.remove_staging(self.backup_dir)
+            return
+        # Temp dirs of this task left by a process killed mid-save.
+        pattern = os.path.join(tempfile.gettempdir(),
+                               f"tfdist_opt_backup_{_common.task_tag()}_*")
+        for leftover in glob.glob(pattern):
+            shutil.rmtree(leftover, ignore_errors=True)
+        store_lib.check_writable(tempfile.gettempdir())
+
+    def _restore(self) -> dict | None:
+        """Reads the newest valid backup into the model; None if there is none."""
+
+        def read(path):
+            self._checkpoint.read(os.path.join(path, "state")).assert_consumed()
+
+        meta, self._skipped = store_lib.restore_newest(
+            self.backup_dir, read, (tf.errors.OpError, AssertionError, ValueError))
+        return meta
+
     def _make_agreement(self):
         topo = topology_lib.detect_topology(gpus=())
         if self.preemption is False or (self.preemption == "auto"
@@ -276,7 +322,7 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
     def _save(self, epoch: int, calls: int) -> None:
         step = _common.complete_step(self.model)
         if self._chief:
-            staging = os.path.join(self.backup_dir, f"{_STAGING}{step}")
+            staging = os.path.join(self.backup_dir, f"{store_lib.STAGING}{step}")
             if os.path.exists(staging):
                 shutil.rmtree(staging)
         else:
@@ -289,52 +335,17 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
                 shutil.rmtree(staging, ignore_errors=True)
         if not self._chief:
             return
-        meta = {"name": f"{_PREFIX}{step}", "epoch": epoch, "calls": calls,
-                "step": step}
-        _common.atomic_write_text(os.path.join(staging, "meta.json"),
-                                  json.dumps(meta, sort_keys=True))
-        if self._after_write is not None:
-            self._after_write(meta)
-        final = os.path.join(self.backup_dir, meta["name"])
-        if os.path.exists(final):  # same step saved again (epoch end == batch)
-            shutil.rmtree(final)
-        os.replace(staging, final)
-        _common.atomic_write_text(os.path.join(self.backup_dir, LATEST),
-                                  json.dumps(meta, sort_keys=True))
-        self._remove_stale(keep=meta["name"])
-
-    def _remove_stale(self, keep: str | None = None) -> None:
-        """Chief only: drops older backups and leftovers of killed saves."""
-        current = read_latest(self.backup_dir)
-        keep = keep or (current or {}).get("name")
-        for name in os.listdir(self.backup_dir):
-            if name == keep:
-                continue
-            if name.startswith(_PREFIX) or name.startswith(_STAGING):
-                shutil.rmtree(os.path.join(self.backup_dir, name),
-                              ignore_errors=True)
+        meta = {"name": f"{store_lib.PREFIX}{step}", "epoch": epoch,
+                "calls": calls, "step": step}
+        store_lib.commit(self.backup_dir, staging, meta, keep=self.keep,
+                         after_manifest=self._after_write)
 
 
 def read_latest(backup_dir: str) -> dict | None:
-    """The metadata of the current backup in `backup_dir`, or None."""
-    path = os.path.join(backup_dir, LATEST)
-    try:
-        with open(path) as f:
-            meta = json.load(f)
-    except FileNotFoundError:
-        return None
-    if not os.path.isdir(os.path.join(backup_dir, meta["name"])):
-        return None
-    return meta
+    """What `latest.json` in `backup_dir` points at, or None (absent or broken)."""
+    return store_lib.read_pointer(backup_dir)[0]
 
 
 def delete_backups(backup_dir: str) -> None:
     """Removes the backups and `latest.json` (the directory itself stays)."""
-    if not os.path.isdir(backup_dir):
-        return
-    latest = os.path.join(backup_dir, LATEST)
-    if os.path.exists(latest):
-        os.remove(latest)
-    for name in os.listdir(backup_dir):
-        if name.startswith(_PREFIX) or name.startswith(_STAGING):
-            shutil.rmtree(os.path.join(backup_dir, name), ignore_errors=True)
+    store_lib.delete_all(backup_dir)

@@ -9,9 +9,12 @@ import time
 import keras
 import tensorflow as tf
 
+from tfdist_opt import validation
 from tfdist_opt.callbacks import _common
 from tfdist_opt.callbacks import stats
+from tfdist_opt.callbacks import summaries
 from tfdist_opt.callbacks.throughput import SKIPPING_ATTR
+from tfdist_opt.gradients import timing
 
 _MAX_TRACE_STEPS = 1000
 
@@ -29,7 +32,10 @@ class CommunicationProfiler(keras.callbacks.Callback):
       over tensors with the shapes and dtypes of `model.trainable_variables`,
       through the strategy's own cross-device ops / collectives (so packing
       and the RING/NCCL choice are the real ones). Each call is completed by
-      copying one scalar to the host. `probe_warmup` untimed calls go first.
+      copying one scalar to the host. `probe_warmup` untimed calls go first;
+      the median is then averaged over workers
+      (`tfdist_opt.gradients.timing.time_and_agree`), so every worker
+      reports the same `comm_time`.
     * `step_time`: the median, over training steps after `warmup_steps`, of
       the time from `on_train_batch_begin` to the step's completion (forced
       by reading `optimizer.iterations`, see `ThroughputMonitor`).
@@ -47,7 +53,9 @@ class CommunicationProfiler(keras.callbacks.Callback):
     (`chrome://tracing`, Perfetto) of the probe calls and, per step, the
     phases `train_step` (with an estimated `gradient_all_reduce` slice at its
     end, of length `comm_time`) and `host_gap` (input + callbacks between
-    steps), for the first 1000 steps.
+    steps), for the first 1000 steps. With `log_dir`, the chief writes
+    TensorBoard scalars `comm/comm_fraction`, `comm/comm_time` and
+    `comm/step_time` at each epoch end (step: `optimizer.iterations`).
 
     Ordering: before callbacks that read `logs`.
 
@@ -59,6 +67,8 @@ class CommunicationProfiler(keras.callbacks.Callback):
         trace_path: str or None. Chrome-trace JSON written by the chief at
             train end. Defaults to `None`.
         verbose: int. 0 silent, 1 the chief prints. Defaults to `1`.
+        log_dir: str or None. TensorBoard directory for the `comm/*`
+            scalars (chief only). Defaults to `None` (no scalars).
 
     Example:
         >>> prof = CommunicationProfiler(trace_path="/tmp/steps.json")  # doctest: +SKIP
@@ -67,20 +77,21 @@ class CommunicationProfiler(keras.callbacks.Callback):
 
     def __init__(self, probe_steps: int = 10, probe_warmup: int = 2,
                  warmup_steps: int = 2, trace_path: str | None = None,
-                 verbose: int = 1):
+                 verbose: int = 1, log_dir: str | None = None):
         super().__init__()
         for name, value, minimum in (("probe_steps", probe_steps, 1),
                                      ("probe_warmup", probe_warmup, 0),
                                      ("warmup_steps", warmup_steps, 0),
                                      ("verbose", verbose, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"Invalid value for `{name}`: expected an int "
-                                 f">= {minimum}. Received: {name}={value!r}")
+            validation.check_int(name, value, minimum,
+                                 expected=f"an int >= {minimum}")
         self.probe_steps = probe_steps
         self.probe_warmup = probe_warmup
         self.warmup_steps = warmup_steps
         self.trace_path = trace_path
         self.verbose = verbose
+        self.log_dir = log_dir
+        self._writer = None
         self._reset()
 
     def _reset(self):
@@ -118,6 +129,7 @@ class CommunicationProfiler(keras.callbacks.Callback):
         self._reset()
         self._chief = _common.is_chief()
         self._tag = _common.task_tag()
+        self._writer = summaries.ScalarWriter(self.log_dir, self._chief)
         self._comm_time = self._probe()
         if self._chief and self.verbose:
             print(f"CommunicationProfiler: all-reduce of "
@@ -148,6 +160,9 @@ class CommunicationProfiler(keras.callbacks.Callback):
             return
         if logs is not None:
             logs.update(self._values())
+        if self._writer is not None and self._writer.active:
+            self._writer.write("comm", self._values(),
+                               _common.complete_step(self.model))
         if self._chief and self.verbose:
             print(f"CommunicationProfiler epoch {epoch + 1}: comm_fraction "
                   f"{self.comm_fraction:.3f} (all-reduce "
@@ -155,6 +170,9 @@ class CommunicationProfiler(keras.callbacks.Callback):
                   f"{self.step_time * 1e3:.3f} ms per step)", flush=True)
 
     def on_train_end(self, logs=None):
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
         if self.trace_path and self._chief:
             self.export_trace(self.trace_path)
 
@@ -183,23 +201,13 @@ class CommunicationProfiler(keras.callbacks.Callback):
             return tf.add_n([tf.cast(tf.reshape(r, [-1])[0], tf.float32)
                              for r in reduced])
 
-        @tf.function
-        def probe(seed):
-            out = strategy.run(replica_fn, args=(seed,))
-            return strategy.experimental_local_results(out)[0]
-
-        for i in range(self.probe_warmup):
-            probe(tf.constant(float(i))).numpy()
-        times = []
-        for i in range(self.probe_steps):
-            seed = tf.constant(float(i))
-            start = time.perf_counter()
-            probe(seed).numpy()
-            end = time.perf_counter()
-            times.append(end - start)
+        result = timing.time_and_agree(
+            strategy, replica_fn, self.probe_steps, self.probe_warmup,
+            args_fn=lambda i: (tf.constant(float(i)),))
+        for start, end in result.samples:
             self._event("allreduce_probe", start, end, tid=1)
-        self._probe_times = times
-        return stats.median(times)
+        self._probe_times = result.local_times
+        return result.median_s
 
     def _event(self, name, start, end, tid=0):
         if len(self._events) < 4 * _MAX_TRACE_STEPS:

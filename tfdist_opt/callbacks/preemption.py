@@ -160,6 +160,7 @@ class PreemptionAgreement:
         self._previous_handler = None
         self._installed = False
         self._announced = False
+        self.watch_error: BaseException | None = None  # why the watcher stopped
 
     @property
     def multi_worker(self) -> bool:
@@ -208,13 +209,22 @@ class PreemptionAgreement:
         self.notify()
 
     def _watch(self) -> None:
-        while not self._stop.is_set():
-            value = self.store.get(self._key("save_at"), _POLL_MS / 1000)
-            if value is not None:
-                self.save_at = int(value)
-                self._learned.set()
-                self.store.set(self._key("ack", self.me), "1")
-                return
+        # A lost peer or coordination service makes the store raise here. The
+        # main thread meets the same failure in its next collective and
+        # reports it (one summary line); a traceback from this thread would
+        # only interleave with that line, so the error is kept, not raised.
+        try:
+            while not self._stop.is_set():
+                value = self.store.get(self._key("save_at"), _POLL_MS / 1000)
+                if value is not None:
+                    self.save_at = int(value)
+                    self._learned.set()
+                    self.store.set(self._key("ack", self.me), "1")
+                    return
+        except Exception as e:  # pylint: disable=broad-except
+            self.watch_error = e
+            logging.debug("tfdist_opt: preemption watcher stopped: %s: %s",
+                          type(e).__name__, str(e).splitlines()[0] if str(e) else "")
 
     # ------------------------------------------------------------ per call
     def check(self, calls: int) -> bool:

@@ -80,10 +80,8 @@ class ScaledLearningRate(keras.callbacks.Callback):
             raise TypeError("Invalid value for `after_warmup`: expected a "
                             "callable step -> multiplier or None. Received: "
                             f"after_warmup={after_warmup!r}")
-        if not isinstance(momentum_correction, bool):
-            raise TypeError("Invalid value for `momentum_correction`: expected "
-                            f"a bool. Received: momentum_correction="
-                            f"{momentum_correction!r}")
+        validation.check_bool("momentum_correction", momentum_correction,
+                              error=TypeError)
         self.base_lr = base_lr
         self.base_batch_size = base_batch_size
         self.global_batch_size = global_batch_size

@@ -11,6 +11,8 @@ import collections
 import math
 from typing import Iterable, Sequence
 
+from tfdist_opt import validation
+
 
 def percentile(values: Iterable[float], q: float) -> float:
     """The q-th percentile (0..100) with linear interpolation.
@@ -49,9 +51,7 @@ class Window:
     """The last `size` step times (seconds) and the examples each processed."""
 
     def __init__(self, size: int):
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"Invalid value for `window`: expected a positive "
-                             f"int. Received: window={size!r}")
+        validation.check_int("window", size, minimum=1)
         self.size = size
         self._times: collections.deque = collections.deque(maxlen=size)
         self._examples: collections.deque = collections.deque(maxlen=size)

@@ -6,18 +6,13 @@ import json
 import time
 
 import keras
-import tensorflow as tf
-from tensorflow.core.framework import summary_pb2
 
 from tfdist_opt import validation
 from tfdist_opt.callbacks import _common
 from tfdist_opt.callbacks import stats
+from tfdist_opt.callbacks import summaries
 
 SKIPPING_ATTR = "_tfdist_opt_skipping"  # set by DistributedBackupAndRestore
-
-_SCALAR_METADATA = summary_pb2.SummaryMetadata(
-    plugin_data=summary_pb2.SummaryMetadata.PluginData(
-        plugin_name="scalars")).SerializeToString()
 
 
 class ThroughputMonitor(keras.callbacks.Callback):
@@ -108,8 +103,7 @@ class ThroughputMonitor(keras.callbacks.Callback):
         self._num_replicas = self.model.distribute_strategy.num_replicas_in_sync
         self._steps_per_execution = int(
             getattr(self.model, "steps_per_execution", 1) or 1)
-        if self.log_dir and self._chief:
-            self._writer = tf.summary.create_file_writer(self.log_dir)
+        self._writer = summaries.ScalarWriter(self.log_dir, self._chief)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._last = None
@@ -142,7 +136,7 @@ class ThroughputMonitor(keras.callbacks.Callback):
         if logs is not None:
             logs.update(values)
         if self._writer is not None and step % self.summary_freq == 0:
-            self._write_scalars(values, step)
+            self._writer.write("throughput", values, step)
 
     def on_epoch_end(self, epoch, logs=None):
         if not self._epoch_times:
@@ -160,7 +154,6 @@ class ThroughputMonitor(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         if self._writer is not None:
-            self._writer.flush()
             self._writer.close()
             self._writer = None
         if self._chief and self.verbose and self._all_times:
@@ -216,12 +209,3 @@ class ThroughputMonitor(keras.callbacks.Callback):
             "step_time_median": stats.median(step_times),
             "step_time_p90": stats.percentile(step_times, 90),
         }
-
-    def _write_scalars(self, values: dict, step: int) -> None:
-        # tf.summary.write with the scalars plugin's metadata: what
-        # tf.summary.scalar writes, without needing the tensorboard package.
-        with self._writer.as_default(step=step):
-            for key in sorted(values):
-                tf.summary.write("throughput/" + key,
-                                 tf.constant(values[key], tf.float32),
-                                 metadata=_SCALAR_METADATA)

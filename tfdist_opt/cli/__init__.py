@@ -1,4 +1,4 @@
-"""`tfdist-opt` command line: `info | tf-config | launch | bench`.
+"""`tfdist-opt` command line: `info | tf-config | launch | bench | k8s`.
 
 Each subcommand lives with its concept and exposes `main(argv) -> int`;
 this module only dispatches (lazily, so `tfdist-opt tf-config` never
@@ -16,6 +16,7 @@ _COMMANDS = {
     "tf-config": ("tfdist_opt.cli.tf_config", "print or write TF_CONFIG for each task"),
     "launch": ("tfdist_opt.cli.launch", "run N local workers with generated TF_CONFIG"),
     "bench": ("tfdist_opt.cli.bench", "run a benchmark binary (train | allreduce | input)"),
+    "k8s": ("tfdist_opt.cli.k8s", "print a Kubeflow TFJob manifest (TF_CONFIG set by the operator)"),
 }
 
 

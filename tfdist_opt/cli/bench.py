@@ -1,8 +1,9 @@
 """`tfdist-opt bench train|allreduce|input [FLAGS...]`: run a benchmark binary.
 
-The binaries live in `benchmarks/` at the repository root (absl programs,
-not part of the installed package); this command finds them beside the
-`tfdist_opt` package (a source checkout or an editable install) and runs
+The binaries live in `benchmarks/` at the repository root (absl programs);
+a built wheel carries them as `tfdist_opt/_data/benchmarks/`. This command
+finds them (`tfdist_opt.resources`: the source checkout first, then the
+installed wheel's copy) and runs
 the chosen one with the same flags, in place of this process (`exec`), so
 `tfdist-opt launch -n 2 -- tfdist-opt bench train ...` behaves exactly like
 `tfdist-opt launch -n 2 -- python benchmarks/train.py ...` (same TF_CONFIG,
@@ -20,8 +21,11 @@ import os
 import pathlib
 import sys
 
+from tfdist_opt import config_files
+from tfdist_opt import resources
+
 PROG = "tfdist-opt bench"
-BENCHMARKS_DIR_ENV = "TFDIST_OPT_BENCHMARKS_DIR"
+BENCHMARKS_DIR_ENV = config_files.BENCHMARKS_DIR_ENV  # not a config field
 
 # name -> (file under benchmarks/, one-line help)
 BINARIES = {
@@ -32,22 +36,25 @@ BINARIES = {
 
 
 def benchmarks_dir(environ=None) -> pathlib.Path:
-    """`$TFDIST_OPT_BENCHMARKS_DIR`, else `benchmarks/` beside the package.
+    """`$TFDIST_OPT_BENCHMARKS_DIR`, else the checkout's or the wheel's copy.
 
     Raises:
-        FileNotFoundError: no such directory (e.g. a non-editable install,
-            which does not ship the binaries).
+        FileNotFoundError: no such directory.
     """
     environ = os.environ if environ is None else environ
     override = environ.get(BENCHMARKS_DIR_ENV)
-    path = (pathlib.Path(override) if override else
-            pathlib.Path(__file__).resolve().parents[2] / "benchmarks")
-    if not path.is_dir():
+    if override:
+        path = pathlib.Path(override)
+        where = f"{path} (from {BENCHMARKS_DIR_ENV})"
+    else:
+        path = resources.data_dir("benchmarks")
+        where = resources.describe_locations("benchmarks")
+    if path is None or not path.is_dir():
         raise FileNotFoundError(
-            f"{PROG}: the benchmark binaries were not found. Received: {path} "
-            f"({'from ' + BENCHMARKS_DIR_ENV if override else 'beside the package'}"
-            "). Expected a source checkout with benchmarks/ next to tfdist_opt/ "
-            "(install with `pip install -e .`), or set "
+            f"{PROG}: the benchmark binaries were not found. Received: "
+            f"{where}. Expected a source checkout with benchmarks/ next to "
+            "tfdist_opt/, or an install built from one (`pip install .` "
+            "ships them), or set "
             f"{BENCHMARKS_DIR_ENV}=/path/to/benchmarks.")
     return path
 

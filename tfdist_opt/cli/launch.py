@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "workers (default: %(default)g)")
     p.add_argument("--base-port", type=int, default=None, metavar="P",
                    help="local worker i listens on P+i (default: free ports)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="show TensorFlow's C++ start-up lines (by default "
+                        "TF_CPP_MIN_LOG_LEVEL=2 unless set, and known "
+                        "start-up noise hidden; errors always show)")
     remote_group = p.add_mutually_exclusive_group()
     remote_group.add_argument(
         "--slurm", action="store_true",
@@ -163,7 +167,8 @@ def _run(args, command: list[str]) -> int:
         max_restarts=args.max_restarts,
         startup_timeout=args.startup_timeout or None,
         base_port=args.base_port, term_timeout=args.term_timeout,
-        num_ps=num_ps or 0)
+        num_ps=num_ps or 0,
+        quiet=not args.verbose)
     return result.returncode
 
 

@@ -18,6 +18,7 @@ import argparse
 import os
 import shlex
 import sys
+import tempfile
 import warnings
 
 from tfdist_opt.cluster import launcher as launcher_lib
@@ -173,16 +174,43 @@ def _render(cfg, fmt: str) -> str:
 
 
 def _write_all(cluster, out_dir: str, fmt: str) -> None:
+    """One file per task; never follows a symlink planted at a task's path.
+
+    Every target is checked first (an existing symlink or non-file is refused,
+    naming the path, before anything is written); each file is then written
+    to a fresh temp file in `out_dir` and renamed over the target, and a
+    rename replaces a link that appears meanwhile instead of writing through
+    it.
+    """
     os.makedirs(out_dir, exist_ok=True)
     cfgs = tf_config_lib.build_all_tf_configs(cluster)
     if cfgs:
         tf_config_lib.validate_tf_config(cfgs[0])  # warnings, once
-    for cfg in cfgs:
+    ext = "env" if fmt == "env" else "json"
+    paths = [os.path.join(out_dir, f"{c['task']['type']}-{c['task']['index']}.{ext}")
+             for c in cfgs]
+    for path in paths:
+        if os.path.islink(path):
+            raise ValueError(
+                f"Refusing to write {path}: it is a symbolic link (to "
+                f"{os.readlink(path)!r}); writing would overwrite its target. "
+                "Remove the link or choose another --out-dir. Received: "
+                f"--out-dir={out_dir!r}")
+        if os.path.lexists(path) and not os.path.isfile(path):
+            raise ValueError(f"Refusing to write {path}: it exists and is not a "
+                             f"regular file. Received: --out-dir={out_dir!r}")
+    for cfg, path in zip(cfgs, paths):
+        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".tf_config_")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(_render(cfg, fmt) + "\n")
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.lexists(tmp):
+                os.remove(tmp)
+            raise
         task = cfg["task"]
-        ext = "env" if fmt == "env" else "json"
-        path = os.path.join(out_dir, f"{task['type']}-{task['index']}.{ext}")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(_render(cfg, fmt) + "\n")
         address = cfg["cluster"][task["type"]][task["index"]]
         print(f"{path}\t{address}")
 

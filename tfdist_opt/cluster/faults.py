@@ -17,7 +17,7 @@ _TASK = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
 _NODE = re.compile(r"\[\[\{\{node ([^}]+)\}\}\]\]")
 _KINDS = {
     "UnavailableError": "a peer became unreachable",
-    "DeadlineExceededError": "a collective timed out (collective_timeout_s)",
+    "DeadlineExceededError": "a collective timed out",
     "AbortedError": "collectives were aborted after a peer failed",
     "CancelledError": "collectives were cancelled after a peer failed",
 }
@@ -25,8 +25,38 @@ _REASONS = ("Connection reset by peer", "Socket closed", "failed to connect",
             "heartbeat", "Deadline Exceeded", "timed out", "Connection refused")
 
 
+def coordination_leader(tf_config: Mapping[str, Any] | None) -> str | None:
+    """`chief:0 (host:port)` or `worker:0 (...)`: the task hosting TF's
+    coordination service under MultiWorkerMirroredStrategy."""
+    if tf_config is None:
+        return None
+    cluster = tf_config["cluster"]
+    role = "chief" if cluster.get("chief") else "worker"
+    tasks = cluster.get(role) or []
+    return f"{role}:0 ({tasks[0]})" if tasks else f"{role}:0"
+
+
+def _kind(exc_type_name: str, message: str, tf_config,
+          collective_timeout_s: float | None) -> str:
+    if "CoordinationService/Heartbeat" in message or (
+            exc_type_name == "DeadlineExceededError"
+            and "heartbeat" in message.lower()):
+        leader = coordination_leader(tf_config) or "the chief (or worker 0)"
+        return ("the coordination service stopped answering (its heartbeat "
+                f"timed out): {leader}, which hosts it, is frozen (e.g. "
+                "SIGSTOP), overloaded or unreachable")
+    if exc_type_name == "DeadlineExceededError":
+        if collective_timeout_s:
+            return (f"a collective timed out (collective_timeout_s="
+                    f"{collective_timeout_s:g})")
+        return ("a collective timed out (TF's own deadline; no "
+                "collective_timeout_s was set)")
+    return _KINDS[exc_type_name]
+
+
 def explain(exc_type_name: str, message: str,
-            tf_config: Mapping[str, Any] | None = None) -> str | None:
+            tf_config: Mapping[str, Any] | None = None,
+            collective_timeout_s: float | None = None) -> str | None:
     """A one-line summary of a collective failure, or None if it is not one."""
     if exc_type_name not in _KINDS:
         return None
@@ -48,7 +78,8 @@ def explain(exc_type_name: str, message: str,
         names.append(f"{role}:{index}{address}")
     node = _NODE.search(message)
     reason = next((r for r in _REASONS if r.lower() in message.lower()), None)
-    text = f"tfdist_opt: training stopped: {_KINDS[exc_type_name]}"
+    text = ("tfdist_opt: training stopped: "
+            + _kind(exc_type_name, message, tf_config, collective_timeout_s))
     if names:
         text += f"; lost task: {', '.join(names)}"
     if node:
@@ -58,14 +89,16 @@ def explain(exc_type_name: str, message: str,
     return text + "."
 
 
-def install_excepthook(tf_config: Mapping[str, Any] | None) -> None:
+def install_excepthook(tf_config: Mapping[str, Any] | None,
+                       collective_timeout_s: float | None = None) -> None:
     """Prints `explain()`'s line before the traceback of a fatal collective error."""
     previous = sys.excepthook
     if getattr(previous, "_tfdist_opt", False):
         return
 
     def hook(exc_type, exc, tb):
-        line = explain(exc_type.__name__, str(exc), tf_config)
+        line = explain(exc_type.__name__, str(exc), tf_config,
+                       collective_timeout_s)
         if line:
             print(line, file=sys.stderr, flush=True)
         previous(exc_type, exc, tb)

@@ -23,8 +23,16 @@
   it restarts the whole group instead (torchrun semantics), so a job with
   backup/restore resumes;
 - forwards SIGINT / SIGTERM to every worker, and never leaves a process
-  behind: every group is SIGKILLed on the way out, and on Linux each worker
-  dies with the launcher (PR_SET_PDEATHSIG) even if it is SIGKILLed.
+  behind: on every way out each worker's process group is SIGKILLed, and
+  so is every process carrying this launch's `TFDIST_LAUNCH_ID` in its
+  environment (grandchildren that left the group with `setsid` included).
+  If the launcher itself is SIGKILLed, a watchdog process in its own
+  session (`tfdist_opt.cluster.watchdog`) sees its pipe close and does the
+  same; each direct child also gets PR_SET_PDEATHSIG (Linux).
+
+Every argument is checked before anything starts (the command exists and
+is executable, ports in 1..65535, timeouts >= 0): a `ValueError` the CLI
+prints as one `launch: error:` line with exit code 2.
 
 Only this module (and `apply_tf_config`) writes environments, and only the
 children's.
@@ -33,19 +41,22 @@ children's.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import os
 import shlex
 import signal
-import socket
-import subprocess
 import sys
 import threading
 import time
 from typing import IO, Mapping, Sequence
 
+from tfdist_opt.cluster import log_filter
+from tfdist_opt.cluster import process_group
 from tfdist_opt.cluster import sources
 from tfdist_opt.cluster import tf_config as tf_config_lib
+from tfdist_opt.cluster import watchdog as watchdog_lib
+from tfdist_opt.cluster.launch_checks import (  # noqa: F401  (re-exported)
+    LaunchError, PortInUseError, check_command, check_cpu_replicas,
+    check_launch_numbers, check_own_port, check_ports_free, port_in_use)
 
 RESTART_COUNT_ENV = "TFDIST_LAUNCH_RESTART_COUNT"
 WORKER_INDEX_ENV = "TFDIST_LAUNCH_WORKER_INDEX"
@@ -56,14 +67,6 @@ DEFAULT_TERM_TIMEOUT_S = 5.0
 EXIT_LAUNCH_ERROR = 1  # a worker never joined / the launch itself failed
 _POLL_S = 0.05
 _JOIN_POLL_S = 0.25
-
-
-class LaunchError(RuntimeError):
-    """The launch could not start (port taken, bad arguments)."""
-
-
-class PortInUseError(LaunchError):
-    """A task's port is already bound by another process."""
 
 
 @dataclasses.dataclass
@@ -83,98 +86,6 @@ class LaunchResult:
     restarts: int = 0
     failed_worker: int | None = None
     message: str = ""
-
-
-# ------------------------------------------------------------ pure checks
-def check_cpu_replicas(num_workers: int, cpu_replicas: int | None) -> None:
-    """`--cpu-replicas K>1` only makes sense for one process (no TF_CONFIG).
-
-    MultiWorkerMirroredStrategy uses one CPU device per worker, and
-    `opt_strategy` rejects `cpu_replicas > 1` under multi-worker, so the
-    launcher says so before starting anything.
-    """
-    if cpu_replicas is None:
-        return
-    if isinstance(cpu_replicas, bool) or not isinstance(cpu_replicas, int) \
-            or cpu_replicas < 0:
-        raise ValueError(
-            "Invalid value for `--cpu-replicas`: expected an int >= 0. "
-            f"Received: --cpu-replicas={cpu_replicas!r}")
-    if cpu_replicas > 1 and num_workers > 1:
-        raise ValueError(
-            "Invalid value for `--cpu-replicas`: more than one virtual CPU "
-            "replica is only possible with -n 1 (one process running "
-            "MirroredStrategy over K virtual CPUs); multi-worker training uses "
-            "one CPU device per worker. Received: "
-            f"--cpu-replicas={cpu_replicas} with -n {num_workers}. Use -n "
-            f"{num_workers} --cpu-replicas 1 or -n 1 --cpu-replicas "
-            f"{cpu_replicas}.")
-
-
-def port_in_use(port: int) -> bool:
-    """True if `port` cannot be bound on all interfaces (as TF's server does)."""
-    return _bind_error(port) is not None
-
-
-def _bind_error(port: int) -> str | None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("", port))
-        except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                return "is already in use on this host"
-            if e.errno == errno.EACCES:
-                return ("cannot be bound on this host (permission denied: "
-                        "ports below 1024 need privileges)")
-            raise
-    return None
-
-
-def check_ports_free(tasks: Sequence[tuple[str, int]]) -> None:
-    """Pre-flight: raises PortInUseError naming the first taken (task, port).
-
-    Args:
-        tasks: sequence of (task name, port), e.g. `[("worker 0", 2222)]`.
-    """
-    for task, port in tasks:
-        problem = _bind_error(port)
-        if problem:
-            raise PortInUseError(
-                f"Port {port} for {task} {problem}: TensorFlow could not start "
-                "that task's server. Stop the process holding it (`ss -ltnp | "
-                f"grep :{port}`) or choose other ports. Received: {task} "
-                f"port={port}")
-
-
-def check_own_port(cfg: Mapping, hostnames: Sequence[str] | None = None) -> None:
-    """Pre-flight for one process: is this task's own port free here?
-
-    Looks up this task's address in a validated TF_CONFIG; when its host is
-    this machine (loopback, or `socket.gethostname()` / FQDN, or one of
-    `hostnames`), raises `PortInUseError` naming the task and port if
-    something already listens there. Call it before creating the strategy.
-    """
-    task = cfg["task"]
-    address = cfg["cluster"][task["type"]][task["index"]]
-    host, port = tf_config_lib.split_address(address)
-    if _is_this_host(host, hostnames):
-        check_ports_free([(f"{task['type']} {task['index']} ({address})",
-                           int(port))])
-
-
-def _is_this_host(host: str, hostnames: Sequence[str] | None = None) -> bool:
-    if tf_config_lib.is_loopback_host(host):
-        return True
-    names = set(hostnames or ())
-    if hostnames is None:
-        try:
-            names = {socket.gethostname(), socket.getfqdn()}
-        except OSError:
-            return False
-    short = {n.split(".", 1)[0].lower() for n in names}
-    return host.lower() in {n.lower() for n in names} or (
-        host.split(".", 1)[0].lower() in short)
 
 
 def local_cluster(num_workers: int, base_port: int | None = None
@@ -225,125 +136,6 @@ def ps_task_envs(base_env: Mapping[str, str], num_workers: int, num_ps: int,
     return envs, labels
 
 
-# ------------------------------------------------------------ the group
-def _exit_code(returncode: int) -> int:
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def _describe_code(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return f"was killed by {name} (exit code {128 - returncode})"
-    return f"exited with code {returncode}"
-
-
-def _deathsig_preexec():
-    """Linux: make the child die (SIGKILL) when the launcher thread dies."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes  # pylint: disable=g-import-not-at-top
-
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    pr_set_pdeathsig, sigkill = 1, int(signal.SIGKILL)
-
-    def preexec():
-        prctl(pr_set_pdeathsig, sigkill)
-
-    return preexec
-
-
-class _Group:
-    """One attempt: N processes, their output pumps, and their teardown."""
-
-    def __init__(self, argv, envs, cwd, out, err, lock, labels=None):
-        labels = labels or [f"worker {i}" for i in range(len(envs))]
-        self.procs: list[subprocess.Popen] = []
-        self.pumps: list[threading.Thread] = []
-        preexec = _deathsig_preexec()
-        try:
-            for i, env in enumerate(envs):
-                p = subprocess.Popen(
-                    list(argv), env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                    start_new_session=True, preexec_fn=preexec)
-                self.procs.append(p)
-                for pipe, stream in ((p.stdout, out), (p.stderr, err)):
-                    t = threading.Thread(target=_pump, daemon=True,
-                                         args=(pipe, stream, f"[{labels[i]}] ", lock))
-                    t.start()
-                    self.pumps.append(t)
-        except BaseException:
-            self.kill()
-            raise
-
-    def signal_all(self, signum: int) -> None:
-        for p in self.procs:
-            _killpg(p, signum)
-
-    def terminate(self, timeout_s: float, signum: int | None = signal.SIGTERM
-                  ) -> None:
-        """Sends `signum` (None: already sent) to every live worker group,
-        waits up to timeout_s for them to exit, then SIGKILLs them all."""
-        live = [p for p in self.procs if p.poll() is None]
-        for p in live:
-            if signum is not None:
-                _killpg(p, signum)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and any(p.poll() is None for p in live):
-            time.sleep(_POLL_S)
-        self.kill()
-
-    def kill(self) -> None:
-        """SIGKILL every group (leaders and anything they started), reap."""
-        for p in self.procs:
-            _killpg(p, signal.SIGKILL)
-        for p in self.procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-        for t in self.pumps:
-            t.join(timeout=2)
-
-
-def _killpg(p: subprocess.Popen, signum: int) -> None:
-    try:
-        os.killpg(p.pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _pump(pipe: IO[bytes], stream: IO[str], prefix: str,
-          lock: threading.Lock) -> None:
-    try:
-        for raw in iter(pipe.readline, b""):
-            line = raw.decode("utf-8", errors="replace")
-            if not line.endswith("\n"):
-                line += "\n"
-            with lock:
-                try:
-                    stream.write(prefix + line)
-                    stream.flush()
-                except (ValueError, OSError):  # closed stream: keep draining
-                    pass
-    finally:
-        pipe.close()
-
-
-def _accepts(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
-
-
 # ------------------------------------------------------------ run_local
 def run_local(argv: Sequence[str], num_workers: int, *,
               cpu_replicas: int | None = None,
@@ -356,7 +148,8 @@ def run_local(argv: Sequence[str], num_workers: int, *,
               stdout: IO[str] | None = None,
               stderr: IO[str] | None = None,
               handle_signals: bool = True,
-              num_ps: int = 0) -> LaunchResult:
+              num_ps: int = 0,
+              quiet: bool = False) -> LaunchResult:
     """Runs `argv` as `num_workers` local workers of one cluster.
 
     Args:
@@ -385,6 +178,11 @@ def run_local(argv: Sequence[str], num_workers: int, *,
         num_ps: int. Parameter-server cluster: with K > 0, start a chief,
             `num_workers` workers and K ps tasks (TF_CONFIG roles chief,
             worker, ps). Defaults to `0` (workers only).
+        quiet: bool. Keep TensorFlow's C++ start-up noise out of the
+            output: `TF_CPP_MIN_LOG_LEVEL=2` in the workers unless `env`
+            sets it, and known start-up lines dropped (see
+            `tfdist_opt.cluster.log_filter`). Defaults to `False`
+            (`tfdist-opt launch` passes `True` unless `--verbose`).
 
     Returns:
         `LaunchResult`.
@@ -406,15 +204,25 @@ def run_local(argv: Sequence[str], num_workers: int, *,
             or max_restarts < 0:
         raise ValueError("Invalid value for `--max-restarts`: expected an int "
                          f">= 0. Received: --max-restarts={max_restarts!r}")
-    if not argv:
-        raise ValueError("Nothing to launch: expected a command after `--`. "
-                         "Received: an empty command")
     check_cpu_replicas(num_workers, cpu_replicas)
+    if isinstance(num_ps, bool) or not isinstance(num_ps, int) or num_ps < 0:
+        raise ValueError("Invalid value for `--ps`: expected an int >= 0. "
+                         f"Received: --ps {num_ps!r}")
+    check_launch_numbers(num_workers, base_port, startup_timeout, term_timeout)
+    base_env = dict(os.environ if env is None else env)
+    check_command(argv, cwd, base_env.get("PATH", os.defpath))
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
-    base_env = dict(os.environ if env is None else env)
     lock = threading.Lock()
     launcher = _Launcher(out, err, lock)
+    if quiet:
+        base_env, set_level = log_filter.quiet_env(base_env)
+        launcher.keep = log_filter.StartupNoiseFilter(
+            log_filter.min_log_level(base_env))
+        if set_level:
+            launcher.log("TensorFlow C++ INFO/WARNING lines hidden in workers "
+                         "(TF_CPP_MIN_LOG_LEVEL=2; --verbose shows them)")
+    launcher.watchdog = watchdog_lib.Watchdog(watchdog_lib.new_launch_id())
     old_handlers = launcher.install_signal_handlers() if handle_signals else {}
     try:
         restarts = 0
@@ -445,12 +253,13 @@ def run_local(argv: Sequence[str], num_workers: int, *,
             result.restarts = restarts
             if (result.returncode == 0 or launcher.stop_signal is not None
                     or restarts >= max_restarts):
-                launcher.log(result.message)
+                launcher.log(result.message + launcher.hidden_note())
                 return result
             restarts += 1
             launcher.log(f"{result.message}; restarting the group "
                          f"(restart {restarts} of {max_restarts})")
     finally:
+        launcher.watchdog.close()
         for signum, handler in old_handlers.items():
             signal.signal(signum, handler)
 
@@ -461,7 +270,14 @@ class _Launcher:
     def __init__(self, out, err, lock):
         self.out, self.err, self.lock = out, err, lock
         self.stop_signal: int | None = None
-        self.group: _Group | None = None
+        self.group: process_group.Group | None = None
+        self.watchdog: watchdog_lib.Watchdog | None = None
+        self.keep: log_filter.StartupNoiseFilter | None = None
+
+    def hidden_note(self) -> str:
+        hidden = self.keep.hidden if self.keep is not None else 0
+        return (f" ({hidden} TensorFlow start-up line(s) hidden; --verbose "
+                "shows them)" if hidden else "")
 
     def log(self, message: str) -> None:
         with self.lock:
@@ -491,8 +307,8 @@ class _Launcher:
                     cwd, labels=None) -> LaunchResult:
         n = len(envs)
         labels = labels or [f"worker {i}" for i in range(n)]
-        self.group = group = _Group(argv, envs, cwd, self.out, self.err, self.lock,
-                                    labels)
+        self.group = group = process_group.Group(argv, envs, cwd, self.out, self.err,
+                                    self.lock, self.watchdog, self.keep, labels)
         try:
             if self.stop_signal is not None:  # arrived while spawning
                 group.signal_all(self.stop_signal)
@@ -513,8 +329,8 @@ class _Launcher:
                     code = codes[i]
                     group.terminate(term_timeout)
                     return LaunchResult(
-                        _exit_code(code), failed_worker=i,
-                        message=f"{labels[i]} {_describe_code(code)}; "
+                        process_group.exit_code(code), failed_worker=i,
+                        message=f"{labels[i]} {process_group.describe_code(code)}; "
                                 f"stopped the other {n - 1} worker(s)")
                 if all(c == 0 for c in codes):
                     group.kill()  # reap anything left in their groups
@@ -522,9 +338,12 @@ class _Launcher:
                 now = time.monotonic()
                 if ports and not all(joined) and now >= next_join_poll:
                     for i, port in enumerate(ports):
-                        if not joined[i] and (codes[i] == 0 or _accepts(port)):
+                        if not joined[i] and (codes[i] == 0 or process_group.accepts(port)):
                             joined[i] = True
                     next_join_poll = now + _JOIN_POLL_S
+                    if all(joined):
+                        self.log(f"all {n} workers joined (TF servers "
+                                 f"listening) {now - start:.1f} s after start")
                     if (not all(joined) and startup_timeout
                             and now - start > startup_timeout):
                         late = [i for i, ok in enumerate(joined) if not ok]

@@ -10,6 +10,9 @@ TF_CONFIG. Sources:
 - SLURM: `SLURM_JOB_NODELIST` (with `node[01-04,07]` ranges),
   `SLURM_TASKS_PER_NODE`, `SLURM_NTASKS`, `SLURM_PROCID`;
 - a Kubernetes StatefulSet: `NAME-0.SERVICE:PORT`, `NAME-1.SERVICE:PORT`, ...
+- a Kubeflow TFJob pod: the TF_CONFIG the Training Operator set, read and
+  checked by `tfdist_opt.cluster.k8s.tfjob_cluster` (manifests from
+  `tfdist-opt k8s`).
 """
 
 from __future__ import annotations

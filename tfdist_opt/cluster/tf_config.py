@@ -7,7 +7,7 @@ single-worker run, or a one-hour wait for a peer that will never come
 the JSON before TensorFlow starts and names TF_CONFIG, the field and the
 value in every error.
 
-Build, then apply (STYLE.md 4): `build_tf_config()` is pure and
+Build, then apply: `build_tf_config()` is pure and
 `apply_tf_config()` is the one function that writes the environment.
 """
 

@@ -4,25 +4,25 @@ Pure Python: importing this module does not import TensorFlow. The builder
 (`tfdist_opt.data.pipeline`) turns these fields into tf.data operations and a
 `tf.data.Options`.
 
-Sources and precedence, as for `StrategyConfig`: field defaults < the `data`
-table of a JSON/TOML config file < explicit keyword arguments.
+Sources and precedence, as for `StrategyConfig` (`tfdist_opt.config_files`):
+field defaults < the `data` table of a JSON/TOML config file or preset <
+`TFDIST_OPT_DATA_<FIELD>` environment variables < explicit keyword arguments.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import pathlib
-import tomllib
-from typing import Any
+from typing import Any, Mapping
 
+from tfdist_opt import config_files
 from tfdist_opt import validation
 from tfdist_opt.data import sharding
 
 AUTO = "auto"
 AUTOTUNE = "autotune"
 CACHE_KINDS = ("none", "memory")  # or a file path prefix
+ENV_PREFIX = config_files.ENV_PREFIX + "DATA_"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,37 +113,22 @@ class PipelineOptions(validation.ConfigFields):
         return self.cache if self.cache in CACHE_KINDS else "file"
 
     @classmethod
-    def load(cls, path: str | os.PathLike | None = None, **overrides: Any
+    def load(cls, path: str | os.PathLike | None = None,
+             environ: Mapping[str, str] | None = None, **overrides: Any
              ) -> "PipelineOptions":
-        """Merges defaults < the file's `data` table < keyword overrides.
+        """Merges defaults < the file's `data` table < `TFDIST_OPT_DATA_*` < keywords.
 
+        `path` is a file or preset name (defaults to `$TFDIST_OPT_CONFIG`);
         `None` overrides are ignored, so absl flags left unset change nothing.
 
         Example:
-            >>> PipelineOptions.load(seed=3).seed
+            >>> PipelineOptions.load(environ={}, seed=3).seed
             3
         """
-        merged: dict[str, Any] = {}
-        if path is not None:
-            merged.update(read_data_section(path))
-            cls.check_keys(merged, f"config file {path}")
-        explicit = {k: v for k, v in overrides.items() if v is not None}
-        cls.check_keys(explicit, "keyword arguments")
-        merged.update(explicit)
-        return cls(**merged)
+        return config_files.load(cls, path, environ, overrides, section="data",
+                                 prefix=ENV_PREFIX)
 
 
 def read_data_section(path: str | os.PathLike) -> dict[str, Any]:
     """The `data` table of a JSON or TOML file (empty when absent)."""
-    p = pathlib.Path(path)
-    text = p.read_text()
-    try:
-        data = tomllib.loads(text) if p.suffix == ".toml" else json.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"Invalid config file {p}: {e}") from None
-    section = data.get("data", {}) if isinstance(data, dict) else None
-    if not isinstance(section, dict):
-        raise ValueError(
-            f"Invalid config file {p}: expected a `data` table. Received: "
-            f"{type(section).__name__}")
-    return {k: v for k, v in section.items() if not k.startswith("_")}
+    return config_files.read_section(path, "data")

@@ -34,6 +34,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
+from tfdist_opt import validation
+
 FILE = "FILE"
 DATA = "DATA"
 OFF = "OFF"
@@ -424,19 +426,11 @@ def shuffle_buffer_size(examples_per_worker: int | None, per_replica_batch: int,
 
 
 def _check_positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"Invalid value for `{name}`: expected a positive int. "
-                         f"Received: {name}={value!r}")
+    validation.check_int(name, value, minimum=1)
 
 
 def _check_non_negative_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"Invalid value for `{name}`: expected an int >= 0. "
-                         f"Received: {name}={value!r}")
+    validation.check_int(name, value, minimum=0)
 
 
-def _check_choice(name: str, value, choices) -> None:
-    if value not in choices:
-        raise ValueError(
-            f"Invalid value for `{name}`: expected one of "
-            f"{', '.join(repr(c) for c in choices)}. Received: {name}={value!r}")
+_check_choice = validation.check_choice

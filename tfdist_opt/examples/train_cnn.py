@@ -8,7 +8,10 @@ Data: a deterministic synthetic 10-class image set (28x28x1, class-dependent
 blobs plus noise), generated in memory so nothing is downloaded, fed
 through `tfdist_opt.build_dataset` (each worker reads its own rows; every
 worker runs the same number of steps). `ThroughputMonitor` reports
-examples/sec. Only the chief prints Keras progress.
+examples/sec. Only the chief prints Keras progress. With `--log_dir DIR`
+the chief also writes TensorBoard logs there (Keras's scalars through
+`ChiefTensorBoard`, `throughput/*` and `comm/*` from our callbacks); view
+them with `tensorboard --logdir DIR` (`pip install "tfdist_opt[tensorboard]"`).
 """
 
 from __future__ import annotations
@@ -42,10 +45,14 @@ def main(argv=None) -> int:
     parser.add_argument("--config", default=None, help="config file or preset")
     parser.add_argument("--result_json", default=None,
                         help="chief writes final metrics here")
+    parser.add_argument("--log_dir", default=None,
+                        help="TensorBoard logs (chief only)")
     args = parser.parse_args(argv)
 
     strategy = tfdist_opt.opt_strategy(args.config)  # before any other TF op
     import keras
+
+    from tfdist_opt import callbacks as cbs
 
     topo = tfdist_opt.detect_topology()
     replicas = strategy.num_replicas_in_sync
@@ -55,7 +62,12 @@ def main(argv=None) -> int:
     # the global batch must divide by the replicas (checked before step 1).
     train = tfdist_opt.build_dataset((x, y), strategy, args.global_batch,
                                      options=tfdist_opt.PipelineOptions(seed=0))
-    monitor = tfdist_opt.ThroughputMonitor(args.global_batch, verbose=0)
+    monitor = tfdist_opt.ThroughputMonitor(args.global_batch, verbose=0,
+                                           log_dir=args.log_dir)
+    callbacks = [monitor]
+    if args.log_dir:
+        callbacks += [cbs.CommunicationProfiler(log_dir=args.log_dir, verbose=0),
+                      cbs.ChiefTensorBoard(args.log_dir)]
 
     with strategy.scope():
         keras.utils.set_random_seed(0)
@@ -71,7 +83,8 @@ def main(argv=None) -> int:
             optimizer=keras.optimizers.SGD(0.05 * replicas, momentum=0.9),
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             metrics=["accuracy"])
-    history = model.fit(train, epochs=args.epochs, shuffle=False, callbacks=[monitor],
+    history = model.fit(train, epochs=args.epochs, shuffle=False,
+                        callbacks=cbs.ordered(callbacks),
                         verbose=2 if topo.is_chief else 0)
     digest = hashlib.sha256(b"".join(
         w.tobytes() for w in model.get_weights())).hexdigest()[:16]

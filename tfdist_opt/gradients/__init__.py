@@ -5,8 +5,10 @@ Pure modules (no TensorFlow): `options` (`GradientOptions`), `packing`
 its error bound), `contract` (the batch contract under accumulation).
 TensorFlow bindings, imported on use: `allreduce` (compressed, bucketed
 all-reduce), `accumulation` (local accumulation, one all-reduce per k),
-`autotune` (measured pack-size search), `keras_binding` (the Keras 3 hooks
-`opt_strategy` installs).
+`autotune` (measured pack-size search), `timing` (time a collective, agree
+across workers), `keras_binding` (binds options to the optimizers created
+in a strategy's scope), `hooks` (the per-optimizer subclass), `upstream`
+(the Keras internals they rely on, checked).
 """
 
 from tfdist_opt.gradients.contract import check_batch_contract

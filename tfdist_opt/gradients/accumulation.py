@@ -1,11 +1,11 @@
 """Gradient accumulation that works under tf.distribute: TF binding.
 
 k micro-batches are summed into *local, per-replica* accumulators with no
-communication; on every k-th step the accumulated sums are all-reduced once
-(compressed and packed, `allreduce.cross_replica_reduce_sum`), divided by k
-and applied by the optimizer. Communication per example therefore falls
-k-fold, and optimizer state (slots, `iterations`, learning-rate schedules)
-advances once per k micro-steps.
+communication; on every k-th micro-step the accumulated sums are
+all-reduced once (compressed and packed, `allreduce.cross_replica_reduce_sum`),
+divided by k and applied by the optimizer. Communication per example
+therefore falls k-fold, and optimizer state (slots, `iterations`,
+learning-rate schedules) advances once per k micro-steps.
 
 Semantics: **mean**. The update uses (sum over k micro-steps of the
 all-reduced gradient) / k. Keras divides each replica's loss by the replica
@@ -14,151 +14,137 @@ the update is then the gradient of the mean loss over micro x k x replicas
 examples: one step at batch k x micro (exact for SGD without batch-norm-like
 batch statistics). The batch contract is in `contract.py`.
 
-Why not Keras's `gradient_accumulation_steps` (FACTS.md 2,
-keras-team/keras#17429, tf-keras#107): it puts `ops.cond(is_update, apply,
-accumulate)` in the *replica* context, and its apply branch reaches
-`merge_call`, which MirroredStrategy refuses inside a cond branch. Here the
-replica-context code has no branch at all:
+Why not Keras's `gradient_accumulation_steps` (keras-team/keras#17429,
+tf-keras#107): it puts `ops.cond(is_update, apply, accumulate)` in the
+*replica* context, and its apply branch reaches `merge_call`, which
+MirroredStrategy refuses inside a cond branch ("merge_call called while
+defining a new graph or a tf.function"). Here the replica-context code has
+no branch at all:
 
     replica ctx:  new_i = acc_i + g_i                (local, no comm)
                   wire_i = compress(new_i)
                   applied = merge_call(step, wire)   (unconditional)
                   acc_i.assign(where(applied, 0, new_i))
-    cross ctx:    mini_step += 1
-                  tf.cond(mini_step % k == 0,
-                          all-reduce + extended.update + iterations += 1,
-                          no-op)
+    cross ctx:    tf.cond((_iterations + 1) % k == 0,
+                          all-reduce + extended.update, no-op)
 
 `batch_reduce_to` and `extended.update` are legal inside a `tf.cond` in the
-cross-replica context, and every worker takes the same branch because
-`mini_step` is the same everywhere. The cost is a cast of the local sums on
-every micro-step when compression is on (no communication).
+cross-replica context, and every worker takes the same branch because the
+micro-step counter is the same everywhere. The cost is a cast of the local
+sums on every micro-step when compression is on (no communication).
 
-State (Optax `MultiSteps` style, STYLE.md 10): `AccumulationState` holds
-`mini_step` (mirrored int64) and one accumulator per trainable variable
-(`synchronization=ON_READ`: each replica keeps its own copy, never synced),
-created in one place, `create_state`. They are not Keras-tracked
-optimizer variables: a checkpoint taken mid-cycle drops the partial sums and
-training resumes at the start of a cycle. A partial cycle left at the end of
-`fit` is not applied.
+State: the micro-step counter is the optimizer's own `_iterations` (upstream
+`apply` adds 1 per call; the hooked `iterations` reports `_iterations // k`),
+and the accumulators are optimizer variables (`add_variable_from_reference`,
+so `optimizer.variables`, `tf.train.Checkpoint(optimizer=...)` and
+`model.save` hold them) created `synchronization=ON_READ, aggregation=SUM`:
+each replica updates its own copy with no communication. A checkpoint reads
+an ON_READ SUM variable as the sum over replicas, and restoring assigns
+sum / n to every replica (TF's `on_read_assign_cross_replica`), so the sum
+that the next update all-reduces is what it was: a checkpoint taken
+mid-cycle resumes mid-cycle (equal up to float32 summation order). A
+partial cycle left at the end of `fit` stays in the accumulators.
 
 Limits: per-tensor `clipnorm`/`clipvalue` are applied to the mean
 accumulated gradient (after the all-reduce, unlike Keras's own path which
-clips local gradients); `global_clipnorm`, `use_ema` and
-`overwrite_with_gradient` variables raise `NotImplementedError`.
+clips local gradients); `global_clipnorm` and `use_ema` raise
+`NotImplementedError`. Variables with `overwrite_with_gradient=True` are
+handled by upstream `apply` on every micro-step, as without accumulation.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import weakref
+import contextlib
 
 import tensorflow as tf
 
 from tfdist_opt.gradients import allreduce
-from tfdist_opt.gradients.options import GradientOptions
 
-_STATES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+ACCUMULATORS_ATTR = "_tfdist_accumulators"
+ACCUMULATOR_NAME = "tfdist_accumulator"
 
 
-@dataclasses.dataclass
-class AccumulationState:
-    """Explicit accumulation state for one optimizer.
+def create_accumulators(optimizer, variables) -> list:
+    """Creates (once) one ON_READ SUM accumulator per variable, tracked.
 
-    Attributes:
-        mini_step: tf.Variable (int64). Micro-steps seen; an update happens
-            when it reaches a multiple of `k`.
-        accumulators: list of tf.Variable. Local sums, one per trainable
-            variable in the optimizer's variable order.
-        k: int. Micro-steps per update.
+    Args:
+        optimizer: a Keras 3 TF optimizer (being built).
+        variables: its trainable variables, in its variable order.
+
+    Returns:
+        The list of accumulators (Keras variables), also in
+        `optimizer.variables`.
     """
-
-    mini_step: tf.Variable
-    accumulators: list
-    k: int
-
-
-def create_state(optimizer, variables, k: int) -> AccumulationState:
-    """Creates (once) the accumulation state of `optimizer` for `variables`."""
-    if optimizer in _STATES:
-        return _STATES[optimizer]
-    _check_supported(optimizer)
+    existing = accumulators_of(optimizer)
+    if existing is not None:
+        return existing
+    check_supported(optimizer)
     strategy = optimizer._distribution_strategy
-    scope = (strategy.scope() if tf.distribute.get_strategy() is not strategy
-             else _null())
-    with scope, tf.init_scope():
-        mini_step = tf.Variable(
-            0, dtype=tf.int64, trainable=False, name="tfdist_mini_step",
-            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-        accumulators = []
-        for v in variables:
-            tv = getattr(v, "value", v)
-            accumulators.append(tf.Variable(
-                tf.zeros(tv.shape, tv.dtype), trainable=False,
-                name="tfdist_accumulator",
-                synchronization=tf.VariableSynchronization.ON_READ,
-                aggregation=tf.VariableAggregation.SUM))
-    state = AccumulationState(mini_step, accumulators, k)
-    _STATES[optimizer] = state
-    return state
+    with tf.init_scope():
+        scope = (strategy.scope() if tf.distribute.get_strategy() is not strategy
+                 else contextlib.nullcontext())
+        with scope, tf.variable_creator_scope(_on_read_sum):
+            accumulators = [optimizer.add_variable_from_reference(
+                v, name=ACCUMULATOR_NAME) for v in variables]
+    setattr(optimizer, ACCUMULATORS_ATTR, accumulators)
+    return accumulators
 
 
-def get_state(optimizer) -> AccumulationState | None:
-    """The optimizer's `AccumulationState`, or None before it is built."""
-    return _STATES.get(optimizer)
+def accumulators_of(optimizer) -> list | None:
+    """The optimizer's accumulators, or None before it is built."""
+    return getattr(optimizer, ACCUMULATORS_ATTR, None)
 
 
-def accumulate_and_apply(optimizer, grads, trainable_variables,
-                         options: GradientOptions) -> tf.Tensor:
+def accumulate_and_apply(optimizer, grads, trainable_variables, state) -> tf.Tensor:
     """One micro-step: accumulate locally; all-reduce + apply every k-th.
 
     Must run in a replica context (inside `strategy.run`, as Keras's
-    `train_step` does).
+    `train_step` does); the caller (upstream `apply`) counts the micro-step
+    in `_iterations` afterwards.
 
     Args:
         optimizer: a built Keras 3 TF optimizer.
         grads: list of local (per-replica, unreduced) gradients.
         trainable_variables: the matching variables.
-        options: `GradientOptions` with `grad_accum = k`.
+        state: the optimizer's `hooks.OptimizerState` (`grad_accum = k`).
 
     Returns:
         Scalar bool tensor: whether this micro-step applied an update.
     """
-    state = get_state(optimizer)
-    if state is None:
+    accumulators = accumulators_of(optimizer)
+    if accumulators is None:
         raise RuntimeError(
-            "tfdist_opt accumulation: the optimizer has no accumulation state; "
+            "tfdist_opt accumulation: the optimizer has no accumulators; "
             "build it first (`optimizer.build(model.trainable_variables)`, "
             "which `fit` does) under the strategy's scope.")
-    k = state.k
-    idx = [optimizer._get_variable_index(v) for v in trainable_variables]
-    accs = [state.accumulators[i] for i in idx]
+    options, k = state.options, state.grad_accum
+    accs = [accumulators[optimizer._get_variable_index(v)].value
+            for v in trainable_variables]
     new = [a.read_value() + tf.cast(tf.convert_to_tensor(g), a.dtype)
            for a, g in zip(accs, grads)]
     strategy = optimizer._distribution_strategy
-    n = strategy.num_replicas_in_sync
-    wire, metas = allreduce.compress_all(new, options, n)
+    wire, metas = allreduce.compress_all(new, options,
+                                         strategy.num_replicas_in_sync)
     tvars = [getattr(v, "value", v) for v in trainable_variables]
+    micro_steps = optimizer._iterations
 
     def cross_replica_step(distribution, wire):
-        step = state.mini_step.read_value() + 1
-        state.mini_step.assign(step)
+        step = tf.convert_to_tensor(micro_steps) + 1
 
         def update():
             reduced = allreduce.cross_replica_reduce_sum(
-                distribution, wire, tvars, options)
+                distribution, wire, tvars, options,
+                tuned=state.tuned_bytes_per_pack)
             optimizer._apply_weight_decay(trainable_variables)
             lr = optimizer.learning_rate
 
             def apply_one(var, r, meta):
                 g = allreduce.decompress(r, meta) / tf.cast(k, meta.dtype)
-                g = _clip(optimizer, g)
-                optimizer.update_step(g, var, lr)
+                optimizer.update_step(_clip(optimizer, g), var, lr)
 
             for r, v, meta in zip(reduced, tvars, metas):
                 distribution.extended.update(v, apply_one, args=(r, meta),
                                              group=False)
-            optimizer._iterations.assign_add(1)
             return tf.constant(True)
 
         return tf.cond(tf.equal(step % k, 0), update,
@@ -171,15 +157,8 @@ def accumulate_and_apply(optimizer, grads, trainable_variables,
     return applied
 
 
-def _clip(optimizer, g):
-    if optimizer.clipnorm is not None:
-        g = tf.clip_by_norm(g, optimizer.clipnorm)
-    if optimizer.clipvalue is not None:
-        g = tf.clip_by_value(g, -optimizer.clipvalue, optimizer.clipvalue)
-    return g
-
-
-def _check_supported(optimizer) -> None:
+def check_supported(optimizer) -> None:
+    """Raises for optimizer settings accumulation does not implement."""
     for name in ("global_clipnorm", "use_ema"):
         if getattr(optimizer, name, None):
             raise NotImplementedError(
@@ -197,9 +176,17 @@ def _check_supported(optimizer) -> None:
             "opt_strategy(grad_accum=k) alone.")
 
 
-class _null:
-    def __enter__(self):
-        return self
+def _clip(optimizer, g):
+    if optimizer.clipnorm is not None:
+        g = tf.clip_by_norm(g, optimizer.clipnorm)
+    if optimizer.clipvalue is not None:
+        g = tf.clip_by_value(g, -optimizer.clipvalue, optimizer.clipvalue)
+    return g
 
-    def __exit__(self, *exc):
-        return False
+
+def _on_read_sum(next_creator, **kwargs):
+    # Keras's add_variable has no `synchronization` argument: set it on the
+    # tf.Variable the Keras variable creates (public tf.variable_creator_scope).
+    kwargs["synchronization"] = tf.VariableSynchronization.ON_READ
+    kwargs["aggregation"] = tf.VariableAggregation.SUM
+    return next_creator(**kwargs)

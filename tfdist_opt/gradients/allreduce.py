@@ -2,8 +2,8 @@
 
 One function per context, both built from the same pieces:
 
-* `all_reduce_sum(grads, options)` in a *replica* context: what Keras 3's
-  `TFOptimizer._all_reduce_sum_gradients` calls through our hook (one
+* `all_reduce_sum(grads, options)` in a *replica* context: what a hooked
+  optimizer's `_all_reduce_sum_gradients` calls (`hooks`; one
   `ReplicaContext.all_reduce` per bucket);
 * `cross_replica_reduce_sum(distribution, per_replica, options)` in a
   *cross-replica* context (inside `merge_call`): what gradient accumulation
@@ -35,7 +35,6 @@ from tfdist_opt.gradients import packing
 from tfdist_opt.gradients import precision
 from tfdist_opt.gradients.options import GradientOptions
 
-_TUNED_ATTR = "_tfdist_tuned_bytes_per_pack"
 _LOGGED: set[str] = set()
 
 
@@ -49,16 +48,14 @@ class _Wire:
 
 
 def pack_policy(options: GradientOptions, sizes: Sequence[int],
-                strategy: tf.distribute.Strategy | None = None
-                ) -> packing.PackPolicy:
+                tuned: int | None = None) -> packing.PackPolicy:
     """The packing policy for these gradient byte sizes.
 
-    An autotuned size stored on the strategy (`autotune.tune_strategy`)
-    wins over the `"auto"` policy.
+    With `bytes_per_pack="auto"`, an autotuned size (`tuned`, measured by
+    `autotune` for these shapes) wins over the `"auto"` policy.
     """
     bpp = options.bytes_per_pack
     if bpp == "auto":
-        tuned = getattr(strategy, _TUNED_ATTR, None) if strategy else None
         if tuned is not None:
             return dataclasses.replace(packing.fixed_policy(tuned),
                                        reason=f"autotuned: {tuned} bytes")
@@ -92,7 +89,7 @@ def decompress(reduced: tf.Tensor, meta: _Wire) -> tf.Tensor:
 
 
 def plan_buckets(tensors: Sequence[tf.Tensor], options: GradientOptions,
-                 strategy=None) -> list[list[int]]:
+                 tuned: int | None = None) -> list[list[int]]:
     """Index buckets over `tensors` (already in wire dtype), per dtype."""
     by_dtype: dict[tf.DType, list[int]] = {}
     for i, t in enumerate(tensors):
@@ -104,7 +101,7 @@ def plan_buckets(tensors: Sequence[tf.Tensor], options: GradientOptions,
         if any(s is None for s in sizes):  # unknown shape: one pack, as TF
             buckets.append(idx)
             continue
-        policy = pack_policy(options, sizes, strategy)
+        policy = pack_policy(options, sizes, tuned)
         groups = packing.assign_buckets(sizes, policy)
         buckets.extend([idx[j] for j in g] for g in groups)
         _log_once(f"tfdist_opt gradients: {len(idx)} {dtype.name} tensors, "
@@ -115,14 +112,16 @@ def plan_buckets(tensors: Sequence[tf.Tensor], options: GradientOptions,
 
 def all_reduce_sum(grads: Sequence[tf.Tensor | tf.IndexedSlices | None],
                    options: GradientOptions,
-                   strategy: tf.distribute.Strategy | None = None) -> list:
+                   strategy: tf.distribute.Strategy | None = None,
+                   tuned: int | None = None) -> list:
     """SUM all-reduce of `grads` from a replica context, compressed + packed.
 
     Args:
         grads: list of dense tensors, `tf.IndexedSlices` or None (kept).
         options: `GradientOptions`.
-        strategy: the strategy (for an autotuned pack size). Defaults to the
-            current one.
+        strategy: the strategy (its replica count). Defaults to the current
+            one.
+        tuned: int or None. Autotuned pack size (see `pack_policy`).
 
     Returns:
         List like `grads`, each the sum over all replicas, in the input dtype.
@@ -143,7 +142,7 @@ def all_reduce_sum(grads: Sequence[tf.Tensor | tf.IndexedSlices | None],
         return out
     sent = [compress(tf.convert_to_tensor(grads[i]), options, n) for i in dense]
     wire = [s for s, _ in sent]
-    for bucket in plan_buckets(wire, options, strategy):
+    for bucket in plan_buckets(wire, options, tuned):
         values = [wire[j] for j in bucket]
         reduced = ctx.all_reduce(tf.distribute.ReduceOp.SUM, values,
                                  options=_one_pack(values))
@@ -162,7 +161,8 @@ def compress_all(grads: Sequence[tf.Tensor], options: GradientOptions,
 
 def cross_replica_reduce_sum(distribution: tf.distribute.Strategy,
                              wire: Sequence, destinations: Sequence,
-                             options: GradientOptions) -> list:
+                             options: GradientOptions,
+                             tuned: int | None = None) -> list:
     """SUM-reduces per-replica wire values from a cross-replica context.
 
     Args:
@@ -171,6 +171,7 @@ def cross_replica_reduce_sum(distribution: tf.distribute.Strategy,
             in the replica context).
         destinations: list of variables, one per value (placement).
         options: `GradientOptions` (packing).
+        tuned: int or None. Autotuned pack size (see `pack_policy`).
 
     Returns:
         List of mirrored reduced values, still in the wire dtype: apply
@@ -178,7 +179,7 @@ def cross_replica_reduce_sum(distribution: tf.distribute.Strategy,
     """
     local = [distribution.experimental_local_results(w)[0] for w in wire]
     out: list = [None] * len(wire)
-    for bucket in plan_buckets(local, options, distribution):
+    for bucket in plan_buckets(local, options, tuned):
         pairs = [(wire[j], destinations[j]) for j in bucket]
         reduced = distribution.extended.batch_reduce_to(
             tf.distribute.ReduceOp.SUM, pairs,

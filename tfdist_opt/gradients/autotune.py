@@ -5,8 +5,8 @@ optimisation while training. We tune the one knob that matters here
 (`bytes_per_pack`) over a geometric grid (`packing.candidate_pack_sizes`):
 for each candidate, all-reduce zero tensors of the model's gradient shapes
 and dtypes (after compression) `iters` times after `warmup` untimed runs,
-take the median, keep the fastest. Every worker measures; the medians are
-then all-reduced (averaged) so every worker sees the same numbers and picks
+take the median, keep the fastest. Every worker measures; the figures are
+then averaged over workers (`timing.time_and_agree`) so every worker picks
 the same size (a worker picking differently would trace different
 collectives and hang). The chief writes every trial to a CSV.
 
@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import csv
 import os
-import statistics
-import time
 from typing import Sequence
 
 from absl import logging
@@ -29,6 +27,7 @@ import tensorflow as tf
 
 from tfdist_opt.gradients import allreduce
 from tfdist_opt.gradients import packing
+from tfdist_opt.gradients import timing
 from tfdist_opt.gradients.options import GradientOptions
 
 CSV_FIELDS = ("bytes_per_pack", "num_packs", "median_s", "min_s", "max_s",
@@ -38,8 +37,8 @@ CSV_FIELDS = ("bytes_per_pack", "num_packs", "median_s", "min_s", "max_s",
 def time_all_reduce(strategy: tf.distribute.Strategy,
                     shapes: Sequence[tuple[tuple[int, ...], str]],
                     options: GradientOptions, warmup: int = 2, iters: int = 5
-                    ) -> list[float]:
-    """Seconds per all-reduce of zeros with these shapes, `iters` samples.
+                    ) -> timing.Timing:
+    """Times the all-reduce of zeros with these shapes (agreed everywhere).
 
     Args:
         strategy: the strategy whose collectives to time.
@@ -57,18 +56,7 @@ def time_all_reduce(strategy: tf.distribute.Strategy,
         return tf.add_n([tf.reduce_sum(tf.cast(o[..., :1] if o.shape.rank else o,
                                                tf.float32)) for o in out])
 
-    @tf.function
-    def step():
-        return strategy.run(replica_fn)
-
-    times = []
-    for i in range(warmup + iters):
-        t0 = time.perf_counter()
-        result = step()
-        _block(strategy, result)
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
-    return times
+    return timing.time_and_agree(strategy, replica_fn, iters, warmup)
 
 
 def tune(strategy: tf.distribute.Strategy,
@@ -84,19 +72,16 @@ def tune(strategy: tf.distribute.Strategy,
     sizes = [_nbytes(s, d, options) for s, d in shapes]
     if candidates is None:
         candidates = packing.candidate_pack_sizes(sizes)
-    medians, rows = [], []
+    rows = []
     for b in candidates:
         opts = GradientOptions(bytes_per_pack=b, compression=options.compression,
                                predivide=options.predivide)
-        times = time_all_reduce(strategy, shapes, opts, warmup, iters)
-        medians.append(statistics.median(times))
+        t = time_all_reduce(strategy, shapes, opts, warmup, iters)
         rows.append({"bytes_per_pack": b,
                      "num_packs": len(packing.assign_buckets(
                          sizes, packing.fixed_policy(b))),
-                     "min_s": min(times), "max_s": max(times), "iters": iters})
-    agreed = _agree(strategy, medians)
-    for row, m in zip(rows, agreed):
-        row["median_s"] = m
+                     "median_s": t.median_s, "min_s": t.min_s,
+                     "max_s": t.max_s, "iters": iters})
     best = packing.choose_fastest([(r["bytes_per_pack"], r["median_s"])
                                    for r in rows])
     for row in rows:
@@ -120,36 +105,35 @@ def write_csv(path: str, rows: Sequence[dict]) -> None:
 
 def maybe_tune_for_variables(strategy, variables, options: GradientOptions
                              ) -> int | None:
-    """Autotunes on a multi-worker strategy, stores the result on it."""
+    """Autotunes on a multi-worker strategy; None where it does not apply.
+
+    Runs eagerly only (`fit` builds the optimizer before its first step);
+    the caller keeps the result (`keras_binding.GradientBinding`).
+    """
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return None
-    if strategy.extended._num_workers < 2 or not tf.executing_eagerly():
+    if num_workers(strategy) < 2 or not tf.executing_eagerly():
         return None
-    if getattr(strategy, allreduce._TUNED_ATTR, None) is not None:
-        return getattr(strategy, allreduce._TUNED_ATTR)
-    shapes = [(tuple(v.shape), _dtype_name(v)) for v in variables]
-    best, _ = tune(strategy, shapes, options, warmup=1, iters=3,
+    best, _ = tune(strategy, shapes_of(variables), options, warmup=1, iters=3,
                    csv_path=options.autotune_csv)
-    setattr(strategy, allreduce._TUNED_ATTR, best)
     return best
 
 
-def _agree(strategy, values: Sequence[float]) -> list[float]:
-    """Mean of `values` over all replicas (identical result everywhere)."""
-    vec = tf.constant(list(values), tf.float64)
-
-    @tf.function
-    def fn():
-        return strategy.run(lambda: tf.distribute.get_replica_context().all_reduce(
-            tf.distribute.ReduceOp.MEAN, vec))
-
-    out = strategy.experimental_local_results(fn())[0]
-    return [float(x) for x in out.numpy()]
+def shapes_of(variables) -> list[tuple[tuple[int, ...], str]]:
+    """(shape, dtype name) of each variable: what `tune` times."""
+    return [(tuple(v.shape), _dtype_name(v)) for v in variables]
 
 
-def _block(strategy, result) -> None:
-    for r in strategy.experimental_local_results(result):
-        r.numpy()
+def num_workers(strategy) -> int:
+    """Worker processes in the strategy's cluster (chief + workers), >= 1.
+
+    From the public `strategy.cluster_resolver` (MultiWorkerMirroredStrategy
+    has one); 1 when there is no cluster.
+    """
+    resolver = getattr(strategy, "cluster_resolver", None)
+    spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
+    n = sum(len(spec.get(job, ())) for job in ("chief", "worker"))
+    return max(1, n)
 
 
 def _is_chief(strategy) -> bool:

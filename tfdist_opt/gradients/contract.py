@@ -82,3 +82,41 @@ def micro_batch_from_dataset(dataset_batch: int, grad_accum: int,
             f"is a multiple of {num_replicas}; the effective global batch is "
             "micro_batch x grad_accum x num_replicas.")
     return dataset_batch // num_replicas
+
+
+def check_updates_per_fit(grad_accum: int, steps_per_epoch: int | None,
+                          epochs: int, initial_epoch: int = 0,
+                          pending_micro_steps: int = 0) -> str | None:
+    """Before `fit`: a warning line when the fit may apply no update, else None.
+
+    With `grad_accum = k` the optimizer steps once every k micro-batches
+    (train steps), counted across epochs. A fit of `epochs - initial_epoch`
+    epochs of `steps_per_epoch` steps that runs fewer than k steps applies
+    no update unless it resumes a cycle (partial sums restored from a
+    checkpoint); `pending_micro_steps` counts those when known. This is a
+    warning, not an error, because Keras restores optimizer state lazily
+    (after `fit` has distributed its data), so a resumed cycle cannot always
+    be seen here. Also warns when an epoch is shorter than k (updates then
+    straddle epoch boundaries). `steps_per_epoch=None` (unknown length)
+    checks nothing.
+    """
+    if steps_per_epoch is None or steps_per_epoch < 0 or grad_accum <= 1:
+        return None
+    total = steps_per_epoch * max(0, epochs - initial_epoch)
+    if 0 < total < grad_accum - pending_micro_steps % grad_accum:
+        return (
+            f"Invalid value for `grad_accum`: this fit runs {total} train "
+            f"step(s) ({max(0, epochs - initial_epoch)} epoch(s) x "
+            f"{steps_per_epoch} step(s) per epoch) but grad_accum="
+            f"{grad_accum} applies an optimizer update only every "
+            f"{grad_accum} steps, so it trains nothing unless it resumes a "
+            "cycle restored from a checkpoint. Received: "
+            f"grad_accum={grad_accum}, steps_per_epoch={steps_per_epoch}, "
+            f"epochs={epochs}. Expected grad_accum <= {total}, or more "
+            "steps (more data, more epochs, or a repeated dataset with "
+            f"steps_per_epoch >= {grad_accum}).")
+    if steps_per_epoch < grad_accum:
+        return (f"tfdist_opt grad_accum: an epoch has {steps_per_epoch} "
+                f"step(s), fewer than grad_accum={grad_accum}: each optimizer "
+                "update spans epochs and per-epoch metrics mix updates")
+    return None

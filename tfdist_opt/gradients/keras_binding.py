@@ -1,182 +1,185 @@
 """Wires the gradient path into Keras 3 with no change to user code.
 
-`attach(strategy, options)` stores a `GradientOptions` on the strategy and
-installs, once per process, three method overrides on Keras 3's
-`keras.src.backend.tensorflow.optimizer.TFOptimizer` (the base of every
-Keras 3 optimizer on the TF backend). Each override looks up the options on
-the optimizer's own strategy (`optimizer._distribution_strategy`, captured
-by Keras when the optimizer is created in `strategy.scope()`) and calls the
-upstream method unchanged when there are none, so strategies not built by
-`opt_strategy` (and `LossScaleOptimizer` itself, which delegates to its
-inner optimizer) behave exactly as upstream.
+`attach(strategy, options)` gives this one strategy *instance* a
+`GradientBinding` and wraps its `scope()` (an instance attribute; the class
+and every other strategy are untouched). Inside the wrapped scope a
+`tf.variable_creator_scope` watches variable creation: Keras creates an
+optimizer's first variable (`iteration`) in `BaseOptimizer.__init__`, under
+`backend.name_scope(self.name, caller=self)`, which names the optimizer.
+That optimizer, if its `_distribution_strategy` is (or is about to be) this
+strategy, is hooked there and then (`hooks.hook`: its class is swapped for
+a cached subclass with the gradient overrides) and keeps this binding's
+options for its lifetime. So exactly the Keras 3 optimizers created in
+`opt_strategy().scope()` (also by `model.compile("sgd")` or `load_model`
+in the scope) get packing, compression and accumulation; a plain
+`tf.distribute.MirroredStrategy` in the same process gets upstream Keras.
 
-Overrides (all private Keras methods; Keras has no public hook for the
-all-reduce or for accumulation under tf.distribute):
+Why creation time, and this way: Keras optimizers capture
+`tf.distribute.get_strategy()` in `__init__` and have no creation or
+gradient-aggregation hook (keras-team/keras#17429); hooking `build` or
+`apply` instead would need the class patched before the optimizer is ever
+used, i.e. process-wide. An optimizer created outside the scope (even if
+built or compiled inside it) is not hooked, exactly as Keras would not
+distribute it. `LossScaleOptimizer` is never hooked: it delegates to its
+inner optimizer, which is.
 
-* `_all_reduce_sum_gradients`: compression + packing
-  (`allreduce.all_reduce_sum`) in place of one plain
-  `ReplicaContext.all_reduce`. Upstream: keras-team/keras#17429 asks for a
-  gradient-aggregation hook (tf_keras had `gradient_aggregator`).
-* `build`: also creates the accumulation state (`grad_accum > 1`) and runs
-  the pack-size autotune (`bytes_per_pack="auto"`, multi-worker).
-* `apply`: with `grad_accum > 1`, `accumulation.accumulate_and_apply`
-  instead of Keras's `_backend_apply_gradients`, whose
-  `gradient_accumulation_steps` branch fails under tf.distribute
-  (FACTS.md 2; keras-team/keras#17429, tf-keras#107).
-
-Checked against Keras 3.15; `install()` raises if the methods are gone.
-tf_keras (`TF_USE_LEGACY_KERAS=1`) is not hooked: its optimizers reduce
-through `tf.distribute` as usual, without compression or accumulation.
+`attach` checks the upstream Keras methods the hooks rely on
+(`upstream.check()`, checked against Keras 3.15) and raises before any
+step on a mismatch. tf_keras (`TF_USE_LEGACY_KERAS=1`) is not hooked: its
+optimizers reduce through `tf.distribute` as usual.
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import threading
+import warnings
 
 from absl import logging
 import tensorflow as tf
 
-from tfdist_opt.gradients import accumulation
-from tfdist_opt.gradients import allreduce
 from tfdist_opt.gradients import contract
+from tfdist_opt.gradients import hooks
+from tfdist_opt.gradients import upstream
 from tfdist_opt.gradients.options import GradientOptions
 
-OPTIONS_ATTR = "_tfdist_gradient_options"
-_LOCK = threading.Lock()
-_ORIGINAL: dict = {}
+BINDING_ATTR = "_tfdist_gradient_binding"
+_WRAPPED = ("scope", "experimental_distribute_dataset")
+
+
+class GradientBinding:
+    """The gradient options of one strategy, and what they decided.
+
+    Attributes:
+        options: `GradientOptions`.
+        tuned: dict. Autotuned `bytes_per_pack` per gradient-shape
+            signature (a tuple of (shape, dtype)), shared by the models built
+            under this binding; filled by `tuned_pack_size`.
+    """
+
+    def __init__(self, strategy: tf.distribute.Strategy,
+                 options: GradientOptions):
+        self.options = options
+        self.tuned: dict = {}
+        self._strategy = strategy
+        self._lock = threading.Lock()
+
+    def tuned_pack_size(self, variables) -> int | None:
+        """The autotuned pack size for these variables (measured once)."""
+        from tfdist_opt.gradients import autotune
+
+        key = tuple(autotune.shapes_of(variables))
+        with self._lock:
+            if key in self.tuned:
+                return self.tuned[key]
+        best = autotune.maybe_tune_for_variables(self._strategy, variables,
+                                                 self.options)
+        if best is not None:
+            with self._lock:
+                self.tuned[key] = best
+        return best
+
+    def adopt(self, optimizer) -> bool:
+        """Hooks `optimizer` if it belongs to this binding's strategy."""
+        import keras
+
+        if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) or hooks.state_of(optimizer):
+            return False
+        # Created now (Keras sets `_distribution_strategy` after the first
+        # variable) in this strategy's scope, not in a nested other one.
+        own = getattr(optimizer, "_distribution_strategy",
+                      tf.distribute.get_strategy())
+        if own is not self._strategy:
+            return False
+        hooks.hook(optimizer, hooks.OptimizerState(self.options, binding=self))
+        return True
 
 
 def attach(strategy: tf.distribute.Strategy, options: GradientOptions
            ) -> tf.distribute.Strategy:
     """Makes Keras 3 optimizers created in `strategy.scope()` use `options`.
 
+    Optimizers created earlier keep what they had; re-attaching replaces
+    the binding, never stacks.
+
     Args:
         strategy: a `tf.distribute.Strategy`.
         options: `GradientOptions`. When `options.is_default` nothing is
-            installed.
+            wrapped (upstream Keras behaviour).
 
     Returns:
         `strategy` (for chaining).
+
+    Raises:
+        RuntimeError: the installed Keras changed a method the hooks use.
 
     Example:
         >>> strategy = attach(tf.distribute.MirroredStrategy(),  # doctest: +SKIP
         ...                   GradientOptions(grad_accum=4, compression="bf16"))
     """
-    detach(strategy)  # re-attaching replaces, never stacks
-    setattr(strategy, OPTIONS_ATTR, options)
+    detach(strategy)
+    binding = GradientBinding(strategy, options)
+    setattr(strategy, BINDING_ATTR, binding)
     if options.is_default:
         return strategy
-    install()
+    upstream.check()
+    _wrap_scope(strategy, binding)
     if options.grad_accum > 1:
         _wrap_distribute_dataset(strategy, options.grad_accum)
     return strategy
 
 
 def detach(strategy: tf.distribute.Strategy) -> tf.distribute.Strategy:
-    """Undoes `attach`: upstream Keras behaviour for this strategy's optimizers."""
-    if hasattr(strategy, OPTIONS_ATTR):
-        delattr(strategy, OPTIONS_ATTR)
-    # The batch-contract check lives on the instance; drop it if present.
-    vars(strategy).pop("experimental_distribute_dataset", None)
+    """Undoes `attach`: optimizers created from now on get upstream Keras.
+
+    Optimizers hooked earlier stay hooked (`hooks.unhook` reverts one).
+    """
+    vars(strategy).pop(BINDING_ATTR, None)
+    for name in _WRAPPED:
+        vars(strategy).pop(name, None)
     return strategy
+
+
+def binding_of(strategy) -> GradientBinding | None:
+    """The strategy's `GradientBinding`, if `attach` gave it one."""
+    return vars(strategy).get(BINDING_ATTR) if strategy is not None else None
 
 
 def options_of(strategy) -> GradientOptions | None:
     """The `GradientOptions` attached to `strategy`, if any."""
-    return getattr(strategy, OPTIONS_ATTR, None)
+    binding = binding_of(strategy)
+    return None if binding is None else binding.options
 
 
-def install() -> None:
-    """Installs the three `TFOptimizer` overrides (idempotent)."""
-    with _LOCK:
-        if _ORIGINAL:
-            return
-        from keras.src.backend.tensorflow.optimizer import TFOptimizer
+class _HookedScope:
+    """`strategy.scope()` + a variable creator that adopts new optimizers."""
 
-        for name in ("_all_reduce_sum_gradients", "build", "apply"):
-            if not callable(getattr(TFOptimizer, name, None)):
-                raise RuntimeError(
-                    f"tfdist_opt cannot hook Keras: TFOptimizer.{name} is "
-                    "missing in this Keras version (checked on 3.15).")
-        _ORIGINAL["_all_reduce_sum_gradients"] = TFOptimizer._all_reduce_sum_gradients
-        _ORIGINAL["build"] = TFOptimizer.build
-        _ORIGINAL["apply"] = TFOptimizer.apply
-        TFOptimizer._all_reduce_sum_gradients = _all_reduce_sum_gradients
-        TFOptimizer.build = _build
-        TFOptimizer.apply = _apply
+    def __init__(self, original, binding: GradientBinding):
+        self._original = original
+        self._binding = binding
+        self._stacks: list[contextlib.ExitStack] = []
 
+    def __enter__(self):
+        with contextlib.ExitStack() as stack:
+            value = stack.enter_context(self._original())
+            stack.enter_context(tf.variable_creator_scope(self._creator))
+            self._stacks.append(stack.pop_all())
+        return value
 
-def _options_for(optimizer) -> GradientOptions | None:
-    from keras.src.optimizers.loss_scale_optimizer import LossScaleOptimizer
+    def __exit__(self, *exc):
+        return self._stacks.pop().__exit__(*exc)
 
-    if isinstance(optimizer, LossScaleOptimizer):
-        return None  # it delegates to its inner optimizer, which is hooked
-    options = options_of(getattr(optimizer, "_distribution_strategy", None))
-    return None if options is None or options.is_default else options
+    def _creator(self, next_creator, **kwargs):
+        optimizer = upstream.creating_optimizer()
+        if optimizer is not None:
+            self._binding.adopt(optimizer)
+        return next_creator(**kwargs)
 
 
-def _all_reduce_sum_gradients(self, grads_and_vars):
-    options = _options_for(self)
-    if options is None or tf.distribute.get_replica_context() is None:
-        return _ORIGINAL["_all_reduce_sum_gradients"](self, grads_and_vars)
-    grads_and_vars = list(grads_and_vars)
-    grads = [g for g, _ in grads_and_vars]
-    reduced = allreduce.all_reduce_sum(grads, options,
-                                       self._distribution_strategy)
-    return [(r, v) for r, (_, v) in zip(reduced, grads_and_vars)]
-
-
-def _build(self, variables):
-    _ORIGINAL["build"](self, variables)
-    options = _options_for(self)
-    if options is None:
-        return
-    if options.grad_accum > 1:
-        accumulation.create_state(self, self._trainable_variables,
-                                  options.grad_accum)
-    if options.bytes_per_pack == "auto" and options.autotune:
-        from tfdist_opt.gradients import autotune
-
-        autotune.maybe_tune_for_variables(self._distribution_strategy,
-                                          self._trainable_variables, options)
-
-
-def _apply(self, grads, trainable_variables=None):
-    options = _options_for(self)
-    if options is None or options.grad_accum == 1:
-        return _ORIGINAL["apply"](self, grads, trainable_variables)
-    if len(grads) == 0:
-        return None
-    if trainable_variables is None:
-        trainable_variables = self._trainable_variables
-    else:
-        trainable_variables = list(trainable_variables)
-        if not self.built:
-            from keras.src import backend
-
-            with backend.name_scope(self.name, caller=self):
-                self.build(trainable_variables)
-            self.built = True
-        self._check_variables_are_known(trainable_variables)
-    from keras.src import backend
-
-    with backend.name_scope(self.name, caller=self):
-        grads, trainable_variables = self._filter_empty_gradients(
-            grads, trainable_variables)
-        if any(self._overwrite_variable_with_gradient(v)
-               for v in trainable_variables):
-            raise NotImplementedError(
-                "tfdist_opt grad_accum does not support variables with "
-                "`overwrite_with_gradient=True`. Expected grad_accum=1.")
-        scale = self.loss_scale_factor
-        if scale is not None:
-            grads = [g if g is None else g / scale for g in grads]
-        applied = accumulation.accumulate_and_apply(
-            self, list(grads), trainable_variables, options)
-        for variable in trainable_variables:
-            if variable.constraint is not None:
-                variable.assign(variable.constraint(variable))
-    return applied
+def _wrap_scope(strategy, binding: GradientBinding) -> None:
+    original = type(strategy).scope.__get__(strategy)
+    strategy.scope = lambda: _HookedScope(original, binding)
 
 
 def _wrap_distribute_dataset(strategy, k: int) -> None:
@@ -184,6 +187,21 @@ def _wrap_distribute_dataset(strategy, k: int) -> None:
     original = strategy.experimental_distribute_dataset
 
     def experimental_distribute_dataset(dataset, options=None):
+        fit = _calling_fit()
+        if fit is not None:
+            try:
+                card = int(dataset.cardinality())
+            except (AttributeError, TypeError, ValueError):
+                card = -1
+            steps = fit.get("steps_per_epoch") or (card if card >= 0 else None)
+            line = contract.check_updates_per_fit(
+                k, steps, int(fit.get("epochs") or 1),
+                int(fit.get("initial_epoch") or 0),
+                pending_micro_steps=fit.get("pending") or 0)
+            if line:
+                logging.warning(line)
+                if line.startswith("Invalid value"):
+                    warnings.warn(line, UserWarning, stacklevel=2)
         batch = _static_batch(dataset)
         if batch is not None:
             n = strategy.num_replicas_in_sync
@@ -196,6 +214,45 @@ def _wrap_distribute_dataset(strategy, k: int) -> None:
         return original(dataset, options)
 
     strategy.experimental_distribute_dataset = experimental_distribute_dataset
+
+
+def _calling_fit() -> dict | None:
+    """`fit`'s arguments when a Keras `fit` (not evaluate / predict) is
+    distributing its training data; None otherwise.
+
+    Keras gives the strategy no hint which call distributes a dataset, so
+    the caller's frames are inspected (a few levels, first match wins).
+    """
+    frame = inspect.currentframe()
+    frame = frame.f_back.f_back if frame and frame.f_back else None
+    for _ in range(12):
+        if frame is None:
+            return None
+        name = frame.f_code.co_name
+        owner = frame.f_locals.get("self")
+        if name in ("fit", "evaluate", "predict") and hasattr(owner, "train_function"):
+            if name != "fit":
+                return None
+            loc = frame.f_locals
+            return {"epochs": loc.get("epochs"),
+                    "initial_epoch": getattr(owner, "_initial_epoch", None)
+                    or loc.get("initial_epoch"),
+                    "steps_per_epoch": loc.get("steps_per_epoch"),
+                    "pending": _pending_micro_steps(owner)}
+        frame = frame.f_back
+    return None
+
+
+def _pending_micro_steps(model) -> int:
+    """Micro-steps already accumulated by the model's optimizer (resumed mid-cycle)."""
+    optimizer = getattr(model, "optimizer", None)
+    counter = getattr(optimizer, "_iterations", None)
+    if counter is None or not getattr(optimizer, "built", False):
+        return 0
+    try:
+        return int(counter.numpy())
+    except (AttributeError, TypeError, ValueError, RuntimeError):
+        return 0
 
 
 def _static_batch(dataset) -> int | None:

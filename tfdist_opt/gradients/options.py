@@ -2,8 +2,8 @@
 
 Pure Python (no TensorFlow import). `tfdist_opt.strategy` builds one from a
 `StrategyConfig` and attaches it to the strategy; the Keras binding
-(`tfdist_opt.gradients.keras_binding`) reads it back from the optimizer's
-strategy at trace time.
+(`tfdist_opt.gradients.keras_binding`) gives it to each Keras optimizer
+created in that strategy's scope, which keeps it for its lifetime.
 
 The gradient path, in order, for every optimizer step (one *micro*-step when
 `grad_accum > 1`):

@@ -3,11 +3,12 @@
 No TensorFlow import: every function takes gradient sizes in bytes and
 returns plain Python values, so the policy is tested in milliseconds.
 
-Why buckets at all (FACTS.md 4): on a 2-worker CPU RING, one 13 MB pack
-took 39 ms and 4 MiB packs 28 ms. Each pack is one collective over one
-concatenated tensor (TF's `CollectiveReplicaLauncher.batch_all_reduce`);
-smaller packs pipeline better and start as soon as their gradients exist,
-too small ones pay a per-collective latency.
+Why buckets at all: each pack is one collective over one concatenated
+tensor (TF's `CollectiveReplicaLauncher.batch_all_reduce`); smaller packs
+pipeline better and start as soon as their gradients exist, too small ones
+pay a per-collective latency, so the time per step has a broad minimum at
+a few MiB per pack on a RING (measured by `benchmarks/allreduce.py`, the
+`autotune` rows; figures in benchmarks/results and the README).
 
 Policies:
 
@@ -153,11 +154,11 @@ def assign_buckets(sizes: Sequence[int], policy: PackPolicy) -> list[list[int]]:
 def candidate_pack_sizes(sizes: Sequence[int]) -> list[int]:
     """The autotune grid: powers of 4 from 256 KiB up to the total, plus 0.
 
-    A geometric grid is what Horovod's Bayesian search converges on in
-    practice for a single knob with a broad, flat optimum (the FACTS.md 4
-    curve: 1 MiB 32 ms, 4 MiB 28 ms, 25 MiB 37 ms): a factor of 4 between
-    neighbours keeps the grid to about 6 trials for a 100 MB model while
-    landing within ~10% of the curve's minimum.
+    A geometric grid suits a single knob with a broad, flat optimum (time
+    per step against pack size varies by tens of percent between 1 and
+    25 MiB, `benchmarks/allreduce.py`): a factor of 4 between neighbours
+    keeps the grid to about 6 trials for a 100 MB model while landing near
+    the curve's minimum.
 
     Returns:
         Sorted distinct pack sizes in bytes; 0 (one pack) first.

@@ -15,25 +15,22 @@ Sources and precedence (later wins), the same everywhere in tfdist_opt:
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import pathlib
-import tomllib
 from typing import Any, Mapping
 
+from tfdist_opt import config_files
 from tfdist_opt import validation
 from tfdist_opt.strategy import kinds
 
-ENV_PREFIX = "TFDIST_OPT_"
-CONFIG_FILE_ENV = ENV_PREFIX + "CONFIG"
+ENV_PREFIX = config_files.ENV_PREFIX
+CONFIG_FILE_ENV = config_files.CONFIG_FILE_ENV
+DATA_ENV_PREFIX = ENV_PREFIX + "DATA_"
 
 MODES = ("auto",) + kinds.names()
 ALL_REDUCE = ("auto", "nccl", "ring", "hierarchical_copy", "reduce_to_one")
 MIXED_PRECISION = ("off", "mixed_float16", "mixed_bfloat16")
 COMPRESSION = ("none", "fp16", "bf16")
 
-# configs/ beside the package (source checkout / editable install).
-PRESETS_DIR = pathlib.Path(__file__).resolve().parents[2] / "configs"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,7 +131,9 @@ class StrategyConfig(validation.ConfigFields):
     def from_env(cls, environ: Mapping[str, str] | None = None
                  ) -> "StrategyConfig":
         """Builds a config from `TFDIST_OPT_*` variables over the defaults."""
-        return cls(**env_overrides(os.environ if environ is None else environ))
+        environ = os.environ if environ is None else environ
+        return cls.load(environ={k: v for k, v in environ.items()
+                                 if k != CONFIG_FILE_ENV})
 
     @classmethod
     def load(cls, path: str | os.PathLike | None = None,
@@ -154,135 +153,32 @@ class StrategyConfig(validation.ConfigFields):
             A validated `StrategyConfig`.
 
         Raises:
-            ValueError: a field has a bad value, or an unknown field is set.
+            ValueError: a field has a bad value (naming where it was set),
+                or an unknown field is set.
 
         Example:
             >>> StrategyConfig.load(environ={}, all_reduce="ring").all_reduce
             'ring'
         """
-        environ = os.environ if environ is None else environ
-        merged: dict[str, Any] = {}
-        path = path if path is not None else environ.get(CONFIG_FILE_ENV) or None
-        if path is not None:
-            file_values = read_config_file(path)
-            cls.check_keys(file_values, f"config file {path}")
-            merged.update(file_values)
-        merged.update(env_overrides(environ))
-        explicit = {k: v for k, v in overrides.items() if v is not None}
-        cls.check_keys(explicit, "keyword arguments")
-        merged.update(explicit)
-        return cls(**merged)
+        return config_files.load(cls, path, environ, overrides,
+                                 section="strategy", prefix=ENV_PREFIX,
+                                 skip_prefixes=(DATA_ENV_PREFIX,))
 
 
 # ----------------------------------------------------------------- files
-def list_presets() -> list[pathlib.Path]:
-    """Preset files shipped in `configs/` (sorted)."""
-    if not PRESETS_DIR.is_dir():
-        return []
-    return sorted(p for p in PRESETS_DIR.iterdir()
-                  if p.suffix in (".json", ".toml"))
-
-
-def resolve_config_path(path: str | os.PathLike) -> pathlib.Path:
-    """A path as given, or a preset name (`cpu_test`) found in `configs/`."""
-    p = pathlib.Path(path)
-    if p.is_file():
-        return p
-    for candidate in (PRESETS_DIR / p, PRESETS_DIR / (str(p) + ".json"),
-                      PRESETS_DIR / (str(p) + ".toml")):
-        if candidate.is_file():
-            return candidate
-    names = ", ".join(q.stem for q in list_presets()) or "none"
-    raise ValueError(
-        f"Invalid config file: no such file or preset. Received: {path!s}. "
-        f"Expected a .json/.toml path or a preset name ({names}).")
+list_presets = config_files.list_presets
+resolve_config_path = config_files.resolve_path
 
 
 def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
-    """Parses a JSON or TOML config file with safe loaders only.
-
-    A `[strategy]` table (TOML) or `"strategy"` object (JSON) is used when
-    present, so one file can also hold other sections.
-    """
-    p = resolve_config_path(path)
-    text = p.read_text()
-    if p.suffix == ".toml":
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as e:
-            raise ValueError(f"Invalid config file {p}: not valid TOML ({e}).") from None
-    elif p.suffix == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(
-                f"Invalid config file {p}: not valid JSON ({e.msg} at line "
-                f"{e.lineno} column {e.colno}).") from None
-    else:
-        raise ValueError(
-            f"Invalid config file: unsupported extension. Received: {p}. "
-            "Expected a .json or .toml file.")
-    if not isinstance(data, dict):
-        raise ValueError(
-            f"Invalid config file {p}: expected a JSON object / TOML table at "
-            f"top level. Received: {type(data).__name__}")
-    if "strategy" in data:
-        data = data["strategy"]
-    # Documentation keys, and other sections of a shared file (`data` for
-    # PipelineOptions), are not StrategyConfig fields.
-    return {k: v for k, v in data.items() if not k.startswith("_")
-            and k not in ("description", "data")}
+    """The `strategy` fields of a JSON or TOML config file (safe loaders only)."""
+    return config_files.read_section(path, "strategy")
 
 
-# ----------------------------------------------------------- environment
 def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
     """Parses `TFDIST_OPT_<FIELD>` variables into typed field values."""
-    known = {f.name: f for f in dataclasses.fields(StrategyConfig)}
-    out: dict[str, Any] = {}
-    for key, raw in environ.items():
-        if not key.startswith(ENV_PREFIX) or key == CONFIG_FILE_ENV:
-            continue
-        name = key[len(ENV_PREFIX):].lower()
-        if name not in known:
-            raise ValueError(
-                f"Unknown environment variable {key}={raw!r}. Expected one of: "
-                + ", ".join(ENV_PREFIX + n.upper() for n in known)
-                + f", {CONFIG_FILE_ENV}.")
-        out[name] = _parse_env_value(key, name, raw)
-    return out
-
-
-_BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True,
-               "0": False, "false": False, "no": False, "off": False}
-_INT_FIELDS = ("num_packs", "cpu_replicas", "grad_accum", "ps_min_shard_bytes",
-               "ps_max_shards")
-
-
-def _parse_env_value(key: str, name: str, raw: str) -> Any:
-    text = raw.strip()
-    if name in ("gpu_memory_growth", "jit_compile", "tune_malloc"):
-        if text.lower() not in _BOOL_WORDS:
-            raise ValueError(
-                f"Invalid value for `{name}` (from {key}): expected a boolean "
-                f"(1/0, true/false, yes/no, on/off). Received: {key}={raw!r}")
-        return _BOOL_WORDS[text.lower()]
-    if name in _INT_FIELDS or (name == "bytes_per_pack" and text != "auto"):
-        try:
-            return int(text)
-        except ValueError:
-            raise ValueError(
-                f"Invalid value for `{name}` (from {key}): expected an "
-                f"integer. Received: {key}={raw!r}") from None
-    if name in ("collective_timeout_s", "startup_timeout_s"):
-        if text.lower() in ("", "none"):
-            return None
-        try:
-            return float(text)
-        except ValueError:
-            raise ValueError(
-                f"Invalid value for `{name}` (from {key}): expected a number "
-                f"of seconds or 'none'. Received: {key}={raw!r}") from None
-    return text
+    return {name: value for name, (_, value) in config_files.env_values(
+        StrategyConfig, environ, ENV_PREFIX, (DATA_ENV_PREFIX,)).items()}
 
 
 # ------------------------------------------------------------ validation

@@ -1,17 +1,16 @@
 """glibc malloc settings that keep collective receive buffers mapped.
 
-Where the time goes in TF's RING all-reduce on CPU hosts (measured here, 2
-workers on loopback, 20 x 16 MiB all-reduces): 62k minor page faults in 3 s
-— one per 4 KiB of every received byte — and 67–84% of the workers' CPU
-time in the kernel. Each collective allocates fresh receive/chunk buffers;
-glibc serves allocations above its mmap threshold (128 KiB, adjusted
-dynamically) with `mmap` and returns them on free, and TF sets
-`M_TRIM_THRESHOLD=128 KiB`, so every step first-touches (faults and zeroes)
-its buffers again. Raising the mmap threshold to glibc's maximum (32 MiB on
-64-bit) and the trim threshold keeps freed buffers in the heap for reuse:
-16 MiB all-reduces went from 50–79 ms to 26–29 ms in the same
-measurement. Buffers above 32 MiB are still mmapped whatever the setting,
-so keep gradient packs <= 16 MiB (ring chunks are pack / workers).
+Each TF collective allocates fresh receive/chunk buffers. glibc serves
+allocations above its mmap threshold (128 KiB, adjusted dynamically) with
+`mmap` and returns them on free, and TF sets `M_TRIM_THRESHOLD=128 KiB`, so
+on CPU hosts every RING all-reduce step first-touches (page-faults and
+zeroes) its buffers again: one minor fault per 4 KiB received, most of the
+workers' CPU time in the kernel. Raising the mmap threshold to glibc's
+maximum (32 MiB on 64-bit) and the trim threshold keeps freed buffers in
+the heap for reuse. Buffers above 32 MiB are still mmapped whatever the
+setting, so keep gradient packs <= 16 MiB (ring chunks are pack / workers).
+What it buys is measured by `benchmarks/allreduce.py` (README, "Benchmark
+results").
 
 `mallopt` is process-wide and changeable at any time (later allocations
 follow it), so benchmarks can switch it per measured setting. Pure Python

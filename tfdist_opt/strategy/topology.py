@@ -54,16 +54,26 @@ class Topology:
         """Chief: the `chief` task, or worker 0 when the cluster has no chief."""
         if self.tf_config is None:
             return True
-        if self.task_type == "chief":
-            return True
-        has_chief = bool(self.tf_config["cluster"].get("chief"))
-        return self.task_type == "worker" and self.task_index == 0 and not has_chief
+        return is_chief(self.task_type, self.task_index,
+                        bool(self.tf_config["cluster"].get("chief")))
 
     def describe(self) -> str:
         role = ("none (no TF_CONFIG)" if self.tf_config is None else
                 f"{self.task_type}:{self.task_index} of {self.num_workers} "
                 f"task(s){' (chief)' if self.is_chief else ''}")
         return f"GPUs: {self.num_gpus}; TF_CONFIG role: {role}"
+
+
+def is_chief(task_type: str | None, task_index: int | None,
+             cluster_has_chief: bool) -> bool:
+    """The one chief rule: the `chief` task, or worker 0 when there is none.
+
+    A process with no task type (no TF_CONFIG) is its own chief. Used by
+    `Topology.is_chief` and by code that only has a cluster resolver.
+    """
+    if task_type in (None, "chief"):
+        return True
+    return task_type == "worker" and task_index == 0 and not cluster_has_chief
 
 
 def detect_topology(environ: Mapping[str, str] | None = None,

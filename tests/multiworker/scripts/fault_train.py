@@ -2,7 +2,8 @@
 
 Flags: --steps N (total steps, one epoch), --die_task I --die_at_step K
 (task I calls os._exit(1) at step K, like a crashed host), --steps_log PATH
-(append each finished step), --soak (print RSS / thread count at the end).
+(append each finished step), --soak (print RSS / thread count at the end),
+--mark_step K (print "task I: reached step K" after step K).
 """
 
 import argparse
@@ -23,6 +24,7 @@ def main():
     parser.add_argument("--die_task", type=int, default=-1)
     parser.add_argument("--die_at_step", type=int, default=-1)
     parser.add_argument("--soak", action="store_true")
+    parser.add_argument("--mark_step", type=int, default=-1)
     args = parser.parse_args()
 
     strategy = tfdist_opt.opt_strategy()
@@ -51,6 +53,8 @@ def main():
             if me == args.die_task and batch + 1 == args.die_at_step:
                 print(f"task {me}: dying at step {batch + 1}", flush=True)
                 os._exit(1)
+            if batch + 1 == args.mark_step:
+                print(f"task {me}: reached step {batch + 1}", flush=True)
             if args.soak and batch % 50 == 0:
                 samples.append((batch, _rss_mb(), threading.active_count()))
 

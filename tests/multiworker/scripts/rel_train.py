@@ -7,7 +7,8 @@ Trains a tiny Dense model (96 examples, global batch 8: 12 steps per epoch,
 run must end bit-identical to an uninterrupted one.
 
 Flags:
-  --out DIR, --backup DIR
+  --out DIR, --backup DIR (`{index}` in DIR becomes the worker index: an
+      unshared backup dir per worker, the usual multi-host mistake)
   --crash-task I --crash-at-step K: task I `os._exit(1)`s right after
       optimizer step K, on the first attempt only (TFDIST_LAUNCH_RESTART_COUNT
       == 0), like a crashed host.
@@ -48,6 +49,7 @@ def main():
 
     index = int(os.environ.get("TFDIST_LAUNCH_WORKER_INDEX", "0"))
     attempt = int(os.environ.get("TFDIST_LAUNCH_RESTART_COUNT", "0"))
+    args.backup = args.backup.format(index=index)
     os.makedirs(args.out, exist_ok=True)
     _write(args.out, f"start-{index}-{attempt}", repr(time.time()))
     with open(os.path.join(args.out, f"pid-{index}"), "w") as f:
@@ -62,6 +64,7 @@ def main():
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     from tfdist_opt import callbacks as cbs  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.callbacks import restore_agreement  # pylint: disable=g-import-not-at-top
 
     input_errors = _check_input_errors(strategy, args.out, index) if (
         args.check_input_errors) else None
@@ -105,7 +108,13 @@ def main():
                 os._exit(1)
 
         backup._after_write = die_in_save  # pylint: disable=protected-access
-    model.fit(ds, epochs=3, verbose=0, shuffle=False, callbacks=[backup, Faults()])
+    _write(args.out, f"fit-{index}-{attempt}", repr(time.time()))
+    try:
+        model.fit(ds, epochs=3, verbose=0, shuffle=False,
+                  callbacks=[backup, Faults()])
+    except restore_agreement.RestoreMismatchError:
+        _write(args.out, f"refused-{index}-{attempt}", repr(time.time()))
+        raise
     result = {"attempt": attempt, "index": index,
               "replicas": strategy.num_replicas_in_sync,
               "step": int(model.optimizer.iterations.numpy()),

@@ -74,7 +74,7 @@ def build(config, plan, topology):
     # Pre-flight: a taken port fails here, naming the port and the task,
     # instead of as a gRPC bind error deep inside TF.
     launcher.check_own_port(topology.tf_config)
-    faults.install_excepthook(topology.tf_config)
+    faults.install_excepthook(topology.tf_config, config.collective_timeout_s)
     if config.tune_malloc and host_memory.tune_for_collectives():
         _logging.log_once(
             "tfdist_opt: glibc malloc tuned for collectives (mmap threshold "

@@ -1,0 +1,170 @@
+"""Per-optimizer gradient hooks: a cached subclass swapped onto one instance.
+
+`hook(optimizer, binding)` sets `optimizer.__class__` to
+`hooked_class(type(optimizer))`, a subclass made once per optimizer class
+with `GradientHooks` in front of it (Horovod's DistributedOptimizer wraps
+one optimizer the same way, by subclassing its class), and stores the
+optimizer's own `OptimizerState`. No Keras class is modified: every other
+optimizer in the process, under any strategy, runs upstream Keras code.
+
+The subclass keeps the original's `__name__`, `__qualname__` and
+`__module__`, so Keras serialization (`model.save`, `get_config`) writes
+the original class and a saved model loads as a plain Keras optimizer (it
+is hooked again when loaded in an `opt_strategy().scope()`).
+
+What the overrides do (the upstream methods they rely on are checked by
+`upstream.check()`):
+
+* `_all_reduce_sum_gradients`: compression + packing
+  (`allreduce.all_reduce_sum`) in place of one plain
+  `ReplicaContext.all_reduce`.
+* `build`: upstream `build`, then the accumulators (`grad_accum > 1`) and
+  the pack-size autotune (`bytes_per_pack="auto"`, multi-worker).
+* `_backend_apply_gradients` (`grad_accum > 1`): local accumulation and
+  one all-reduce + update every k-th micro-step (`accumulation`), instead
+  of Keras's `gradient_accumulation_steps` branch, which fails under
+  tf.distribute (its `ops.cond` in the replica context reaches
+  `merge_call`, which MirroredStrategy refuses inside a cond branch;
+  keras-team/keras#17429, tf-keras#107). Upstream `apply` still filters
+  empty gradients, unscales, applies constraints and counts every
+  micro-step in `_iterations`.
+* `iterations` and `_get_current_learning_rate` (`grad_accum > 1`): the
+  optimizer reports, and learning-rate schedules see, updates
+  (`_iterations // k`), so Adam's bias correction and schedules advance
+  once per k micro-steps, as one big-batch step would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import tensorflow as tf
+
+from tfdist_opt.gradients import accumulation
+from tfdist_opt.gradients import allreduce
+from tfdist_opt.gradients.options import GradientOptions
+
+STATE_ATTR = "_tfdist_gradients"
+_CLASSES: dict = {}
+_LOCK = threading.Lock()
+
+
+@dataclasses.dataclass
+class OptimizerState:
+    """What one hooked optimizer does with its gradients.
+
+    Attributes:
+        options: `GradientOptions`, fixed when the optimizer was created.
+        binding: the `keras_binding.GradientBinding` it was created under
+            (holds the autotune results shared by that strategy's models).
+        tuned_bytes_per_pack: int or None. The autotuned pack size for this
+            optimizer's gradient shapes (set by `build`).
+    """
+
+    options: GradientOptions
+    binding: object = None
+    tuned_bytes_per_pack: int | None = None
+
+    @property
+    def grad_accum(self) -> int:
+        return self.options.grad_accum
+
+
+class GradientHooks:
+    """Mixin in front of a Keras 3 TF optimizer class; see the module doc."""
+
+    _tfdist_hooked = True
+
+    def build(self, variables):
+        super().build(variables)
+        state = state_of(self)
+        if state is None:
+            return
+        if state.grad_accum > 1:
+            accumulation.create_accumulators(self, self._trainable_variables)
+        options = state.options
+        if options.bytes_per_pack == "auto" and options.autotune:
+            tune = getattr(state.binding, "tuned_pack_size", None)
+            if tune is not None:
+                state.tuned_bytes_per_pack = tune(self._trainable_variables)
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        state = state_of(self)
+        if state is None or tf.distribute.get_replica_context() is None:
+            return super()._all_reduce_sum_gradients(grads_and_vars)
+        grads_and_vars = list(grads_and_vars)
+        reduced = allreduce.all_reduce_sum(
+            [g for g, _ in grads_and_vars], state.options,
+            self._distribution_strategy, tuned=state.tuned_bytes_per_pack)
+        return [(r, v) for r, (_, v) in zip(reduced, grads_and_vars)]
+
+    def _backend_apply_gradients(self, grads, trainable_variables):
+        state = state_of(self)
+        if state is None or state.grad_accum == 1:
+            return super()._backend_apply_gradients(grads, trainable_variables)
+        accumulation.accumulate_and_apply(self, list(grads),
+                                          list(trainable_variables), state)
+        return None
+
+    @property
+    def iterations(self):
+        k = _grad_accum(self)
+        if k > 1:
+            return tf.math.floordiv(self._iterations.value, k)
+        return super().iterations
+
+    def _get_current_learning_rate(self):
+        import keras
+
+        schedule = getattr(self, "_learning_rate", None)
+        if _grad_accum(self) > 1 and isinstance(
+                schedule, keras.optimizers.schedules.LearningRateSchedule):
+            return schedule(self.iterations)
+        return super()._get_current_learning_rate()
+
+
+def hooked_class(cls: type) -> type:
+    """The cached `GradientHooks` subclass of optimizer class `cls`."""
+    if getattr(cls, "_tfdist_hooked", False):
+        return cls
+    with _LOCK:
+        sub = _CLASSES.get(cls)
+        if sub is None:
+            sub = type(cls.__name__, (GradientHooks, cls), {
+                "__module__": cls.__module__,
+                "__qualname__": cls.__qualname__,
+                "__doc__": cls.__doc__,
+            })
+            _CLASSES[cls] = sub
+    return sub
+
+
+def hook(optimizer, state: OptimizerState) -> None:
+    """Binds `state` to `optimizer` by swapping its class (idempotent)."""
+    optimizer.__class__ = hooked_class(type(optimizer))
+    setattr(optimizer, STATE_ATTR, state)
+
+
+def unhook(optimizer) -> None:
+    """Gives `optimizer` back its original class (its variables stay)."""
+    cls = type(optimizer)
+    if getattr(cls, "_tfdist_hooked", False):
+        optimizer.__class__ = next(c for c in cls.__mro__[1:]
+                                   if not issubclass(c, GradientHooks))
+    setattr(optimizer, STATE_ATTR, None)
+
+
+def is_hooked(optimizer) -> bool:
+    """Whether `optimizer` runs the tfdist_opt gradient hooks."""
+    return isinstance(optimizer, GradientHooks) and state_of(optimizer) is not None
+
+
+def state_of(optimizer) -> OptimizerState | None:
+    """The optimizer's `OptimizerState`, or None."""
+    return getattr(optimizer, STATE_ATTR, None)
+
+
+def _grad_accum(optimizer) -> int:
+    state = state_of(optimizer)
+    return 1 if state is None else state.grad_accum
