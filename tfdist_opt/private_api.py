@@ -75,6 +75,24 @@ ENTRIES: tuple[PrivateName, ...] = (
                 "tfdist_opt.gradients.upstream",
                 "its 'name_scope_stack'[-1].caller names the optimizer creating a "
                 "variable (Keras has no optimizer-creation hook)"),
+    # --------------------------------------------------- parameter server
+    PrivateName("tensorflow.__internal__.distribute", "ShardedVariable",
+                "tfdist_opt.parameter_server.variables",
+                "the type of a partitioned variable (variable_partitioner); "
+                "TF exports it only under tf.__internal__"),
+    PrivateName("keras.Model", "_flatten_layers",
+                "tfdist_opt.parameter_server.variables",
+                "every nested layer (Model.layers is top-level only), to find "
+                "Embedding layers whose table is sharded"),
+    PrivateName("keras.Model", "_symbolic_build",
+                "tfdist_opt.parameter_server.steps",
+                "builds compiled metrics and losses symbolically before any step "
+                "is scheduled, as Keras's own fit does (no coordinator support in "
+                "Keras 3: keras-team/keras#18624)"),
+    PrivateName("keras.Model()", "_compile_metrics",
+                "tfdist_opt.parameter_server.steps",
+                "the CompileMetrics object whose state steps return statelessly, "
+                "so async workers never race on metric variables"),
     # --------------------------------------------------------------- data
     PrivateName("tensorflow.python.distribute.input_lib", "DistributedDataset",
                 "tfdist_opt.data.pipeline",

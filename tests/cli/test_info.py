@@ -52,3 +52,16 @@ def test_cli_usage_and_unknown_command():
     assert p.returncode == 2
     assert "unrecognized command 'frobnicate'" in p.stderr
     assert "info" in p.stderr and "launch" in p.stderr
+
+
+def test_info_explains_parameter_server_partitioning():
+    cfg = {"cluster": {"chief": ["localhost:2222"], "worker": ["localhost:2223"],
+                       "ps": ["localhost:2224", "localhost:2225"]},
+           "task": {"type": "ps", "index": 1}}
+    p = _info(env_extra={"TF_CONFIG": json.dumps(cfg),
+                         "TFDIST_OPT_PS_MIN_SHARD_BYTES": "1048576"})
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "strategy     : parameter_server: 1 worker(s) step asynchronously" in p.stdout
+    assert "this task    : ps:1: serves until the chief finishes" in p.stdout
+    assert ("partitioning : variables of >= 2097152 bytes cut into shards of >= "
+            "1048576 bytes, at most 2 shards") in p.stdout

@@ -21,7 +21,7 @@ def test_frozen():
 
 
 @pytest.mark.parametrize("field,value,match", [
-    ("mode", "tpu", r"Invalid value for `mode`: expected one of 'auto', 'one_device', 'mirrored', 'multi_worker'. Received: mode='tpu'"),
+    ("mode", "tpu", r"Invalid value for `mode`: expected one of 'auto', 'one_device', 'mirrored', 'multi_worker', 'parameter_server'. Received: mode='tpu'"),
     ("all_reduce", "gloo", r"`all_reduce`.*Received: all_reduce='gloo'"),
     ("bytes_per_pack", -1, r"`bytes_per_pack`: expected a non-negative int or \"auto\". Received: bytes_per_pack=-1"),
     ("bytes_per_pack", "big", r"Received: bytes_per_pack='big'"),
@@ -36,6 +36,8 @@ def test_frozen():
     ("jit_compile", 1, r"`jit_compile`: expected a bool. Received: jit_compile=1"),
     ("compression", "int8", r"`compression`.*Received: compression='int8'"),
     ("grad_accum", 0, r"`grad_accum`: expected a positive int. Received: grad_accum=0"),
+    ("ps_min_shard_bytes", 0, r"`ps_min_shard_bytes`: expected a positive int. Received: ps_min_shard_bytes=0"),
+    ("ps_max_shards", -1, r"`ps_max_shards`: expected an int >= 0. Received: ps_max_shards=-1"),
 ])
 def test_every_field_validated(field, value, match):
     with pytest.raises(ValueError, match=match):

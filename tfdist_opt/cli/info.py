@@ -53,7 +53,8 @@ def collect(config_path: str | None = None) -> dict[str, Any]:
             "replicas_here": plan.num_local_replicas,
             "replicas_in_sync": plan.num_local_replicas * topo.num_workers,
             "collective_implementation": plan.all_reduce,
-            "why": list(plan.reasons), "warnings": list(plan.warnings)}
+            "why": list(plan.reasons), "warnings": list(plan.warnings),
+            "settings": dict(plan.settings)}
     except ValueError as e:
         out["error"] = str(e)
     return out
@@ -74,12 +75,24 @@ def format_text(info: dict[str, Any]) -> str:
                  f"{role['task_type']}:{role['task_index']} of {role['num_workers']} task(s)"
                  + (" (chief)" if role["is_chief"] else "")))
     s = info["strategy"]
-    lines += [
-        f"strategy     : {s['kind']} over {', '.join(s['devices'])} "
-        f"({s['replicas_in_sync']} replica(s) in sync)",
-        f"collectives  : {s['collective_implementation'] or 'none (one device)'}",
-        "why          : " + "; ".join(s["why"]),
-    ]
+    settings = s.get("settings") or {}
+    if "variable_partitioning" in settings:  # parameter_server
+        counts = settings["counts"]
+        lines += [
+            f"strategy     : {s['kind']}: {counts['worker']} worker(s) step "
+            f"asynchronously, variables on {counts['ps']} ps task(s), the chief coordinates",
+            "collectives  : none (gradients go to the ps tasks, no all-reduce)",
+            "why          : " + "; ".join(s["why"]),
+        ]
+        lines.append(f"this task    : {settings['task']}: {settings['role']}")
+        lines.append(f"partitioning : {settings['variable_partitioning']}")
+    else:
+        lines += [
+            f"strategy     : {s['kind']} over {', '.join(s['devices'])} "
+            f"({s['replicas_in_sync']} replica(s) in sync)",
+            f"collectives  : {s['collective_implementation'] or 'none (one device)'}",
+            "why          : " + "; ".join(s["why"]),
+        ]
     lines += [f"warning      : {w}" for w in s["warnings"]]
     lines.append("presets      : " + (", ".join(
         os.path.basename(p) for p in info["presets"]) or "none"))

@@ -7,6 +7,8 @@ Examples:
     tfdist-opt launch --slurm -- python train.py        # print the srun line
     tfdist-opt launch --slurm --run -- python train.py  # run it
     tfdist-opt launch --workers h1:2222,h2:2222 -- python train.py  # per-host lines
+    tfdist-opt launch --workers 2 --ps 2 -- python train.py  # chief + 2 workers + 2 ps
+    tfdist-opt launch --workers h1:2222,h2:2222,h3:2222 --ps h4:2222 -- python train.py
 """
 
 from __future__ import annotations
@@ -61,12 +63,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--slurm", action="store_true",
         help="inside a SLURM allocation: print the srun line (or run it "
              "with --run)")
-    remote_group.add_argument("--workers", metavar="H:P,H:P",
-                              help="print the command for each host")
+    remote_group.add_argument("--workers", metavar="N|H:P,H:P",
+                              help="a number: local workers (as -n); a host "
+                                   "list: print the command for each host")
     remote_group.add_argument("--hostfile", metavar="PATH",
                               help="print the command for each host slot")
     remote_group.add_argument("--slurm-task", action="store_true",
                               help=argparse.SUPPRESS)
+    p.add_argument("--ps", metavar="K|H:P,H:P", default=None,
+                   help="parameter-server training: a number starts a chief, the "
+                        "workers and K ps tasks locally; with a --workers/--hostfile "
+                        "host list, the first host is the chief and these are the ps "
+                        "tasks")
     p.add_argument("--run", action="store_true",
                    help="with --slurm: run the srun line instead of printing it")
     p.add_argument("--port", type=int, default=sources.DEFAULT_PORT,
@@ -106,6 +114,10 @@ def _run(args, command: list[str]) -> int:
     if args.slurm_task:
         remote.exec_slurm_task(command, port=args.port)
         return 0  # not reached
+    if args.slurm and args.ps is not None:
+        raise ValueError("`--ps` with --slurm: launch gives every SLURM task the "
+                         "worker role. Received: --slurm --ps. Expected: run "
+                         "`tfdist-opt tf-config --slurm --num-ps K` in each task.")
     if args.slurm:
         line = remote.srun_command(command, os.environ, port=args.port)
         if not args.run:
@@ -113,16 +125,39 @@ def _run(args, command: list[str]) -> int:
             return 0
         print(f"[launch] running: {shlex.join(line)}", file=sys.stderr)
         return subprocess.call(line)
+    if args.workers is not None and args.workers.strip().isdigit():
+        if args.num_workers is not None:
+            raise ValueError("`--workers N` and `-n` both count local workers. "
+                             f"Received: --workers {args.workers}, -n "
+                             f"{args.num_workers}. Expected one of them.")
+        args.num_workers, args.workers = int(args.workers), None
+    num_ps = _local_ps(args.ps)
     if args.workers is not None or args.hostfile is not None:
         workers = (sources.parse_host_list(args.workers, default_port=args.port)
                    if args.workers is not None else
                    sources.read_hostfile(args.hostfile, port=args.port))
+        cluster = {"worker": workers}
+        if args.ps is not None:
+            if num_ps is not None:
+                cluster, _ = sources.assign_ps_roles(workers, num_ps)
+            else:
+                if len(workers) < 2:
+                    raise ValueError(
+                        "Invalid parameter-server cluster: --ps needs a chief and at "
+                        f"least one worker in the host list. Received: {len(workers)} "
+                        "host(s). Expected at least 2 (the first is the chief).")
+                cluster = {"chief": workers[:1], "worker": workers[1:],
+                           "ps": sources.parse_host_list(args.ps, default_port=args.port)}
         print("# Run on each host (TF's gRPC server is unauthenticated: keep "
               "these ports on a private network):")
         for address, task_type, index, line in remote.per_host_commands(
-                {"worker": workers}, command):
+                cluster, command):
             print(f"# {task_type} {index} on {address}\n{line}")
         return 0
+    if args.ps is not None and num_ps is None:
+        raise ValueError("Invalid value for `--ps`: a host list needs the workers' "
+                         "host list too (--workers H:P,... or --hostfile). Received: "
+                         f"--ps {args.ps}. Expected a number for a local cluster.")
     if args.num_workers is None:
         raise ValueError("Missing `-n`: how many local workers? Pass -n N "
                          "(or --slurm / --workers / --hostfile for a "
@@ -132,5 +167,17 @@ def _run(args, command: list[str]) -> int:
         max_restarts=args.max_restarts,
         startup_timeout=args.startup_timeout or None,
         base_port=args.base_port, term_timeout=args.term_timeout,
+        num_ps=num_ps or 0,
         quiet=not args.verbose)
     return result.returncode
+
+
+def _local_ps(text: str | None) -> int | None:
+    """`--ps K` as an int (None: not given, or a host list)."""
+    if text is None or not text.strip().isdigit():
+        return None
+    k = int(text)
+    if k < 1:
+        raise ValueError("Invalid value for `--ps`: expected a positive number of "
+                         f"ps tasks or a host list. Received: --ps {text}")
+    return k

@@ -6,6 +6,8 @@ Examples:
     tfdist-opt tf-config --hostfile hosts.txt --out-dir tf_configs/
     tfdist-opt tf-config --slurm                # index from SLURM_PROCID
     tfdist-opt tf-config --k8s trainer.trainer-svc:2222 --replicas 4
+    tfdist-opt tf-config --slurm --num-ps 2     # task 0 chief, last 2 ps
+    tfdist-opt tf-config --local 5 --num-ps 2 --out-dir tf_configs/
     tfdist-opt tf-config --check                # validate $TF_CONFIG
     tfdist-opt tf-config --check tf_config.json
 """
@@ -59,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chief", metavar="H:P", help="the chief's address")
     p.add_argument("--ps", metavar="H:P,H:P", help="parameter server addresses")
     p.add_argument("--evaluator", metavar="H:P", help="the evaluator's address")
+    p.add_argument("--num-ps", type=int, default=None, metavar="K",
+                   help="parameter-server cluster from the source's addresses: "
+                        "task 0 is the chief, the last K are ps tasks, the rest "
+                        "workers")
     p.add_argument("--task-type", default=None, choices=tf_config_lib.ROLES,
                    help="role of the task to print (default: worker)")
     p.add_argument("--index", type=int, default=None,
@@ -95,6 +101,17 @@ def _run(args) -> int:
         return _check(args.check)
     cluster, known_index = _cluster(args)
     task_type = args.task_type or "worker"
+    if args.num_ps is not None:
+        if args.chief or args.ps:
+            raise ValueError("`--num-ps` assigns the chief and ps roles itself. "
+                             f"Received: --num-ps={args.num_ps} with --chief/--ps. "
+                             "Expected one or the other.")
+        cluster, role = sources.assign_ps_roles(
+            cluster.get("worker", []), args.num_ps, known_index)
+        if role is not None and args.task_type is None and args.index is None:
+            task_type, args.index = role
+        elif args.task_type is None:
+            task_type = "chief"
     if args.out_dir:
         _write_all(cluster, args.out_dir, args.format)
         return 0

@@ -113,6 +113,29 @@ def worker_env(base_env: Mapping[str, str], index: int, addresses: Sequence[str]
     return env
 
 
+def ps_task_envs(base_env: Mapping[str, str], num_workers: int, num_ps: int,
+                 addresses: Sequence[str], restart_count: int = 0
+                 ) -> tuple[list[dict[str, str]], list[str]]:
+    """Pure: environments and labels of a local parameter-server cluster.
+
+    `addresses` holds 1 + num_workers + num_ps addresses: the chief, the
+    workers, then the ps tasks, started in that order.
+    """
+    cluster = {"chief": list(addresses[:1]),
+               "worker": list(addresses[1:1 + num_workers]),
+               "ps": list(addresses[1 + num_workers:])}
+    envs, labels = [], []
+    for task_type, task_index in tf_config_lib.all_tasks(cluster):
+        env = dict(base_env)
+        tf_config_lib.apply_tf_config(
+            tf_config_lib.build_tf_config(cluster, task_type, task_index), env)
+        env[RESTART_COUNT_ENV] = str(restart_count)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        envs.append(env)
+        labels.append(f"{task_type} {task_index}")
+    return envs, labels
+
+
 # ------------------------------------------------------------ run_local
 def run_local(argv: Sequence[str], num_workers: int, *,
               cpu_replicas: int | None = None,
@@ -125,6 +148,7 @@ def run_local(argv: Sequence[str], num_workers: int, *,
               stdout: IO[str] | None = None,
               stderr: IO[str] | None = None,
               handle_signals: bool = True,
+              num_ps: int = 0,
               quiet: bool = False) -> LaunchResult:
     """Runs `argv` as `num_workers` local workers of one cluster.
 
@@ -151,6 +175,9 @@ def run_local(argv: Sequence[str], num_workers: int, *,
             `stderr` (defaults to `sys.stderr`).
         handle_signals: bool. Forward SIGINT / SIGTERM to the workers
             (main thread only). Defaults to `True`.
+        num_ps: int. Parameter-server cluster: with K > 0, start a chief,
+            `num_workers` workers and K ps tasks (TF_CONFIG roles chief,
+            worker, ps). Defaults to `0` (workers only).
         quiet: bool. Keep TensorFlow's C++ start-up noise out of the
             output: `TF_CPP_MIN_LOG_LEVEL=2` in the workers unless `env`
             sets it, and known start-up lines dropped (see
@@ -178,6 +205,9 @@ def run_local(argv: Sequence[str], num_workers: int, *,
         raise ValueError("Invalid value for `--max-restarts`: expected an int "
                          f">= 0. Received: --max-restarts={max_restarts!r}")
     check_cpu_replicas(num_workers, cpu_replicas)
+    if isinstance(num_ps, bool) or not isinstance(num_ps, int) or num_ps < 0:
+        raise ValueError("Invalid value for `--ps`: expected an int >= 0. "
+                         f"Received: --ps {num_ps!r}")
     check_launch_numbers(num_workers, base_port, startup_timeout, term_timeout)
     base_env = dict(os.environ if env is None else env)
     check_command(argv, cwd, base_env.get("PATH", os.defpath))
@@ -197,19 +227,29 @@ def run_local(argv: Sequence[str], num_workers: int, *,
     try:
         restarts = 0
         while True:
-            if num_workers > 1:
+            labels = None
+            if num_ps:
+                addresses = local_cluster(1 + num_workers + num_ps, base_port)
+                ports = [int(tf_config_lib.split_address(a)[1]) for a in addresses]
+                envs, labels = ps_task_envs(base_env, num_workers, num_ps,
+                                            addresses, restarts)
+                check_ports_free(list(zip(labels, ports)))
+                where = f"(chief, workers, ps) on {', '.join(addresses)}"
+            elif num_workers > 1:
                 addresses = local_cluster(num_workers, base_port)
                 ports = [int(tf_config_lib.split_address(a)[1]) for a in addresses]
                 check_ports_free([(f"worker {i}", p) for i, p in enumerate(ports)])
                 where = f"on {', '.join(addresses)}"
             else:  # one process: no cluster, no TF_CONFIG, no port
                 addresses, ports, where = ["localhost:0"], [], "without TF_CONFIG"
-            envs = [worker_env(base_env, i, addresses, restarts, cpu_replicas)
-                    for i in range(num_workers)]
-            launcher.log(f"starting {num_workers} worker(s) {where} (attempt "
+            if not num_ps:
+                envs = [worker_env(base_env, i, addresses, restarts, cpu_replicas)
+                        for i in range(num_workers)]
+            what = f"{len(envs)} task(s)" if num_ps else f"{num_workers} worker(s)"
+            launcher.log(f"starting {what} {where} (attempt "
                          f"{restarts + 1} of {max_restarts + 1}): {shlex.join(argv)}")
             result = launcher.run_attempt(argv, envs, ports, startup_timeout,
-                                          term_timeout, cwd)
+                                          term_timeout, cwd, labels)
             result.restarts = restarts
             if (result.returncode == 0 or launcher.stop_signal is not None
                     or restarts >= max_restarts):
@@ -264,10 +304,11 @@ class _Launcher:
             self.group.signal_all(signum)
 
     def run_attempt(self, argv, envs, ports, startup_timeout, term_timeout,
-                    cwd) -> LaunchResult:
+                    cwd, labels=None) -> LaunchResult:
         n = len(envs)
+        labels = labels or [f"worker {i}" for i in range(n)]
         self.group = group = process_group.Group(argv, envs, cwd, self.out, self.err,
-                                    self.lock, self.watchdog, self.keep)
+                                    self.lock, self.watchdog, self.keep, labels)
         try:
             if self.stop_signal is not None:  # arrived while spawning
                 group.signal_all(self.stop_signal)
@@ -289,7 +330,7 @@ class _Launcher:
                     group.terminate(term_timeout)
                     return LaunchResult(
                         process_group.exit_code(code), failed_worker=i,
-                        message=f"worker {i} {process_group.describe_code(code)}; "
+                        message=f"{labels[i]} {process_group.describe_code(code)}; "
                                 f"stopped the other {n - 1} worker(s)")
                 if all(c == 0 for c in codes):
                     group.kill()  # reap anything left in their groups
@@ -307,7 +348,7 @@ class _Launcher:
                             and now - start > startup_timeout):
                         late = [i for i, ok in enumerate(joined) if not ok]
                         group.terminate(term_timeout)
-                        names = ", ".join(f"worker {i} (localhost:{ports[i]})"
+                        names = ", ".join(f"{labels[i]} (localhost:{ports[i]})"
                                           for i in late)
                         return LaunchResult(
                             EXIT_LAUNCH_ERROR, failed_worker=late[0],

@@ -61,7 +61,8 @@ class Group:
     """One attempt: N processes, their output pumps, and their teardown."""
 
     def __init__(self, argv, envs, cwd, out, err, lock, watchdog=None,
-                 keep=None):
+                 keep=None, labels=None):
+        labels = labels or [f"worker {i}" for i in range(len(envs))]
         self.procs: list[subprocess.Popen] = []
         self.pumps: list[threading.Thread] = []
         self.watchdog = watchdog
@@ -77,7 +78,7 @@ class Group:
                         start_new_session=True, preexec_fn=preexec)
                 except OSError as e:
                     raise LaunchError(
-                        f"Cannot start worker {i}: {shlex.join(argv)}: "
+                        f"Cannot start {labels[i]}: {shlex.join(argv)}: "
                         f"{e.strerror or e}. Received: -- {shlex.join(argv)}"
                     ) from e
                 self.procs.append(p)
@@ -85,7 +86,7 @@ class Group:
                     watchdog.add_group(p.pid)
                 for pipe, stream in ((p.stdout, out), (p.stderr, err)):
                     t = threading.Thread(target=_pump, daemon=True,
-                                         args=(pipe, stream, f"[worker {i}] ", lock,
+                                         args=(pipe, stream, f"[{labels[i]}] ", lock,
                                                keep))
                     t.start()
                     self.pumps.append(t)

@@ -21,7 +21,7 @@ import dataclasses
 import os
 import re
 import socket
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from tfdist_opt.cluster import tf_config as tf_config_lib
 
@@ -429,3 +429,52 @@ def statefulset_cluster(spec: str, replicas: int,
 
 def _join(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+# ------------------------------------------------------ parameter servers
+def assign_ps_roles(addresses: Sequence[str], num_ps: int,
+                    index: int | None = None
+                    ) -> tuple[dict[str, list[str]], tuple[str, int] | None]:
+    """Splits one source's task addresses into chief, workers and ps tasks.
+
+    Task 0 is the chief, the last `num_ps` tasks are parameter servers, the
+    rest are workers; so any source (host list, hostfile, SLURM, a
+    StatefulSet) can describe a parameter-server cluster.
+
+    Args:
+        addresses: the source's "host:port" list, in task order.
+        num_ps: int. How many of them are ps tasks (>= 1).
+        index: int or None. This process's position in `addresses`.
+
+    Returns:
+        `(cluster, (task_type, task_index))`; the second item is None when
+        `index` is None.
+
+    Raises:
+        ValueError: too few addresses for 1 chief + >= 1 worker + num_ps ps,
+            naming the counts.
+
+    Example:
+        >>> assign_ps_roles(["h0:1", "h1:1", "h2:1"], 1, index=2)
+        ({'chief': ['h0:1'], 'worker': ['h1:1'], 'ps': ['h2:1']}, ('ps', 0))
+    """
+    if isinstance(num_ps, bool) or not isinstance(num_ps, int) or num_ps < 1:
+        raise ValueError("Invalid value for `--num-ps`: expected a positive int. "
+                         f"Received: --num-ps={num_ps!r}")
+    n = len(addresses)
+    if n < num_ps + 2:
+        raise ValueError(
+            f"Invalid parameter-server cluster: {n} task address(es) cannot hold "
+            f"1 chief + at least 1 worker + {num_ps} ps. Received: {n} "
+            f"address(es), --num-ps={num_ps}. Expected at least {num_ps + 2} "
+            "addresses (or fewer ps tasks).")
+    addresses = list(addresses)
+    cluster = {"chief": addresses[:1], "worker": addresses[1:n - num_ps],
+               "ps": addresses[n - num_ps:]}
+    if index is None:
+        return cluster, None
+    if index == 0:
+        return cluster, ("chief", 0)
+    if index < n - num_ps:
+        return cluster, ("worker", index - 1)
+    return cluster, ("ps", index - (n - num_ps))

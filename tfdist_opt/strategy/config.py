@@ -76,6 +76,12 @@ class StrategyConfig(validation.ConfigFields):
         tune_malloc: bool. Multi-worker: raise glibc's mmap/trim thresholds
             so collective receive buffers are reused instead of page-faulted
             in every step (see `tfdist_opt.strategy.host_memory`). Defaults to `True`.
+        ps_min_shard_bytes: int. Parameter-server kind: a variable is cut
+            into shards of at least this many bytes (so only variables of
+            twice this size or more are sharded). Defaults to `262144`.
+        ps_max_shards: int. Parameter-server kind: the most shards per
+            variable; `0` means one per ps task, `1` turns sharding off.
+            Defaults to `0`.
     """
 
     mode: str = "auto"
@@ -91,6 +97,8 @@ class StrategyConfig(validation.ConfigFields):
     grad_accum: int = 1
     startup_timeout_s: float | None = 300.0
     tune_malloc: bool = True
+    ps_min_shard_bytes: int = 256 << 10
+    ps_max_shards: int = 0
 
     def __post_init__(self):
         validation.check_choice("mode", self.mode, MODES)
@@ -110,6 +118,8 @@ class StrategyConfig(validation.ConfigFields):
         if self.startup_timeout_s is not None:
             _check_number("startup_timeout_s", self.startup_timeout_s)
         validation.check_bool("tune_malloc", self.tune_malloc)
+        validation.check_int("ps_min_shard_bytes", self.ps_min_shard_bytes, minimum=1)
+        validation.check_int("ps_max_shards", self.ps_max_shards, minimum=0)
 
     # ------------------------------------------------------------ loading
     @classmethod

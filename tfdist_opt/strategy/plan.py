@@ -18,6 +18,7 @@ from tfdist_opt.strategy.kinds import Kind
 ONE_DEVICE = Kind.ONE_DEVICE
 MIRRORED = Kind.MIRRORED
 MULTI_WORKER = Kind.MULTI_WORKER
+PARAMETER_SERVER = Kind.PARAMETER_SERVER
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,6 +36,7 @@ class Kind(str, enum.Enum):
     ONE_DEVICE = "one_device"
     MIRRORED = "mirrored"
     MULTI_WORKER = "multi_worker"
+    PARAMETER_SERVER = "parameter_server"
 
     def __str__(self) -> str:  # "mirrored", not "Kind.MIRRORED", in messages
         return self.value
