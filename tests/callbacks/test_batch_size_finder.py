@@ -80,7 +80,9 @@ def test_candidates():
     assert BatchSizeFinder(start=8, factor=2, max_batch_size=70).candidates() == [8, 16, 32, 64]
 
 
-def test_stops_on_injected_out_of_memory(strategy, capsys):
+def test_stops_on_injected_out_of_memory(strategy, capsys, monkeypatch):
+    # About OOM only: throughput under load must not stop the search first.
+    monkeypatch.setattr(bsf.stats, "plateau_reached", lambda t, r: False)
     finder = BatchSizeFinder(start=4, max_batch_size=256, steps_per_trial=2,
                              warmup_steps=1, rel_tolerance=0.0,
                              base_lr=0.1, base_batch_size=8)
