@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import inspect
-import os
 import sys
-import tempfile
 
 from tfdist_opt.strategy import topology as topology_lib
 from tfdist_opt import _logging
 from tfdist_opt.callbacks import ordering
+from tfdist_opt.callbacks.backup_store import atomic_write_text  # noqa: F401
 
 
 def is_chief() -> bool:
@@ -85,20 +84,3 @@ def check_fit_order() -> None:
             warning=True)
         return
     ordering.check_order(cb_list.callbacks)
-
-
-def atomic_write_text(path: str, text: str) -> None:
-    """Writes `text` to `path` so a reader sees the old or the new file, never half."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp_")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise

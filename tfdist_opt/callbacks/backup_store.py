@@ -103,6 +103,7 @@ def _files(directory: str) -> list[str]:
 def atomic_write_text(path: str, text: str) -> None:
     """Writes `path` so a reader sees the old or the new file, never half."""
     directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp_")
     try:
         with os.fdopen(fd, "w") as f:
