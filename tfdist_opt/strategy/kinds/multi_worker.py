@@ -70,7 +70,13 @@ def build(config, plan, topology):
     from tfdist_opt.cluster import startup_guard
     from tfdist_opt.strategy import host_memory
     from tfdist_opt.strategy import keras_compat
+    from tfdist_opt.strategy.kinds import _server
 
+    if _server.already_running(topology.tf_config):
+        # Our own server from an earlier opt_strategy(): its port is taken
+        # by us and its peers are up; a second strategy reuses it.
+        return keras_compat.KerasMultiWorkerMirroredStrategy(
+            communication_options=communication_options(config, plan))
     # Pre-flight: a taken port fails here, naming the port and the task,
     # instead of as a gRPC bind error deep inside TF.
     launcher.check_own_port(topology.tf_config)
@@ -83,8 +89,10 @@ def build(config, plan, topology):
         # Bounded wait for peers (TF's own default is one hour).
         with startup_guard.StartupGuard(topology.tf_config,
                                         config.startup_timeout_s):
-            return keras_compat.KerasMultiWorkerMirroredStrategy(
+            strategy = keras_compat.KerasMultiWorkerMirroredStrategy(
                 communication_options=communication_options(config, plan))
+        _server.mark_started(topology.tf_config)
+        return strategy
     except RuntimeError as e:
         if "configured at program startup" in str(e) or "initialized" in str(e):
             raise RuntimeError(
