@@ -41,6 +41,12 @@ class PrivateName:
 _TF_OPTIMIZER = "keras.src.backend.tensorflow.optimizer.TFOptimizer"
 
 ENTRIES: tuple[PrivateName, ...] = (
+    # ------------------------------------------------ chief-aware saving
+    PrivateName("keras.Model()", "_distribute_strategy",
+                "tfdist_opt.strategy.chief_saving",
+                "the strategy Keras 3's TF trainer stores at model construction; "
+                "picks the models built under our scope (issue 17; Keras 3 "
+                "save/ModelCheckpoint are not chief-aware, tf_keras's were)"),
     # ---------------------------------------------------------- gradients
     # Keras has no hook for the gradient all-reduce or for accumulation
     # under tf.distribute (keras-team/keras#17429); the per-optimizer

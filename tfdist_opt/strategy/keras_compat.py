@@ -23,7 +23,11 @@ passes such arguments and is unaffected.
 
 from __future__ import annotations
 
+import contextlib
+
 import tensorflow as tf
+
+from tfdist_opt.strategy import chief_saving
 
 
 def _rank(value) -> int | None:
@@ -39,6 +43,23 @@ class KerasMultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy
     Construct it exactly like `tf.distribute.MultiWorkerMirroredStrategy`
     (normally through `tfdist_opt.opt_strategy()`).
     """
+
+    @contextlib.contextmanager
+    def scope(self):
+        """The upstream scope; Keras models built in it save chief-aware.
+
+        On entry and exit, every Keras model whose `_distribute_strategy` is
+        this strategy gets the `chief_saving` subclass (issue 17): only the
+        chief writes `model.save` / `save_weights` / `ModelCheckpoint` paths.
+        Keras's `fit` enters this scope too, so a model built and fitted in
+        one block is covered before its first callback runs.
+        """
+        chief_saving.adopt_models(self)
+        try:
+            with super().scope():
+                yield self
+        finally:
+            chief_saving.adopt_models(self)
 
     def reduce(self, reduce_op, value, axis=None):
         # keras-team/keras#20585: Keras 3 passes nests (fix 1) and axis=0 for
