@@ -56,8 +56,9 @@ def test_variables_and_slots_sit_on_their_stage_devices():
              if v.path.endswith(("_momentum", "_velocity"))]
     assert len(slots) == 2 * len(model.trainable_variables)
     for w in model.trainable_variables:
-        prefix = "adam/" + w.path.replace("/", "_")
-        mine = [v for v in slots if v.path.startswith(prefix + "_")]
+        # "adam/<var>_momentum" ("adam_3/..." when other Adams exist).
+        prefix = w.path.replace("/", "_") + "_"
+        mine = [v for v in slots if v.path.split("/", 1)[-1].startswith(prefix)]
         assert len(mine) == 2, w.path
         for v in mine:
             assert v.value.device == w.value.device, (v.path, v.value.device)
