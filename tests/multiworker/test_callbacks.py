@@ -107,5 +107,10 @@ def test_batch_size_finder_two_workers_agree():
     assert results[0] == results[1]
     oom, plateau = results[0]["oom"], results[0]["plateau"]
     assert oom == [8, pytest.approx(0.2), "out_of_memory", [4, 8]]
-    assert plateau[1] == "plateau" and plateau[2] == [10, 20, 40, 80]
+    # Where throughput stops rising by 20% depends on the machine's load;
+    # what must hold is that it stopped on a plateau, in order, and that
+    # both workers agreed (above).
+    assert plateau[1] == "plateau"
+    assert plateau[2] == [10, 20, 40, 80, 160, 320, 640, 1280][:len(plateau[2])]
+    assert len(plateau[2]) >= 2
     assert "BatchSizeFinder" in res[0].output and "BatchSizeFinder" not in res[1].output
