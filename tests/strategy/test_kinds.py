@@ -50,10 +50,13 @@ def test_auto_priority_order():
 
 
 def test_a_role_no_kind_runs_is_refused_at_once_naming_it():
-    if "ps" in {r for k in Kind for r in kinds.module(k).ROLES}:
-        pytest.skip("a kind runs ps tasks")
-    with pytest.raises(ValueError, match=r"task type\(s\) 'ps' cannot take part"):
-        plan_strategy(StrategyConfig(), Topology(tf_config=_PS_CLUSTER))
+    evaluator = {
+        "cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"],
+                    "evaluator": ["localhost:3"]},
+        "task": {"type": "chief", "index": 0}}
+    assert not any("evaluator" in kinds.module(k).ROLES for k in Kind)
+    with pytest.raises(ValueError, match=r"'evaluator'"):
+        plan_strategy(StrategyConfig(), Topology(tf_config=evaluator))
     with pytest.raises(ValueError, match=r"'ps' cannot take part"):
         plan_strategy(StrategyConfig(mode="multi_worker"),
                       Topology(tf_config=_PS_CLUSTER))
