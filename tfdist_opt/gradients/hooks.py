@@ -36,8 +36,9 @@ What the overrides do (the upstream methods they rely on are checked by
 
 from __future__ import annotations
 
+from tfdist_opt import _class_swap
+
 import dataclasses
-import threading
 
 import tensorflow as tf
 
@@ -46,8 +47,6 @@ from tfdist_opt.gradients import allreduce
 from tfdist_opt.gradients.options import GradientOptions
 
 STATE_ATTR = "_tfdist_gradients"
-_CLASSES: dict = {}
-_LOCK = threading.Lock()
 
 
 @dataclasses.dataclass
@@ -126,18 +125,7 @@ class GradientHooks:
 
 def hooked_class(cls: type) -> type:
     """The cached `GradientHooks` subclass of optimizer class `cls`."""
-    if getattr(cls, "_tfdist_hooked", False):
-        return cls
-    with _LOCK:
-        sub = _CLASSES.get(cls)
-        if sub is None:
-            sub = type(cls.__name__, (GradientHooks, cls), {
-                "__module__": cls.__module__,
-                "__qualname__": cls.__qualname__,
-                "__doc__": cls.__doc__,
-            })
-            _CLASSES[cls] = sub
-    return sub
+    return _class_swap.cached_subclass(GradientHooks, cls)
 
 
 def hook(optimizer, state: OptimizerState) -> None:

@@ -28,6 +28,8 @@ from typing import Iterable
 import keras
 import tensorflow as tf
 
+from tfdist_opt import _class_swap
+
 ShardedVariable = tf.__internal__.distribute.ShardedVariable
 
 
@@ -77,21 +79,18 @@ def make_counter_atomic(counter) -> None:
     counter.__class__ = _atomic_class(cls)
 
 
-_ATOMIC_CLASSES: dict[type, type] = {}
+class _AtomicAssignAdd:
+    """`assign_add` as one `tf.Variable.assign_add` (Keras 3's is assign(self + v))."""
+
+    _tfdist_atomic = True
+
+    def assign_add(self, value):
+        tf_var = self.value  # the tf.Variable (integer: never autocast)
+        return tf_var.assign_add(tf.cast(value, tf_var.dtype))
 
 
 def _atomic_class(base: type) -> type:
-    if base not in _ATOMIC_CLASSES:
-        def assign_add(self, value):
-            tf_var = self.value  # the tf.Variable (integer: never autocast)
-            return tf_var.assign_add(tf.cast(value, tf_var.dtype))
-
-        _ATOMIC_CLASSES[base] = types.new_class(
-            base.__name__, (base,), {},
-            lambda ns: ns.update({"assign_add": assign_add,
-                                  "_tfdist_atomic": True,
-                                  "__module__": base.__module__}))
-    return _ATOMIC_CLASSES[base]
+    return _class_swap.cached_subclass(_AtomicAssignAdd, base)
 
 
 def route_sharded_lookups(model: keras.Model) -> int:

@@ -24,25 +24,25 @@ loads as a plain Keras model.
 
 from __future__ import annotations
 
+from tfdist_opt import _class_swap
+
 import gc
 import logging
 import os
 import shutil
 import tempfile
-import threading
 
 from tfdist_opt.strategy import topology
 
 log = logging.getLogger(__name__)
-_LOCK = threading.Lock()
-_CLASSES: dict[type, type] = {}
 _LOGGED = []
 
 BACKUP_MESSAGE = (
     "keras.callbacks.BackupAndRestore is not chief-aware under tfdist_opt's "
     "multi-worker strategy: every worker would write the same backup files on "
     "shared storage. Use the drop-in tfdist_opt.DistributedBackupAndRestore"
-    "(backup_dir=...) instead (backup_dir and save_freq mean the same).")
+    "(backup_dir=...) instead (backup_dir and save_freq mean the same). "
+    "Received: callbacks containing {callback!r} (backup_dir={backup_dir!r}).")
 
 
 def _is_chief(strategy) -> bool:
@@ -87,24 +87,14 @@ class ChiefSaving:
             callbacks = args[5]  # fit(x, y, batch_size, epochs, verbose, callbacks, ...)
         for cb in callbacks or ():
             if isinstance(cb, keras.callbacks.BackupAndRestore):
-                raise ValueError(BACKUP_MESSAGE)
+                raise ValueError(BACKUP_MESSAGE.format(
+                    callback=cb, backup_dir=getattr(cb, "backup_dir", None)))
         return super().fit(*args, **kwargs)
 
 
 def saving_class(cls: type) -> type:
     """The cached `ChiefSaving` subclass of Keras model class `cls`."""
-    if getattr(cls, "_tfdist_chief_saving", False):
-        return cls
-    with _LOCK:
-        sub = _CLASSES.get(cls)
-        if sub is None:
-            sub = type(cls.__name__, (ChiefSaving, cls), {
-                "__module__": cls.__module__,
-                "__qualname__": cls.__qualname__,
-                "__doc__": cls.__doc__,
-            })
-            _CLASSES[cls] = sub
-    return sub
+    return _class_swap.cached_subclass(ChiefSaving, cls)
 
 
 def adopt_models(strategy) -> int:
