@@ -24,3 +24,133 @@ def test_saving_class_is_cached_and_keeps_names():
     assert chief_saving.saving_class(sub) is sub
     assert (sub.__name__, sub.__module__) == ("Sequential", keras.Sequential.__module__)
     assert issubclass(sub, keras.Sequential)
+
+
+# ---------------------------------------------- Keras's file-writing callbacks
+import json
+import os
+import tempfile
+import types
+
+import numpy as np
+import pytest
+
+from tfdist_opt.strategy import chief_callbacks
+
+
+def _fake_strategy(task_id):
+    """What `is_chief` reads: a 2-worker cluster, this task `worker:task_id`."""
+    spec = tf.train.ClusterSpec({"worker": ["localhost:1", "localhost:2"]})
+    return types.SimpleNamespace(cluster_resolver=types.SimpleNamespace(
+        task_type="worker", task_id=task_id, cluster_spec=lambda: spec))
+
+
+def _fitted(task_id):
+    model = _model()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    model.optimizer.build(model.trainable_variables)
+    model._distribute_strategy = _fake_strategy(task_id)
+    return model
+
+
+@pytest.fixture
+def private_tmp(tmp_path, monkeypatch):
+    d = tmp_path / "private_tmp"
+    d.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(d))
+    return d
+
+
+def test_adopt_swaps_each_file_writing_callback_once(tmp_path):
+    cbs = [keras.callbacks.ModelCheckpoint(str(tmp_path / "c.keras")),
+           keras.callbacks.BackupAndRestore(str(tmp_path / "b")),
+           keras.callbacks.CSVLogger(str(tmp_path / "l.csv")),
+           keras.callbacks.EarlyStopping()]
+    assert chief_callbacks.adopt(cbs) == 3
+    assert chief_callbacks.adopt(keras.callbacks.CallbackList(cbs)) == 0
+    assert chief_callbacks.adopt(None) == 0
+    assert [type(c).__name__ for c in cbs] == [
+        "ModelCheckpoint", "BackupAndRestore", "CSVLogger", "EarlyStopping"]
+    assert isinstance(cbs[0], chief_callbacks.ChiefModelCheckpoint)
+    assert type(cbs[3]) is keras.callbacks.EarlyStopping
+
+
+def test_non_chief_model_checkpoint_and_csv_leave_shared_dir_alone(tmp_path, private_tmp):
+    model = _fitted(task_id=1)
+    ckpt = keras.callbacks.ModelCheckpoint(str(tmp_path / "ckpts" / "ep{epoch}.keras"))
+    csv = keras.callbacks.CSVLogger(str(tmp_path / "log.csv"))
+    chief_callbacks.adopt([ckpt, csv])
+    for cb in (ckpt, csv):
+        cb.set_model(model)
+    csv.on_train_begin()
+    csv.on_epoch_end(0, {"loss": 1.0})
+    ckpt._save_model(epoch=0, batch=None, logs={"loss": 1.0})
+    csv.on_train_end()
+    assert os.listdir(tmp_path) == ["private_tmp"]
+    assert os.listdir(private_tmp) == []
+    assert ckpt.filepath == str(tmp_path / "ckpts" / "ep{epoch}.keras")
+
+
+def test_chief_model_checkpoint_writes_the_real_path(tmp_path):
+    model = _fitted(task_id=0)
+    ckpt = keras.callbacks.ModelCheckpoint(str(tmp_path / "ckpts" / "ep{epoch}.keras"))
+    chief_callbacks.adopt([ckpt])
+    ckpt.set_model(model)
+    ckpt._save_model(epoch=0, batch=None, logs={"loss": 1.0})
+    assert os.listdir(tmp_path / "ckpts") == ["ep1.keras"]
+
+
+def test_non_chief_backup_restores_read_only_and_never_writes(tmp_path):
+    backup = tmp_path / "backup"
+    chief_model = _fitted(task_id=0)
+    for v in chief_model.weights:
+        v.assign(np.full(v.shape, 0.5, "float32"))
+    chief_cb = keras.callbacks.BackupAndRestore(str(backup))
+    chief_cb.set_model(chief_model)
+    chief_cb.on_epoch_end(2)              # plain Keras: writes epoch 3's backup
+    before = {p: os.stat(backup / p).st_mtime_ns for p in os.listdir(backup)}
+
+    model = _fitted(task_id=1)
+    cb = keras.callbacks.BackupAndRestore(str(backup))
+    chief_callbacks.adopt([cb])
+    cb.set_model(model)
+    cb.on_train_begin()
+    assert model._initial_epoch == 3
+    for v in model.weights:
+        np.testing.assert_array_equal(v.numpy(), 0.5)
+    cb.on_epoch_end(3)
+    cb.on_train_end()
+    assert {p: os.stat(backup / p).st_mtime_ns for p in os.listdir(backup)} == before
+
+
+def test_non_chief_backup_falls_back_to_bkp_without_touching_files(tmp_path):
+    backup = tmp_path / "backup"
+    chief_model = _fitted(task_id=0)
+    chief_cb = keras.callbacks.BackupAndRestore(str(backup), double_checkpoint=True)
+    chief_cb.set_model(chief_model)
+    chief_cb.on_epoch_end(0)
+    chief_cb.on_epoch_end(1)              # latest = epoch 2, .bkp = epoch 1
+    (backup / "latest.weights.h5").write_bytes(b"torn write")
+    model = _fitted(task_id=1)
+    cb = keras.callbacks.BackupAndRestore(str(backup), double_checkpoint=True)
+    chief_callbacks.adopt([cb])
+    cb.set_model(model)
+    cb.on_train_begin()
+    assert model._initial_epoch == 1
+    assert (backup / "latest.weights.h5").read_bytes() == b"torn write"
+    assert json.loads((backup / "training_metadata.json").read_text())["epoch"] == 2
+
+
+def test_heap_scan_is_skipped_until_something_is_built(monkeypatch):
+    import gc
+    calls = []
+    real = gc.get_objects
+    monkeypatch.setattr(chief_saving.gc, "get_objects",
+                        lambda *a: calls.append(1) or real(*a))
+    strategy = types.SimpleNamespace()
+    chief_saving.adopt_models(strategy)
+    chief_saving.adopt_models(strategy)
+    assert len(calls) == 1
+    _model()                              # auto-named Keras objects: rescan
+    chief_saving.adopt_models(strategy)
+    assert len(calls) == 2

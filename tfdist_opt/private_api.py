@@ -47,6 +47,24 @@ ENTRIES: tuple[PrivateName, ...] = (
                 "the strategy Keras 3's TF trainer stores at model construction; "
                 "picks the models built under our scope (issue 17; Keras 3 "
                 "save/ModelCheckpoint are not chief-aware, tf_keras's were)"),
+    PrivateName("keras.src.backend.common.global_state", "get_global_attribute",
+                "tfdist_opt.strategy.chief_saving",
+                "its 'object_name_uids' counter changes when a Keras object is "
+                "auto-named: the heap scan for new models is skipped otherwise "
+                "(Python has no instance-creation hook without patching Keras)"),
+    PrivateName("keras.callbacks.ModelCheckpoint", "_save_model",
+                "tfdist_opt.strategy.chief_callbacks",
+                "the one method that makes the directory and saves; the non-chief "
+                "runs it with `filepath` in a temporary directory (issue 17: "
+                "os.makedirs without exist_ok races on shared storage)"),
+    PrivateName("keras.callbacks.BackupAndRestore", "_save_model",
+                "tfdist_opt.strategy.chief_callbacks",
+                "writes weights + training_metadata.json; only the chief runs it"),
+    PrivateName("keras.callbacks.BackupAndRestore", "_load_model",
+                "tfdist_opt.strategy.chief_callbacks",
+                "the non-chief restores read-only (its _weights_path/"
+                "_prev_weights_path/_training_metadata_path attributes), "
+                "without Keras's .bkp copy in the shared directory"),
     # ---------------------------------------------------------- gradients
     # Keras has no hook for the gradient all-reduce or for accumulation
     # under tf.distribute (keras-team/keras#17429); the per-optimizer

@@ -14,8 +14,9 @@ No Keras class is modified, and models built under any other strategy keep
 their class. In the subclass, the chief writes the real path; every other
 worker writes to a fresh local temporary directory that is removed right
 after. Saving reads each mirrored variable's local copy and runs no
-collective, so the non-chief write is only a discarded copy. Keras's own
-`BackupAndRestore` is refused at `fit` start with the name of the drop-in.
+collective, so the non-chief write is only a discarded copy. `fit` makes
+Keras's own file-writing callbacks (`ModelCheckpoint`, `BackupAndRestore`,
+`CSVLogger`) chief-aware the same way (`chief_callbacks`).
 
 The swapped class keeps the original `__name__`, `__module__` and
 `__qualname__`, so a saved `.keras` file names the original class and
@@ -37,15 +38,9 @@ from tfdist_opt.strategy import topology
 log = logging.getLogger(__name__)
 _LOGGED = []
 
-BACKUP_MESSAGE = (
-    "keras.callbacks.BackupAndRestore is not chief-aware under tfdist_opt's "
-    "multi-worker strategy: every worker would write the same backup files on "
-    "shared storage. Use the drop-in tfdist_opt.DistributedBackupAndRestore"
-    "(backup_dir=...) instead (backup_dir and save_freq mean the same). "
-    "Received: callbacks containing {callback!r} (backup_dir={backup_dir!r}).")
 
-
-def _is_chief(strategy) -> bool:
+def is_chief(strategy) -> bool:
+    """True unless `strategy` runs a cluster in which this task is not the chief."""
     resolver = getattr(strategy, "cluster_resolver", None)
     if resolver is None or not resolver.task_type:
         return True
@@ -55,7 +50,7 @@ def _is_chief(strategy) -> bool:
 
 
 def _write(model, method, filepath, args, kwargs):
-    if _is_chief(model._distribute_strategy):
+    if is_chief(model._distribute_strategy):
         return method(filepath, *args, **kwargs)
     tmp = tempfile.mkdtemp(prefix="tfdist_opt_nonchief_")
     if not _LOGGED:
@@ -81,14 +76,11 @@ class ChiefSaving:
         return _write(self, super().save_weights, filepath, args, kwargs)
 
     def fit(self, *args, **kwargs):
-        import keras
+        from tfdist_opt.strategy import chief_callbacks
         callbacks = kwargs.get("callbacks")
         if callbacks is None and len(args) > 5:
             callbacks = args[5]  # fit(x, y, batch_size, epochs, verbose, callbacks, ...)
-        for cb in callbacks or ():
-            if isinstance(cb, keras.callbacks.BackupAndRestore):
-                raise ValueError(BACKUP_MESSAGE.format(
-                    callback=cb, backup_dir=getattr(cb, "backup_dir", None)))
+        chief_callbacks.adopt(callbacks)
         return super().fit(*args, **kwargs)
 
 
@@ -97,11 +89,38 @@ def saving_class(cls: type) -> type:
     return _class_swap.cached_subclass(ChiefSaving, cls)
 
 
+_VARIABLES_CREATED = [0]
+
+
+def count_variable(next_creator, **kwargs):
+    """A `tf.variable_creator_scope` creator: counts variables made in our scope."""
+    _VARIABLES_CREATED[0] += 1
+    return next_creator(**kwargs)
+
+
+def _signature() -> tuple[int, int]:
+    """Changes whenever a variable is created in our scope or a Keras object is
+    auto-named (every layer, model, optimizer and metric without a `name=`)."""
+    from keras.src.backend.common import global_state
+    uids = global_state.get_global_attribute("object_name_uids") or {}
+    return _VARIABLES_CREATED[0], sum(uids.values())
+
+
 def adopt_models(strategy) -> int:
-    """Swaps the class of every Keras model built under `strategy`; returns how many."""
+    """Swaps the class of every Keras model built under `strategy`; returns how many.
+
+    Scans the heap (`gc.get_objects()`, ~0.1 s on a large one) only when
+    something was built since the last scan for `strategy` (`_signature`),
+    so the scope entries of repeated `fit`/`evaluate`/`predict` calls cost
+    nothing. Python has no instance-creation hook that does not patch a
+    Keras class for the whole process.
+    """
     import keras
     import tensorflow as tf
     if tf.inside_function():
+        return 0
+    signature = _signature()
+    if getattr(strategy, "_tfdist_adopted_at", None) == signature:
         return 0
     n = 0
     for obj in gc.get_objects():
@@ -110,4 +129,5 @@ def adopt_models(strategy) -> int:
                 and getattr(obj, "_distribute_strategy", None) is strategy):
             obj.__class__ = saving_class(type(obj))
             n += 1
+    strategy._tfdist_adopted_at = signature
     return n

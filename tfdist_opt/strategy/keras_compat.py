@@ -52,11 +52,12 @@ class KerasMultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy
         this strategy gets the `chief_saving` subclass (issue 17): only the
         chief writes `model.save` / `save_weights` / `ModelCheckpoint` paths.
         Keras's `fit` enters this scope too, so a model built and fitted in
-        one block is covered before its first callback runs.
+        one block is covered before its first callback runs. The scan runs
+        only when a variable or Keras object was created since the last one.
         """
         chief_saving.adopt_models(self)
         try:
-            with super().scope():
+            with super().scope(), tf.variable_creator_scope(chief_saving.count_variable):
                 yield self
         finally:
             chief_saving.adopt_models(self)
