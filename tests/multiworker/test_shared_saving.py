@@ -26,7 +26,8 @@ def test_every_worker_saves_to_shared_dir_only_chief_writes(tmp_path):
         res = json.loads(line[len("RESULT "):])
         got[res["chief"]] = res
         assert res["class"].endswith(":True")
-    assert sorted(os.listdir(shared)) == ["ckpt.keras", "m.keras", "m.weights.h5"]
+    assert sorted(os.listdir(shared)) == ["ckpt.keras", "export", "m.keras", "m.weights.h5"]
+    assert "saved_model.pb" in os.listdir(shared / "export")
     assert os.listdir(tmp) == []          # the non-chief's temp saves are gone
     import keras
     chief_w = np.array(got[True]["w"])
@@ -38,6 +39,15 @@ def test_every_worker_saves_to_shared_dir_only_chief_writes(tmp_path):
     loaded.load_weights(shared / "m.weights.h5")
     np.testing.assert_allclose(
         np.concatenate([v.numpy().ravel() for v in loaded.weights]), chief_w, rtol=1e-6)
+    # Reloaded inside the scope: trains as one model (each worker fed other data).
+    np.testing.assert_allclose(got[False]["inside_w"], got[True]["inside_w"], rtol=1e-6)
+    assert not np.allclose(got[True]["inside_w"], chief_w)
+    np.testing.assert_allclose(got[False]["inside_predict"], got[True]["inside_predict"],
+                               rtol=1e-6)
+    # Reloaded outside: Keras gives it the default strategy, the workers diverge
+    # (README "What is different": load inside `with strategy.scope():`).
+    assert got[True]["outside_strategy"] == "_DefaultDistributionStrategy"
+    assert not np.allclose(got[False]["outside_w"], got[True]["outside_w"])
 
 
 CALLBACKS_SCRIPT = "tests/multiworker/scripts/keras_callbacks_shared.py"

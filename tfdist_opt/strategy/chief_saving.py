@@ -1,9 +1,9 @@
 """Chief-aware Keras 3 saving for models built under our multi-worker strategy.
 
-Keras 3's `model.save` / `model.save_weights` (and so `ModelCheckpoint`,
-whose `_save_model` only calls those two) are not chief-aware: called from
-every worker on shared storage (one host, NFS) all workers write the same
-file and one dies (`FileExistsError`, or `BlockingIOError: unable to lock
+Keras 3's `model.save` / `model.save_weights` / `model.export` (and so
+`ModelCheckpoint`, whose `_save_model` calls the first two) are not
+chief-aware: called from every worker on shared storage (one host, NFS) all
+workers write the same file and one dies (`FileExistsError`, or `BlockingIOError: unable to lock
 file` on .h5/.keras). tf_keras handled this by giving non-chief workers
 temporary paths (issue 17).
 
@@ -74,6 +74,9 @@ class ChiefSaving:
 
     def save_weights(self, filepath, *args, **kwargs):
         return _write(self, super().save_weights, filepath, args, kwargs)
+
+    def export(self, filepath, *args, **kwargs):
+        return _write(self, super().export, filepath, args, kwargs)
 
     def fit(self, *args, **kwargs):
         from tfdist_opt.strategy import chief_callbacks

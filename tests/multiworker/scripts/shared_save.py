@@ -1,8 +1,12 @@
 """Saves from every worker into one shared directory (argv[1]) (issue 17).
 
 Both workers: fit with keras.callbacks.ModelCheckpoint into the directory,
-model.save(dir/m.keras), model.save_weights(dir/m.weights.h5).
-Prints `RESULT {"chief": bool, "class": name, "w": [...]}`.
+model.save(dir/m.keras), model.save_weights(dir/m.weights.h5),
+model.export(dir/export); then, after a barrier (evaluate), reload m.keras
+inside the scope and train it on per-worker data (it must all-reduce: both
+workers end equal) and predict, and reload it outside the scope and train
+the same way (Keras gives it the default strategy: the workers diverge).
+Prints `RESULT {"chief": bool, "class": name, "w": [...], ...}`.
 """
 
 import json
@@ -32,12 +36,28 @@ def main():
     model.fit(ds, epochs=2, verbose=0, callbacks=[ckpt])
     model.save(os.path.join(shared, "m.keras"))
     model.save_weights(os.path.join(shared, "m.weights.h5"))
+    model.export(os.path.join(shared, "export"), verbose=False)
     w = np.concatenate([v.numpy().ravel() for v in model.weights])
-    tf_config = json.loads(os.environ["TF_CONFIG"])
+    model.evaluate(ds, verbose=0)  # a barrier: the chief's files are complete
+
+    task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    local = tf.data.Dataset.from_tensor_slices((X * (1 + task), Y)).batch(8)
+
+    def flat(m):
+        return np.concatenate([v.numpy().ravel() for v in m.weights]).tolist()
+
+    with strategy.scope():
+        inside = keras.models.load_model(os.path.join(shared, "m.keras"))
+    inside.fit(local, epochs=1, verbose=0)
+    outside = keras.models.load_model(os.path.join(shared, "m.keras"))
+    outside.fit(local, epochs=1, verbose=0)
     print("RESULT " + json.dumps({
-        "chief": tf_config["task"]["index"] == 0, "class": type(model).__mro__[0].__module__
+        "chief": task == 0, "class": type(model).__mro__[0].__module__
         + ":" + str(isinstance(model, chief_saving.ChiefSaving)),
-        "w": w.tolist()}), flush=True)
+        "w": w.tolist(), "inside_w": flat(inside),
+        "inside_predict": inside.predict(ds, verbose=0).ravel().tolist(),
+        "outside_strategy": type(outside.distribute_strategy).__name__,
+        "outside_w": flat(outside)}), flush=True)
 
 
 if __name__ == "__main__":
