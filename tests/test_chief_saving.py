@@ -154,3 +154,22 @@ def test_heap_scan_is_skipped_until_something_is_built(monkeypatch):
     _model()                              # auto-named Keras objects: rescan
     chief_saving.adopt_models(strategy)
     assert len(calls) == 2
+
+
+def test_non_chief_keras_tensorboard_writes_nothing(tmp_path):
+    model = _fitted(task_id=1)
+    tb = keras.callbacks.TensorBoard(str(tmp_path / "tb"))
+    chief_callbacks.adopt([tb])
+    tb.set_model(model)
+    tb.on_train_begin()
+    tb.on_epoch_end(0, {"loss": 1.0})
+    tb.on_train_end()
+    assert not (tmp_path / "tb").exists()
+    assert type(tb).__name__ == "TensorBoard"
+
+
+def test_chief_tensorboard_of_ours_is_left_alone(tmp_path):
+    from tfdist_opt.callbacks.summaries import ChiefTensorBoard
+    tb = ChiefTensorBoard(str(tmp_path / "tb"))
+    assert chief_callbacks.adopt([tb]) == 0
+    assert type(tb) is ChiefTensorBoard

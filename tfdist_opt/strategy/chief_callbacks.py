@@ -1,12 +1,13 @@
 """Chief-aware Keras 3 file-writing callbacks under our multi-worker strategy.
 
-Keras 3's `ModelCheckpoint`, `BackupAndRestore` and `CSVLogger` write the
-same paths from every worker. On shared storage (one host, NFS) that fails:
+Keras 3's `ModelCheckpoint`, `BackupAndRestore`, `CSVLogger` and
+`TensorBoard` write the same paths from every worker. On shared storage (one host, NFS) that fails:
 `ModelCheckpoint` and `BackupAndRestore` create their directory with
 `os.makedirs` (no `exist_ok`: `FileExistsError` when two workers race), two
 writers lock the same `.h5` (`BlockingIOError: unable to lock file`), and
 `BackupAndRestore.on_train_end` has every worker `rmtree` the one backup
-directory. tf_keras gave non-chief workers temporary paths (issue 17).
+directory; `TensorBoard` writes one set of event files per worker into one
+folder. tf_keras gave non-chief workers temporary paths (issue 17).
 
 `fit` of a model built in `KerasMultiWorkerMirroredStrategy.scope()`
 (`chief_saving.ChiefSaving.fit`) passes its callbacks to `adopt`, which
@@ -27,6 +28,8 @@ swaps the class of each such callback *instance* to a cached subclass
   `RestoreMismatchError` naming each worker's epoch and directory.
 - `CSVLogger`: the chief writes the file; the others write to a temporary
   file removed as soon as it is open.
+- `TensorBoard`: the chief writes the event files; on the others every hook
+  returns at once (what `tfdist_opt.callbacks.ChiefTensorBoard` does).
 """
 
 from __future__ import annotations
@@ -137,6 +140,37 @@ class ChiefCSVLogger:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+_TB_HOOKS = ("on_train_begin", "on_train_end", "on_test_begin", "on_test_end",
+             "on_train_batch_begin", "on_train_batch_end", "on_test_batch_begin",
+             "on_test_batch_end", "on_epoch_begin", "on_epoch_end")
+
+
+class ChiefTensorBoardMixin:
+    """Mixin in front of `keras.callbacks.TensorBoard`: writes on the chief only."""
+
+    def set_model(self, model):
+        import keras
+        self._tfdist_writes = chief_saving.is_chief(model.distribute_strategy)
+        if self._tfdist_writes:
+            return super().set_model(model)
+        # The plain Callback's: remember the model, create no writer.
+        return keras.callbacks.Callback.set_model(self, model)
+
+
+def _tb_hook(name):
+    def hook(self, *args, **kwargs):
+        if not getattr(self, "_tfdist_writes", True):
+            return None
+        return getattr(super(ChiefTensorBoardMixin, self), name)(*args, **kwargs)
+    hook.__name__ = name
+    return hook
+
+
+for _name in _TB_HOOKS:
+    setattr(ChiefTensorBoardMixin, _name, _tb_hook(_name))
+del _name
+
+
 def _mixins():
     import keras
     return (
@@ -146,6 +180,8 @@ def _mixins():
          "every worker restores from backup_dir, only the chief writes it"),
         (keras.callbacks.CSVLogger, ChiefCSVLogger,
          "only the chief writes the file, others a temporary copy"),
+        (keras.callbacks.TensorBoard, ChiefTensorBoardMixin,
+         "only the chief writes event files"),
     )
 
 
@@ -155,9 +191,12 @@ def adopt(callbacks) -> int:
     `callbacks`: a list, a `keras.callbacks.CallbackList`, or None. Returns
     how many were swapped now (already-swapped ones are not counted).
     """
+    from tfdist_opt.callbacks.summaries import ChiefTensorBoard
     items = getattr(callbacks, "callbacks", callbacks) or ()
     n = 0
     for cb in items:
+        if isinstance(cb, ChiefTensorBoard):  # chief-only already
+            continue
         for base, mixin, what in _mixins():
             if isinstance(cb, base) and not isinstance(cb, mixin):
                 cb.__class__ = _class_swap.cached_subclass(mixin, type(cb))

@@ -2,8 +2,8 @@
 
 Usage: python tb_train.py OUT_DIR
 Writes OUT_DIR/tb (ThroughputMonitor + CommunicationProfiler scalars and
-ChiefTensorBoard) and OUT_DIR/tb_plain (Keras's own TensorBoard, for
-contrast); prints `PID <task> <pid>`.
+ChiefTensorBoard) and OUT_DIR/tb_plain (Keras's own TensorBoard, made
+chief-only by tfdist_opt at fit); prints `PID <task> <pid>`.
 """
 
 import os
