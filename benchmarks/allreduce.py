@@ -72,6 +72,10 @@ _CHANNELS = flags.DEFINE_integer(
     "num_channels_per_target", None, "gRPC channels per peer for TF's server "
     "(ConfigProto.rpc_options.num_channels_per_target; TF's default 1). Needs "
     "its own launch: compare invocations.")
+_RECV_CHUNK = flags.DEFINE_integer(
+    "recv_buf_max_chunk", None, "Bytes per piece of a RecvBuf response in TF's "
+    "gRPC worker (ConfigProto.experimental.recv_buf_max_chunk; TF's default 0 "
+    "= 4096-byte pieces, -1 = one piece). Needs its own launch.")
 _AUTOTUNE_CSV = flags.DEFINE_string(
     "autotune_csv", None, "Also write the autotune trials to this CSV (chief).")
 
@@ -257,7 +261,7 @@ def main(argv):
     cfg = tf_config_lib.tf_config_from_env(os.environ)
     task = cfg["task"]["index"] if cfg else 0
     host = (cfg["cluster"]["worker"][0].rsplit(":", 1)[0] if cfg else "127.0.0.1")
-    allreduce_transport.apply_rpc_options(_CHANNELS.value)
+    allreduce_transport.apply_rpc_options(_CHANNELS.value, _RECV_CHUNK.value)
     strategy = opt_strategy(all_reduce="auto")
     n = strategy.num_replicas_in_sync
     workers = common.num_workers()
@@ -294,6 +298,8 @@ def main(argv):
     summary["num_replicas"] = n
     if _CHANNELS.value is not None:
         summary["num_channels_per_target"] = _CHANNELS.value
+    if _RECV_CHUNK.value is not None:
+        summary["recv_buf_max_chunk"] = _RECV_CHUNK.value
     plot = common.PlotSpec(x="setting", ys=("busbw_gbps",),
                            title=f"all-reduce busbw, {n} replicas", ylabel="GB/s")
     common.write_report("allreduce", common.flag_config(), rows, summary,

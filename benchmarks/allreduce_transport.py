@@ -97,20 +97,26 @@ _M_MMAP_MAX = -4  # glibc <malloc.h>
 _M_MMAP_MAX_DEFAULT = 65536
 
 
-def apply_rpc_options(channels: int | None) -> None:
-    """gRPC channels per target for the server MultiWorkerMirroredStrategy starts.
+def apply_rpc_options(channels: int | None, recv_buf_max_chunk: int | None = None) -> None:
+    """gRPC settings for the server MultiWorkerMirroredStrategy starts.
 
     MWMS copies `context.context().config` into the ServerDef's
     `default_session_config` (collective_all_reduce_strategy.py,
-    `_initialize_multi_worker`), whose `rpc_options.num_channels_per_target`
-    sizes TF's gRPC channel cache; TF has no public setter for it, so the
-    eager context's `_config` is set before the strategy exists.
+    `_initialize_multi_worker`): its `rpc_options.num_channels_per_target`
+    sizes TF's gRPC channel cache, and `experimental.recv_buf_max_chunk` is
+    what `GrpcWorker` splits each RecvBuf response (a collective's chunk of
+    tensor) into: 0 means 4096-byte pieces, a negative value one piece
+    (DTensor's multi-client setup sets -1 and 4 channels). TF has no public
+    setter, so the eager context's `_config` is set before the strategy exists.
     """
-    if channels is None:
+    if channels is None and recv_buf_max_chunk is None:
         return
     from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
 
     ctx = context.context()
     config = ctx.config
-    config.rpc_options.num_channels_per_target = channels
+    if channels is not None:
+        config.rpc_options.num_channels_per_target = channels
+    if recv_buf_max_chunk is not None:
+        config.experimental.recv_buf_max_chunk = recv_buf_max_chunk
     ctx._config = config  # pylint: disable=protected-access

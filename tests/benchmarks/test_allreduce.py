@@ -15,7 +15,8 @@ def test_two_workers_report_all_sections(tmp_path):
     args = [BINARY, "--model=small", "--max_bytes=262144", "--iters=3", "--warmup=1",
             "--tcp_bytes=4194304", "--tcp_trials=1",
             f"--output_json={tmp_path / 'ar.json'}", f"--csv={tmp_path / 'ar.csv'}",
-            f"--autotune_csv={tmp_path / 'tune.csv'}", "--num_channels_per_target=2"]
+            f"--autotune_csv={tmp_path / 'tune.csv'}", "--num_channels_per_target=2",
+            "--recv_buf_max_chunk=-1"]
     results = harness.run_workers(2, args, timeout_s=240)
     for r in results:
         assert r.returncode == 0, r.output[-3000:]
@@ -30,6 +31,7 @@ def test_two_workers_report_all_sections(tmp_path):
     assert {r["setting"] for r in sweep} == {"tf_default_fp32", "tf_default_fp32_tuned_malloc",
                                              "tf_default_fp32_no_mmap"}
     assert summary["num_channels_per_target"] == 2
+    assert summary["recv_buf_max_chunk"] == -1
     assert sorted({r["bytes"] for r in sweep}) == [4096, 16384, 65536, 262144]
     for r in sweep:  # nccl-tests convention: busbw = algbw * 2(n-1)/n, n = 2
         assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"])
