@@ -95,6 +95,20 @@ def test_keras_callbacks_on_shared_dir_and_backup_restart_resumes(tmp_path):
     assert meta["epoch"] == 2
     assert sorted(os.listdir(shared / "ckpts")) == ["ep1.keras", "ep2.keras"]
 
+    # A backup_dir per host (worker 0's holds the backup, worker 1's is empty):
+    # both refuse before step 1, naming each worker's epoch and directory.
+    import shutil
+    shutil.copytree(shared, tmp_path / "own0")
+    (tmp_path / "own1").mkdir()
+    split = harness.run_workers(2, [CALLBACKS_SCRIPT, str(tmp_path / "own{task}"), "resume"],
+                                timeout_s=150, extra_env=env)
+    for r in split:
+        assert r.returncode not in (0, None), r.output[-3000:]
+        assert "RestoreMismatchError" in r.output, r.output[-3000:]
+        assert "workers restored different states" in r.output
+        assert "at step 2 (epoch 2 in" in r.output and "no backup in" in r.output
+    assert (tmp_path / "own0" / "backup" / "latest.weights.h5").exists()
+
     got = _results(harness.run_workers(2, argv + ["resume"], timeout_s=150,
                                        extra_env=env), 0)
     expected = _sgd_reference(epochs=4)

@@ -1,7 +1,8 @@
 """Keras's own file-writing callbacks from every worker on one shared directory.
 
 argv: SHARED_DIR MODE (MODE "crash": exit 3 right after epoch 2's backup;
-"resume": run to the end). Both workers fit 4 epochs with
+"resume": run to the end). `{task}` in SHARED_DIR is replaced by the task
+index (a directory per worker, as when each host has its own disk). Both workers fit 4 epochs with
 keras.callbacks.BackupAndRestore(SHARED/backup), ModelCheckpoint into a
 directory that does not exist yet (SHARED/ckpts/ep{epoch}.keras) and
 CSVLogger(SHARED/log.csv, append=True), unchanged from single-process code.
@@ -22,7 +23,8 @@ EPOCHS, CRASH_AFTER_EPOCH = 4, 2
 
 
 def main():
-    shared, mode = sys.argv[1], sys.argv[2]
+    task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    shared, mode = sys.argv[1].format(task=task), sys.argv[2]
     strategy = tfdist_opt.opt_strategy()
     import keras
     import tensorflow as tf
