@@ -102,3 +102,24 @@ def test_topology_roles():
     assert not Topology(tf_config=with_chief).is_chief
     assert Topology(tf_config=with_chief).num_workers == 2
     assert Topology().is_chief and Topology().num_workers == 1
+
+
+def test_strategy_is_chief_follows_the_one_chief_rule():
+    import types
+
+    from tfdist_opt.strategy import topology
+
+    def strategy(task_type, task_id, jobs):
+        spec = types.SimpleNamespace(as_dict=lambda: jobs)
+        return types.SimpleNamespace(cluster_resolver=types.SimpleNamespace(
+            task_type=task_type, task_id=task_id, cluster_spec=lambda: spec))
+
+    workers = {"worker": ["a:1", "b:2"]}
+    with_chief = dict(workers, chief=["c:3"])
+    assert topology.strategy_is_chief(None)
+    assert topology.strategy_is_chief(types.SimpleNamespace())   # no resolver
+    assert topology.strategy_is_chief(strategy(None, None, {}))  # no TF_CONFIG
+    assert topology.strategy_is_chief(strategy("worker", 0, workers))
+    assert not topology.strategy_is_chief(strategy("worker", 1, workers))
+    assert not topology.strategy_is_chief(strategy("worker", 0, with_chief))
+    assert topology.strategy_is_chief(strategy("chief", 0, with_chief))

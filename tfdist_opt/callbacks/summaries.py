@@ -31,6 +31,7 @@ import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
 from tfdist_opt.callbacks import _common
+from tfdist_opt.strategy import topology as topology_lib
 
 _SCALAR_METADATA = summary_pb2.SummaryMetadata(
     plugin_data=summary_pb2.SummaryMetadata.PluginData(
@@ -101,7 +102,46 @@ class ScalarWriter:
             self._writer = None
 
 
-class ChiefTensorBoard(keras.callbacks.TensorBoard):
+class ChiefOnlyTensorBoard:
+    """Mixin in front of `keras.callbacks.TensorBoard`: writes on the chief only.
+
+    This task writes when it is the chief by TF_CONFIG and by the model's
+    strategy (`topology.strategy_is_chief`); elsewhere `set_model` creates
+    no writer and every hook returns at once. Also swapped onto Keras's own
+    `TensorBoard` instances by `tfdist_opt.strategy.chief_callbacks`.
+    """
+
+    def set_model(self, model):
+        self.writes = _common.is_chief() and topology_lib.strategy_is_chief(
+            getattr(model, "distribute_strategy", None))
+        if self.writes:
+            super().set_model(model)
+        else:  # the plain Callback's: remember the model, create nothing
+            keras.callbacks.Callback.set_model(self, model)
+
+    def _skip(self) -> bool:
+        return not getattr(self, "writes", True)
+
+
+def _chief_only(name):
+    def hook(self, *args, **kwargs):
+        if self._skip():
+            return None
+        return getattr(super(ChiefOnlyTensorBoard, self), name)(*args, **kwargs)
+
+    hook.__name__ = name
+    hook.__doc__ = f"`TensorBoard.{name}` on the chief; nothing elsewhere."
+    return hook
+
+
+for _hook in ("on_train_begin", "on_train_end", "on_test_begin", "on_test_end",
+              "on_train_batch_begin", "on_train_batch_end", "on_test_batch_begin",
+              "on_test_batch_end", "on_epoch_begin", "on_epoch_end"):
+    setattr(ChiefOnlyTensorBoard, _hook, _chief_only(_hook))
+del _hook
+
+
+class ChiefTensorBoard(ChiefOnlyTensorBoard, keras.callbacks.TensorBoard):
     """`keras.callbacks.TensorBoard` that writes on the chief only.
 
     Same arguments as `keras.callbacks.TensorBoard`. On the chief it is
@@ -113,33 +153,3 @@ class ChiefTensorBoard(keras.callbacks.TensorBoard):
         >>> tb = ChiefTensorBoard("logs/run1")  # doctest: +SKIP
         >>> model.fit(ds, callbacks=[ThroughputMonitor(64, log_dir="logs/run1"), tb])
     """
-
-    def set_model(self, model):
-        self.writes = _common.is_chief()
-        if self.writes:
-            super().set_model(model)
-        else:  # the plain Callback's: remember the model, create nothing
-            keras.callbacks.Callback.set_model(self, model)
-
-    def _skip(self) -> bool:
-        return not getattr(self, "writes", True)
-
-
-def _chief_only(name):
-    parent = getattr(keras.callbacks.TensorBoard, name)
-
-    def hook(self, *args, **kwargs):
-        if self._skip():
-            return None
-        return parent(self, *args, **kwargs)
-
-    hook.__name__ = name
-    hook.__doc__ = f"`TensorBoard.{name}` on the chief; nothing elsewhere."
-    return hook
-
-
-for _hook in ("on_train_begin", "on_train_end", "on_test_begin", "on_test_end",
-              "on_train_batch_begin", "on_train_batch_end", "on_test_batch_begin",
-              "on_test_batch_end", "on_epoch_begin", "on_epoch_end"):
-    setattr(ChiefTensorBoard, _hook, _chief_only(_hook))
-del _hook

@@ -29,6 +29,7 @@ from tfdist_opt.gradients import allreduce
 from tfdist_opt.gradients import packing
 from tfdist_opt.gradients import timing
 from tfdist_opt.gradients.options import GradientOptions
+from tfdist_opt.strategy import topology
 
 CSV_FIELDS = ("bytes_per_pack", "num_packs", "median_s", "min_s", "max_s",
               "iters", "chosen")
@@ -89,7 +90,7 @@ def tune(strategy: tf.distribute.Strategy,
         logging.info("tfdist_opt autotune: bytes_per_pack=%d packs=%d "
                      "median=%.2f ms%s", row["bytes_per_pack"], row["num_packs"],
                      1e3 * row["median_s"], " <- chosen" if row["chosen"] else "")
-    if csv_path and _is_chief(strategy):
+    if csv_path and topology.strategy_is_chief(strategy):
         write_csv(csv_path, rows)
     return best, rows
 
@@ -134,15 +135,6 @@ def num_workers(strategy) -> int:
     spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
     n = sum(len(spec.get(job, ())) for job in ("chief", "worker"))
     return max(1, n)
-
-
-def _is_chief(strategy) -> bool:
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or not resolver.cluster_spec().as_dict():
-        return True
-    return resolver.task_type in (None, "chief") or (
-        resolver.task_type == "worker" and resolver.task_id == 0
-        and "chief" not in resolver.cluster_spec().as_dict())
 
 
 def _dtype_name(v) -> str:

@@ -1,7 +1,8 @@
 """Chief-aware Keras 3 file-writing callbacks under our multi-worker strategy.
 
 Keras 3's `ModelCheckpoint`, `BackupAndRestore`, `CSVLogger` and
-`TensorBoard` write the same paths from every worker. On shared storage (one host, NFS) that fails:
+`TensorBoard` write the same paths from every worker. On shared storage
+(one host, NFS) that fails:
 `ModelCheckpoint` and `BackupAndRestore` create their directory with
 `os.makedirs` (no `exist_ok`: `FileExistsError` when two workers race), two
 writers lock the same `.h5` (`BlockingIOError: unable to lock file`), and
@@ -29,7 +30,8 @@ swaps the class of each such callback *instance* to a cached subclass
 - `CSVLogger`: the chief writes the file; the others write to a temporary
   file removed as soon as it is open.
 - `TensorBoard`: the chief writes the event files; on the others every hook
-  returns at once (what `tfdist_opt.callbacks.ChiefTensorBoard` does).
+  returns at once (`summaries.ChiefOnlyTensorBoard`, the mixin our
+  `ChiefTensorBoard` is made of, so that one is left as it is).
 """
 
 from __future__ import annotations
@@ -37,17 +39,17 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import tempfile
 
 from tfdist_opt import _class_swap
-from tfdist_opt.strategy import chief_saving
+from tfdist_opt.strategy import topology
+from tfdist_opt.strategy.chief_saving import scratch_dir
 
 log = logging.getLogger(__name__)
 _LOGGED: set = set()
 
 
 def _is_chief(callback) -> bool:
-    return chief_saving.is_chief(callback.model.distribute_strategy)
+    return topology.strategy_is_chief(callback.model.distribute_strategy)
 
 
 def _log_once(name: str, what: str) -> None:
@@ -62,16 +64,15 @@ class ChiefModelCheckpoint:
     def _save_model(self, epoch, batch, logs):
         if _is_chief(self):
             return super()._save_model(epoch, batch, logs)
-        tmp = tempfile.mkdtemp(prefix="tfdist_opt_nonchief_ckpt_")
         real = self.filepath
-        # Keep the file name (a format template, and the .keras/.h5 suffix
-        # that picks the format); drop the shared directory.
-        self.filepath = os.path.join(tmp, "ckpt", os.path.basename(real))
-        try:
-            return super()._save_model(epoch, batch, logs)
-        finally:
-            self.filepath = real
-            shutil.rmtree(tmp, ignore_errors=True)
+        with scratch_dir("tfdist_opt_nonchief_ckpt_") as tmp:
+            # Keep the file name (a format template, and the .keras/.h5 suffix
+            # that picks the format); drop the shared directory.
+            self.filepath = os.path.join(tmp, "ckpt", os.path.basename(real))
+            try:
+                return super()._save_model(epoch, batch, logs)
+            finally:
+                self.filepath = real
 
 
 class ChiefBackupAndRestore:
@@ -100,16 +101,15 @@ class ChiefBackupAndRestore:
             if not file_utils.exists(self._prev_weights_path):
                 raise
             # Keras loads only `*.weights.h5` names: read a private copy.
-            tmp = tempfile.mkdtemp(prefix="tfdist_opt_nonchief_backup_")
             paths = (self._weights_path, self._training_metadata_path)
-            self._weights_path = os.path.join(tmp, "latest.weights.h5")
-            shutil.copyfile(self._prev_weights_path, self._weights_path)
-            self._training_metadata_path = self._prev_training_metadata_path
-            try:
-                self._load_model()
-            finally:
-                self._weights_path, self._training_metadata_path = paths
-                shutil.rmtree(tmp, ignore_errors=True)
+            with scratch_dir("tfdist_opt_nonchief_backup_") as tmp:
+                self._weights_path = os.path.join(tmp, "latest.weights.h5")
+                shutil.copyfile(self._prev_weights_path, self._weights_path)
+                self._training_metadata_path = self._prev_training_metadata_path
+                try:
+                    self._load_model()
+                finally:
+                    self._weights_path, self._training_metadata_path = paths
 
     def _save_model(self):
         # Saving reads each mirrored variable's local copy; no collective is
@@ -129,50 +129,19 @@ class ChiefCSVLogger:
         if _is_chief(self):
             return super().on_train_begin(logs)
         real = self.filename
-        tmp = tempfile.mkdtemp(prefix="tfdist_opt_nonchief_csv_")
-        self.filename = os.path.join(tmp, os.path.basename(real))
-        try:
-            return super().on_train_begin(logs)
-        finally:
-            # The open file outlives its directory (POSIX): nothing is left
-            # behind, even when the worker dies before on_train_end.
-            self.filename = real
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-_TB_HOOKS = ("on_train_begin", "on_train_end", "on_test_begin", "on_test_end",
-             "on_train_batch_begin", "on_train_batch_end", "on_test_batch_begin",
-             "on_test_batch_end", "on_epoch_begin", "on_epoch_end")
-
-
-class ChiefTensorBoardMixin:
-    """Mixin in front of `keras.callbacks.TensorBoard`: writes on the chief only."""
-
-    def set_model(self, model):
-        import keras
-        self._tfdist_writes = chief_saving.is_chief(model.distribute_strategy)
-        if self._tfdist_writes:
-            return super().set_model(model)
-        # The plain Callback's: remember the model, create no writer.
-        return keras.callbacks.Callback.set_model(self, model)
-
-
-def _tb_hook(name):
-    def hook(self, *args, **kwargs):
-        if not getattr(self, "_tfdist_writes", True):
-            return None
-        return getattr(super(ChiefTensorBoardMixin, self), name)(*args, **kwargs)
-    hook.__name__ = name
-    return hook
-
-
-for _name in _TB_HOOKS:
-    setattr(ChiefTensorBoardMixin, _name, _tb_hook(_name))
-del _name
+        # The open file outlives its directory (POSIX): nothing is left
+        # behind, even when the worker dies before on_train_end.
+        with scratch_dir("tfdist_opt_nonchief_csv_") as tmp:
+            self.filename = os.path.join(tmp, os.path.basename(real))
+            try:
+                return super().on_train_begin(logs)
+            finally:
+                self.filename = real
 
 
 def _mixins():
     import keras
+    from tfdist_opt.callbacks.summaries import ChiefOnlyTensorBoard
     return (
         (keras.callbacks.ModelCheckpoint, ChiefModelCheckpoint,
          "only the chief writes the real path, others a temporary copy"),
@@ -180,7 +149,7 @@ def _mixins():
          "every worker restores from backup_dir, only the chief writes it"),
         (keras.callbacks.CSVLogger, ChiefCSVLogger,
          "only the chief writes the file, others a temporary copy"),
-        (keras.callbacks.TensorBoard, ChiefTensorBoardMixin,
+        (keras.callbacks.TensorBoard, ChiefOnlyTensorBoard,
          "only the chief writes event files"),
     )
 
@@ -191,12 +160,9 @@ def adopt(callbacks) -> int:
     `callbacks`: a list, a `keras.callbacks.CallbackList`, or None. Returns
     how many were swapped now (already-swapped ones are not counted).
     """
-    from tfdist_opt.callbacks.summaries import ChiefTensorBoard
     items = getattr(callbacks, "callbacks", callbacks) or ()
     n = 0
     for cb in items:
-        if isinstance(cb, ChiefTensorBoard):  # chief-only already
-            continue
         for base, mixin, what in _mixins():
             if isinstance(cb, base) and not isinstance(cb, mixin):
                 cb.__class__ = _class_swap.cached_subclass(mixin, type(cb))

@@ -16,7 +16,7 @@ worker writes to a fresh local temporary directory that is removed right
 after. Saving reads each mirrored variable's local copy and runs no
 collective, so the non-chief write is only a discarded copy. `fit` makes
 Keras's own file-writing callbacks (`ModelCheckpoint`, `BackupAndRestore`,
-`CSVLogger`) chief-aware the same way (`chief_callbacks`).
+`CSVLogger`, `TensorBoard`) chief-aware the same way (`chief_callbacks`).
 
 The swapped class keeps the original `__name__`, `__module__` and
 `__qualname__`, so a saved `.keras` file names the original class and
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from tfdist_opt import _class_swap
 
+import contextlib
 import gc
 import logging
 import os
@@ -39,29 +40,27 @@ log = logging.getLogger(__name__)
 _LOGGED = []
 
 
-def is_chief(strategy) -> bool:
-    """True unless `strategy` runs a cluster in which this task is not the chief."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or not resolver.task_type:
-        return True
-    spec = resolver.cluster_spec().as_dict()
-    return topology.is_chief(resolver.task_type, resolver.task_id,
-                             bool(spec.get("chief")))
+@contextlib.contextmanager
+def scratch_dir(prefix: str):
+    """A fresh local temporary directory, removed on exit: where a non-chief
+    worker writes what only the chief keeps."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _write(model, method, filepath, args, kwargs):
-    if is_chief(model._distribute_strategy):
+    if topology.strategy_is_chief(model._distribute_strategy):
         return method(filepath, *args, **kwargs)
-    tmp = tempfile.mkdtemp(prefix="tfdist_opt_nonchief_")
     if not _LOGGED:
         _LOGGED.append(True)
         log.info("tfdist_opt: non-chief worker writes model saves to a temporary "
                  "directory it removes; only the chief writes %s", filepath)
-    try:
+    with scratch_dir("tfdist_opt_nonchief_") as tmp:
         return method(os.path.join(tmp, os.path.basename(os.fspath(filepath))),
                       *args, **kwargs)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 class ChiefSaving:

@@ -76,6 +76,19 @@ def is_chief(task_type: str | None, task_index: int | None,
     return task_type == "worker" and task_index == 0 and not cluster_has_chief
 
 
+def strategy_is_chief(strategy) -> bool:
+    """`is_chief` for the task a `tf.distribute` strategy runs as.
+
+    True for a strategy without a cluster resolver or task type (one
+    process, a plain MirroredStrategy) and for None.
+    """
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.task_type:
+        return True
+    return is_chief(resolver.task_type, resolver.task_id,
+                    bool(resolver.cluster_spec().as_dict().get("chief")))
+
+
 def detect_topology(environ: Mapping[str, str] | None = None,
                     gpus: Sequence[str] | None = None) -> Topology:
     """Reads TF_CONFIG (validated) and lists physical GPUs.
