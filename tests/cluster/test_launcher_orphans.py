@@ -30,6 +30,12 @@ tmp = os.path.join(out, f".pids-{i}")
 with open(tmp, "w") as f:
     f.write(" ".join(str(p) for p in [os.getpid()] + [k.pid for k in kids]))
 os.replace(tmp, os.path.join(out, f"pids-{i}"))
+if mode == "fail1" and i == "1":
+    # Fail only once worker 0 has written its pids: otherwise the launcher may
+    # stop worker 0 before it does (seen under load) and the test sees nothing.
+    deadline = time.monotonic() + 60
+    while not os.path.exists(os.path.join(out, "pids-0")) and time.monotonic() < deadline:
+        time.sleep(0.01)
 if mode == "exit0" or (mode == "fail1" and i == "1"):
     sys.exit(1 if mode == "fail1" else 0)   # leave the grandchildren behind
 time.sleep(300)
