@@ -50,16 +50,43 @@ def test_auto_priority_order():
 
 
 def test_a_role_no_kind_runs_is_refused_at_once_naming_it():
-    evaluator = {
-        "cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"],
-                    "evaluator": ["localhost:3"]},
-        "task": {"type": "chief", "index": 0}}
-    assert not any("evaluator" in kinds.module(k).ROLES for k in Kind)
-    with pytest.raises(ValueError, match=r"'evaluator'"):
-        plan_strategy(StrategyConfig(), Topology(tf_config=evaluator))
     with pytest.raises(ValueError, match=r"'ps' cannot take part"):
         plan_strategy(StrategyConfig(mode="multi_worker"),
                       Topology(tf_config=_PS_CLUSTER))
+
+
+_EVAL_CLUSTER = {"chief": ["localhost:1"], "worker": ["localhost:2"],
+                 "evaluator": ["localhost:3"]}
+
+
+@pytest.mark.parametrize("mode", ["auto", "multi_worker"])
+def test_training_tasks_ignore_the_evaluator(mode):
+    cfg = {"cluster": _EVAL_CLUSTER, "task": {"type": "worker", "index": 0}}
+    plan = plan_strategy(StrategyConfig(mode=mode), Topology(tf_config=cfg))
+    assert plan.kind is Kind.MULTI_WORKER
+    assert Topology(tf_config=cfg).num_workers == 2
+
+
+@pytest.mark.parametrize("mode", ["auto", "multi_worker", "parameter_server"])
+def test_the_evaluator_gets_one_device_whatever_the_mode(mode):
+    cfg = {"cluster": dict(_EVAL_CLUSTER, ps=["localhost:4"]),
+           "task": {"type": "evaluator", "index": 0}}
+    topo = Topology(tf_config=cfg)
+    plan = plan_strategy(StrategyConfig(mode=mode), topo)
+    assert plan.kind is Kind.ONE_DEVICE and plan.devices == ("/cpu:0",)
+    assert "evaluator task" in plan.reasons[0]
+    assert topo.is_evaluator and not topo.is_chief and topo.num_workers == 1
+    assert "side-car" in topo.describe()
+
+
+def test_task_type_reads_tf_config_without_tensorflow():
+    import json
+
+    from tfdist_opt.strategy.topology import task_type
+
+    assert task_type({}) is None
+    cfg = {"cluster": _EVAL_CLUSTER, "task": {"type": "evaluator", "index": 0}}
+    assert task_type({"TF_CONFIG": json.dumps(cfg)}) == "evaluator"
 
 
 def test_local_kinds_refuse_a_cluster():

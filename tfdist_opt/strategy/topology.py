@@ -13,6 +13,8 @@ from typing import Any, Mapping, Sequence
 
 from tfdist_opt.cluster import tf_config as tf_config_lib
 
+EVALUATOR = "evaluator"
+
 
 @dataclasses.dataclass(frozen=True)
 class Topology:
@@ -31,9 +33,17 @@ class Topology:
         return len(self.gpus)
 
     @property
+    def is_evaluator(self) -> bool:
+        """The side-car `evaluator` task: outside the training cluster."""
+        return self.task_type == EVALUATOR
+
+    @property
     def num_workers(self) -> int:
-        """Tasks taking part in collectives (chief + workers); 1 if none."""
-        if self.tf_config is None:
+        """Tasks taking part in collectives (chief + workers); 1 if none.
+
+        1 on the evaluator, which takes part in no collective (TF's rule).
+        """
+        if self.tf_config is None or self.is_evaluator:
             return 1
         return max(1, tf_config_lib.num_tasks(self.tf_config))
 
@@ -59,6 +69,8 @@ class Topology:
 
     def describe(self) -> str:
         role = ("none (no TF_CONFIG)" if self.tf_config is None else
+                f"{self.task_type}:{self.task_index} (side-car, outside the "
+                "training cluster)" if self.is_evaluator else
                 f"{self.task_type}:{self.task_index} of {self.num_workers} "
                 f"task(s){' (chief)' if self.is_chief else ''}")
         return f"GPUs: {self.num_gpus}; TF_CONFIG role: {role}"
@@ -87,6 +99,31 @@ def strategy_is_chief(strategy) -> bool:
         return True
     return is_chief(resolver.task_type, resolver.task_id,
                     bool(resolver.cluster_spec().as_dict().get("chief")))
+
+
+def task_type(environ: Mapping[str, str] | None = None) -> str | None:
+    """This process's TF_CONFIG task type, or None without TF_CONFIG.
+
+    Pure (reads the environment only, no TensorFlow), so a script can
+    branch before it builds anything, e.g. run the side-car evaluator on
+    the `evaluator` task and train on every other task.
+
+    Args:
+        environ: mapping or None. Environment to read TF_CONFIG from.
+            Defaults to `os.environ`.
+
+    Returns:
+        `"chief"`, `"worker"`, `"ps"`, `"evaluator"`, or None.
+
+    Raises:
+        TFConfigError: (a ValueError) TF_CONFIG is set but invalid.
+
+    Example:
+        >>> if tfdist_opt.task_type() == "evaluator":  # doctest: +SKIP
+        ...     tfdist_opt.SidecarEvaluator(model, data, "ckpt").start()
+    """
+    cfg = tf_config_lib.tf_config_from_env(environ)
+    return None if cfg is None else cfg["task"]["type"]
 
 
 def detect_topology(environ: Mapping[str, str] | None = None,

@@ -56,10 +56,20 @@ def select(config: "StrategyConfig", topology: "Topology",
            reasons: list[str]) -> Kind:
     """The kind `config.mode` asks for on `topology`, with the reason appended.
 
+    The side-car `evaluator` task (TF's rule: not part of the training
+    cluster) gets `one_device` whatever `mode` says, so one script with one
+    config serves every task; training tasks ignore it.
+
     Raises:
         ValueError: the requested kind cannot run here, TF_CONFIG names a
             task type the kind does not handle, or (auto) no kind fits.
     """
+    if topology.is_evaluator:
+        reasons.append(
+            f"evaluator task: side-car evaluation outside the training cluster "
+            f"runs on one device (mode={config.mode} applies to the training "
+            "tasks)")
+        return Kind.ONE_DEVICE
     if config.mode != "auto":
         kind = Kind(config.mode)
         reasons.append(module(kind).requested_reason(config, topology))
@@ -88,9 +98,11 @@ def _auto(config, topology, reasons) -> Kind:
 
 
 def _cluster_roles(topology) -> set[str]:
+    """Task types of the training cluster (the evaluator is not part of it)."""
     if topology.tf_config is None:
         return set()
-    return {r for r, tasks in topology.tf_config["cluster"].items() if tasks}
+    return {r for r, tasks in topology.tf_config["cluster"].items()
+            if tasks and r != "evaluator"}
 
 
 def _check_roles(kind: Kind, topology) -> None:
