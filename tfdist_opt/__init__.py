@@ -26,6 +26,7 @@ from tfdist_opt.strategy.plan import StrategyPlan
 from tfdist_opt.strategy.plan import plan_strategy
 from tfdist_opt.strategy.topology import Topology
 from tfdist_opt.strategy.topology import detect_topology
+from tfdist_opt.strategy.topology import task_type
 
 _LAZY = {
     "BatchSizeFinder": "tfdist_opt.callbacks.batch_size_finder",
@@ -33,6 +34,7 @@ _LAZY = {
     "DistributedBackupAndRestore": "tfdist_opt.callbacks.backup",
     "KerasMultiWorkerMirroredStrategy": "tfdist_opt.strategy.keras_compat",
     "ScaledLearningRate": "tfdist_opt.callbacks.scaled_lr",
+    "SidecarEvaluator": "tfdist_opt.evaluation.sidecar",
     "ThroughputMonitor": "tfdist_opt.callbacks.throughput",
     "build_dataset": "tfdist_opt.data.pipeline",
     "build_input": "tfdist_opt.data.pipeline",
@@ -47,6 +49,7 @@ __all__ = [
     "KerasMultiWorkerMirroredStrategy",
     "PipelineOptions",
     "ScaledLearningRate",
+    "SidecarEvaluator",
     "StrategyConfig",
     "StrategyPlan",
     "ThroughputMonitor",
@@ -60,6 +63,7 @@ __all__ = [
     "opt_strategy",
     "plan_strategy",
     "run_local",
+    "task_type",
 ]
 
 __getattr__ = _lazy.lazy_getattr(__name__, _LAZY)
