@@ -9,6 +9,8 @@ Examples:
     tfdist-opt launch --workers h1:2222,h2:2222 -- python train.py  # per-host lines
     tfdist-opt launch --workers 2 --ps 2 -- python train.py  # chief + 2 workers + 2 ps
     tfdist-opt launch --workers h1:2222,h2:2222,h3:2222 --ps h4:2222 -- python train.py
+    tfdist-opt launch -n 2 --evaluator -- python train.py  # + side-car evaluator
+    tfdist-opt launch --workers h1:2222,h2:2222 --evaluator h3:2222 -- python train.py
 """
 
 from __future__ import annotations
@@ -75,6 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "workers and K ps tasks locally; with a --workers/--hostfile "
                         "host list, the first host is the chief and these are the ps "
                         "tasks")
+    p.add_argument("--evaluator", nargs="?", const="", default=None,
+                   metavar="H:P",
+                   help="also run CMD as the side-car `evaluator` task (TF_CONFIG "
+                        "role, not part of the training cluster; it runs "
+                        "tfdist_opt.SidecarEvaluator). Local: no value; with a "
+                        "--workers/--hostfile host list: its host:port")
     p.add_argument("--run", action="store_true",
                    help="with --slurm: run the srun line instead of printing it")
     p.add_argument("--port", type=int, default=sources.DEFAULT_PORT,
@@ -114,6 +122,11 @@ def _run(args, command: list[str]) -> int:
     if args.slurm_task:
         remote.exec_slurm_task(command, port=args.port)
         return 0  # not reached
+    if args.slurm and args.evaluator is not None:
+        raise ValueError("`--evaluator` with --slurm: launch gives every SLURM task "
+                         "the worker role. Received: --slurm --evaluator. Expected: "
+                         "run the evaluator as its own job step with a TF_CONFIG "
+                         "from `tfdist-opt tf-config --evaluator H:P`.")
     if args.slurm and args.ps is not None:
         raise ValueError("`--ps` with --slurm: launch gives every SLURM task the "
                          "worker role. Received: --slurm --ps. Expected: run "
@@ -148,6 +161,14 @@ def _run(args, command: list[str]) -> int:
                         "host(s). Expected at least 2 (the first is the chief).")
                 cluster = {"chief": workers[:1], "worker": workers[1:],
                            "ps": sources.parse_host_list(args.ps, default_port=args.port)}
+        if args.evaluator is not None:
+            if not args.evaluator:
+                raise ValueError(
+                    "Missing address for `--evaluator`: with a host list, give "
+                    "the evaluator's host:port. Received: --evaluator (no value). "
+                    "Expected e.g. --evaluator h3:2222.")
+            cluster["evaluator"] = sources.parse_host_list(
+                args.evaluator, default_port=args.port)[:1]
         print("# Run on each host (TF's gRPC server is unauthenticated: keep "
               "these ports on a private network):")
         for address, task_type, index, line in remote.per_host_commands(
@@ -168,8 +189,19 @@ def _run(args, command: list[str]) -> int:
         startup_timeout=args.startup_timeout or None,
         base_port=args.base_port, term_timeout=args.term_timeout,
         num_ps=num_ps or 0,
+        evaluator=_local_evaluator(args.evaluator),
         quiet=not args.verbose)
     return result.returncode
+
+
+def _local_evaluator(text: str | None) -> bool:
+    """`--evaluator` for a local launch: a flag (an address is for host lists)."""
+    if text:
+        raise ValueError("Invalid value for `--evaluator`: a local launch picks the "
+                         f"evaluator's port itself. Received: --evaluator {text}. "
+                         "Expected --evaluator with no value (an address only with "
+                         "--workers/--hostfile host lists).")
+    return text is not None
 
 
 def _local_ps(text: str | None) -> int | None:

@@ -8,6 +8,9 @@ Examples:
     tfdist-opt tf-config --k8s trainer.trainer-svc:2222 --replicas 4
     tfdist-opt tf-config --slurm --num-ps 2     # task 0 chief, last 2 ps
     tfdist-opt tf-config --local 5 --num-ps 2 --out-dir tf_configs/
+    tfdist-opt tf-config --local 2 --evaluator --out-dir tf_configs/
+    tfdist-opt tf-config --workers h1:2222,h2:2222 --evaluator h3:2222 \
+        --task-type evaluator
     tfdist-opt tf-config --check                # validate $TF_CONFIG
     tfdist-opt tf-config --check tf_config.json
 """
@@ -60,7 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: %(default)s)")
     p.add_argument("--chief", metavar="H:P", help="the chief's address")
     p.add_argument("--ps", metavar="H:P,H:P", help="parameter server addresses")
-    p.add_argument("--evaluator", metavar="H:P", help="the evaluator's address")
+    p.add_argument("--evaluator", nargs="?", const="", default=None, metavar="H:P",
+                   help="the side-car evaluator's address (TF_CONFIG role "
+                        "`evaluator`, not part of the training cluster); with "
+                        "--local, no value picks a free local port")
     p.add_argument("--num-ps", type=int, default=None, metavar="K",
                    help="parameter-server cluster from the source's addresses: "
                         "task 0 is the chief, the last K are ps tasks, the rest "
@@ -106,8 +112,11 @@ def _run(args) -> int:
             raise ValueError("`--num-ps` assigns the chief and ps roles itself. "
                              f"Received: --num-ps={args.num_ps} with --chief/--ps. "
                              "Expected one or the other.")
+        evaluator = cluster.get("evaluator")
         cluster, role = sources.assign_ps_roles(
             cluster.get("worker", []), args.num_ps, known_index)
+        if evaluator:
+            cluster["evaluator"] = evaluator
         if role is not None and args.task_type is None and args.index is None:
             task_type, args.index = role
         elif args.task_type is None:
@@ -159,7 +168,17 @@ def _cluster(args) -> tuple[dict[str, list[str]], int | None]:
         cluster["worker"] = workers
     if args.ps:
         cluster["ps"] = sources.parse_host_list(args.ps, args.port)
-    if args.evaluator:
+    if args.evaluator == "":
+        if args.local is None:
+            raise ValueError(
+                "Missing address for `--evaluator`: only --local picks one "
+                "itself. Received: --evaluator (no value). Expected "
+                "--evaluator H:P.")
+        # len(workers) + 1 distinct free ports: one is not a worker's.
+        cluster["evaluator"] = [next(
+            a for a in sources.local_addresses(len(workers) + 1)
+            if a not in workers)]
+    elif args.evaluator:
         cluster["evaluator"] = sources.parse_host_list(args.evaluator, args.port)
     if not cluster:
         raise ValueError(

@@ -96,12 +96,17 @@ def local_cluster(num_workers: int, base_port: int | None = None
 
 
 def worker_env(base_env: Mapping[str, str], index: int, addresses: Sequence[str],
-               restart_count: int = 0, cpu_replicas: int | None = None
-               ) -> dict[str, str]:
-    """Pure: the environment of local worker `index` (TF_CONFIG if N > 1)."""
+               restart_count: int = 0, cpu_replicas: int | None = None,
+               evaluator: str | None = None) -> dict[str, str]:
+    """Pure: the environment of local worker `index` (TF_CONFIG if N > 1).
+
+    With `evaluator` (its address), TF_CONFIG also names the side-car
+    `evaluator` task.
+    """
     env = dict(base_env)
     n = len(addresses)
-    cfg = (tf_config_lib.build_tf_config({"worker": list(addresses)}, "worker", index)
+    cluster = _with_evaluator({"worker": list(addresses)}, evaluator)
+    cfg = (tf_config_lib.build_tf_config(cluster, "worker", index)
            if n > 1 else None)
     tf_config_lib.apply_tf_config(cfg, env)
     env[RESTART_COUNT_ENV] = str(restart_count)
@@ -113,17 +118,45 @@ def worker_env(base_env: Mapping[str, str], index: int, addresses: Sequence[str]
     return env
 
 
+def evaluator_env(base_env: Mapping[str, str], address: str,
+                  training: Mapping[str, Sequence[str]], restart_count: int = 0
+                  ) -> dict[str, str]:
+    """Pure: the environment of the side-car `evaluator` task.
+
+    Args:
+        address: str. The evaluator's address (TF_CONFIG needs one; the
+            side-car evaluator starts no server on it).
+        training: mapping. The training cluster (roles to addresses).
+    """
+    env = dict(base_env)
+    cluster = _with_evaluator(training, address)
+    tf_config_lib.apply_tf_config(
+        tf_config_lib.build_tf_config(cluster, "evaluator", 0), env)
+    env[RESTART_COUNT_ENV] = str(restart_count)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def _with_evaluator(cluster, evaluator):
+    cluster = {r: list(v) for r, v in cluster.items()}
+    if evaluator is not None:
+        cluster["evaluator"] = [evaluator]
+    return cluster
+
+
 def ps_task_envs(base_env: Mapping[str, str], num_workers: int, num_ps: int,
-                 addresses: Sequence[str], restart_count: int = 0
+                 addresses: Sequence[str], restart_count: int = 0,
+                 evaluator: str | None = None
                  ) -> tuple[list[dict[str, str]], list[str]]:
     """Pure: environments and labels of a local parameter-server cluster.
 
     `addresses` holds 1 + num_workers + num_ps addresses: the chief, the
-    workers, then the ps tasks, started in that order.
+    workers, then the ps tasks, started in that order. With `evaluator`
+    (its address), the side-car `evaluator` task comes last.
     """
-    cluster = {"chief": list(addresses[:1]),
-               "worker": list(addresses[1:1 + num_workers]),
-               "ps": list(addresses[1 + num_workers:])}
+    cluster = _with_evaluator({"chief": list(addresses[:1]),
+                               "worker": list(addresses[1:1 + num_workers]),
+                               "ps": list(addresses[1 + num_workers:])}, evaluator)
     envs, labels = [], []
     for task_type, task_index in tf_config_lib.all_tasks(cluster):
         env = dict(base_env)
@@ -149,6 +182,7 @@ def run_local(argv: Sequence[str], num_workers: int, *,
               stderr: IO[str] | None = None,
               handle_signals: bool = True,
               num_ps: int = 0,
+              evaluator: bool = False,
               quiet: bool = False) -> LaunchResult:
     """Runs `argv` as `num_workers` local workers of one cluster.
 
@@ -178,6 +212,13 @@ def run_local(argv: Sequence[str], num_workers: int, *,
         num_ps: int. Parameter-server cluster: with K > 0, start a chief,
             `num_workers` workers and K ps tasks (TF_CONFIG roles chief,
             worker, ps). Defaults to `0` (workers only).
+        evaluator: bool. Also start the side-car `evaluator` task (TF_CONFIG
+            role `evaluator`, started last, not part of the training cluster
+            and not waited for to join; it runs the same `argv`, which runs
+            `tfdist_opt.SidecarEvaluator` there). Like every task, its
+            failure stops the job. Needs a training cluster (`num_workers`
+            >= 2, or `num_ps`): the evaluator learns that training ended
+            from the chief's TF server. Defaults to `False`.
         quiet: bool. Keep TensorFlow's C++ start-up noise out of the
             output: `TF_CPP_MIN_LOG_LEVEL=2` in the workers unless `env`
             sets it, and known start-up lines dropped (see
@@ -208,6 +249,12 @@ def run_local(argv: Sequence[str], num_workers: int, *,
     if isinstance(num_ps, bool) or not isinstance(num_ps, int) or num_ps < 0:
         raise ValueError("Invalid value for `--ps`: expected an int >= 0. "
                          f"Received: --ps {num_ps!r}")
+    if evaluator and num_workers < 2 and not num_ps:
+        raise ValueError(
+            "Invalid value for `--evaluator`: the side-car evaluator needs a "
+            "training cluster (it learns that training ended when the chief's "
+            f"TF server goes away). Received: -n {num_workers} --evaluator. "
+            "Expected -n 2 or more, or --ps K.")
     check_launch_numbers(num_workers, base_port, startup_timeout, term_timeout)
     base_env = dict(os.environ if env is None else env)
     check_command(argv, cwd, base_env.get("PATH", os.defpath))
@@ -228,23 +275,38 @@ def run_local(argv: Sequence[str], num_workers: int, *,
         restarts = 0
         while True:
             labels = None
+            ev = 1 if evaluator else 0
             if num_ps:
-                addresses = local_cluster(1 + num_workers + num_ps, base_port)
+                n_train = 1 + num_workers + num_ps
+                addresses = local_cluster(n_train + ev, base_port)
+                ev_address = addresses[n_train] if ev else None
+                addresses = addresses[:n_train]
                 ports = [int(tf_config_lib.split_address(a)[1]) for a in addresses]
                 envs, labels = ps_task_envs(base_env, num_workers, num_ps,
-                                            addresses, restarts)
+                                            addresses, restarts, ev_address)
                 check_ports_free(list(zip(labels, ports)))
                 where = f"(chief, workers, ps) on {', '.join(addresses)}"
             elif num_workers > 1:
-                addresses = local_cluster(num_workers, base_port)
+                addresses = local_cluster(num_workers + ev, base_port)
+                ev_address = addresses[num_workers] if ev else None
+                addresses = addresses[:num_workers]
                 ports = [int(tf_config_lib.split_address(a)[1]) for a in addresses]
                 check_ports_free([(f"worker {i}", p) for i, p in enumerate(ports)])
                 where = f"on {', '.join(addresses)}"
             else:  # one process: no cluster, no TF_CONFIG, no port
                 addresses, ports, where = ["localhost:0"], [], "without TF_CONFIG"
+                ev_address = None
             if not num_ps:
-                envs = [worker_env(base_env, i, addresses, restarts, cpu_replicas)
+                envs = [worker_env(base_env, i, addresses, restarts, cpu_replicas,
+                                   ev_address)
                         for i in range(num_workers)]
+                if ev:
+                    envs.append(evaluator_env(base_env, ev_address,
+                                              {"worker": addresses}, restarts))
+                    labels = [f"worker {i}" for i in range(num_workers)] + [
+                        "evaluator 0"]
+            if ev:  # started last; runs no TF server, so not waited for
+                where += f" + evaluator ({ev_address})"
             what = f"{len(envs)} task(s)" if num_ps else f"{num_workers} worker(s)"
             launcher.log(f"starting {what} {where} (attempt "
                          f"{restarts + 1} of {max_restarts + 1}): {shlex.join(argv)}")
@@ -342,7 +404,7 @@ class _Launcher:
                             joined[i] = True
                     next_join_poll = now + _JOIN_POLL_S
                     if all(joined):
-                        self.log(f"all {n} workers joined (TF servers "
+                        self.log(f"all {len(ports)} workers joined (TF servers "
                                  f"listening) {now - start:.1f} s after start")
                     if (not all(joined) and startup_timeout
                             and now - start > startup_timeout):

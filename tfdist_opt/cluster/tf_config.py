@@ -215,6 +215,13 @@ def num_tasks(cfg: Mapping[str, Any]) -> int:
     return len(cluster.get("chief", [])) + len(cluster.get("worker", []))
 
 
+def training_cluster(cfg: Mapping[str, Any]) -> dict[str, list[str]]:
+    """The cluster without the `evaluator`: TF's rule is that the side-car
+    evaluator is not part of the training cluster."""
+    return {r: list(v) for r, v in cfg.get("cluster", {}).items()
+            if r != "evaluator"}
+
+
 # ------------------------------------------------------------ build / apply
 def build_tf_config(cluster: Mapping[str, Iterable[str]], task_type: str,
                     task_index: int) -> dict[str, Any]:

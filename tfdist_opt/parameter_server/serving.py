@@ -73,10 +73,10 @@ def serve(tf_config: Mapping[str, Any], startup_timeout_s: float | None = 300.0,
     cluster = tf_config["cluster"]
     num_workers = len(cluster.get("worker", []))
     chief = cluster["chief"][0]
-    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-    server = tf.distribute.Server(
-        resolver.cluster_spec(), job_name=task["type"], task_index=task["index"],
-        protocol=resolver.rpc_layer or "grpc",
+    server = tf.distribute.Server(  # the evaluator is not part of the cluster
+        tf.train.ClusterSpec(tf_config_lib.training_cluster(tf_config)),
+        job_name=task["type"], task_index=task["index"],
+        protocol=tf_config.get("rpc_layer") or "grpc",
         config=cluster_lib.server_config(num_workers), start=True)
     del server  # lives until the process exits
     print(f"tfdist_opt: {task['type']}:{task['index']} serving; waiting for the "

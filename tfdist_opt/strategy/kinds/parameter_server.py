@@ -100,6 +100,7 @@ def plan(config, topology, reasons: list[str]) -> plan_lib.StrategyPlan:
 def build(config, plan, topology):
     import tensorflow as tf
 
+    from tfdist_opt.cluster import tf_config as tf_config_lib
     from tfdist_opt.parameter_server import cluster as cluster_lib
     from tfdist_opt.parameter_server import faults
     from tfdist_opt.parameter_server import serving
@@ -108,7 +109,12 @@ def build(config, plan, topology):
     if topology.task_type in ("worker", "ps"):
         serving.serve(topology.tf_config, config.startup_timeout_s)  # exits
     faults.install_excepthook()
-    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    # The evaluator is not part of the training cluster: left in, the
+    # coordinator waits for a server the side-car evaluator never starts.
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(tf_config_lib.training_cluster(topology.tf_config)),
+        task_type=topology.task_type, task_id=topology.task_index,
+        rpc_layer=topology.tf_config.get("rpc_layer") or "grpc")
     return strategy_lib.KerasParameterServerStrategy(
         resolver, variable_partitioner=cluster_lib.partitioner(
             plan.settings["min_shard_bytes"], plan.settings["max_shards"]))
