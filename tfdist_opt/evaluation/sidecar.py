@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
+import zipfile
 from typing import Any, Callable
 
 import keras
@@ -23,9 +24,11 @@ from tfdist_opt.cluster import tf_config as tf_config_lib
 from tfdist_opt.evaluation import checkpoints as checkpoints_lib
 from tfdist_opt.evaluation import loop as loop_lib
 
-# What a half-written, foreign or vanished checkpoint raises on load.
+# What a half-written, foreign or vanished checkpoint raises on load: h5py
+# refuses a truncated .h5 (its superblock records the end of file), a .keras
+# zip without its central directory (written last) is a BadZipFile.
 _LOAD_ERRORS = (OSError, ValueError, KeyError, AssertionError,
-                tf.errors.OpError)
+                zipfile.BadZipFile, tf.errors.OpError)
 
 
 class SidecarEvaluator:
