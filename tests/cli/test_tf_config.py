@@ -174,3 +174,18 @@ def test_check_reports_own_port_in_use_within_seconds(capsys, monkeypatch):
 def test_help_exits_0(capsys):
     code, out, _ = _run(capsys, "--help")
     assert code == 0 and "--hostfile" in out and "examples:" in out
+
+
+def test_local_evaluator_gets_its_own_port(capsys):
+    code, out, _ = _run(capsys, "--local", "2", "--evaluator", "--task-type", "evaluator")
+    assert code == 0
+    cfg = json.loads(out)
+    (address,) = cfg["cluster"]["evaluator"]
+    assert address not in cfg["cluster"]["worker"]
+    assert cfg["task"] == {"type": "evaluator", "index": 0}
+    code, out, _ = _run(capsys, "--local", "4", "--num-ps", "1", "--evaluator",
+                        "--task-type", "evaluator")
+    assert code == 0
+    assert set(json.loads(out)["cluster"]) == {"chief", "worker", "ps", "evaluator"}
+    code, _, err = _run(capsys, "--workers", "h:1,h:2", "--evaluator")
+    assert code == 2 and "Missing address for `--evaluator`" in err
