@@ -53,7 +53,7 @@ def trained(tmp_path_factory):
     return model, dirs, expected
 
 
-def _evaluate(directory, on_sleep=None, timeout=5.0, **kwargs):
+def _evaluate(directory, on_sleep=None, timeout=5.0, data=VAL, **kwargs):
     clock = Clock()
 
     def sleep(s):
@@ -61,7 +61,7 @@ def _evaluate(directory, on_sleep=None, timeout=5.0, **kwargs):
         if on_sleep:
             on_sleep(clock.now)
     evaluator = tfdist_opt.SidecarEvaluator(
-        _model(7), VAL, directory, timeout=timeout, verbose=0, **kwargs)
+        _model(7), data, directory, timeout=timeout, verbose=0, **kwargs)
     metrics = evaluator.start(tf_config={}, clock=clock, sleep=sleep)
     return evaluator, metrics
 
@@ -74,7 +74,9 @@ def _evaluate(directory, on_sleep=None, timeout=5.0, **kwargs):
 ])
 def test_every_format_evaluates_to_the_trained_model(trained, fmt, names):
     _, dirs, expected = trained
-    evaluator, metrics = _evaluate(dirs[fmt], log_dir=os.path.join(dirs[fmt] + "_tb"))
+    data = (X[:32], Y[:32]) if fmt == "tf" else VAL  # arrays as (x, y) too
+    evaluator, metrics = _evaluate(dirs[fmt], data=data,
+                                   log_dir=os.path.join(dirs[fmt] + "_tb"))
     assert [e.checkpoint.name for e in evaluator.outcome.evaluations] == names
     assert evaluator.outcome.reason == "timeout" and not evaluator.outcome.skipped
     assert metrics["accuracy"] == expected["accuracy"]

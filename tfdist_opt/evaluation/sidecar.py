@@ -61,8 +61,9 @@ class SidecarEvaluator:
         model: compiled `keras.Model`, built like the trained one (same
             layers, same weight order) and compiled with the metrics to
             report.
-        data: what `model.evaluate` takes as `x`: a `tf.data.Dataset`,
-            arrays as `(x, y)` tuple, ...
+        data: what `model.evaluate` takes as `x` (a `tf.data.Dataset`, a
+            `tfdist_opt.build_dataset` pipeline, ...), or a tuple of arrays
+            `(x, y)` / `(x, y, sample_weight)`.
         checkpoint_dir: str. The directory the chief saves checkpoints in.
         steps: int or None. Batches per evaluation (None: until `data` is
             exhausted; needed for a repeated dataset). Defaults to `None`.
@@ -211,7 +212,9 @@ class SidecarEvaluator:
                 f"the same model): {str(e)[:300]}") from e
 
     def _evaluate(self, item, writer) -> dict:
-        metrics = self.model.evaluate(self.data, steps=self.steps,
+        x, y, weights = (keras.utils.unpack_x_y_sample_weight(self.data)
+                         if isinstance(self.data, tuple) else (self.data, None, None))
+        metrics = self.model.evaluate(x, y, sample_weight=weights, steps=self.steps,
                                       callbacks=self.callbacks,
                                       verbose=self.verbose, return_dict=True)
         metrics = {k: float(v) for k, v in metrics.items()}
