@@ -72,6 +72,8 @@ def format_text(info: dict[str, Any]) -> str:
         return "\n".join(lines)
     role = info["tf_config_role"]
     lines.append("TF_CONFIG    : " + ("not set (single process)" if role is None else
+                 f"{role['task_type']}:{role['task_index']} (side-car, outside the "
+                 "training cluster)" if role["task_type"] == "evaluator" else
                  f"{role['task_type']}:{role['task_index']} of {role['num_workers']} task(s)"
                  + (" (chief)" if role["is_chief"] else "")))
     s = info["strategy"]
