@@ -108,8 +108,11 @@ def _signature() -> tuple[int, int]:
     return _VARIABLES_CREATED[0], sum(uids.values())
 
 
-def adopt_models(strategy) -> int:
+def adopt_models(strategy, mixin: type | None = None) -> int:
     """Swaps the class of every Keras model built under `strategy`; returns how many.
+
+    `mixin` defaults to `ChiefSaving`; the parameter-server strategy passes
+    its own (`tfdist_opt.parameter_server.keras_model.CoordinatorTraining`).
 
     Scans the heap (`gc.get_objects()`, ~0.1 s on a large one) only when
     something was built since the last scan for `strategy` (`_signature`),
@@ -127,9 +130,9 @@ def adopt_models(strategy) -> int:
     n = 0
     for obj in gc.get_objects():
         if (isinstance(obj, keras.Model)
-                and not isinstance(obj, ChiefSaving)
+                and not isinstance(obj, mixin or ChiefSaving)
                 and getattr(obj, "_distribute_strategy", None) is strategy):
-            obj.__class__ = saving_class(type(obj))
+            obj.__class__ = _class_swap.cached_subclass(mixin or ChiefSaving, type(obj))
             n += 1
     strategy._tfdist_adopted_at = signature
     return n
