@@ -24,6 +24,7 @@ with the epoch's running loss and metrics in `logs`, so per-step callbacks
 from __future__ import annotations
 
 import collections
+import functools
 import time
 
 from absl import logging
@@ -33,9 +34,20 @@ import tensorflow as tf
 
 from tfdist_opt.parameter_server import data as data_lib
 from tfdist_opt.parameter_server import faults
+from tfdist_opt.parameter_server import keras_model
 from tfdist_opt.parameter_server import steps as steps_lib
 
 
+def _steps_running(fn):
+    """Runs `fn(model, ...)` inside `keras_model.steps_running` of the model's strategy."""
+    @functools.wraps(fn)
+    def wrapper(model, *args, **kwargs):
+        with keras_model.steps_running(model.distribute_strategy):
+            return fn(model, *args, **kwargs)
+    return wrapper
+
+
+@_steps_running
 def fit(model: keras.Model, x=None, y=None, batch_size: int | None = None,
         epochs: int = 1, verbose="auto", callbacks=None, validation_split: float = 0.0,
         validation_data=None, shuffle: bool = True, class_weight=None,
@@ -202,6 +214,7 @@ def _num_workers(strategy) -> int:
         return 2
 
 
+@_steps_running
 def evaluate(model: keras.Model, x=None, y=None, batch_size: int | None = None,
              verbose="auto", sample_weight=None, steps: int | None = None,
              callbacks=None, return_dict: bool = False, _prefix: str = ""):
@@ -234,6 +247,7 @@ def evaluate(model: keras.Model, x=None, y=None, batch_size: int | None = None,
     return values[0] if len(values) == 1 else values
 
 
+@_steps_running
 def predict(model: keras.Model, x, batch_size: int | None = None, verbose="auto",
             steps: int | None = None, callbacks=None):
     """`model.predict` on the chief, in input order. Returns numpy array(s).
