@@ -142,10 +142,9 @@ def test_non_chief_backup_falls_back_to_bkp_without_touching_files(tmp_path):
 
 
 def test_heap_scan_is_skipped_until_something_is_built(monkeypatch):
-    import gc
     calls = []
-    real = gc.get_objects
-    monkeypatch.setattr(chief_saving.gc, "get_objects",
+    real = chief_saving._holders
+    monkeypatch.setattr(chief_saving, "_holders",
                         lambda *a: calls.append(1) or real(*a))
     strategy = types.SimpleNamespace()
     chief_saving.adopt_models(strategy)
@@ -173,3 +172,37 @@ def test_chief_tensorboard_of_ours_is_left_alone(tmp_path):
     tb = ChiefTensorBoard(str(tmp_path / "tb"))
     assert chief_callbacks.adopt([tb]) == 0
     assert type(tb) is ChiefTensorBoard
+
+
+def test_heap_scan_leaves_tuples_other_threads_are_filling_alone():
+    # gc.get_objects() made a parameter-server coordinator thread fail with
+    # "SystemError: Objects/tupleobject.c:927: bad argument to internal function".
+    import threading
+    import time
+    strategy = types.SimpleNamespace()
+    with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
+        model = _model()
+    model._distribute_strategy = strategy
+    errors, stop = [], threading.Event()
+
+    def fill():
+        def slow():
+            for i in range(20):
+                time.sleep(0)  # lets the scan run mid-tuple
+                yield i
+        while not stop.is_set():
+            try:
+                tuple(slow())
+            except SystemError as e:
+                errors.append(e)
+
+    thread = threading.Thread(target=fill)
+    thread.start()
+    try:
+        found = 0
+        for _ in range(20):
+            found += model in chief_saving._holders(strategy)
+    finally:
+        stop.set()
+        thread.join()
+    assert errors == [] and found == 20

@@ -148,6 +148,16 @@ ENTRIES: tuple[PrivateName, ...] = (
                 "tfdist_opt.gradients.keras_binding",
                 "read (with fit's own arguments, from its frame) to count the "
                 "train steps a fit runs before checking grad_accum against it"),
+    # ------------------------------------ Keras model.fit under parameter servers
+    PrivateName("keras.src.trainers.data_adapters.tf_dataset_adapter",
+                "make_class_weight_map_fn", "tfdist_opt.parameter_server.data",
+                "Keras's own class_weight -> sample_weight map, applied to each "
+                "PS worker's dataset so `class_weight` means what it does in "
+                "Keras 3's fit (no public export; keras-team/keras#18624: no PS fit)"),
+    PrivateName("keras.src.trainers.trainer.Trainer()", "_initial_epoch",
+                "tfdist_opt.parameter_server.training",
+                "the epoch Keras's own BackupAndRestore restored; the coordinator "
+                "loop starts there, as Keras's fit does (no public hook)"),
     # ------------------------------------------------ benchmarks/ binaries
     PrivateName("tensorflow.python.eager.context.context()", "_config",
                 "benchmarks.allreduce_transport",

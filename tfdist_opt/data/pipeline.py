@@ -114,8 +114,12 @@ def build_input(source: Any, strategy: tf.distribute.Strategy,
     plans: list[sharding.ShardPlan] = []
     fn = make_dataset_fn(source, global_batch_size, map_fn=map_fn,
                          augment_fn=augment_fn, options=options, plans=plans)
-    dataset = strategy.distribute_datasets_from_function(
-        fn, options=_input_options(options))
+    input_options = _input_options(options)
+    dataset = strategy.distribute_datasets_from_function(fn, options=input_options)
+    if isinstance(strategy, tf.distribute.ParameterServerStrategy):
+        # Not built here: TF builds it on each worker, and
+        # tfdist_opt.parameter_server repeats `fn` there (parameter_server/data.py).
+        dataset._tfdist_dataset_fn = (fn, input_options)  # pylint: disable=protected-access
     _fix_cardinality(dataset, plans)
     return DistributedInput(dataset=dataset, plans=plans)
 

@@ -5,8 +5,9 @@ this package supplies it:
 
 - `fit` / `evaluate` / `predict` (training.py): `model.fit`'s arguments,
   a Keras `History`; steps scheduled on workers by `ClusterCoordinator`.
-- `KerasParameterServerStrategy` (strategy.py): TF's strategy; Keras 3's own
-  `model.fit` under it raises one message naming `fit` here.
+- `KerasParameterServerStrategy` (strategy.py): TF's strategy; a Keras 3
+  model built in its scope runs `fit` / `evaluate` / `predict` here from its
+  own `model.fit` / ... (keras_model.py, a per-instance class swap).
 - `InProcessCluster` (cluster.py): worker and ps servers in this process.
 - `BackupAndRestore` (backup.py): checkpoints model + optimizer (sharded
   variables included) every epoch; a restarted job resumes from the last.

@@ -66,6 +66,7 @@ def prepare(model: keras.Model, element_spec, build_metrics: bool = True) -> lis
             model._symbolic_build(data_batch=data_spec)
     variables_lib.make_counter_atomic(optimizer.iterations)
     variables_lib.route_sharded_lookups(model)
+    variables_lib.make_sharded_savable(model.variables)
     return targets
 
 

@@ -24,6 +24,7 @@ with the epoch's running loss and metrics in `logs`, so per-step callbacks
 from __future__ import annotations
 
 import collections
+import functools
 import time
 
 from absl import logging
@@ -33,9 +34,20 @@ import tensorflow as tf
 
 from tfdist_opt.parameter_server import data as data_lib
 from tfdist_opt.parameter_server import faults
+from tfdist_opt.parameter_server import keras_model
 from tfdist_opt.parameter_server import steps as steps_lib
 
 
+def _steps_running(fn):
+    """Runs `fn(model, ...)` inside `keras_model.steps_running` of the model's strategy."""
+    @functools.wraps(fn)
+    def wrapper(model, *args, **kwargs):
+        with keras_model.steps_running(model.distribute_strategy):
+            return fn(model, *args, **kwargs)
+    return wrapper
+
+
+@_steps_running
 def fit(model: keras.Model, x=None, y=None, batch_size: int | None = None,
         epochs: int = 1, verbose="auto", callbacks=None, validation_split: float = 0.0,
         validation_data=None, shuffle: bool = True, class_weight=None,
@@ -44,47 +56,56 @@ def fit(model: keras.Model, x=None, y=None, batch_size: int | None = None,
         validation_freq: int = 1, seed: int | None = None) -> keras.callbacks.History:
     """`model.fit` for parameter-server training (same arguments, same History).
 
+    A model built in `KerasParameterServerStrategy.scope()` runs this from
+    its own `model.fit`; this is the explicit form.
+
     Args:
         model: a Keras 3 model created and compiled in the scope of a
             parameter-server strategy (`tfdist_opt.opt_strategy()` under a
             TF_CONFIG with `ps` tasks, or `InProcessCluster(...).strategy()`).
-        x, y, sample_weight: arrays; or `x` a `tf.data.Dataset` of batches, or
-            a function `input_context -> tf.data.Dataset` run on each worker.
-        steps_per_epoch: int. Steps per epoch; required for datasets.
-        validation_data: `(x_val, y_val)` or a finite dataset, evaluated on the
-            chief after each `validation_freq`-th epoch.
+        x, y, sample_weight: arrays; or `x` a `tf.data.Dataset` of batches, a
+            function `input_context -> tf.data.Dataset` run on each worker,
+            or a `tfdist_opt.build_dataset(...)` pipeline.
+        batch_size: int. Examples per step, with arrays only. Defaults to 32.
+        steps_per_epoch: int or None. Steps per epoch; defaults to one pass
+            over the data when its size is known on the chief.
+        validation_split: float. As Keras: the last fraction of array data is
+            held out (ignored when `validation_data` is given).
+        validation_data: `(x_val, y_val[, sample_weight])` or a finite
+            dataset, evaluated on the chief after each `validation_freq`-th
+            epoch (callbacks get `on_test_*` calls, as in Keras).
+        class_weight: `{class index: weight}`; as Keras, for a single-output
+            `(x, y)` input without sample weights.
         seed: int or None. Shuffle seed for arrays, the same on every worker
             (TF gives PS workers no distinct pipeline id); None: each differs.
-        Others: as `keras.Model.fit`. `validation_split` and `class_weight`
-            are not supported (a ValueError says so).
+        Others: as `keras.Model.fit`. Resumes at the epoch a Keras or
+            tfdist_opt `BackupAndRestore` restored.
 
     Returns:
-        `keras.callbacks.History`.
+        `keras.callbacks.History`, with `steps_completed` (steps per epoch).
 
     Raises:
         ValueError: bad arguments, or a model not built for PS training.
         RuntimeError: a parameter server was lost (one line naming it).
     """
-    if validation_split:
-        raise ValueError("Invalid value for `validation_split` with parameter-server "
-                         f"training: not supported. Received: validation_split="
-                         f"{validation_split!r}. Expected 0 (pass validation_data).")
-    if class_weight is not None:
-        raise ValueError("Invalid value for `class_weight` with parameter-server "
-                         "training: not supported. Received: a class_weight mapping. "
-                         "Expected None (pass sample_weight instead).")
     for name, value, low in (("epochs", epochs, 1), ("initial_epoch", initial_epoch, 0),
                              ("validation_freq", validation_freq, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"Invalid value for `{name}`: expected an int >= {low}. "
                              f"Received: {name}={value!r}")
+    _refuse_custom_step(model, "train_step")
+    if validation_split and validation_data is None:
+        (x, y, sample_weight), validation_data = data_lib.split_validation(
+            x, y, sample_weight, validation_split)
     strategy = model.distribute_strategy
     if not isinstance(strategy, tf.distribute.ParameterServerStrategy):
         steps_lib.prepare(model, None)  # raises the named error
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     per_worker, spec, steps_per_epoch = data_lib.training_input(
-        coordinator, x, y, sample_weight, batch_size, steps_per_epoch, shuffle, seed)
+        coordinator, x, y, sample_weight, batch_size, steps_per_epoch, shuffle, seed,
+        class_weight)
     targets = steps_lib.prepare(model, spec)
+    validation = _validation_input(validation_data, validation_batch_size, batch_size)
     spe = int(getattr(model, "steps_per_execution", 1) or 1)
     train_function = steps_lib.make_train_function(model, targets, spe)
     iterator = iter(per_worker)
@@ -100,7 +121,10 @@ def fit(model: keras.Model, x=None, y=None, batch_size: int | None = None,
     window = 2 * max(1, _num_workers(strategy))
     model.stop_training = False
     cbs.on_train_begin()
-    # A callback (our BackupAndRestore) may move the start epoch.
+    # A BackupAndRestore may move the start epoch: Keras's sets
+    # `model._initial_epoch` (and Keras's fit reads it the same way), ours
+    # `_tfdist_resume_epoch`.
+    initial_epoch = getattr(model, "_initial_epoch", None) or initial_epoch
     initial_epoch = max(initial_epoch, getattr(model, "_tfdist_resume_epoch", 0))
     logs = {}
     completed: list[int] = []
@@ -127,11 +151,10 @@ def fit(model: keras.Model, x=None, y=None, batch_size: int | None = None,
             logs = totals.logs()
             elapsed = time.perf_counter() - start
             logs["examples_per_sec"] = totals.count / elapsed if elapsed > 0 else 0.0
-            if validation_data is not None and (epoch + 1) % validation_freq == 0:
-                vx, vy, vsw = _split_validation(validation_data)
-                logs.update(evaluate(model, vx, vy, batch_size=validation_batch_size
-                                     or batch_size, sample_weight=vsw,
-                                     steps=validation_steps, verbose=0,
+            if validation is not None and (epoch + 1) % validation_freq == 0:
+                vx, vy, vsw, vbatch = validation
+                logs.update(evaluate(model, vx, vy, batch_size=vbatch, sample_weight=vsw,
+                                     steps=validation_steps, verbose=0, callbacks=cbs,
                                      return_dict=True, _prefix="val_"))
             cbs.on_epoch_end(epoch, logs)
             if model.stop_training:
@@ -139,6 +162,29 @@ def fit(model: keras.Model, x=None, y=None, batch_size: int | None = None,
     cbs.on_train_end(logs)
     model.history.steps_completed = completed  # per epoch, each step counted once
     return model.history
+
+
+def _refuse_custom_step(model, method: str) -> None:
+    """A model overriding `train_step`/`test_step`/`predict_step` is refused:
+    the coordinator runs its own steps (steps.py) and would skip it."""
+    if getattr(type(model), method, None) is not getattr(keras.Model, method):
+        raise ValueError(
+            f"Invalid value for `model`: {type(model).__name__} overrides "
+            f"`{method}`, which parameter-server training does not run (its steps "
+            "are scheduled on the workers by the coordinator). Received: a custom "
+            f"`{method}`. Expected keras.Model's own; put custom losses in "
+            "`compute_loss` or compile().")
+
+
+def _validation_input(validation_data, validation_batch_size, batch_size):
+    """`(x, y, sample_weight, batch_size)` for per-epoch validation, or None."""
+    if validation_data is None:
+        return None
+    vx, vy, vsw = _split_validation(validation_data)
+    vbatch = validation_batch_size
+    if vbatch is None and data_lib._is_array(vx):  # pylint: disable=protected-access
+        vbatch = batch_size
+    return vx, vy, vsw, vbatch
 
 
 def _finish(cbs, totals, call, remote_value):
@@ -168,36 +214,51 @@ def _num_workers(strategy) -> int:
         return 2
 
 
+@_steps_running
 def evaluate(model: keras.Model, x=None, y=None, batch_size: int | None = None,
              verbose="auto", sample_weight=None, steps: int | None = None,
              callbacks=None, return_dict: bool = False, _prefix: str = ""):
     """`model.evaluate` on the chief, reading variables from the parameter servers.
 
+    Args: as `keras.Model.evaluate` (`x` as in `fit`; a dataset function is
+    called once on the chief). Callbacks get Keras's `on_test_*` calls.
+
     Returns:
         The loss, `[loss, *metrics]`, or a dict with `return_dict=True`.
     """
-    del verbose, callbacks
+    _refuse_custom_step(model, "test_step")
     dataset = data_lib.chief_dataset(x, y, sample_weight, batch_size, steps)
     steps_lib.prepare(model, dataset.element_spec)
     eval_function = steps_lib.make_eval_function(model)
+    cbs = _callback_list(model, callbacks, verbose, steps)
     totals = steps_lib.Totals(model)
+    cbs.on_test_begin()
     with faults.named_ps_failure(model.distribute_strategy):
-        for batch in dataset:
+        for step, batch in enumerate(dataset):
+            cbs.on_test_batch_begin(step)
             totals.add(*eval_function(batch))
-    logs = totals.logs(_prefix)
+            cbs.on_test_batch_end(step, totals.logs())
+    logs = totals.logs()
+    cbs.on_test_end(logs)
+    logs = {_prefix + k: v for k, v in logs.items()}
     if return_dict:
         return logs
     values = list(logs.values())
     return values[0] if len(values) == 1 else values
 
 
+@_steps_running
 def predict(model: keras.Model, x, batch_size: int | None = None, verbose="auto",
             steps: int | None = None, callbacks=None):
-    """`model.predict` on the chief, in input order. Returns numpy array(s)."""
-    del verbose, callbacks
+    """`model.predict` on the chief, in input order. Returns numpy array(s).
+
+    Callbacks get Keras's `on_predict_*` calls (`logs={"outputs": ...}`).
+    """
+    _refuse_custom_step(model, "predict_step")
     dataset = data_lib.chief_dataset(x, None, None, batch_size, steps)
     x_spec = keras.utils.unpack_x_y_sample_weight(dataset.element_spec)[0]
     steps_lib.prepare(model, (x_spec,), build_metrics=False)
+    cbs = _callback_list(model, callbacks, verbose, steps)
 
     @tf.function
     def predict_function(batch):
@@ -205,10 +266,24 @@ def predict(model: keras.Model, x, batch_size: int | None = None, verbose="auto"
         return model(xb, training=False)
 
     outputs = []
+    cbs.on_predict_begin()
     with faults.named_ps_failure(model.distribute_strategy):
-        for batch in dataset:
+        for step, batch in enumerate(dataset):
+            cbs.on_predict_batch_begin(step)
             outputs.append(tf.nest.map_structure(np.asarray, predict_function(batch)))
+            cbs.on_predict_batch_end(step, {"outputs": outputs[-1]})
+    cbs.on_predict_end()
     return tf.nest.map_structure(lambda *parts: np.concatenate(parts), *outputs)
+
+
+def _callback_list(model, callbacks, verbose, steps):
+    """Keras's CallbackList for evaluate/predict (the one fit passes, as is)."""
+    if isinstance(callbacks, keras.callbacks.CallbackList):
+        return callbacks
+    verbose = 1 if verbose == "auto" else verbose
+    return keras.callbacks.CallbackList(callbacks, add_progbar=verbose != 0,
+                                        verbose=verbose, epochs=1, steps=steps,
+                                        model=model)
 
 
 def _split_validation(validation_data):

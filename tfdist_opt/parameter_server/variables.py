@@ -1,6 +1,6 @@
 """Keras 3 variables under parameter servers: shards, an exact step counter, placement.
 
-Three upstream gaps are closed here, each for one model/optimizer instance
+Four upstream gaps are closed here, each for one model/optimizer instance
 (never by patching Keras classes for the whole process):
 
 - Keras 3 `Variable.assign_add` is `assign(self + value)`
@@ -18,6 +18,9 @@ Three upstream gaps are closed here, each for one model/optimizer instance
   concat of every shard, sent to the worker each step). `route_sharded_lookups`
   makes the layer look up rows per shard with `tf.nn.embedding_lookup`, so a
   step moves only the rows it touches.
+- Keras saving reads a variable with `np.asarray`, which a
+  `ShardedVariable` cannot answer; `make_sharded_savable` makes it read
+  the shards.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import types
 from typing import Iterable
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from tfdist_opt import _class_swap
@@ -91,6 +95,35 @@ class _AtomicAssignAdd:
 
 def _atomic_class(base: type) -> type:
     return _class_swap.cached_subclass(_AtomicAssignAdd, base)
+
+
+def make_sharded_savable(variables: Iterable) -> int:
+    """Lets Keras saving read each Keras variable that holds a `ShardedVariable`.
+
+    Keras 3's saving (`save`, `save_weights`, so `ModelCheckpoint` and
+    `BackupAndRestore`) reads a variable with `np.asarray(variable)`, whose
+    `__array__` calls `value.__array__`, which a `ShardedVariable` lacks
+    (`AttributeError: 'ShardedVariable' object has no attribute
+    '__array__'`, TF 2.21 + Keras 3.15). The class of each such variable is
+    swapped for a subclass of its own whose `__array__` reads the shards
+    (concatenated); loading already works (`ShardedVariable.assign` slices
+    the full value into its shards). Returns how many were swapped now.
+    """
+    n = 0
+    for v in variables:
+        if (isinstance(v, keras.Variable) and is_sharded(v)
+                and not isinstance(v, _ShardedArray)):
+            v.__class__ = _class_swap.cached_subclass(_ShardedArray, type(v))
+            n += 1
+    return n
+
+
+class _ShardedArray:
+    """`__array__` for a Keras variable holding a `ShardedVariable`."""
+
+    def __array__(self, dtype=None, copy=None):
+        del copy
+        return np.asarray(tf.convert_to_tensor(self.value).numpy(), dtype=dtype)
 
 
 def route_sharded_lookups(model: keras.Model) -> int:

@@ -108,10 +108,13 @@ def _signature() -> tuple[int, int]:
     return _VARIABLES_CREATED[0], sum(uids.values())
 
 
-def adopt_models(strategy) -> int:
+def adopt_models(strategy, mixin: type | None = None) -> int:
     """Swaps the class of every Keras model built under `strategy`; returns how many.
 
-    Scans the heap (`gc.get_objects()`, ~0.1 s on a large one) only when
+    `mixin` defaults to `ChiefSaving`; the parameter-server strategy passes
+    its own (`tfdist_opt.parameter_server.keras_model.CoordinatorTraining`).
+
+    Scans the heap (`_holders`, ~0.1 s on a large one) only when
     something was built since the last scan for `strategy` (`_signature`),
     so the scope entries of repeated `fit`/`evaluate`/`predict` calls cost
     nothing. Python has no instance-creation hook that does not patch a
@@ -125,11 +128,32 @@ def adopt_models(strategy) -> int:
     if getattr(strategy, "_tfdist_adopted_at", None) == signature:
         return 0
     n = 0
-    for obj in gc.get_objects():
+    for obj in _holders(strategy):
         if (isinstance(obj, keras.Model)
-                and not isinstance(obj, ChiefSaving)
+                and not isinstance(obj, mixin or ChiefSaving)
                 and getattr(obj, "_distribute_strategy", None) is strategy):
-            obj.__class__ = saving_class(type(obj))
+            obj.__class__ = _class_swap.cached_subclass(mixin or ChiefSaving, type(obj))
             n += 1
     strategy._tfdist_adopted_at = signature
     return n
+
+
+def _holders(target) -> list:
+    """The objects that hold `target` in an attribute (two `gc.get_referrers` passes).
+
+    Not `gc.get_objects()`: that takes a reference to every tracked object,
+    including a tuple another thread is still filling (`tuple(generator)`),
+    whose `_PyTuple_Resize` then fails with "SystemError:
+    Objects/tupleobject.c:927: bad argument to internal function" (seen in
+    a parameter-server coordinator thread). `get_referrers` holds only the
+    objects that refer to `target`: an instance directly, or its `__dict__`
+    when that is materialised.
+    """
+    direct = gc.get_referrers(target)
+    dicts = [r for r in direct if isinstance(r, dict)]
+    ids = {id(d) for d in dicts}
+    out = [r for r in direct if not isinstance(r, dict)]
+    if dicts:
+        out.extend(o for o in gc.get_referrers(*dicts)
+                   if id(getattr(o, "__dict__", None)) in ids)
+    return out

@@ -4,8 +4,9 @@ Chosen by `mode="auto"` whenever TF_CONFIG has `ps` tasks (or asked for with
 `mode="parameter_server"`). The cluster needs exactly one `chief` (the
 coordinator, which runs the training loop), one or more `worker`s and one or
 more `ps` tasks. On the chief the kind returns a
-`tfdist_opt.parameter_server.KerasParameterServerStrategy`; train with
-`tfdist_opt.parameter_server.fit`. On a worker or ps task the process
+`tfdist_opt.parameter_server.KerasParameterServerStrategy`; a model built
+in its scope trains with `model.fit` (run by
+`tfdist_opt.parameter_server.fit`). On a worker or ps task the process
 serves (TF server) until the chief finishes and then exits with status 0,
 so one script runs on every task.
 
@@ -82,7 +83,7 @@ def plan(config, topology, reasons: list[str]) -> plan_lib.StrategyPlan:
             f"(MinSizePartitioner; ps_min_shard_bytes, ps_max_shards)"),
         "min_shard_bytes": config.ps_min_shard_bytes,
         "max_shards": max_shards,
-        "role": ("coordinator: runs tfdist_opt.parameter_server.fit"
+        "role": ("coordinator: runs model.fit (tfdist_opt.parameter_server.fit)"
                  if topology.task_type == "chief" else
                  "serves until the chief finishes, then exits 0"),
     }
