@@ -124,7 +124,10 @@ class ChiefBackupAndRestore:
         # Saving reads each mirrored variable's local copy; no collective is
         # skipped by writing nothing here.
         if getattr(self, "_tfdist_writes", True):
-            super()._save_model()
+            # Its model.save_weights must not start a save of its own (with
+            # a barrier the other workers of the group never join).
+            with file_writers.write_scope(_strategy(self), self.backup_dir):
+                super()._save_model()
 
     def on_train_end(self, logs=None):
         if getattr(self, "_tfdist_writes", True):

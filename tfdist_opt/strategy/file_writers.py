@@ -51,6 +51,7 @@ _CACHE: dict[tuple[str, str], storage_sharing.Layout] = {}
 _SEQ = {"probe": 0, "saved": 0}
 _STORE = []
 _WARNED: set = set()
+_NESTED = threading.local()
 
 
 def attach(strategy, mode: str) -> None:
@@ -216,6 +217,21 @@ def write_scope(strategy, directory: str, barrier: bool = False,
     Raises:
         OSError: with `barrier`, on a non-writer whose writer failed.
     """
+    if getattr(_NESTED, "depth", 0):
+        # A save inside a save (ModelCheckpoint calls model.save): the outer
+        # scope already decided, and may have pointed it at a scratch path.
+        yield None
+        return
+    _NESTED.depth = 1
+    try:
+        with _write_scope(strategy, directory, barrier, prefix) as where:
+            yield where
+    finally:
+        _NESTED.depth = 0
+
+
+@contextlib.contextmanager
+def _write_scope(strategy, directory, barrier, prefix):
     found = decide(strategy, directory)
     waits = (barrier and found is not None and found.synced
              and len(found.layout.group_of(found.me)) > 1)
