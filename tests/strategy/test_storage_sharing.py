@@ -194,3 +194,17 @@ def test_non_writer_waits_for_its_writer_and_raises_its_error(store, tmp_path):
             raise RuntimeError("disk full")
     t.join(10)
     assert "worker_0, which writes" in events[-1] and "disk full" in events[-1]
+
+
+def test_storage_sharing_field_from_every_source_and_bad_value(tmp_path):
+    from tfdist_opt.strategy.config import StrategyConfig
+    assert StrategyConfig().storage_sharing == "auto"
+    assert StrategyConfig.load(environ={"TFDIST_OPT_STORAGE_SHARING": "per_worker"}
+                               ).storage_sharing == "per_worker"
+    path = tmp_path / "c.json"
+    path.write_text('{"strategy": {"storage_sharing": "shared"}}')
+    assert StrategyConfig.load(path, environ={}).storage_sharing == "shared"
+    with pytest.raises(ValueError, match=r"Invalid value for `storage_sharing`: "
+                       r"expected one of 'auto', 'shared', 'per_worker'\. "
+                       r"Received: storage_sharing='nfs'"):
+        StrategyConfig(storage_sharing="nfs")
