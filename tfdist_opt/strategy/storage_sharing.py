@@ -177,7 +177,8 @@ def probe(directory: str, me: str, tasks: Iterable[str], store: KeyValueStore,
 
     Every task calls it for the same `namespace` (the n-th directory decision
     of the job, the same on every worker). A task that does not post within
-    `timeout_s` (all waits together) counts as seeing and seen by nobody.
+    `timeout_s` (all waits together, plus up to 5 s per later answer) counts
+    as seeing and seen by nobody.
 
     Returns:
         (the `Layout`, the tasks that did not take part in time).
@@ -194,7 +195,10 @@ def probe(directory: str, me: str, tasks: Iterable[str], store: KeyValueStore,
         for task in tasks:
             if task == me:
                 continue
-            value = store.get(f"{namespace}/{kind}/{task}", max(0.001, deadline - clock()))
+            # Past the deadline (a peer that never came used it up), the
+            # others still get a short grace to answer.
+            value = store.get(f"{namespace}/{kind}/{task}",
+                              max(min(5.0, timeout_s), deadline - clock()))
             if value is None:
                 if task not in missing:
                     missing.append(task)
