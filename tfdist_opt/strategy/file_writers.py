@@ -52,6 +52,8 @@ _SEQ = {"probe": 0, "saved": 0}
 _STORE = []
 _WARNED: set = set()
 _NESTED = threading.local()
+# How long a worker waits for its group's writer to finish a save.
+BARRIER_TIMEOUT_S = 600.0
 
 
 def attach(strategy, mode: str) -> None:
@@ -175,8 +177,9 @@ def decide(strategy, directory) -> Decision | None:
     if missing:
         _warn_once(key, f"tfdist_opt: {', '.join(missing)} did not take part in "
                    f"the storage probe of {path} within "
-                   f"{storage_sharing.DEFAULT_TIMEOUT_S:g} s (every worker must run the "
-                   "same saves in the same order); treated as not sharing it")
+                   f"{storage_sharing.DEFAULT_TIMEOUT_S:g} s; treated as not sharing it. "
+                   "Every worker must run the same saves in the same order; code "
+                   "that saves on the chief only should set storage_sharing='shared'")
     with _LOCK:
         _CACHE[key] = found
     logging.info("tfdist_opt: who writes %s: %s", key[1], found.describe())
@@ -255,7 +258,7 @@ def _write_scope(strategy, directory, barrier, prefix):
         if value is None:
             logging.warning("tfdist_opt: %s did not report finishing its save into %s "
                             "within %g s; continuing", writer, directory,
-                            storage_sharing.DEFAULT_TIMEOUT_S)
+                            BARRIER_TIMEOUT_S)
         elif value:
             raise OSError(f"tfdist_opt: {writer}, which writes {directory} for "
                           f"this worker, failed to save: {value}")
@@ -271,7 +274,7 @@ def _post(key: str, value: str) -> None:
 
 def _wait(key: str) -> str | None:
     try:
-        return _store().get(key, storage_sharing.DEFAULT_TIMEOUT_S)
+        return _store().get(key, BARRIER_TIMEOUT_S)
     except Exception as e:  # pylint: disable=broad-except
         _warn_once("wait", f"tfdist_opt: could not wait for the writer's save "
                    f"({type(e).__name__}: {str(e)[:200]})")

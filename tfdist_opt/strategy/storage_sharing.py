@@ -41,7 +41,11 @@ from typing import Callable, Iterable, Mapping, Protocol
 
 MODES = ("auto", "shared", "per_worker")
 TOKEN_PREFIX = ".tfdist_opt_probe_"
-DEFAULT_TIMEOUT_S = 300.0
+# How long a worker waits for the others to reach the same save. They run
+# the same code, and a save follows a collective step or another save, so
+# they arrive within seconds; code that saves on the chief only waits this
+# long once per directory (its fix: storage_sharing="shared").
+DEFAULT_TIMEOUT_S = 60.0
 
 
 class KeyValueStore(Protocol):
