@@ -206,3 +206,29 @@ def test_heap_scan_leaves_tuples_other_threads_are_filling_alone():
         stop.set()
         thread.join()
     assert errors == [] and found == 20
+
+
+def test_non_chief_on_its_own_storage_writes_every_route(tmp_path, private_tmp):
+    """storage_sharing='per_worker' (what the probe finds on a per-host disk):
+    worker 1 keeps its own copy of each file (issue 23)."""
+    from tfdist_opt.strategy import file_writers
+    model = _fitted(task_id=1)
+    file_writers.attach(model._distribute_strategy, "per_worker")
+    ckpt = keras.callbacks.ModelCheckpoint(str(tmp_path / "ckpts" / "ep{epoch}.keras"))
+    csv = keras.callbacks.CSVLogger(str(tmp_path / "log.csv"))
+    tb = keras.callbacks.TensorBoard(str(tmp_path / "tb"))
+    chief_callbacks.adopt([ckpt, csv, tb])
+    for cb in (ckpt, csv, tb):
+        cb.set_model(model)
+    csv.on_train_begin()
+    csv.on_epoch_end(0, {"loss": 1.0})
+    ckpt._save_model(epoch=0, batch=None, logs={"loss": 1.0})
+    csv.on_train_end()
+    tb.on_train_begin()
+    tb.on_train_end()
+    assert sorted(os.listdir(tmp_path)) == ["ckpts", "log.csv", "private_tmp", "tb"]
+    assert os.listdir(tmp_path / "ckpts") == ["ep1.keras"]
+    model.__class__ = chief_saving.saving_class(type(model))
+    model.save_weights(str(tmp_path / "m.weights.h5"))
+    assert (tmp_path / "m.weights.h5").exists()
+    assert os.listdir(private_tmp) == []

@@ -54,15 +54,15 @@ ENTRIES: tuple[PrivateName, ...] = (
                 "(Python has no instance-creation hook without patching Keras)"),
     PrivateName("keras.callbacks.ModelCheckpoint", "_save_model",
                 "tfdist_opt.strategy.chief_callbacks",
-                "the one method that makes the directory and saves; the non-chief "
+                "the one method that makes the directory and saves; a non-writer "
                 "runs it with `filepath` in a temporary directory (issue 17: "
                 "os.makedirs without exist_ok races on shared storage)"),
     PrivateName("keras.callbacks.BackupAndRestore", "_save_model",
                 "tfdist_opt.strategy.chief_callbacks",
-                "writes weights + training_metadata.json; only the chief runs it"),
+                "writes weights + training_metadata.json; only the directory's writer runs it"),
     PrivateName("keras.callbacks.BackupAndRestore", "_load_model",
                 "tfdist_opt.strategy.chief_callbacks",
-                "the non-chief restores read-only (its _weights_path/"
+                "a non-writer restores read-only (its _weights_path/"
                 "_prev_weights_path/_training_metadata_path attributes), "
                 "without Keras's .bkp copy in the shared directory"),
     # ---------------------------------------------------------- gradients

@@ -1,8 +1,10 @@
 """Workers that would resume from different states stop together (issue 16, item 3).
 
 `tfdist-opt launch -n 2 --max-restarts 1 -- python rel_train.py --backup
-ROOT/backup-{index}`: each worker has its own (unshared) backup dir, the usual
-multi-host mistake. Attempt 1: worker 1 crashes after step 10; the chief's
+ROOT/backup-{index}` with `TFDIST_OPT_STORAGE_SHARING=shared`: each worker
+has its own (unshared) backup dir but the job says all storage is shared, so
+only the chief writes (with the default "auto" each worker would keep its
+own copy: issue 23). Attempt 1: worker 1 crashes after step 10; the chief's
 dir holds the backup of step 8, worker 1's none. Attempt 2: before step 1
 both workers must refuse, with one line naming each worker's step and
 directory, instead of training on into TF's "Shape mismatch in the
@@ -21,7 +23,8 @@ pytestmark = [pytest.mark.multiworker, pytest.mark.slow]
 def test_unshared_backup_dirs_stop_every_worker_naming_steps_and_dirs(tmp_path):
     proc = rel_launch.start(tmp_path, "--max-restarts", "1", script_args=(
         "--crash-task", "1", "--crash-at-step", "10",
-        "--backup", str(tmp_path / "backup-{index}")))
+        "--backup", str(tmp_path / "backup-{index}")),
+        extra_env={"TFDIST_OPT_STORAGE_SHARING": "shared"})
     seen_pids = []
     try:
         out, err = rel_launch.finish(proc)

@@ -13,6 +13,7 @@ from absl import logging
 import keras
 import tensorflow as tf
 
+from tfdist_opt.strategy import file_writers
 from tfdist_opt.strategy import topology as topology_lib
 from tfdist_opt.callbacks import _common
 from tfdist_opt.callbacks import backup_store as store_lib
@@ -34,10 +35,14 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
     that epoch, optimizer step) in a small JSON file.
 
     Who writes: every worker takes part in each save (reading distributed
-    variables may need collectives), but only the chief writes into
-    `backup_dir`; other workers write into a fresh `tempfile.mkdtemp()`
-    directory that they delete right after. Every worker restores from
-    `backup_dir`, which must therefore be on a filesystem all workers see.
+    variables may need collectives), but into `backup_dir` writes one
+    worker per storage that workers share (the first in cluster order; the
+    chief when all share it), and every worker whose `backup_dir` is on
+    storage it shares with nobody (a local disk) keeps its own complete
+    copy (`tfdist_opt.strategy.file_writers`, decided from evidence at
+    `on_train_begin`; `StrategyConfig.storage_sharing` overrides it). Other
+    workers write into a fresh `tempfile.mkdtemp()` directory that they
+    delete right after. Every worker restores from its `backup_dir`.
 
     Store (`tfdist_opt.callbacks.backup_store`): a backup is written into
     `backup_dir/.staging-<step>`, sealed by a `manifest.json` (position, and
@@ -51,7 +56,7 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
     and ignored (it never causes a deletion). If backups exist but none is
     valid, `fit` raises `BackupError` instead of restarting from step 0.
 
-    Before step 1: the chief checks that `backup_dir` is writable (others:
+    Before step 1: each writer checks that `backup_dir` is writable (others:
     their temp dir), and in a cluster every worker posts the step it
     restored and its directory to the coordination service; if any worker
     has a problem or the steps differ, every worker raises
@@ -86,7 +91,8 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
     combined with `keras.callbacks.BackupAndRestore`.
 
     Args:
-        backup_dir: str. Directory for backups (shared by all workers).
+        backup_dir: str. Directory for backups (shared by all workers, or
+            on each host's own disk).
         save_freq: `"epoch"` or int. Save at each epoch end, or also every
             this many train calls (batches when `steps_per_execution=1`).
             Defaults to `"epoch"`.
@@ -144,7 +150,7 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
         self._reset()
 
     def _reset(self):
-        self._chief = True
+        self._writes = True
         self._checkpoint = None
         self._epoch = 0
         self._calls_in_epoch = 0
@@ -163,7 +169,8 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         _common.check_fit_order()
         self._reset()
-        self._chief = _common.is_chief()
+        self._writes = file_writers.is_writer(
+            getattr(self.model, "distribute_strategy", None), self.backup_dir)
         optimizer = self.model.optimizer
         if not optimizer.built:
             optimizer.build(self.model.trainable_variables)
@@ -246,7 +253,7 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
         self.model._initial_epoch = None  # pylint: disable=protected-access
         finished = self._completed or self.model.stop_training
         if (self.delete_on_end and finished and not self._saw_nonfinite
-                and self._chief):
+                and self._writes):
             delete_backups(self.backup_dir)
 
     # ----------------------------------------------------------- helpers
@@ -262,7 +269,7 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
 
     def _prepare_dirs(self) -> None:
         """Writable check + leftovers of killed saves, before any step."""
-        if self._chief:
+        if self._writes:
             store_lib.check_writable(self.backup_dir)
             store_lib.remove_staging(self.backup_dir)
             return
@@ -321,7 +328,7 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
 
     def _save(self, epoch: int, calls: int) -> None:
         step = _common.complete_step(self.model)
-        if self._chief:
+        if self._writes:
             staging = os.path.join(self.backup_dir, f"{store_lib.STAGING}{step}")
             if os.path.exists(staging):
                 shutil.rmtree(staging)
@@ -331,9 +338,9 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
         try:
             self._checkpoint.write(os.path.join(staging, "state"))
         finally:
-            if not self._chief:
+            if not self._writes:
                 shutil.rmtree(staging, ignore_errors=True)
-        if not self._chief:
+        if not self._writes:
             return
         meta = {"name": f"{store_lib.PREFIX}{step}", "epoch": epoch,
                 "calls": calls, "step": step}

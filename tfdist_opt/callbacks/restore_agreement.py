@@ -89,9 +89,9 @@ def decide(entries: dict, timeout_s: float = DEFAULT_TIMEOUT_S) -> str | None:
         return (f"tfdist_opt: not starting: a worker cannot start: {parts}. "
                 "No step was run on any worker.")
     return ("tfdist_opt: not starting: workers restored different states: "
-            f"{parts}. Every worker must read the same backups: give all of "
-            "them one backup_dir on storage they all see. No step was run on "
-            "any worker.")
+            f"{parts}. Every worker must read the same backups: one backup_dir "
+            "on storage they all see, or on each host's disk a copy of the same "
+            "backup. No step was run on any worker.")
 
 
 def agree_or_raise(meta: dict | None, exc: BaseException | None,

@@ -112,12 +112,17 @@ class ChiefOnlyTensorBoard:
     """
 
     def set_model(self, model):
-        self.writes = _common.is_chief() and topology_lib.strategy_is_chief(
-            getattr(model, "distribute_strategy", None))
+        self.writes = self._decide_writes(model)
         if self.writes:
             super().set_model(model)
         else:  # the plain Callback's: remember the model, create nothing
             keras.callbacks.Callback.set_model(self, model)
+
+    def _decide_writes(self, model) -> bool:
+        """The chief rule; Keras's own TensorBoard under our strategy's `fit`
+        gets the one-writer-per-storage rule instead (`chief_callbacks`)."""
+        return _common.is_chief() and topology_lib.strategy_is_chief(
+            getattr(model, "distribute_strategy", None))
 
     def _skip(self) -> bool:
         return not getattr(self, "writes", True)

@@ -60,6 +60,14 @@ def collect(config_path: str | None = None) -> dict[str, Any]:
     return out
 
 
+_SAVING = {
+    "auto": "storage_sharing=auto: per directory, a probe finds which workers "
+            "share it; one writer per shared storage, a private disk keeps its own copy",
+    "shared": "storage_sharing=shared: every worker sees one storage; only the chief writes",
+    "per_worker": "storage_sharing=per_worker: every worker writes its own copy",
+}
+
+
 def format_text(info: dict[str, Any]) -> str:
     lines = [
         f"tfdist_opt   : Python {info['python']}, TensorFlow {info['tensorflow']}, {info['keras']}",
@@ -96,6 +104,9 @@ def format_text(info: dict[str, Any]) -> str:
             "why          : " + "; ".join(s["why"]),
         ]
     lines += [f"warning      : {w}" for w in s["warnings"]]
+    sharing = (info.get("config") or {}).get("storage_sharing")
+    if sharing and role is not None:
+        lines.append("saving       : " + _SAVING.get(sharing, sharing))
     lines.append("presets      : " + (", ".join(
         os.path.basename(p) for p in info["presets"]) or "none"))
     return "\n".join(lines)

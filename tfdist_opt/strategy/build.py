@@ -9,6 +9,7 @@ from typing import Any, Mapping
 import tensorflow as tf
 
 from tfdist_opt import _logging
+from tfdist_opt.strategy import file_writers
 from tfdist_opt.strategy import kinds
 from tfdist_opt.strategy import plan as plan_lib
 from tfdist_opt.strategy import topology as topology_lib
@@ -77,6 +78,8 @@ def build_strategy(cfg: StrategyConfig, plan: plan_lib.StrategyPlan,
     # Packing ("auto"), compression and accumulation: Keras 3 optimizers
     # created in this strategy's scope pick these up (tfdist_opt.gradients).
     gradient_binding.attach(strategy, GradientOptions.from_config(cfg))
+    # Who writes saved files, per directory (tfdist_opt.strategy.file_writers).
+    file_writers.attach(strategy, cfg.storage_sharing)
     _logging.log_once(
         f"tfdist_opt: built {type(strategy).__name__} with "
         f"{strategy.num_replicas_in_sync} replica(s): {plan.describe()}. "

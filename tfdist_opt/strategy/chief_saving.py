@@ -1,22 +1,27 @@
-"""Chief-aware Keras 3 saving for models built under our multi-worker strategy.
+"""Storage-aware Keras 3 saving for models built under our multi-worker strategy.
 
 Keras 3's `model.save` / `model.save_weights` / `model.export` (and so
-`ModelCheckpoint`, whose `_save_model` calls the first two) are not
-chief-aware: called from every worker on shared storage (one host, NFS) all
-workers write the same file and one dies (`FileExistsError`, or `BlockingIOError: unable to lock
-file` on .h5/.keras). tf_keras handled this by giving non-chief workers
-temporary paths (issue 17).
+`ModelCheckpoint`, whose `_save_model` calls the first two) know nothing
+of workers. Called from every worker on shared storage (one host, NFS) all
+workers write the same file and one dies (`FileExistsError`, or
+`BlockingIOError: unable to lock file` on .h5/.keras); with only the chief
+writing, a worker on its own local disk has no file afterwards and code that
+reads it back (`load_model` after `save`, the Keras guide's
+`make_or_restore_model`) takes another branch there (issues 17 and 23).
 
 A Keras model built inside `KerasMultiWorkerMirroredStrategy.scope()` gets
 its class swapped to `saving_class(type(model))`, a subclass made once per
 model class (the same per-instance swap as `tfdist_opt.gradients.hooks`).
 No Keras class is modified, and models built under any other strategy keep
-their class. In the subclass, the chief writes the real path; every other
-worker writes to a fresh local temporary directory that is removed right
-after. Saving reads each mirrored variable's local copy and runs no
-collective, so the non-chief write is only a discarded copy. `fit` makes
-Keras's own file-writing callbacks (`ModelCheckpoint`, `BackupAndRestore`,
-`CSVLogger`, `TensorBoard`) chief-aware the same way (`chief_callbacks`).
+their class. In the subclass, each save asks `file_writers` who writes the
+file's directory: one writer per storage that workers share, and every
+worker on storage it shares with nobody (decided from evidence once per
+directory). The writer writes the real path; another worker of its group
+writes into a fresh local temporary directory removed right after, then
+waits until the writer has finished, so every worker sees the complete file
+when the save returns. `fit` makes Keras's own file-writing callbacks
+(`ModelCheckpoint`, `BackupAndRestore`, `CSVLogger`, `TensorBoard`) follow
+the same rule (`chief_callbacks`).
 
 The swapped class keeps the original `__name__`, `__module__` and
 `__qualname__`, so a saved `.keras` file names the original class and
@@ -25,42 +30,25 @@ loads as a plain Keras model.
 
 from __future__ import annotations
 
-from tfdist_opt import _class_swap
-
-import contextlib
 import gc
-import logging
 import os
-import shutil
-import tempfile
 
-from tfdist_opt.strategy import topology
-
-log = logging.getLogger(__name__)
-_LOGGED = []
-
-
-@contextlib.contextmanager
-def scratch_dir(prefix: str):
-    """A fresh local temporary directory, removed on exit: where a non-chief
-    worker writes what only the chief keeps."""
-    tmp = tempfile.mkdtemp(prefix=prefix)
-    try:
-        yield tmp
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+from tfdist_opt import _class_swap
+from tfdist_opt.strategy import chief_callbacks
+from tfdist_opt.strategy import file_writers
 
 
 def _write(model, method, filepath, args, kwargs):
-    if topology.strategy_is_chief(model._distribute_strategy):
-        return method(filepath, *args, **kwargs)
-    if not _LOGGED:
-        _LOGGED.append(True)
-        log.info("tfdist_opt: non-chief worker writes model saves to a temporary "
-                 "directory it removes; only the chief writes %s", filepath)
-    with scratch_dir("tfdist_opt_nonchief_") as tmp:
-        return method(os.path.join(tmp, os.path.basename(os.fspath(filepath))),
-                      *args, **kwargs)
+    if not isinstance(filepath, (str, os.PathLike)):
+        return method(filepath, *args, **kwargs)  # a file object: the caller's own
+    path = os.fspath(filepath)
+    with file_writers.write_scope(model._distribute_strategy,
+                                  os.path.dirname(os.path.abspath(path)),
+                                  barrier=True) as scratch:
+        if scratch is None:
+            return method(filepath, *args, **kwargs)
+        name = os.path.basename(os.path.normpath(path))
+        return method(os.path.join(scratch, name), *args, **kwargs)
 
 
 class ChiefSaving:
@@ -78,7 +66,6 @@ class ChiefSaving:
         return _write(self, super().export, filepath, args, kwargs)
 
     def fit(self, *args, **kwargs):
-        from tfdist_opt.strategy import chief_callbacks
         callbacks = kwargs.get("callbacks")
         if callbacks is None and len(args) > 5:
             callbacks = args[5]  # fit(x, y, batch_size, epochs, verbose, callbacks, ...)

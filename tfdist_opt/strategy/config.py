@@ -21,6 +21,7 @@ from typing import Any, Mapping
 from tfdist_opt import config_files
 from tfdist_opt import validation
 from tfdist_opt.strategy import kinds
+from tfdist_opt.strategy import storage_sharing
 
 ENV_PREFIX = config_files.ENV_PREFIX
 CONFIG_FILE_ENV = config_files.CONFIG_FILE_ENV
@@ -30,6 +31,7 @@ MODES = ("auto",) + kinds.names()
 ALL_REDUCE = ("auto", "nccl", "ring", "hierarchical_copy", "reduce_to_one")
 MIXED_PRECISION = ("off", "mixed_float16", "mixed_bfloat16")
 COMPRESSION = ("none", "fp16", "bf16")
+STORAGE_SHARING = storage_sharing.MODES
 
 
 
@@ -82,6 +84,13 @@ class StrategyConfig(validation.ConfigFields):
         ps_max_shards: int. Parameter-server kind: the most shards per
             variable; `0` means one per ps task, `1` turns sharding off.
             Defaults to `0`.
+        storage_sharing: str. Multi-worker saving: who writes a file.
+            `"auto"`: per directory, from evidence (a probe file each
+            worker writes and the others look for): one writer per storage
+            that workers share, and each worker on a disk of its own keeps
+            its own copy. `"shared"`: every worker sees the same storage,
+            only the chief writes (no probe). `"per_worker"`: every worker
+            writes its own copy (no probe). Defaults to `"auto"`.
     """
 
     mode: str = "auto"
@@ -99,6 +108,7 @@ class StrategyConfig(validation.ConfigFields):
     tune_malloc: bool = True
     ps_min_shard_bytes: int = 256 << 10
     ps_max_shards: int = 0
+    storage_sharing: str = "auto"
 
     def __post_init__(self):
         validation.check_choice("mode", self.mode, MODES)
@@ -120,6 +130,8 @@ class StrategyConfig(validation.ConfigFields):
         validation.check_bool("tune_malloc", self.tune_malloc)
         validation.check_int("ps_min_shard_bytes", self.ps_min_shard_bytes, minimum=1)
         validation.check_int("ps_max_shards", self.ps_max_shards, minimum=0)
+        validation.check_choice("storage_sharing", self.storage_sharing,
+                                STORAGE_SHARING)
 
     # ------------------------------------------------------------ loading
     @classmethod

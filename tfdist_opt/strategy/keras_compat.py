@@ -46,11 +46,12 @@ class KerasMultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy
 
     @contextlib.contextmanager
     def scope(self):
-        """The upstream scope; Keras models built in it save chief-aware.
+        """The upstream scope; Keras models built in it save storage-aware.
 
         On entry and exit, every Keras model whose `_distribute_strategy` is
-        this strategy gets the `chief_saving` subclass (issue 17): only the
-        chief writes `model.save` / `save_weights` / `ModelCheckpoint` paths.
+        this strategy gets the `chief_saving` subclass (issues 17, 23): one
+        worker per shared storage writes `model.save` / `save_weights` /
+        `ModelCheckpoint` paths, and a worker on its own disk its own copy.
         Keras's `fit` enters this scope too, so a model built and fitted in
         one block is covered before its first callback runs. The scan runs
         only when a variable or Keras object was created since the last one.

@@ -39,7 +39,10 @@ def main():
             communication_options=tf.distribute.experimental.CommunicationOptions(
                 implementation=impl))
     else:
-        strategy = tfdist_opt.opt_strategy()  # before any other TF op
+        # Before any other TF op. This script saves on the chief only
+        # (`if topo.is_chief: model.save(...)`): README "Still different"
+        # gives storage_sharing="shared" as the fix (no probe to wait for).
+        strategy = tfdist_opt.opt_strategy(storage_sharing="shared")
     import tensorflow as tf
 
     if args.legacy:

@@ -24,7 +24,7 @@ TIMEOUT_S = 180
 _REFERENCE: dict = {}
 
 
-def start(root, *launch_options, script_args=(), out="out"):
+def start(root, *launch_options, script_args=(), out="out", extra_env=None):
     """Starts the launcher; the job's dirs are root/out, root/backup, root/tmp."""
     root = str(root)
     for d in ("backup", "tmp"):
@@ -33,7 +33,7 @@ def start(root, *launch_options, script_args=(), out="out"):
         2, launch_options,
         [SCRIPT, "--out", os.path.join(root, out),
          "--backup", os.path.join(root, "backup"), *script_args],
-        extra_env={"TMPDIR": os.path.join(root, "tmp")})
+        extra_env={"TMPDIR": os.path.join(root, "tmp"), **(extra_env or {})})
 
 
 def finish(proc, timeout=TIMEOUT_S):

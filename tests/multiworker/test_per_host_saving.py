@@ -1,0 +1,109 @@
+"""The Keras guide's saving code on shared storage and on per-host disks (issue 23).
+
+The same script (`scripts/guide_saving.py`, relative paths only) runs with
+both workers in one directory and with each worker in its own (as hosts with
+local disks): a crash after epoch 2, then a restart. On both layouts every
+worker restores the same checkpoint (`make_or_restore_model`), resumes at
+epoch 2 from Keras's own `BackupAndRestore`, ends at the uninterrupted
+single-process weights, and reads back what it saved (`load_weights` of the
+newest ModelCheckpoint file, `load_model` right after `save`). Shared: one
+copy of each file; per host: each host keeps a complete copy.
+"""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from tests.multiworker import harness
+
+SCRIPT = "tests/multiworker/scripts/guide_saving.py"
+FILES = {"backup", "ckpt", "m.keras", "weights"}
+
+
+def _sgd_reference(epochs: int) -> np.ndarray:
+    """Dense(1) from zeros, SGD(0.1) on the mean squared error, global batch 8."""
+    x = np.arange(32, dtype="float64").reshape(16, 2) / 16.0
+    y = x @ np.array([[1.5], [-2.0]]) + 0.25
+    w, b = np.zeros((2, 1)), 0.0
+    for _ in range(epochs):
+        for s in (slice(0, 8), slice(8, 16)):
+            err = x[s] @ w + b - y[s]
+            w = w - 0.1 * 2 * x[s].T @ err / 8
+            b = b - 0.1 * 2 * err.mean()
+    return np.concatenate([w.ravel(), [b]])
+
+
+def _run(shared, hosts, mode, tmp, expect_rc):
+    results = harness.run_workers(2, [SCRIPT, shared, hosts, mode], timeout_s=150,
+                                  extra_env={"TMPDIR": str(tmp)})
+    got = {}
+    for r in results:
+        assert r.returncode == expect_rc, r.output[-3000:]
+        for line in r.output.splitlines():
+            if line.startswith("RESULT "):
+                label, payload = line[len("RESULT "):].split(" ", 1)
+                got[(label, r.index)] = json.loads(payload)
+    return got
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """One crash run and one restart, both layouts in each (2 clusters in all)."""
+    root = tmp_path_factory.mktemp("guide_saving")
+    tmp = root / "tmp"
+    tmp.mkdir()
+    args = (str(root / "shared"), str(root / "host{task}"))
+    crashed = _run(*args, "crash", tmp, 3)
+    after_crash = {i: (sorted(os.listdir(root / f"host{i}" / "ckpt")),
+                       json.loads((root / f"host{i}" / "backup" /
+                                   "training_metadata.json").read_text()))
+                   for i in (0, 1)}
+    resumed = _run(*args, "resume", tmp, 0)
+    return root, crashed, after_crash, resumed
+
+
+def _listing(d):
+    return {os.path.relpath(os.path.join(root, f), d)
+            for root, _, files in os.walk(d) for f in files}
+
+
+def _check(res, restored, start_epoch, epochs):
+    assert res["restored"] == restored            # make_or_restore_model
+    assert res["start_epoch"] == start_epoch      # Keras's BackupAndRestore
+    np.testing.assert_allclose(res["w"], _sgd_reference(epochs), rtol=1e-5, atol=1e-6)
+    assert res["newest_weights"] == "w-4.weights.h5"
+    np.testing.assert_allclose(res["w_loaded_weights"], res["w"], rtol=1e-6)
+    np.testing.assert_allclose(res["w_load_model"], res["w"], rtol=1e-6)
+
+
+@pytest.mark.multiworker
+@pytest.mark.slow
+def test_per_host_disks_each_keep_a_copy_and_a_restart_resumes(runs):
+    root, crashed, after_crash, resumed = runs
+    for i in (0, 1):       # at the crash: each host has its own epochs 1-2
+        assert after_crash[i][0] == ["ckpt-1.keras", "ckpt-2.keras"]
+        assert after_crash[i][1]["epoch"] == 2
+        # Restart: both restore ckpt-2, resume at epoch 2, end at the math.
+        _check(resumed[("host", i)], "ckpt-2.keras", 2, 4)
+        host = root / f"host{i}"
+        assert set(os.listdir(host)) == FILES - {"backup"}   # deleted at the end
+        assert sorted(os.listdir(host / "ckpt")) == [f"ckpt-{e}.keras" for e in range(1, 5)]
+        assert not [f for f in _listing(host) if ".tfdist_opt_probe_" in f]
+    assert ("host", 0) not in crashed
+
+
+@pytest.mark.multiworker
+@pytest.mark.slow
+def test_shared_storage_one_copy_and_every_worker_reads_it_back(runs):
+    root, crashed, _, resumed = runs
+    shared = root / "shared"
+    for i in (0, 1):
+        _check(crashed[("shared", i)], None, 0, 4)           # a new model
+        _check(resumed[("shared", i)], "ckpt-4.keras", 0, 8)  # restored, 4 more
+    assert set(os.listdir(shared)) == FILES - {"backup"}
+    assert sorted(os.listdir(shared / "ckpt")) == [f"ckpt-{e}.keras" for e in range(1, 5)]
+    assert sorted(os.listdir(shared / "weights")) == [f"w-{e}.weights.h5" for e in range(1, 5)]
+    assert not [f for f in _listing(shared) if ".tfdist_opt_probe_" in f]
+    assert os.listdir(root / "tmp") == []   # the non-writer's temporary copies are gone
