@@ -144,10 +144,19 @@ ENTRIES: tuple[PrivateName, ...] = (
                 "tfdist_opt.callbacks.backup",
                 "the epoch fit starts at after a restore; Keras's own "
                 "BackupAndRestore sets it the same way (no public hook)"),
-    PrivateName("keras.src.trainers.trainer.Trainer()", "_initial_epoch",
-                "tfdist_opt.gradients.keras_binding",
-                "read (with fit's own arguments, from its frame) to count the "
-                "train steps a fit runs before checking grad_accum against it"),
+    PrivateName("keras.src.trainers.epoch_iterator", "EpochIterator",
+                "tfdist_opt.gradients.fit_length",
+                "found in the caller's frames when fit iterates its data; its "
+                "`num_batches` is the epoch length Keras derived from any input "
+                "kind (arrays, tf.data, generators, PyDataset, steps_per_epoch), "
+                "checked against grad_accum before step 1 (no public hook)"),
+    PrivateName("keras.src.trainers.epoch_iterator.EpochIterator", "num_batches",
+                "tfdist_opt.gradients.fit_length",
+                "steps per epoch, or None until an input of unknown length ran out"),
+    PrivateName("keras.optimizers.SGD()", "_iterations",
+                "tfdist_opt.gradients.fit_length",
+                "micro-steps already accumulated (a restored cycle) when fit "
+                "starts, counted toward grad_accum"),
     # ------------------------------------ Keras model.fit under parameter servers
     PrivateName("keras.src.trainers.data_adapters.tf_dataset_adapter",
                 "make_class_weight_map_fn", "tfdist_opt.parameter_server.data",

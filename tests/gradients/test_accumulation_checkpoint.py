@@ -114,17 +114,19 @@ def test_checkpoint_mid_cycle_restores_partial_sums(tmp_path, full):
 
 def test_keras_save_mid_cycle_restores_partial_sums(tmp_path, full):
     first = _model(_accum_strategy())
-    _fit(first, take=2)  # micro-step 2 of 4
+    # One update, then micro-step 2 of 4 (a fit of 2 steps from a cycle
+    # boundary trains nothing, and fit refuses it before step 1).
+    _fit(first, take=K + 2)
     saved_sums = _sums(first)
     path = str(tmp_path / "mid.keras")
     first.save(path)
     strategy = _accum_strategy()
     with strategy.scope():
         model = keras.models.load_model(path)
-    assert int(model.optimizer._iterations.numpy()) == 2
+    assert int(model.optimizer._iterations.numpy()) == K + 2
     for got, want in zip(_sums(model), saved_sums):
         np.testing.assert_allclose(got, want, rtol=1e-6)
-    _fit(model, skip=2)
+    _fit(model, skip=K + 2)  # 2 steps complete the restored cycle
     assert int(model.optimizer.iterations.numpy()) == 2
     assert _max_rel(model.get_weights(), full) <= 1e-6
 

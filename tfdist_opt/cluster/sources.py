@@ -2,7 +2,9 @@
 
 Each source returns a list of "host:port" addresses (and, where the source
 knows it, this process's index); `tf_config.build_tf_config` turns them into
-TF_CONFIG. Sources:
+TF_CONFIG. Sources (host lists, local ports and `ClusterSource` live in
+`addresses`, SLURM in `slurm`; their public names are re-exported here, so
+`sources.<name>` works for every source):
 
 - a host list: `"h1:2222,h2:2222"`;
 - a count of local workers on free loopback ports;
@@ -17,94 +19,41 @@ TF_CONFIG. Sources:
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
-import socket
 from typing import Mapping, Sequence
 
 from tfdist_opt.cluster import tf_config as tf_config_lib
+from tfdist_opt.cluster.addresses import DEFAULT_PORT
+from tfdist_opt.cluster.addresses import ClusterSource
+from tfdist_opt.cluster.addresses import free_ports
+from tfdist_opt.cluster.addresses import join_address
+from tfdist_opt.cluster.addresses import local_addresses
+from tfdist_opt.cluster.addresses import parse_host_list
+from tfdist_opt.cluster.slurm import expand_nodelist
+from tfdist_opt.cluster.slurm import expand_tasks_per_node
+from tfdist_opt.cluster.slurm import in_slurm
+from tfdist_opt.cluster.slurm import slurm_cluster
 
-DEFAULT_PORT = 2222
-
-
-@dataclasses.dataclass(frozen=True)
-class ClusterSource:
-    """Addresses from one source, and this process's place if known.
-
-    Attributes:
-        addresses: tuple of str. "host:port" per task, in index order.
-        index: int or None. This process's index, when the source knows it
-            (SLURM_PROCID, a StatefulSet ordinal).
-        description: str. Where the addresses came from, for messages.
-    """
-
-    addresses: tuple[str, ...]
-    index: int | None = None
-    description: str = ""
-
-
-# ------------------------------------------------------------ host list
-def parse_host_list(text: str, default_port: int | None = None) -> list[str]:
-    """'h1:2222,h2:2222' -> ['h1:2222', 'h2:2222'].
-
-    Args:
-        text: str. Comma-separated "host[:port]" entries (spaces allowed).
-        default_port: int or None. Port for entries without one; None makes
-            a missing port an error. Defaults to `None`.
-
-    Raises:
-        ValueError: an empty entry, a missing or invalid port.
-    """
-    if not isinstance(text, str):
-        raise TypeError(f"Invalid host list: expected a str like "
-                        f"'h1:2222,h2:2222'. Received: {type(text).__name__}")
-    out = []
-    for i, raw in enumerate(text.split(",")):
-        entry = raw.strip()
-        if not entry:
-            raise ValueError(
-                f"Invalid host list: entry {i} is empty; expected "
-                f"'host:port,host:port'. Received: {text!r}")
-        host, port = tf_config_lib.split_address(entry)
-        if port is None and default_port is not None:
-            entry = _join(host, default_port)
-            port = str(default_port)
-        if tf_config_lib.parse_port(port) is None:
-            raise ValueError(
-                f"Invalid host list: entry {entry!r} needs a port in 1..65535 "
-                f"('host:port'). Received: {text!r}")
-        out.append(entry)
-    return out
-
-
-# ------------------------------------------------------------ local
-def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """n distinct free TCP ports on `host` (all held open while chosen)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind((host, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def local_addresses(n: int, host: str = "localhost",
-                    ports: list[int] | None = None) -> list[str]:
-    """n loopback addresses on free ports (or on `ports`)."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"Invalid value for `n`: expected a positive int. "
-                         f"Received: n={n!r}")
-    if not tf_config_lib.is_loopback_host(host):
-        raise ValueError(
-            f"Invalid value for `host`: local workers listen on loopback only "
-            f"(TF's gRPC server is unauthenticated). Received: host={host!r}")
-    ports = free_ports(n) if ports is None else list(ports)
-    return [_join(host, p) for p in ports]
+__all__ = [
+    "DEFAULT_PORT",
+    "ClusterSource",
+    "assign_ps_roles",
+    "expand_nodelist",
+    "expand_tasks_per_node",
+    "free_ports",
+    "in_slurm",
+    "join_address",
+    "local_addresses",
+    "parse_host_list",
+    "parse_hostfile",
+    "parse_statefulset_spec",
+    "read_hostfile",
+    "slurm_cluster",
+    "statefulset_addresses",
+    "statefulset_cluster",
+    "statefulset_ordinal",
+]
 
 
 # ------------------------------------------------------------ hostfile
@@ -167,7 +116,7 @@ def parse_hostfile(text: str, port: int = DEFAULT_PORT,
                 f"Invalid {source} line {lineno}: host {host!r} already listed "
                 f"on line {seen[host]}. Received: {raw.strip()!r}")
         seen[host] = lineno
-        out.extend(_join(host, port + k) for k in range(slots))
+        out.extend(join_address(host, port + k) for k in range(slots))
     if not out:
         raise ValueError(f"Invalid {source}: no hosts found (expected lines "
                          f"'host slots=N'). Received: {text[:200]!r}")
@@ -179,182 +128,6 @@ def read_hostfile(path: str | os.PathLike, port: int = DEFAULT_PORT) -> list[str
         return parse_hostfile(f.read(), port=port,
                               source=f"hostfile {os.fspath(path)}")
 
-
-# ------------------------------------------------------------ SLURM
-def expand_nodelist(nodelist: str) -> list[str]:
-    """Expands a SLURM hostlist expression.
-
-    Handles comma-separated entries, bracketed ranges with zero padding and
-    several bracket groups per name (a cartesian product, as `scontrol show
-    hostnames` does).
-
-    Example:
-        >>> expand_nodelist("node[01-03,07],gpu-a1")
-        ['node01', 'node02', 'node03', 'node07', 'gpu-a1']
-    """
-    if not isinstance(nodelist, str) or not nodelist.strip():
-        raise ValueError("Invalid SLURM node list: expected e.g. "
-                         f"'node[01-04,07]'. Received: {nodelist!r}")
-    out: list[str] = []
-    for entry in _split_top_level(nodelist.strip(), nodelist):
-        out.extend(_expand_entry(entry, nodelist))
-    return out
-
-
-def _split_top_level(text: str, whole: str) -> list[str]:
-    parts, depth, cur = [], 0, []
-    for ch in text:
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-            if depth < 0:
-                break
-        if ch == "," and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    if depth != 0:
-        raise ValueError(f"Invalid SLURM node list: unbalanced brackets. "
-                         f"Received: {whole!r}")
-    parts.append("".join(cur))
-    if any(not p.strip() for p in parts):
-        raise ValueError(f"Invalid SLURM node list: empty entry. "
-                         f"Received: {whole!r}")
-    return [p.strip() for p in parts]
-
-
-def _expand_entry(entry: str, whole: str) -> list[str]:
-    m = re.search(r"\[([^\]]*)\]", entry)
-    if not m:
-        return [entry]
-    prefix, suffix = entry[:m.start()], entry[m.end():]
-    out = []
-    for item in m.group(1).split(","):
-        item = item.strip()
-        lo, sep, hi = item.partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
-            raise ValueError(
-                f"Invalid SLURM node list: bad range {item!r} in {entry!r}. "
-                f"Received: {whole!r}")
-        if not sep:
-            hi = lo
-        if int(hi) < int(lo):
-            raise ValueError(
-                f"Invalid SLURM node list: descending range {item!r}. "
-                f"Received: {whole!r}")
-        width = len(lo)
-        for k in range(int(lo), int(hi) + 1):
-            out.extend(_expand_entry(f"{prefix}{k:0{width}d}{suffix}", whole))
-    return out
-
-
-def expand_tasks_per_node(text: str, num_nodes: int) -> list[int]:
-    """SLURM_TASKS_PER_NODE ('2(x3),1') -> [2, 2, 2, 1]."""
-    counts: list[int] = []
-    for item in text.split(","):
-        m = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", item)
-        if not m:
-            raise ValueError(
-                "Invalid SLURM_TASKS_PER_NODE: expected e.g. '2(x3),1'. "
-                f"Received: SLURM_TASKS_PER_NODE={text!r}")
-        counts.extend([int(m.group(1))] * int(m.group(2) or 1))
-    if len(counts) != num_nodes:
-        raise ValueError(
-            f"Invalid SLURM_TASKS_PER_NODE: describes {len(counts)} node(s) "
-            f"but the node list has {num_nodes}. "
-            f"Received: SLURM_TASKS_PER_NODE={text!r}")
-    return counts
-
-
-def in_slurm(environ: Mapping[str, str] | None = None) -> bool:
-    environ = os.environ if environ is None else environ
-    return bool(environ.get("SLURM_JOB_ID") and _first(environ, _NODELIST_VARS))
-
-
-_NODELIST_VARS = ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
-_TPN_VARS = ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
-_NTASKS_VARS = ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS")
-
-
-def _first(environ: Mapping[str, str], names: tuple[str, ...]):
-    for name in names:
-        if environ.get(name, "").strip():
-            return name, environ[name].strip()
-    return None
-
-
-def slurm_cluster(environ: Mapping[str, str] | None = None,
-                  port: int = DEFAULT_PORT) -> ClusterSource:
-    """Task addresses of this SLURM job (step), and this task's index.
-
-    Tasks are laid out as SLURM's default block distribution does: node by
-    node in node-list order, `SLURM_TASKS_PER_NODE` tasks on each; the k-th
-    task on a node listens on `port + k`. Step variables (`SLURM_STEP_*`,
-    set inside `srun`) win over job variables.
-
-    Args:
-        environ: mapping or None. Defaults to `os.environ`.
-        port: int. First port on each node. Defaults to `2222`.
-
-    Returns:
-        `ClusterSource` with `index` = `SLURM_PROCID` (None outside a task).
-
-    Raises:
-        ValueError: not in a SLURM allocation, or inconsistent variables,
-            naming the variable and its value.
-    """
-    environ = os.environ if environ is None else environ
-    found = _first(environ, _NODELIST_VARS)
-    if found is None:
-        raise ValueError(
-            "Not inside a SLURM allocation: SLURM_JOB_NODELIST is unset. "
-            "Run under salloc/sbatch, or pass --workers/--hostfile. "
-            f"Received: SLURM_JOB_NODELIST={environ.get('SLURM_JOB_NODELIST')!r}")
-    nodes = expand_nodelist(found[1])
-    tpn = _first(environ, _TPN_VARS)
-    ntasks = _first(environ, _NTASKS_VARS)
-    if tpn is not None:
-        counts = expand_tasks_per_node(tpn[1], len(nodes))
-    elif ntasks is not None:
-        n = _parse_int(*ntasks)
-        if n % len(nodes):
-            raise ValueError(
-                f"Invalid {ntasks[0]}: {n} task(s) do not divide evenly over "
-                f"{len(nodes)} node(s) and SLURM_TASKS_PER_NODE is unset. "
-                f"Received: {ntasks[0]}={ntasks[1]!r}, {found[0]}={found[1]!r}")
-        counts = [n // len(nodes)] * len(nodes)
-    else:
-        counts = [1] * len(nodes)
-    addresses = [_join(node, port + k) for node, c in zip(nodes, counts)
-                 for k in range(c)]
-    if ntasks is not None and _parse_int(*ntasks) != len(addresses):
-        raise ValueError(
-            f"Invalid SLURM environment: {ntasks[0]}={ntasks[1]!r} but "
-            f"{tpn[0] if tpn else 'the node list'} gives {len(addresses)} "
-            f"task(s). Received: {found[0]}={found[1]!r}")
-    index = None
-    if environ.get("SLURM_PROCID", "").strip():
-        index = _parse_int("SLURM_PROCID", environ["SLURM_PROCID"])
-        if not 0 <= index < len(addresses):
-            raise ValueError(
-                f"Invalid SLURM_PROCID: expected an int in [0, "
-                f"{len(addresses)}). Received: SLURM_PROCID={index}")
-    return ClusterSource(tuple(addresses), index,
-                         f"SLURM {found[0]}={found[1]}")
-
-
-def _parse_int(name: str, text: str) -> int:
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise ValueError(f"Invalid {name}: expected an int. "
-                         f"Received: {name}={text!r}") from None
-    if value < 0:
-        raise ValueError(f"Invalid {name}: expected a non-negative int. "
-                         f"Received: {name}={text!r}")
-    return value
 
 
 # ------------------------------------------------------------ Kubernetes
@@ -426,9 +199,6 @@ def statefulset_cluster(spec: str, replicas: int,
                 f"replicas={replicas}. Received: HOSTNAME={hostname!r}")
     return ClusterSource(tuple(addresses), index, f"StatefulSet {spec}")
 
-
-def _join(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 # ------------------------------------------------------ parameter servers

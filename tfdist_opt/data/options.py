@@ -22,6 +22,7 @@ from tfdist_opt.data import sharding
 AUTO = "auto"
 AUTOTUNE = "autotune"
 CACHE_KINDS = ("none", "memory")  # or a file path prefix
+CORRUPT_RECORDS = ("error", "skip")
 ENV_PREFIX = config_files.ENV_PREFIX + "DATA_"
 
 
@@ -67,6 +68,14 @@ class PipelineOptions(validation.ConfigFields):
         deterministic: bool or None. Element order guarantee (None: TF's
             default, deterministic). `False` lets parallel stages reorder
             elements for speed. Defaults to `None`.
+        corrupt_records: str. What a corrupt or truncated record in a
+            TFRecord file does. `"error"`: the read fails with an error
+            naming the file and how many of its records were read.
+            `"skip"`: the record and the rest of its file are skipped (TF's
+            reader cannot resume inside a file after a bad record), a line
+            on stderr names the file and the number skipped, and records from
+            a second pass over the worker's files fill the epoch so every
+            worker still runs its planned steps. Defaults to `"error"`.
     """
 
     shard_policy: str = AUTO
@@ -83,6 +92,7 @@ class PipelineOptions(validation.ConfigFields):
     private_threadpool_size: int = 0
     autotune_ram_budget: int = 0
     deterministic: bool | None = None
+    corrupt_records: str = "error"
 
     def __post_init__(self):
         validation.check_choice("shard_policy", self.shard_policy, sharding.REQUESTS)
@@ -106,6 +116,8 @@ class PipelineOptions(validation.ConfigFields):
         validation.check_int("autotune_ram_budget", self.autotune_ram_budget, minimum=0)
         if self.deterministic is not None:
             validation.check_bool("deterministic", self.deterministic)
+        validation.check_choice("corrupt_records", self.corrupt_records,
+                                CORRUPT_RECORDS)
 
     @property
     def cache_kind(self) -> str:

@@ -31,6 +31,7 @@ from tfdist_opt import _logging
 from tfdist_opt.data import sharding
 from tfdist_opt.data import sources as sources_lib
 from tfdist_opt.data import tfds_source
+from tfdist_opt.data import tfrecord_files
 from tfdist_opt.data.options import AUTO
 from tfdist_opt.data.options import AUTOTUNE
 from tfdist_opt.data.options import PipelineOptions
@@ -172,7 +173,7 @@ def worker_dataset(source: Any, input_context: tf.distribute.InputContext,
             files, source.compression_type)
         shard_plan = sharding.plan_shards(files=files, examples_per_file=counts,
                                           **common)
-        ds = _read_tfrecords(shard_plan, source, options)
+        ds = _read_tfrecords(shard_plan, source, options, dict(zip(files, counts)))
     elif isinstance(source, sources_lib.ArraySource):
         shard_plan = sharding.plan_shards(num_examples=source.num_examples,
                                           **common)
@@ -238,9 +239,12 @@ def count_records(files: list[str], compression_type: str | None = None
 
 def _read_tfrecords(shard_plan: sharding.ShardPlan,
                     source: sources_lib.TFRecordSource,
-                    options: PipelineOptions) -> tf.data.Dataset:
-    files = tf.data.Dataset.from_tensor_slices(list(shard_plan.files))
-    n = len(shard_plan.files)
+                    options: PipelineOptions,
+                    counts: dict[str, int]) -> tf.data.Dataset:
+    names = list(shard_plan.files)
+    files = tf.data.Dataset.from_tensor_slices(
+        (names, [int(counts[f]) for f in names]))
+    n = len(names)
     if shard_plan.policy == sharding.DATA:
         # Every worker must see the same element order before `shard`, so:
         # no file shuffle, a fixed cycle length, deterministic interleave.
@@ -255,11 +259,21 @@ def _read_tfrecords(shard_plan: sharding.ShardPlan,
         cycle = (options.cycle_length if isinstance(options.cycle_length, int)
                  else tf.data.AUTOTUNE)
         deterministic = None
-    ds = files.interleave(
-        lambda f: tf.data.TFRecordDataset(
-            f, compression_type=source.compression_type or ""),
-        cycle_length=cycle, num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=deterministic)
+
+    def read_all():
+        return files.interleave(
+            lambda f, count: tfrecord_files.read_file(
+                f, count, source.compression_type or "",
+                options.corrupt_records),
+            cycle_length=cycle, num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=deterministic)
+
+    ds = read_all()
+    if options.corrupt_records == "skip":
+        # Records skipped are replaced from a second pass (read only if the
+        # first falls short), so `take(examples_kept)` still fills the epoch
+        # and every worker runs its planned steps.
+        ds = ds.concatenate(read_all())
     if shard_plan.policy == sharding.DATA:
         ds = ds.shard(shard_plan.num_workers, shard_plan.worker_index)
     return ds

@@ -7,7 +7,7 @@ TensorFlow bindings, imported on use: `allreduce` (compressed, bucketed
 all-reduce), `accumulation` (local accumulation, one all-reduce per k),
 `autotune` (measured pack-size search), `timing` (time a collective, agree
 across workers), `keras_binding` (binds options to the optimizers created
-in a strategy's scope), `hooks` (the per-optimizer subclass), `upstream`
+in a strategy's scope), `fit_length` (grad_accum against a fit's length), `hooks` (the per-optimizer subclass), `upstream`
 (the Keras internals they rely on, checked).
 """
 

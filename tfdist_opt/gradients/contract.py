@@ -93,12 +93,12 @@ def check_updates_per_fit(grad_accum: int, steps_per_epoch: int | None,
     (train steps), counted across epochs. A fit of `epochs - initial_epoch`
     epochs of `steps_per_epoch` steps that runs fewer than k steps applies
     no update unless it resumes a cycle (partial sums restored from a
-    checkpoint); `pending_micro_steps` counts those when known. This is a
-    warning, not an error, because Keras restores optimizer state lazily
-    (after `fit` has distributed its data), so a resumed cycle cannot always
-    be seen here. Also warns when an epoch is shorter than k (updates then
-    straddle epoch boundaries). `steps_per_epoch=None` (unknown length)
-    checks nothing.
+    checkpoint); `pending_micro_steps` counts those. The line for that case
+    starts with "Invalid value"; `tfdist_opt.gradients.fit_length` raises it
+    when the length is known before step 1 (it checks after the fit's
+    callbacks restored any backup) and warns with it otherwise. Also says
+    when an epoch is shorter than k (updates then straddle epoch
+    boundaries). `steps_per_epoch=None` (unknown length) checks nothing.
     """
     if steps_per_epoch is None or steps_per_epoch < 0 or grad_accum <= 1:
         return None

@@ -32,20 +32,20 @@ optimizers reduce through `tf.distribute` as usual.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import threading
-import warnings
 
 from absl import logging
 import tensorflow as tf
 
 from tfdist_opt.gradients import contract
+from tfdist_opt.gradients import fit_length
 from tfdist_opt.gradients import hooks
 from tfdist_opt.gradients import upstream
 from tfdist_opt.gradients.options import GradientOptions
 
 BINDING_ATTR = "_tfdist_gradient_binding"
-_WRAPPED = ("scope", "experimental_distribute_dataset")
+_WRAPPED = ("scope", "experimental_distribute_dataset",
+            "distribute_datasets_from_function")
 
 
 class GradientBinding:
@@ -183,25 +183,11 @@ def _wrap_scope(strategy, binding: GradientBinding) -> None:
 
 
 def _wrap_distribute_dataset(strategy, k: int) -> None:
-    """Checks the batch contract when `fit` distributes the dataset."""
+    """Logs the batch contract when a dataset is distributed, and makes every
+    distributed dataset check `fit`'s length against `k` (`fit_length`)."""
     original = strategy.experimental_distribute_dataset
 
     def experimental_distribute_dataset(dataset, options=None):
-        fit = _calling_fit()
-        if fit is not None:
-            try:
-                card = int(dataset.cardinality())
-            except (AttributeError, TypeError, ValueError):
-                card = -1
-            steps = fit.get("steps_per_epoch") or (card if card >= 0 else None)
-            line = contract.check_updates_per_fit(
-                k, steps, int(fit.get("epochs") or 1),
-                int(fit.get("initial_epoch") or 0),
-                pending_micro_steps=fit.get("pending") or 0)
-            if line:
-                logging.warning(line)
-                if line.startswith("Invalid value"):
-                    warnings.warn(line, UserWarning, stacklevel=2)
         batch = _static_batch(dataset)
         if batch is not None:
             n = strategy.num_replicas_in_sync
@@ -214,45 +200,7 @@ def _wrap_distribute_dataset(strategy, k: int) -> None:
         return original(dataset, options)
 
     strategy.experimental_distribute_dataset = experimental_distribute_dataset
-
-
-def _calling_fit() -> dict | None:
-    """`fit`'s arguments when a Keras `fit` (not evaluate / predict) is
-    distributing its training data; None otherwise.
-
-    Keras gives the strategy no hint which call distributes a dataset, so
-    the caller's frames are inspected (a few levels, first match wins).
-    """
-    frame = inspect.currentframe()
-    frame = frame.f_back.f_back if frame and frame.f_back else None
-    for _ in range(12):
-        if frame is None:
-            return None
-        name = frame.f_code.co_name
-        owner = frame.f_locals.get("self")
-        if name in ("fit", "evaluate", "predict") and hasattr(owner, "train_function"):
-            if name != "fit":
-                return None
-            loc = frame.f_locals
-            return {"epochs": loc.get("epochs"),
-                    "initial_epoch": getattr(owner, "_initial_epoch", None)
-                    or loc.get("initial_epoch"),
-                    "steps_per_epoch": loc.get("steps_per_epoch"),
-                    "pending": _pending_micro_steps(owner)}
-        frame = frame.f_back
-    return None
-
-
-def _pending_micro_steps(model) -> int:
-    """Micro-steps already accumulated by the model's optimizer (resumed mid-cycle)."""
-    optimizer = getattr(model, "optimizer", None)
-    counter = getattr(optimizer, "_iterations", None)
-    if counter is None or not getattr(optimizer, "built", False):
-        return 0
-    try:
-        return int(counter.numpy())
-    except (AttributeError, TypeError, ValueError, RuntimeError):
-        return 0
+    fit_length.watch(strategy, k)
 
 
 def _static_batch(dataset) -> int | None:

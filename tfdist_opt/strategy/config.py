@@ -20,14 +20,14 @@ from typing import Any, Mapping
 
 from tfdist_opt import config_files
 from tfdist_opt import validation
-from tfdist_opt.strategy import kinds
+from tfdist_opt.strategy import kind_names
 from tfdist_opt.strategy import storage_sharing
 
 ENV_PREFIX = config_files.ENV_PREFIX
 CONFIG_FILE_ENV = config_files.CONFIG_FILE_ENV
 DATA_ENV_PREFIX = ENV_PREFIX + "DATA_"
 
-MODES = ("auto",) + kinds.names()
+MODES = ("auto",) + kind_names.names()
 ALL_REDUCE = ("auto", "nccl", "ring", "hierarchical_copy", "reduce_to_one")
 MIXED_PRECISION = ("off", "mixed_float16", "mixed_bfloat16")
 COMPRESSION = ("none", "fp16", "bf16")

@@ -14,42 +14,29 @@ A kind is a module `tfdist_opt.strategy.kinds.<kind value>` with:
 * `build(config, plan, topology) -> tf.distribute.Strategy`: TF objects
   (imports TensorFlow inside the function).
 
-Adding a kind is one module plus one `Kind` member. Pure Python: importing
-this package (or any kind module) does not import TensorFlow.
+Adding a kind is one module plus one `Kind` member (`kind_names`, a leaf
+module so that `StrategyConfig` can name the kinds without importing this
+registry). Pure Python: importing this package (or any kind module) does
+not import TensorFlow.
 """
 
 from __future__ import annotations
 
-import enum
 import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING
+
+from tfdist_opt.strategy.kind_names import Kind
+from tfdist_opt.strategy.kind_names import names
 
 if TYPE_CHECKING:  # pragma: no cover
     from tfdist_opt.strategy.config import StrategyConfig
     from tfdist_opt.strategy.topology import Topology
 
 
-class Kind(str, enum.Enum):
-    """The strategy kinds `opt_strategy()` can build (`StrategyConfig.mode`)."""
-
-    ONE_DEVICE = "one_device"
-    MIRRORED = "mirrored"
-    MULTI_WORKER = "multi_worker"
-    PARAMETER_SERVER = "parameter_server"
-
-    def __str__(self) -> str:  # "mirrored", not "Kind.MIRRORED", in messages
-        return self.value
-
-
 def module(kind: Kind | str) -> ModuleType:
     """The module implementing `kind`."""
     return importlib.import_module(f"{__name__}.{Kind(kind).value}")
-
-
-def names() -> tuple[str, ...]:
-    """Every kind's name, in declaration order."""
-    return tuple(k.value for k in Kind)
 
 
 def select(config: "StrategyConfig", topology: "Topology",
