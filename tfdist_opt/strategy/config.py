@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from tfdist_opt import config_files
 from tfdist_opt import validation
+from tfdist_opt.gradients import powersgd
 from tfdist_opt.strategy import kinds
 
 ENV_PREFIX = config_files.ENV_PREFIX
@@ -29,7 +30,7 @@ DATA_ENV_PREFIX = ENV_PREFIX + "DATA_"
 MODES = ("auto",) + kinds.names()
 ALL_REDUCE = ("auto", "nccl", "ring", "hierarchical_copy", "reduce_to_one")
 MIXED_PRECISION = ("off", "mixed_float16", "mixed_bfloat16")
-COMPRESSION = ("none", "fp16", "bf16")
+COMPRESSION = ("none", "fp16", "bf16", "powersgd")
 
 
 
@@ -66,7 +67,8 @@ class StrategyConfig(validation.ConfigFields):
         jit_compile: bool. Turn on XLA auto-clustering for the process.
             Defaults to `False`.
         compression: str. Gradient compression for the all-reduce:
-            `"none"`, `"fp16"` or `"bf16"`. Defaults to `"none"`.
+            `"none"`, `"fp16"`, `"bf16"` or `"powersgd"` (low-rank factors
+            with error feedback, `powersgd_*` below). Defaults to `"none"`.
         grad_accum: int. Micro-batches accumulated before each all-reduce
             and optimizer step. Defaults to `1` (off).
         startup_timeout_s: float or None. Multi-worker: how long to wait for
@@ -82,6 +84,18 @@ class StrategyConfig(validation.ConfigFields):
         ps_max_shards: int. Parameter-server kind: the most shards per
             variable; `0` means one per ps task, `1` turns sharding off.
             Defaults to `0`.
+        powersgd_rank: int. `compression="powersgd"`: rank R of the
+            low-rank factors P (rows x R) and Q (cols x R) sent instead of
+            each selected gradient matrix. Defaults to `4`.
+        powersgd_start_step: int. Updates all-reduced uncompressed before
+            PowerSGD starts (early training is the most sensitive to
+            compression error). Defaults to `100`.
+        powersgd_min_compression: float. Compress a matrix only when its
+            rank-R factors are at least this many times smaller than it;
+            `0` compresses every matrix. Defaults to `2.0`.
+        powersgd_wire: str. `"none"`, `"bf16"` or `"fp16"`: dtype of the
+            factors (and of the uncompressed rest) on the wire. Defaults
+            to `"none"` (float32).
     """
 
     mode: str = "auto"
@@ -99,6 +113,10 @@ class StrategyConfig(validation.ConfigFields):
     tune_malloc: bool = True
     ps_min_shard_bytes: int = 256 << 10
     ps_max_shards: int = 0
+    powersgd_rank: int = 4
+    powersgd_start_step: int = 100
+    powersgd_min_compression: float = 2.0
+    powersgd_wire: str = "none"
 
     def __post_init__(self):
         validation.check_choice("mode", self.mode, MODES)
@@ -120,6 +138,8 @@ class StrategyConfig(validation.ConfigFields):
         validation.check_bool("tune_malloc", self.tune_malloc)
         validation.check_int("ps_min_shard_bytes", self.ps_min_shard_bytes, minimum=1)
         validation.check_int("ps_max_shards", self.ps_max_shards, minimum=0)
+        powersgd.check_settings(self.powersgd_rank, self.powersgd_start_step,
+                                self.powersgd_min_compression, self.powersgd_wire)
 
     # ------------------------------------------------------------ loading
     @classmethod
