@@ -182,3 +182,30 @@ def test_updates_plus_residual_equal_sum_of_gradients(strategy):
     true = sum(x[i:i + B].T @ y[i:i + B] / (B * OUT) for i in range(0, B * steps, B))
     assert np.abs(residual).max() > 1e-3 * np.abs(true).max()  # compression was lossy
     np.testing.assert_allclose(applied + residual, true, rtol=1e-5, atol=1e-6)
+
+
+def test_parameter_server_and_tf_keras_refuse_powersgd(monkeypatch):
+    import tfdist_opt
+    from tfdist_opt.strategy.plan import plan_strategy
+    from tfdist_opt.strategy.topology import Topology
+
+    cluster = {"chief": ["localhost:2000"], "worker": ["localhost:2001"],
+               "ps": ["localhost:2002"]}
+    with pytest.raises(ValueError, match=r"`grad_accum`/`compression` with mode "
+                       r"parameter_server.*compression='powersgd'"):
+        plan_strategy(StrategyConfig(compression="powersgd"),
+                      Topology(tf_config={"cluster": cluster,
+                                          "task": {"type": "chief", "index": 0}}))
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
+    with pytest.raises(ValueError, match=r"Invalid value for `compression` with tf_keras "
+                       r"\(TF_USE_LEGACY_KERAS=1\).*Received: compression='powersgd'"):
+        tfdist_opt.opt_strategy(cpu_replicas=2, compression="powersgd")
+
+
+def test_info_explains_powersgd(monkeypatch):
+    from tfdist_opt.cli import info
+
+    monkeypatch.setenv("TFDIST_OPT_COMPRESSION", "powersgd")
+    monkeypatch.setenv("TFDIST_OPT_POWERSGD_RANK", "2")
+    text = info.format_text(info.collect())
+    assert "gradients    : PowerSGD rank 2 from update 100" in text

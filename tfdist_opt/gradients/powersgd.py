@@ -68,6 +68,16 @@ def check_settings(rank, start_step, min_compression, wire) -> None:
     validation.check_choice("powersgd_wire", wire, WIRES)
 
 
+def describe_settings(rank, start_step, min_compression, wire) -> str:
+    """One line for `tfdist-opt info`: what `compression="powersgd"` does."""
+    return (f"PowerSGD rank {rank} from update {start_step} (updates before it "
+            f"all-reduce uncompressed); float matrices of rank >= 2 whose rank-"
+            f"{rank} factors are >= {min_compression:g}x smaller send factors P, Q "
+            "(2 all-reduces, error feedback, warm-started Q); biases, small and "
+            "sparse gradients take the packed all-reduce; wire "
+            + ("float32" if wire == "none" else wire))
+
+
 def matrix_shape(shape: Sequence[int | None]) -> tuple[int, int] | None:
     """(rows, cols) a gradient of `shape` is viewed as, or None.
 
