@@ -13,8 +13,8 @@ on every worker of a cluster, once uncompressed and once per rank in
 
 Per variant: held-out accuracy and loss, final training loss (mean of the
 last 20 steps), steps and seconds until the training loss (moving mean of
-20 steps) first reaches `--target_loss`, examples/sec, and the bytes one
-step sends. Wall-clock figures are noise on a shared machine; the
+20 steps) first reaches `--target_loss`, examples/sec, the bytes one step
+sends, and the loss curve (Keras's running mean per step, with seconds). Wall-clock figures are noise on a shared machine; the
 accuracy, loss and step counts are not.
 """
 
@@ -39,7 +39,6 @@ _RANKS = flags.DEFINE_list("ranks", ["1", "2", "4"], "PowerSGD ranks to train.")
 _START = flags.DEFINE_integer("start_step", 0, "powersgd_start_step.")
 _LR = flags.DEFINE_float("learning_rate", 0.05, "SGD learning rate (momentum 0.9).")
 _TARGET = flags.DEFINE_float("target_loss", 0.3, "Training loss to time.")
-_OUTPUT = flags.DEFINE_string("output_json", None, "Where the chief writes results.")
 _SMOOTH = 20
 
 
@@ -138,7 +137,9 @@ def main(argv):
                "steps_to_target": step, "seconds_to_target": seconds,
                "examples_per_sec": global_batch * (len(curve.times) - 10) / timed,
                "wall_s": wall, "dense_bytes_per_step": dense,
-               "sent_bytes_per_step": state.plan.sent_bytes if state else dense}
+               "sent_bytes_per_step": state.plan.sent_bytes if state else dense,
+               "train_loss_running_mean": [round(v, 5) for v in curve.losses],
+               "seconds": [round(v, 3) for v in curve.times]}
         rows.append(row)
         if common.is_chief():
             print(f"{name:18s} acc {test_acc:.4f} loss {test_loss:.4f} "
@@ -155,7 +156,7 @@ def main(argv):
         "learning_rate": _LR.value, "target_loss": _TARGET.value,
         "task": "teacher network (dim-32 tanh-10) argmax labels, generated; "
                 "held-out 4096 examples; student dim-256-256-10"},
-        rows, summary, output_json=_OUTPUT.value)
+        rows, summary, output_json=common.OUTPUT_JSON.value)
 
 if __name__ == "__main__":
     app.run(main)
