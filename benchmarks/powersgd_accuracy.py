@@ -9,13 +9,15 @@ on every worker of a cluster, once uncompressed and once per rank in
 `--steps` updates with PowerSGD from update `--start_step`:
 
     tfdist-opt launch -n 2 -- python benchmarks/powersgd_accuracy.py \
+        --steps=1500 --learning_rate=0.02 --target_loss=1.0 \
         --output_json=benchmarks/results/powersgd_accuracy_2workers.json
 
 Per variant: held-out accuracy and loss, final training loss (mean of the
 last 20 steps), steps and seconds until the training loss (moving mean of
 20 steps) first reaches `--target_loss`, examples/sec, the bytes one step
-sends, and the loss curve (Keras's running mean per step, with seconds). Wall-clock figures are noise on a shared machine; the
-accuracy, loss and step counts are not.
+sends, and the loss curve (Keras's running mean per step, with seconds).
+Wall-clock figures are noise on a shared machine; the accuracy, loss and
+step counts are not (the same command gives the same digits).
 """
 
 from __future__ import annotations
