@@ -20,14 +20,19 @@ Three measurements, all in one run:
   (weights=None)`, built once, never trained): TF defaults (one
   `ReplicaContext.all_reduce` of the list: a single pack), our `auto`
   policy, the measured autotune (every trial in the results, tagged
-  `autotune`), and bf16 / fp16 compression over the tuned packing. The
+  `autotune`), bf16 / fp16 compression over the tuned packing, and
+  PowerSGD at `--powersgd_rank` (`compression="powersgd"` from step 0:
+  error feedback, the P and Q all-reduces, QR, through a real hooked Keras
+  optimizer's state; `sent_bytes` per row is what one step puts on the
+  wire, factors plus the uncompressed rest). The
   cast and concatenation costs are also timed alone (no collective) to
   show where the time goes.
 
 Summary keys: `speedup_malloc` (TF default / the same all-reduce with our
 allocator policy), `speedup_pack` (TF default time / our tuned packing),
 `speedup_bf16` (TF default fp32 time / bf16 with our tuned packing),
-`speedup_bf16_one_pack` (bf16 alone, TF's single pack),
+`speedup_bf16_one_pack` (bf16 alone, TF's single pack), `speedup_powersgd`
+and `powersgd_bytes_ratio` (dense bytes / bytes PowerSGD sends),
 `busbw_fraction_of_loopback` (best sweep busbw / TCP stream bandwidth),
 `tcp_gbps`, `best_busbw_gbps`, `best_busbw_gbps_default_malloc`,
 `best_busbw_gbps_no_mmap` (the sweep also runs with `M_MMAP_MAX=0`: no
@@ -64,6 +69,7 @@ _WARMUP = flags.DEFINE_integer("warmup", 2, "Untimed iterations per setting.")
 _SWEEP_BUDGET = flags.DEFINE_integer(
     "sweep_budget_bytes", 1 << 30,
     "Bytes per sweep size across its timed iterations (at least 3 iterations).")
+_PSGD_RANK = flags.DEFINE_integer("powersgd_rank", 4, "Rank of the PowerSGD row.")
 _MODEL = flags.DEFINE_enum("model", "resnet50", ["resnet50", "small"],
                            "Gradient shapes for the model mode.")
 _TCP_BYTES = flags.DEFINE_integer("tcp_bytes", 1 << 30, "Bytes per TCP trial.")
@@ -145,7 +151,7 @@ def _sweep(strategy, n):
 
 
 # --------------------------------------------------------------- model
-_MODEL_ROWS = 9  # row(...) calls in _model, for the progress line's ETA
+_MODEL_ROWS = 10  # row(...) calls in _model, for the progress line's ETA
 def _model_shapes():
     import keras
 
@@ -226,6 +232,14 @@ def _model(strategy, n, is_chief):
         bytes_per_pack=pack_bpp, compression="fp16")), iters, warmup),
         bytes_per_pack=pack_bpp)
 
+    psgd, psgd_plan = _powersgd(strategy, shapes, iters, warmup)
+    psgd = row(f"ours_powersgd_rank{_PSGD_RANK.value}", psgd,
+               sent_bytes=psgd_plan.sent_bytes, matrices=len(psgd_plan.matrices))
+    for r, sent in ((default, nbytes), (malloc_only, nbytes), (auto, nbytes),
+                    (tuned, nbytes), (bf16_one, nbytes // 2), (bf16, nbytes // 2),
+                    (fp16, nbytes // 2)):
+        r["sent_bytes"] = sent
+
     # Where the time goes: local work alone, no collective.
     row("local_cast_bf16_only", _timer(strategy, lambda: _scalar(
         [tf.cast(g, tf.bfloat16) for g in grads]), iters, warmup))
@@ -238,10 +252,40 @@ def _model(strategy, n, is_chief):
         "speedup_bf16": default["time_s"] / bf16["time_s"],
         "speedup_bf16_one_pack": default["time_s"] / bf16_one["time_s"],
         "speedup_fp16": default["time_s"] / fp16["time_s"],
+        "speedup_powersgd": default["time_s"] / psgd["time_s"],
+        "powersgd_bytes_ratio": nbytes / psgd_plan.sent_bytes,
         "model_bytes": nbytes, "model_tensors": len(grads),
         "autotuned_bytes_per_pack": best,
     }
     return rows, summary
+
+
+def _powersgd(strategy, shapes, iters, warmup):
+    """Times one PowerSGD step over `shapes` through a hooked Keras optimizer."""
+    import keras
+    import tensorflow as tf
+
+    from tfdist_opt.gradients import keras_binding
+    from tfdist_opt.gradients import lowrank
+    from tfdist_opt.gradients.options import GradientOptions
+
+    saved = keras_binding.options_of(strategy)
+    keras_binding.attach(strategy, GradientOptions(
+        compression="powersgd", powersgd_rank=_PSGD_RANK.value, powersgd_start_step=0))
+    try:
+        with strategy.scope():
+            variables = [keras.Variable(tf.zeros(s, d)) for s, d in shapes]
+            opt = keras.optimizers.SGD(0.0)
+            opt.build(variables)
+            rng = [tf.random.stateless_normal(s, [0, i]) for i, (s, _) in enumerate(shapes)]
+    finally:
+        keras_binding.attach(strategy, saved or GradientOptions())
+    pairs = [v.value for v in variables]
+
+    def step():
+        return _scalar([g for g, _ in opt._all_reduce_sum_gradients(list(zip(rng, pairs)))])
+
+    return _timer(strategy, step, iters, warmup), lowrank.state_of(opt).plan
 
 
 def _numel(shape):

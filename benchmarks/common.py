@@ -216,11 +216,13 @@ def define_strategy_flags() -> Callable[[], Any]:
     """
     from absl import app  # pylint: disable=g-import-not-at-top
 
+    from tfdist_opt.gradients import powersgd  # pylint: disable=g-import-not-at-top
     from tfdist_opt.strategy import config as config_lib  # pylint: disable=g-import-not-at-top
 
     choices = {"mode": config_lib.MODES, "all_reduce": config_lib.ALL_REDUCE,
                "mixed_precision": config_lib.MIXED_PRECISION,
-               "compression": config_lib.COMPRESSION}
+               "compression": config_lib.COMPRESSION,
+               "powersgd_wire": powersgd.WIRES}
     config_flag = flags.DEFINE_string(
         "config", None, "StrategyConfig file (.json/.toml) or preset name from "
         "configs/ (e.g. multi_worker_ring_cpu).")
@@ -233,7 +235,7 @@ def define_strategy_flags() -> Callable[[], Any]:
             holders[name] = flags.DEFINE_boolean(name, None, doc)
         elif kind == "int":
             holders[name] = flags.DEFINE_integer(name, None, doc)
-        elif kind == "float | None":
+        elif kind in ("float | None", "float"):
             holders[name] = flags.DEFINE_float(name, None, doc)
         elif kind == "int | str":  # bytes_per_pack: an int or "auto"
             holders[name] = flags.DEFINE_string(name, None, doc + ": int or auto")

@@ -66,8 +66,25 @@ def result_row(run, args, inputs, replicas: int, workers: int) -> dict[str, Any]
             "timed_batches": args.per_round * args.rounds, "replicas": replicas,
             "workers": workers, "params": run.model.count_params(),
             "wall_s": run.wall_s,
+            **_bytes_per_step(run.model),
             "round_medians": [round(m, 2) for m in run.round_medians],
             **stats.to_dict()}
+
+
+def _bytes_per_step(model) -> dict[str, Any]:
+    """Gradient bytes one step sends (PowerSGD: factors + uncompressed rest)."""
+    from tfdist_opt.gradients import lowrank  # pylint: disable=g-import-not-at-top
+
+    state = lowrank.state_of(getattr(model, "optimizer", None))
+    if state is None:
+        return {}
+    o = state.options
+    return {"powersgd": {"rank": o.powersgd_rank, "start_step": o.powersgd_start_step,
+                         "min_compression": o.powersgd_min_compression,
+                         "wire": o.powersgd_wire,
+                         "matrices": len(state.plan.matrices)},
+            "dense_bytes_per_step": state.plan.dense_bytes,
+            "sent_bytes_per_step": state.plan.sent_bytes}
 
 
 def summarize(medians: dict[str, float], compare: str) -> dict[str, float]:

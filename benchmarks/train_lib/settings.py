@@ -26,6 +26,10 @@ BASELINE_DOC = (
     "parallel map, no prefetch)")
 
 
+PSGD_FIELDS = ("powersgd_rank", "powersgd_start_step", "powersgd_min_compression",
+               "powersgd_wire")
+
+
 @dataclasses.dataclass(frozen=True)
 class Setting:
     """One measured configuration (a row of the results)."""
@@ -38,10 +42,14 @@ class Setting:
     mixed_precision: str = "off"
     jit_compile: bool = False
     tune_malloc: bool = False
+    # compression="powersgd" only: (rank, start_step, min_compression, wire).
+    powersgd: tuple = ()
 
     def describe(self) -> str:
+        psgd = (f" {dict(zip(PSGD_FIELDS, self.powersgd))}"
+                if self.compression == "powersgd" and self.powersgd else "")
         return (f"input={self.pipeline}, bytes_per_pack={self.bytes_per_pack}, "
-                f"compression={self.compression}, grad_accum={self.grad_accum}, "
+                f"compression={self.compression}{psgd}, grad_accum={self.grad_accum}, "
                 f"mixed_precision={self.mixed_precision}, "
                 f"jit_compile={self.jit_compile}, tune_malloc={self.tune_malloc}")
 
@@ -105,7 +113,11 @@ def opt_setting(cfg, multi_worker: bool) -> Setting:
     """The configured setup: what `opt_strategy(cfg)` does."""
     return Setting("opt", "tfdist_opt", cfg.bytes_per_pack, cfg.compression,
                    cfg.grad_accum, cfg.mixed_precision, cfg.jit_compile,
-                   cfg.tune_malloc and multi_worker)
+                   cfg.tune_malloc and multi_worker, _powersgd(cfg))
+
+
+def _powersgd(cfg) -> tuple:
+    return tuple(getattr(cfg, f) for f in PSGD_FIELDS)
 
 
 def plan_settings(cfg, compare: str, multi_worker: bool | None = None
@@ -116,7 +128,7 @@ def plan_settings(cfg, compare: str, multi_worker: bool | None = None
     opt = opt_setting(cfg, multi_worker)
     if compare in ("none", "peer"):  # peers run in their own processes
         return [opt]
-    base = Setting("baseline", "naive")
+    base = Setting("baseline", "naive", powersgd=_powersgd(cfg))
     settings = [base]
     if compare == "ablation":
         single = [("+tf.data", {"pipeline": "tfdist_opt"}),
@@ -157,4 +169,5 @@ def gradient_options(setting: Setting):
 
     return GradientOptions(bytes_per_pack=setting.bytes_per_pack,
                            compression=setting.compression,
-                           grad_accum=setting.grad_accum, via_hook=True)
+                           grad_accum=setting.grad_accum, via_hook=True,
+                           **dict(zip(PSGD_FIELDS, setting.powersgd)))

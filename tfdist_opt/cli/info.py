@@ -103,6 +103,9 @@ def format_text(info: dict[str, Any]) -> str:
             f"collectives  : {s['collective_implementation'] or 'none (one device)'}",
             "why          : " + "; ".join(s["why"]),
         ]
+    grads = _gradients_line(info.get("config") or {})
+    if grads:
+        lines.append(f"gradients    : {grads}")
     lines += [f"warning      : {w}" for w in s["warnings"]]
     sharing = (info.get("config") or {}).get("storage_sharing")
     if sharing and role is not None:
@@ -110,6 +113,17 @@ def format_text(info: dict[str, Any]) -> str:
     lines.append("presets      : " + (", ".join(
         os.path.basename(p) for p in info["presets"]) or "none"))
     return "\n".join(lines)
+
+
+def _gradients_line(cfg: dict[str, Any]) -> str | None:
+    """What the gradient path does with this config, when not the default."""
+    from tfdist_opt.gradients import powersgd
+
+    if cfg.get("compression") == "powersgd":
+        return powersgd.describe_settings(
+            cfg["powersgd_rank"], cfg["powersgd_start_step"],
+            cfg["powersgd_min_compression"], cfg["powersgd_wire"])
+    return None
 
 
 def main(argv: list[str]) -> int:

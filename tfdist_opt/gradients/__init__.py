@@ -2,9 +2,11 @@
 
 Pure modules (no TensorFlow): `options` (`GradientOptions`), `packing`
 (bucket policy, autotune grid), `precision` (what compression touches and
-its error bound), `contract` (the batch contract under accumulation).
+its error bound), `contract` (the batch contract under accumulation),
+`powersgd` (which matrices PowerSGD compresses, bytes per step).
 TensorFlow bindings, imported on use: `allreduce` (compressed, bucketed
 all-reduce), `accumulation` (local accumulation, one all-reduce per k),
+`lowrank` (the PowerSGD stage: state variables, factor all-reduces),
 `autotune` (measured pack-size search), `timing` (time a collective, agree
 across workers), `keras_binding` (binds options to the optimizers created
 in a strategy's scope), `fit_length` (grad_accum against a fit's length), `hooks` (the per-optimizer subclass), `upstream`

@@ -59,6 +59,7 @@ import contextlib
 import tensorflow as tf
 
 from tfdist_opt.gradients import allreduce
+from tfdist_opt.gradients import lowrank
 
 ACCUMULATORS_ATTR = "_tfdist_accumulators"
 ACCUMULATOR_NAME = "tfdist_accumulator"
@@ -123,26 +124,41 @@ def accumulate_and_apply(optimizer, grads, trainable_variables, state) -> tf.Ten
     new = [a.read_value() + tf.cast(tf.convert_to_tensor(g), a.dtype)
            for a, g in zip(accs, grads)]
     strategy = optimizer._distribution_strategy
-    wire, metas = allreduce.compress_all(new, options,
+    # PowerSGD (compression="powersgd") takes its matrices raw, once per
+    # update; everything else is cast here, in the replica context.
+    psgd = lowrank.state_of(optimizer) if options.is_powersgd else None
+    index = [optimizer._get_variable_index(v) for v in trainable_variables]
+    low = [i for i, x in enumerate(index) if psgd and x in psgd.entries]
+    rest = [i for i in range(len(new)) if i not in set(low)]
+    wire, metas = allreduce.compress_all([new[i] for i in rest], options,
                                          strategy.num_replicas_in_sync)
     tvars = [getattr(v, "value", v) for v in trainable_variables]
     micro_steps = optimizer._iterations
 
-    def cross_replica_step(distribution, wire):
+    def cross_replica_step(distribution, wire, raw):
         step = tf.convert_to_tensor(micro_steps) + 1
 
         def update():
-            reduced = allreduce.cross_replica_reduce_sum(
-                distribution, wire, tvars, options,
-                tuned=state.tuned_bytes_per_pack)
+            reduced = [None] * len(tvars)
+            for i, r, meta in zip(rest, allreduce.cross_replica_reduce_sum(
+                    distribution, wire, [tvars[i] for i in rest], options,
+                    tuned=state.tuned_bytes_per_pack), metas):
+                reduced[i] = (r, meta)
+            if low:
+                for i, r in zip(low, lowrank.apply(
+                        distribution, list(raw),
+                        [psgd.entries[index[i]] for i in low], step // k - 1,
+                        options)):
+                    reduced[i] = (r, None)
             optimizer._apply_weight_decay(trainable_variables)
             lr = optimizer.learning_rate
 
             def apply_one(var, r, meta):
-                g = allreduce.decompress(r, meta) / tf.cast(k, meta.dtype)
+                g = r if meta is None else allreduce.decompress(r, meta)
+                g = g / tf.cast(k, g.dtype)
                 optimizer.update_step(_clip(optimizer, g), var, lr)
 
-            for r, v, meta in zip(reduced, tvars, metas):
+            for (r, meta), v in zip(reduced, tvars):
                 distribution.extended.update(v, apply_one, args=(r, meta),
                                              group=False)
             return tf.constant(True)
@@ -151,7 +167,7 @@ def accumulate_and_apply(optimizer, grads, trainable_variables, state) -> tf.Ten
                        lambda: tf.constant(False))
 
     applied = tf.distribute.get_replica_context().merge_call(
-        cross_replica_step, args=(wire,))
+        cross_replica_step, args=(wire, tuple(new[i] for i in low)))
     for a, v in zip(accs, new):
         a.assign(tf.where(applied, tf.zeros_like(v), v))
     return applied

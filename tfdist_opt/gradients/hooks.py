@@ -18,8 +18,9 @@ What the overrides do (the upstream methods they rely on are checked by
 * `_all_reduce_sum_gradients`: compression + packing
   (`allreduce.all_reduce_sum`) in place of one plain
   `ReplicaContext.all_reduce`.
-* `build`: upstream `build`, then the accumulators (`grad_accum > 1`) and
-  the pack-size autotune (`bytes_per_pack="auto"`, multi-worker).
+* `build`: upstream `build`, then the accumulators (`grad_accum > 1`),
+  the PowerSGD state (`compression="powersgd"`, `lowrank.init`) and the
+  pack-size autotune (`bytes_per_pack="auto"`, multi-worker).
 * `_backend_apply_gradients` (`grad_accum > 1`): local accumulation and
   one all-reduce + update every k-th micro-step (`accumulation`), instead
   of Keras's `gradient_accumulation_steps` branch, which fails under
@@ -44,6 +45,7 @@ import tensorflow as tf
 
 from tfdist_opt.gradients import accumulation
 from tfdist_opt.gradients import allreduce
+from tfdist_opt.gradients import lowrank
 from tfdist_opt.gradients.options import GradientOptions
 
 STATE_ATTR = "_tfdist_gradients"
@@ -83,6 +85,8 @@ class GradientHooks:
         if state.grad_accum > 1:
             accumulation.create_accumulators(self, self._trainable_variables)
         options = state.options
+        if options.is_powersgd:
+            lowrank.init(self, self._trainable_variables, options)
         if options.bytes_per_pack == "auto" and options.autotune:
             tune = getattr(state.binding, "tuned_pack_size", None)
             if tune is not None:
@@ -93,6 +97,10 @@ class GradientHooks:
         if state is None or tf.distribute.get_replica_context() is None:
             return super()._all_reduce_sum_gradients(grads_and_vars)
         grads_and_vars = list(grads_and_vars)
+        if state.options.is_powersgd:
+            return lowrank.all_reduce_sum(self, grads_and_vars,
+                                          lowrank.state_of(self),
+                                          tuned=state.tuned_bytes_per_pack)
         reduced = allreduce.all_reduce_sum(
             [g for g, _ in grads_and_vars], state.options,
             self._distribution_strategy, tuned=state.tuned_bytes_per_pack)

@@ -12,13 +12,21 @@ The gradient path, in order, for every optimizer step (one *micro*-step when
                 -> compress (cast to fp16/bf16, fp16 pre-divided by n)
                 -> pack into buckets -> all-reduce SUM (one collective per bucket)
                 -> decompress (cast back, x n) -> / k (mean) -> optimizer update
+
+With `compression="powersgd"` the matrices chosen by `powersgd.plan` take
+the low-rank stage (`lowrank`: error feedback, P all-reduce, QR, Q
+all-reduce) in place of the cast, from update `powersgd_start_step` on;
+the rest of the step's gradients take the path above (cast to
+`powersgd_wire`), in the same step.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-COMPRESSIONS = ("none", "fp16", "bf16")
+from tfdist_opt.gradients import powersgd
+
+COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
 # Bytes per element of the wire dtype, and of the dtypes we never compress.
 WIRE_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
 
@@ -52,6 +60,18 @@ class GradientOptions:
             `CommunicationOptions`, which are bound when the strategy is
             created (for a strategy that must keep TF's defaults, e.g. a
             benchmark's baseline in the same process). Defaults to `False`.
+        powersgd_rank: int. `compression="powersgd"`: rank R of the
+            factors (each matrix uses min(R, rows, cols)). Defaults to `4`.
+        powersgd_start_step: int. Updates run uncompressed before PowerSGD
+            starts. Defaults to `100`.
+        powersgd_min_compression: float. Compress a matrix only when its
+            factors are at least this many times smaller (0: every matrix).
+            Defaults to `2.0`.
+        powersgd_wire: str. `"none"`, `"bf16"` or `"fp16"`: the dtype the
+            factors and the uncompressed rest travel in. Defaults to
+            `"none"` (float32).
+        powersgd_seed: int. Seed of the first Q, shared by every replica.
+            Defaults to `0`.
 
     Raises:
         ValueError: a value outside the ranges above.
@@ -64,6 +84,11 @@ class GradientOptions:
     autotune: bool = True
     autotune_csv: str | None = None
     via_hook: bool = False
+    powersgd_rank: int = powersgd.DEFAULT_RANK
+    powersgd_start_step: int = powersgd.DEFAULT_START_STEP
+    powersgd_min_compression: float = powersgd.DEFAULT_MIN_COMPRESSION
+    powersgd_wire: str = "none"
+    powersgd_seed: int = 0
 
     def __post_init__(self):
         bpp = self.bytes_per_pack
@@ -82,11 +107,20 @@ class GradientOptions:
             raise ValueError(
                 "Invalid value for `grad_accum`: expected a positive int. "
                 f"Received: grad_accum={k!r}")
+        powersgd.check_settings(self.powersgd_rank, self.powersgd_start_step,
+                                self.powersgd_min_compression,
+                                self.powersgd_wire)
 
     @property
     def wire_dtype(self) -> str | None:
         """Name of the dtype float gradients travel in, or None."""
+        if self.is_powersgd:
+            return WIRE_DTYPES.get(self.powersgd_wire)
         return WIRE_DTYPES.get(self.compression)
+
+    @property
+    def is_powersgd(self) -> bool:
+        return self.compression == "powersgd"
 
     @property
     def is_default(self) -> bool:
@@ -104,4 +138,8 @@ class GradientOptions:
         """From a `tfdist_opt.StrategyConfig` (duck-typed: no import)."""
         return cls(bytes_per_pack=config.bytes_per_pack,
                    compression=config.compression,
-                   grad_accum=config.grad_accum)
+                   grad_accum=config.grad_accum,
+                   powersgd_rank=config.powersgd_rank,
+                   powersgd_start_step=config.powersgd_start_step,
+                   powersgd_min_compression=config.powersgd_min_compression,
+                   powersgd_wire=config.powersgd_wire)

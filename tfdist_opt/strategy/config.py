@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from tfdist_opt import config_files
 from tfdist_opt import validation
+from tfdist_opt.gradients import powersgd
 from tfdist_opt.strategy import kind_names
 from tfdist_opt.strategy import storage_sharing
 
@@ -30,7 +31,7 @@ DATA_ENV_PREFIX = ENV_PREFIX + "DATA_"
 MODES = ("auto",) + kind_names.names()
 ALL_REDUCE = ("auto", "nccl", "ring", "hierarchical_copy", "reduce_to_one")
 MIXED_PRECISION = ("off", "mixed_float16", "mixed_bfloat16")
-COMPRESSION = ("none", "fp16", "bf16")
+COMPRESSION = ("none", "fp16", "bf16", "powersgd")
 STORAGE_SHARING = storage_sharing.MODES
 
 
@@ -68,7 +69,8 @@ class StrategyConfig(validation.ConfigFields):
         jit_compile: bool. Turn on XLA auto-clustering for the process.
             Defaults to `False`.
         compression: str. Gradient compression for the all-reduce:
-            `"none"`, `"fp16"` or `"bf16"`. Defaults to `"none"`.
+            `"none"`, `"fp16"`, `"bf16"` or `"powersgd"` (low-rank factors
+            with error feedback, `powersgd_*` below). Defaults to `"none"`.
         grad_accum: int. Micro-batches accumulated before each all-reduce
             and optimizer step. Defaults to `1` (off).
         startup_timeout_s: float or None. Multi-worker: how long to wait for
@@ -91,6 +93,18 @@ class StrategyConfig(validation.ConfigFields):
             its own copy. `"shared"`: every worker sees the same storage,
             only the chief writes (no probe). `"per_worker"`: every worker
             writes its own copy (no probe). Defaults to `"auto"`.
+        powersgd_rank: int. `compression="powersgd"`: rank R of the
+            low-rank factors P (rows x R) and Q (cols x R) sent instead of
+            each selected gradient matrix. Defaults to `4`.
+        powersgd_start_step: int. Updates all-reduced uncompressed before
+            PowerSGD starts (early training is the most sensitive to
+            compression error). Defaults to `100`.
+        powersgd_min_compression: float. Compress a matrix only when its
+            rank-R factors are at least this many times smaller than it;
+            `0` compresses every matrix. Defaults to `2.0`.
+        powersgd_wire: str. `"none"`, `"bf16"` or `"fp16"`: dtype of the
+            factors (and of the uncompressed rest) on the wire. Defaults
+            to `"none"` (float32).
     """
 
     mode: str = "auto"
@@ -109,6 +123,10 @@ class StrategyConfig(validation.ConfigFields):
     ps_min_shard_bytes: int = 256 << 10
     ps_max_shards: int = 0
     storage_sharing: str = "auto"
+    powersgd_rank: int = 4
+    powersgd_start_step: int = 100
+    powersgd_min_compression: float = 2.0
+    powersgd_wire: str = "none"
 
     def __post_init__(self):
         validation.check_choice("mode", self.mode, MODES)
@@ -132,6 +150,8 @@ class StrategyConfig(validation.ConfigFields):
         validation.check_int("ps_max_shards", self.ps_max_shards, minimum=0)
         validation.check_choice("storage_sharing", self.storage_sharing,
                                 STORAGE_SHARING)
+        powersgd.check_settings(self.powersgd_rank, self.powersgd_start_step,
+                                self.powersgd_min_compression, self.powersgd_wire)
 
     # ------------------------------------------------------------ loading
     @classmethod

@@ -1,0 +1,211 @@
+"""PowerSGD (compression="powersgd"): the plan, and Keras `fit` on 2 virtual CPU replicas.
+
+What each test proves:
+* plan: which gradients are compressed (rank >= 2 floats whose factors are
+  >= C times smaller; C=0 every matrix; conv kernels as [prod(leading), last];
+  IndexedSlices never), and the bytes a step sends;
+* settings: bad values get the named error (GradientOptions, StrategyConfig,
+  environment), before anything runs;
+* full rank (R >= min(n, m), C=0) equals uncompressed training to rel 1e-5,
+  from step 0 and with a start step (the tf.cond path), and with grad_accum
+  (compressed once per update);
+* rank 1: the weights really differ from uncompressed, and the sum of the
+  applied updates plus the final residual (error buffers, summed over
+  replicas) equals the sum of the true gradients (linear loss: its gradient
+  does not depend on the weights) -- it fails without error feedback;
+* the state is optimizer variables: error buffers ON_READ SUM, Q mirrored and
+  equal to a seeded draw;
+* bf16 factors: close to fp32 factors, not equal; mixed_float16 trains.
+"""
+
+import numpy as np
+import pytest
+import keras
+import tensorflow as tf
+
+from tfdist_opt.gradients import keras_binding
+from tfdist_opt.gradients import lowrank
+from tfdist_opt.gradients import powersgd
+from tfdist_opt.gradients.options import GradientOptions
+from tfdist_opt.strategy.config import StrategyConfig
+
+
+def _psgd(**kw):
+    kw.setdefault("powersgd_min_compression", 0)
+    kw.setdefault("powersgd_start_step", 0)
+    return GradientOptions(compression="powersgd", **kw)
+
+
+# ------------------------------------------------------------------ pure
+def test_plan_selects_matrices_and_counts_bytes():
+    shapes = [(3, 3, 16, 32), (32,), (512, 10), (4, 3), (1000, 8)]
+    p = powersgd.plan(shapes, ["float32", "float32", "float32", "float32", "int32"],
+                      rank=4, min_compression=2.0)
+    assert [(m.index, m.rows, m.cols, m.rank) for m in p.matrices] == [
+        (0, 144, 32, 4), (2, 512, 10, 4)]
+    assert p.rest == (1, 3, 4)
+    assert p.dense_bytes == 4 * (144 * 32 + 32 + 5120 + 12 + 8000)
+    assert p.sent_bytes == 4 * ((144 + 32) * 4 + 32 + (512 + 10) * 4 + 12 + 8000)
+    every = powersgd.plan(shapes[:4], ["float32"] * 4, rank=8, min_compression=0)
+    assert [(m.index, m.rank) for m in every.matrices] == [(0, 8), (2, 8), (3, 3)]
+    sparse = powersgd.plan([(100, 100)], ["float32"], 1, 0, sparse=[True])
+    assert sparse.matrices == () and sparse.rest == (0,)
+    bf16 = powersgd.plan(shapes[:1], ["float32"], 4, 2.0, wire="bf16")
+    assert bf16.sent_bytes == 2 * (144 + 32) * 4
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(powersgd_rank=0), "powersgd_rank"),
+    (dict(powersgd_start_step=-1), "powersgd_start_step"),
+    (dict(powersgd_min_compression=-0.5), "powersgd_min_compression"),
+    (dict(powersgd_wire="int8"), "powersgd_wire"),
+])
+def test_bad_settings_are_named(kw, field):
+    for make in (GradientOptions, StrategyConfig):
+        with pytest.raises(ValueError, match=f"Invalid value for `{field}`.*Received: {field}="):
+            make(compression="powersgd", **kw)
+
+
+def test_settings_from_environment():
+    cfg = StrategyConfig.load(environ={
+        "TFDIST_OPT_COMPRESSION": "powersgd", "TFDIST_OPT_POWERSGD_RANK": "2",
+        "TFDIST_OPT_POWERSGD_START_STEP": "10",
+        "TFDIST_OPT_POWERSGD_MIN_COMPRESSION": "0",
+        "TFDIST_OPT_POWERSGD_WIRE": "bf16"})
+    opts = GradientOptions.from_config(cfg)
+    assert (opts.powersgd_rank, opts.powersgd_start_step, opts.powersgd_min_compression,
+            opts.wire_dtype) == (2, 10, 0.0, "bfloat16")
+
+
+# --------------------------------------------------- 2 virtual replicas
+XS = (4, 4, 2)
+
+
+def _data(n=128):
+    rng = np.random.default_rng(0)
+    return (rng.normal(size=(n, *XS)).astype("float32"),
+            rng.normal(size=(n, 3)).astype("float32"))
+
+
+def _fit(strategy, options, steps=4, k=1, dtype=None):
+    """Conv (kernel viewed as 18 x 4) + Dense (16 x 3), batch 32 per update."""
+    keras_binding.attach(strategy, options)
+    keras.utils.set_random_seed(1)
+    x, y = _data()
+    with strategy.scope():
+        model = keras.Sequential([
+            keras.Input(XS), keras.layers.Conv2D(4, 3, activation="tanh", dtype=dtype),
+            keras.layers.Flatten(dtype=dtype), keras.layers.Dense(3, dtype=dtype)])
+        opt = keras.optimizers.SGD(0.1)
+        if dtype == "mixed_float16":
+            opt = keras.optimizers.LossScaleOptimizer(opt)
+        model.compile(opt, "mse")
+    if steps:
+        model.fit(x[:32 * steps], y[:32 * steps], batch_size=32 // k, epochs=1,
+                  shuffle=False, verbose=0)
+    return model
+
+
+def _max_rel(a, b):
+    return max(float(np.abs(x - y).max() / (np.abs(y).max() + 1e-30))
+               for x, y in zip(a, b))
+
+
+@pytest.fixture(scope="module")
+def plain(strategy):
+    return _fit(strategy, GradientOptions()).get_weights()
+
+
+@pytest.mark.parametrize("start", [0, 2])
+def test_full_rank_equals_uncompressed(strategy, plain, start):
+    model = _fit(strategy, _psgd(powersgd_rank=8, powersgd_start_step=start))
+    state = lowrank.state_of(model.optimizer)
+    assert [(m.rows, m.cols, m.rank) for m in state.plan.matrices] == [(18, 4, 4), (16, 3, 3)]
+    assert _max_rel(model.get_weights(), plain) <= 1e-5
+    for e in state.entries.values():
+        assert e.error.value.synchronization == tf.VariableSynchronization.ON_READ
+        assert any(e.error is v for v in model.optimizer.variables)
+        assert any(e.q is v for v in model.optimizer.variables)
+
+
+def test_full_rank_with_grad_accum_compresses_once_per_update(strategy):
+    ref = _fit(strategy, GradientOptions(grad_accum=2), k=2)
+    model = _fit(strategy, _psgd(powersgd_rank=8, powersgd_start_step=1, grad_accum=2), k=2)
+    assert int(model.optimizer.iterations.numpy()) == 4
+    assert _max_rel(model.get_weights(), ref.get_weights()) <= 1e-5
+
+
+def test_low_rank_differs_and_bf16_factors_stay_close(strategy, plain):
+    r1 = _fit(strategy, _psgd(powersgd_rank=1))
+    assert _max_rel(r1.get_weights(), plain) > 1e-2
+    full = _fit(strategy, _psgd(powersgd_rank=8)).get_weights()
+    bf16 = _fit(strategy, _psgd(powersgd_rank=8, powersgd_wire="bf16")).get_weights()
+    w0 = _fit(strategy, GradientOptions(), steps=0).get_weights()
+    d_full = [a - b for a, b in zip(full, w0)]
+    d_bf16 = [a - b for a, b in zip(bf16, w0)]
+    assert 0 < _max_rel(d_bf16, d_full) <= 0.05  # a few bf16 roundings per step
+
+
+def test_mixed_float16_full_rank(strategy):
+    ref = _fit(strategy, GradientOptions(), dtype="mixed_float16")
+    model = _fit(strategy, _psgd(powersgd_rank=8), dtype="mixed_float16")
+    assert _max_rel(model.get_weights(), ref.get_weights()) <= 1e-3  # fp16 compute
+
+
+def test_q_starts_from_the_shared_seed(strategy):
+    model = _fit(strategy, _psgd(powersgd_rank=2, powersgd_start_step=100), steps=1)
+    for j, e in enumerate(lowrank.state_of(model.optimizer).entries.values()):
+        want = np.random.default_rng([0, j]).standard_normal((e.matrix.cols, 2))
+        for q in strategy.experimental_local_results(e.q.value):
+            np.testing.assert_array_equal(q.numpy(), want.astype("float32"))
+
+
+IN, OUT, LR, B = 12, 8, 0.1, 16
+
+
+def test_updates_plus_residual_equal_sum_of_gradients(strategy):
+    """Error feedback keeps what compression dropped: nothing is lost."""
+    steps, start = 5, 2
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(B * steps, IN)).astype("float32")
+    y = rng.normal(size=(B * steps, OUT)).astype("float32")
+    keras_binding.attach(strategy, _psgd(powersgd_rank=1, powersgd_start_step=start))
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((IN,)), keras.layers.Dense(OUT, use_bias=False)])
+        model.compile(keras.optimizers.SGD(LR),
+                      lambda t, p: keras.ops.mean(t * p, axis=-1))  # linear in weights
+    w0 = model.get_weights()[0]
+    model.fit(x, y, batch_size=B, epochs=1, shuffle=False, verbose=0)
+    applied = (w0 - model.get_weights()[0]) / LR
+    entry, = lowrank.state_of(model.optimizer).entries.values()
+    residual = entry.error.numpy()  # ON_READ SUM: the sum over replicas
+    true = sum(x[i:i + B].T @ y[i:i + B] / (B * OUT) for i in range(0, B * steps, B))
+    assert np.abs(residual).max() > 1e-3 * np.abs(true).max()  # compression was lossy
+    np.testing.assert_allclose(applied + residual, true, rtol=1e-5, atol=1e-6)
+
+
+def test_parameter_server_and_tf_keras_refuse_powersgd(monkeypatch):
+    import tfdist_opt
+    from tfdist_opt.strategy.plan import plan_strategy
+    from tfdist_opt.strategy.topology import Topology
+
+    cluster = {"chief": ["localhost:2000"], "worker": ["localhost:2001"],
+               "ps": ["localhost:2002"]}
+    with pytest.raises(ValueError, match=r"`grad_accum`/`compression` with mode "
+                       r"parameter_server.*compression='powersgd'"):
+        plan_strategy(StrategyConfig(compression="powersgd"),
+                      Topology(tf_config={"cluster": cluster,
+                                          "task": {"type": "chief", "index": 0}}))
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
+    with pytest.raises(ValueError, match=r"Invalid value for `compression` with tf_keras "
+                       r"\(TF_USE_LEGACY_KERAS=1\).*Received: compression='powersgd'"):
+        tfdist_opt.opt_strategy(cpu_replicas=2, compression="powersgd")
+
+
+def test_info_explains_powersgd(monkeypatch):
+    from tfdist_opt.cli import info
+
+    monkeypatch.setenv("TFDIST_OPT_COMPRESSION", "powersgd")
+    monkeypatch.setenv("TFDIST_OPT_POWERSGD_RANK", "2")
+    text = info.format_text(info.collect())
+    assert "gradients    : PowerSGD rank 2 from update 100" in text

@@ -1,0 +1,329 @@
+"""The PowerSGD gradient stage: TensorFlow binding.
+
+Two calls, the shape every stateful stage of the gradient path has:
+
+* `init(optimizer, variables, options) -> PowerSGDState`: plans the
+  selection (`powersgd.plan`, static shapes) and creates the state as
+  optimizer variables (`add_variable_from_reference` / `add_variable`, so
+  `optimizer.variables`, `tf.train.Checkpoint(optimizer=...)`, `model.save`
+  and our backups carry it):
+    - one error buffer per compressed matrix, `synchronization=ON_READ,
+      aggregation=SUM` like the accumulators (each replica keeps its own
+      residual with no communication; a checkpoint holds the sum over
+      replicas, a restore gives each replica sum / n, which leaves the
+      next step's total unchanged);
+    - one Q (cols x r) per compressed matrix, mirrored, drawn from a normal
+      distribution with `numpy.random.default_rng([seed, j])`, so every
+      replica and every worker starts from the same Q.
+* `apply(...)`: in the *cross-replica* context (inside `merge_call`), the
+  step of `powersgd` on the selected gradients: two collectives per step
+  (all P's in one pack, all Q's in one pack), returning per-replica SUMs
+  like the uncompressed path.
+
+Why cross-replica: before `powersgd_start_step` the selected gradients go
+uncompressed, and the switch is a `tf.cond` on the update counter. A
+`tf.cond` whose branches all-reduce from the *replica* context fails under
+MirroredStrategy (`ReplicaContext.all_reduce` is a `merge_call`, refused
+inside a cond branch: "merge_call called while defining a new graph or a
+tf.function"; keras-team/keras#17429, tf-keras#107). In the cross-replica
+context `extended.batch_reduce_to` inside a `tf.cond` is legal (the
+accumulation path relies on it too), and every worker takes the same
+branch because the counter is the same everywhere. The per-replica
+matrix products run explicitly on each local device.
+
+`all_reduce_sum(optimizer, grads_and_vars, state)` is the replica-context
+entry (the hooked `_all_reduce_sum_gradients`): the gradients PowerSGD
+does not compress go through `allreduce.all_reduce_sum` (packed, cast to
+`powersgd_wire`) and the selected ones through one `merge_call`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+
+from tfdist_opt.gradients import allreduce
+from tfdist_opt.gradients import powersgd
+from tfdist_opt.gradients.options import GradientOptions
+
+STATE_ATTR = "_tfdist_powersgd"
+ERROR_NAME = "tfdist_powersgd_error"
+Q_NAME = "tfdist_powersgd_q"
+# The factors of one step travel as one pack each (one collective).
+_ONE_PACK = GradientOptions(bytes_per_pack=0)
+
+
+@dataclasses.dataclass
+class Entry:
+    """One compressed matrix: its plan line and its two state variables."""
+
+    matrix: powersgd.Matrix
+    error: object  # Keras variable, ON_READ SUM, the gradient's shape
+    q: object  # Keras variable, mirrored, (cols, rank)
+
+
+@dataclasses.dataclass
+class PowerSGDState:
+    """What `init` made for one optimizer.
+
+    Attributes:
+        plan: `powersgd.Plan` over the optimizer's trainable variables.
+        entries: dict. Variable index -> `Entry`, for each compressed one.
+        options: `GradientOptions`.
+    """
+
+    plan: powersgd.Plan
+    entries: dict
+    options: GradientOptions
+
+    @property
+    def error_buffers(self) -> list:
+        return [e.error for e in self.entries.values()]
+
+    @property
+    def q_factors(self) -> list:
+        return [e.q for e in self.entries.values()]
+
+
+def init(optimizer, variables, options: GradientOptions) -> PowerSGDState:
+    """Creates (once) the PowerSGD state of `optimizer` as its variables.
+
+    Args:
+        optimizer: a Keras 3 TF optimizer, being built.
+        variables: its trainable variables, in its variable order.
+        options: `GradientOptions` with `compression="powersgd"`.
+
+    Returns:
+        The `PowerSGDState`, also kept on the optimizer (`state_of`).
+    """
+    existing = state_of(optimizer)
+    if existing is not None:
+        return existing
+    plan = powersgd.plan([tuple(v.shape) for v in variables],
+                         [_dtype_name(v.dtype) for v in variables],
+                         options.powersgd_rank, options.powersgd_min_compression,
+                         options.powersgd_wire)
+    strategy = optimizer._distribution_strategy
+    entries = {}
+    with tf.init_scope():
+        scope = (strategy.scope() if tf.distribute.get_strategy() is not strategy
+                 else contextlib.nullcontext())
+        with scope:
+            for j, m in enumerate(plan.matrices):
+                var = variables[m.index]
+                with tf.variable_creator_scope(_on_read_sum):
+                    error = optimizer.add_variable_from_reference(
+                        var, name=ERROR_NAME)
+                q = optimizer.add_variable(
+                    shape=(m.cols, m.rank), dtype=_dtype_name(var.dtype),
+                    initializer=_SeededNormal(options.powersgd_seed, j),
+                    name=f"{_sanitized(var)}_{Q_NAME}")
+                entries[m.index] = Entry(m, error, q)
+    state = PowerSGDState(plan, entries, options)
+    setattr(optimizer, STATE_ATTR, state)
+    logging.info("tfdist_opt gradients: %s (rank %d, from update %d, "
+                 "min compression %s, wire %s)", plan.describe(),
+                 options.powersgd_rank, options.powersgd_start_step,
+                 options.powersgd_min_compression, options.powersgd_wire)
+    return state
+
+
+def state_of(optimizer) -> PowerSGDState | None:
+    """The optimizer's `PowerSGDState`, or None before `init`."""
+    return getattr(optimizer, STATE_ATTR, None)
+
+
+def all_reduce_sum(optimizer, grads_and_vars, state: PowerSGDState,
+                   tuned: int | None = None) -> list:
+    """SUM all-reduce of one step's gradients from a replica context.
+
+    Args:
+        optimizer: the hooked optimizer (its update counter and strategy).
+        grads_and_vars: list of (gradient, variable).
+        state: its `PowerSGDState`.
+        tuned: int or None. Autotuned pack size for the uncompressed rest.
+
+    Returns:
+        List of (reduced gradient, variable), each reduced gradient the SUM
+        over replicas (exact before `powersgd_start_step`, low-rank after).
+    """
+    grads = [g for g, _ in grads_and_vars]
+    index = [optimizer._get_variable_index(v) for _, v in grads_and_vars]
+    selected = [k for k, g in enumerate(grads)
+                if index[k] in state.entries and g is not None
+                and not isinstance(g, tf.IndexedSlices)]
+    rest = [k for k in range(len(grads)) if k not in set(selected)]
+    out = list(grads)
+    strategy = optimizer._distribution_strategy
+    reduced = allreduce.all_reduce_sum([grads[k] for k in rest], state.options,
+                                       strategy, tuned=tuned)
+    for k, r in zip(rest, reduced):
+        out[k] = r
+    if selected:
+        entries = [state.entries[index[k]] for k in selected]
+        counter = optimizer._iterations
+
+        def cross_replica(distribution, values):
+            return apply(distribution, list(values), entries,
+                         tf.convert_to_tensor(counter), state.options)
+
+        reduced = tf.distribute.get_replica_context().merge_call(
+            cross_replica, args=(tuple(tf.convert_to_tensor(grads[k])
+                                       for k in selected),))
+        for k, r in zip(selected, reduced):
+            out[k] = r
+    return [(r, v) for r, (_, v) in zip(out, grads_and_vars)]
+
+
+def apply(distribution, grads, entries, update: tf.Tensor,
+          options: GradientOptions) -> list:
+    """The PowerSGD step on the selected gradients (cross-replica context).
+
+    Args:
+        distribution: the strategy (as a `merge_call` function gets it).
+        grads: list of per-replica dense gradients (local, unreduced).
+        entries: list of `Entry`, one per gradient.
+        update: scalar int tensor. The update's index (0-based): before
+            `powersgd_start_step` the gradients are all-reduced uncompressed.
+        options: `GradientOptions`.
+
+    Returns:
+        List of per-replica values: each gradient's SUM over replicas.
+    """
+    devices = distribution.extended.worker_devices
+    local = [distribution.experimental_local_results(g) for g in grads]
+
+    def compressed():
+        return _powersgd_step(distribution, devices, local, entries, options)
+
+    def uncompressed():
+        return _plain_step(distribution, devices, grads, local, options)
+
+    start = options.powersgd_start_step
+    if start == 0:
+        flat = compressed()
+    else:
+        flat = tf.cond(update >= start, compressed, uncompressed)
+    nd = len(devices)
+    return [_per_replica(distribution, flat[j * nd:(j + 1) * nd])
+            for j in range(len(grads))]
+
+
+def _powersgd_step(distribution, devices, local, entries, options) -> list:
+    nd = len(devices)
+    ms, ps = [[None] * len(entries) for _ in range(nd)], []
+    for d, dev in enumerate(devices):
+        with tf.device(dev):
+            for j, e in enumerate(entries):
+                err = distribution.experimental_local_results(e.error.value)[d]
+                q = distribution.experimental_local_results(e.q.value)[d]
+                g = tf.convert_to_tensor(local[j][d])
+                m = (tf.reshape(tf.cast(g, err.dtype),
+                                [e.matrix.rows, e.matrix.cols])
+                     + tf.reshape(err.read_value(), [e.matrix.rows, e.matrix.cols]))
+                ms[d][j] = m
+                ps.append(tf.matmul(m, _orthonormal(q.read_value())))
+    p_sum = _reduce(distribution, devices, ps, len(entries), options)
+    qs, p_hat = [], [[None] * len(entries) for _ in range(nd)]
+    for d, dev in enumerate(devices):
+        with tf.device(dev):
+            for j, e in enumerate(entries):
+                ph = _orthonormal(p_sum[d][j])
+                q_local = tf.matmul(ms[d][j], ph, transpose_a=True)
+                err = distribution.experimental_local_results(e.error.value)[d]
+                residual = ms[d][j] - tf.matmul(ph, q_local, transpose_b=True)
+                err.assign(tf.reshape(residual, err.shape))
+                p_hat[d][j] = ph
+                qs.append(q_local)
+    q_sum = _reduce(distribution, devices, qs, len(entries), options)
+    flat = [None] * (len(entries) * nd)
+    for d, dev in enumerate(devices):
+        with tf.device(dev):
+            for j, e in enumerate(entries):
+                q_var = distribution.experimental_local_results(e.q.value)[d]
+                q_var.assign(q_sum[d][j])
+                approx = tf.matmul(p_hat[d][j], q_sum[d][j], transpose_b=True)
+                g = local[j][d]
+                flat[j * nd + d] = tf.cast(tf.reshape(approx, tf.shape(g)), g.dtype)
+    return flat
+
+
+def _plain_step(distribution, devices, grads, local, options) -> list:
+    """Uncompressed SUM of the selected gradients (cast to the wire)."""
+    nd = len(devices)
+    values = [local[j][d] for d in range(nd) for j in range(len(grads))]
+    reduced = _reduce(distribution, devices, values, len(grads), options,
+                      packing=options)
+    return [reduced[d][j] for j in range(len(grads)) for d in range(nd)]
+
+
+def _reduce(distribution, devices, values, count, options, packing=_ONE_PACK):
+    """SUM over replicas of `count` tensors per device (device-major list).
+
+    Casts to the wire dtype and back per device; `packing` decides the
+    packs (`_ONE_PACK`: all in one collective).
+    """
+    nd = len(devices)
+    n = distribution.num_replicas_in_sync
+    wire, metas = [], []
+    for j in range(count):
+        per_dev = []
+        for d, dev in enumerate(devices):
+            with tf.device(dev):
+                sent, meta = allreduce.compress(values[d * count + j], options, n)
+            per_dev.append(sent)
+        metas.append(meta)
+        wire.append(_per_replica(distribution, per_dev))
+    reduced = allreduce.cross_replica_reduce_sum(distribution, wire, wire, packing)
+    out = [[None] * count for _ in range(nd)]
+    for j, r in enumerate(reduced):
+        for d, (dev, v) in enumerate(zip(devices,
+                                         distribution.experimental_local_results(r))):
+            with tf.device(dev):
+                out[d][j] = allreduce.decompress(v, metas[j])
+    return out
+
+
+def _orthonormal(x: tf.Tensor) -> tf.Tensor:
+    # Householder QR: orthonormal columns even when x is rank-deficient,
+    # and x = QR keeps every column of x in their span (see powersgd.py).
+    return tf.linalg.qr(x, full_matrices=False)[0]
+
+
+def _per_replica(distribution, per_device: list):
+    if len(per_device) == 1 and distribution.num_replicas_in_sync == 1:
+        return per_device[0]
+    nd = len(per_device)
+    return distribution.experimental_distribute_values_from_function(
+        lambda ctx: per_device[ctx.replica_id_in_sync_group % nd])
+
+
+class _SeededNormal:
+    """Keras initializer: the same standard-normal draw on every replica."""
+
+    def __init__(self, seed: int, index: int):
+        self.seed, self.index = seed, index
+
+    def __call__(self, shape, dtype=None):
+        rng = np.random.default_rng([self.seed, self.index])
+        return tf.constant(rng.standard_normal(tuple(shape)),
+                           dtype=dtype or "float32")
+
+
+def _sanitized(var) -> str:
+    # The name Keras's add_variable_from_reference gives (path, "/" -> "_").
+    return getattr(var, "path", var.name).replace("/", "_").replace(":", "_")
+
+
+def _dtype_name(dtype) -> str:
+    return getattr(dtype, "name", dtype)
+
+
+def _on_read_sum(next_creator, **kwargs):
+    kwargs["synchronization"] = tf.VariableSynchronization.ON_READ
+    kwargs["aggregation"] = tf.VariableAggregation.SUM
+    return next_creator(**kwargs)
