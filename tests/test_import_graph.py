@@ -18,11 +18,7 @@ PACKAGE = "tfdist_opt"
 ROOT = pathlib.Path(__file__).resolve().parents[1] / PACKAGE
 
 # Known cycles still present, each as a sorted tuple of module names.
-ALLOWED_CYCLES = {
-    # removed on branch saving (chief_callbacks/chief_saving rewritten);
-    # delete this entry at merge.
-    ("tfdist_opt.strategy.chief_callbacks", "tfdist_opt.strategy.chief_saving"),
-}
+ALLOWED_CYCLES: set[tuple[str, ...]] = set()
 
 
 def _modules(root: pathlib.Path) -> dict[str, pathlib.Path]:

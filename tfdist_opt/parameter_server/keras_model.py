@@ -23,8 +23,6 @@ variables on the parameter servers.
 
 from __future__ import annotations
 
-import contextlib
-
 from tfdist_opt.strategy import chief_saving
 
 
@@ -92,29 +90,10 @@ def _sharded_savable(model) -> None:
 def adopt_models(strategy) -> int:
     """Gives every Keras model built under `strategy` the `CoordinatorTraining`
     subclass; returns how many were swapped now (see `chief_saving.adopt_models`
-    for how new models are found cheaply). Does nothing while `steps_running`.
+    for how new models are found cheaply). Does nothing while
+    `training.steps_running`.
     """
     if getattr(strategy, "_tfdist_steps_running", 0):
         return 0
     return chief_saving.adopt_models(strategy, CoordinatorTraining)
 
-
-@contextlib.contextmanager
-def steps_running(strategy):
-    """Marks `strategy`'s coordinator as busy: no heap scan for new models.
-
-    The scan (`gc.get_objects()`) takes a reference to every tracked object,
-    including a tuple that a coordinator worker thread is still filling;
-    CPython then fails that thread's `_PyTuple_Resize` ("SystemError:
-    Objects/tupleobject.c:927: bad argument to internal function", seen as
-    a `ClosureInputError` of a per-worker dataset, once in ~8 runs of
-    tests/parameter_server/test_keras_fit.py before this guard). `fit`,
-    `evaluate` and `predict` run inside this, where the coordinator's threads
-    work, so only scope entries outside training scan.
-    """
-    count = getattr(strategy, "_tfdist_steps_running", 0)
-    strategy._tfdist_steps_running = count + 1
-    try:
-        yield
-    finally:
-        strategy._tfdist_steps_running = count

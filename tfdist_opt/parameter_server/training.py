@@ -24,6 +24,7 @@ with the epoch's running loss and metrics in `logs`, so per-step callbacks
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import time
 
@@ -34,15 +35,34 @@ import tensorflow as tf
 
 from tfdist_opt.parameter_server import data as data_lib
 from tfdist_opt.parameter_server import faults
-from tfdist_opt.parameter_server import keras_model
 from tfdist_opt.parameter_server import steps as steps_lib
 
 
+@contextlib.contextmanager
+def steps_running(strategy):
+    """Marks `strategy`'s coordinator as busy: no heap scan for new models.
+
+    A heap scan that took a reference to every tracked object
+    (`gc.get_objects()`) once broke a tuple a coordinator worker thread was
+    still filling ("SystemError: Objects/tupleobject.c:927: bad argument to
+    internal function", a `ClosureInputError` of a per-worker dataset); the
+    scan now uses `gc.get_referrers`, and none runs while steps run. `fit`,
+    `evaluate` and `predict` run inside this, where the coordinator's threads
+    work, so only scope entries outside training scan.
+    """
+    count = getattr(strategy, "_tfdist_steps_running", 0)
+    strategy._tfdist_steps_running = count + 1
+    try:
+        yield
+    finally:
+        strategy._tfdist_steps_running = count
+
+
 def _steps_running(fn):
-    """Runs `fn(model, ...)` inside `keras_model.steps_running` of the model's strategy."""
+    """Runs `fn(model, ...)` inside `steps_running` of the model's strategy."""
     @functools.wraps(fn)
     def wrapper(model, *args, **kwargs):
-        with keras_model.steps_running(model.distribute_strategy):
+        with steps_running(model.distribute_strategy):
             return fn(model, *args, **kwargs)
     return wrapper
 
