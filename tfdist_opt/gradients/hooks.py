@@ -46,6 +46,7 @@ import tensorflow as tf
 from tfdist_opt.gradients import accumulation
 from tfdist_opt.gradients import allreduce
 from tfdist_opt.gradients import lowrank
+from tfdist_opt.gradients import sharded_state
 from tfdist_opt.gradients.options import GradientOptions
 
 STATE_ATTR = "_tfdist_gradients"
@@ -138,7 +139,10 @@ def hooked_class(cls: type) -> type:
 
 def hook(optimizer, state: OptimizerState) -> None:
     """Binds `state` to `optimizer` by swapping its class (idempotent)."""
-    optimizer.__class__ = hooked_class(type(optimizer))
+    cls = hooked_class(type(optimizer))
+    if state.options.shard_optimizer_state:
+        cls = sharded_state.sharded_class(cls)
+    optimizer.__class__ = cls
     setattr(optimizer, STATE_ATTR, state)
 
 
@@ -146,8 +150,9 @@ def unhook(optimizer) -> None:
     """Gives `optimizer` back its original class (its variables stay)."""
     cls = type(optimizer)
     if getattr(cls, "_tfdist_hooked", False):
-        optimizer.__class__ = next(c for c in cls.__mro__[1:]
-                                   if not issubclass(c, GradientHooks))
+        optimizer.__class__ = next(
+            c for c in cls.__mro__[1:] if not issubclass(c, GradientHooks)
+            and not issubclass(c, sharded_state.ShardedStateHooks))
     setattr(optimizer, STATE_ATTR, None)
 
 

@@ -1,0 +1,272 @@
+"""ZeRO stage 1 for Keras 3 optimizers under tf.distribute: TF binding.
+
+The plan (shard sizes, refusals, byte accounting) is `zero_plan`. This
+module gives one optimizer instance, created in an
+`opt_strategy(shard_optimizer_state=True).scope()`, a `ShardedStateHooks`
+subclass (swapped onto the instance in front of the gradient hooks):
+
+* `add_variable_from_reference` (called by the optimizer's own `build`):
+  a slot of a trainable variable is created as a flat `ON_READ` variable
+  of `shard_size(size, n)` elements: every replica keeps its own shard, no
+  synchronisation. The slot stays at its index in `optimizer.variables`.
+* `_backend_update_step` (replica context, as in Keras's `train_step`):
+  all-reduce the gradients (the hooked path: packing, fp16/bf16
+  compression), slice this replica's shard of each gradient and weight,
+  run the optimizer's own `update_step` on a `_ShardView` of the weight
+  shard (so any elementwise Keras optimizer works unchanged),
+  `all_gather` the updated shards (one collective per dtype) and assign
+  the full weights to every replica's copy (one `merge_call`).
+* Saving (`tf.train.Checkpoint`, `model.save`, our backups): a sharded
+  slot serializes as the full, unpadded slot in the variable's shape
+  (gathered from every replica) and restores by slicing, so checkpoints
+  are the same as an unsharded run's and load into any replica count,
+  sharded or not.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from tfdist_opt import _class_swap
+from tfdist_opt.gradients import zero_plan
+
+ZERO_ATTR = "_tfdist_zero"
+SHARD_ATTR = "_tfdist_shard"
+_UNSHARDED_NAMES = ("tfdist_accumulator",)
+
+
+class _Zero:
+    """An optimizer's sharding: the keys of its sharded variables."""
+
+    def __init__(self, keys, strategy):
+        self.keys = keys
+        self.strategy = strategy
+
+
+class _Shard:
+    """Where one sharded slot lives: its logical shape and the replicas."""
+
+    def __init__(self, shape, strategy):
+        self.shape = tuple(int(d) for d in shape)
+        self.size = 1
+        for d in self.shape:
+            self.size *= d
+        self.strategy = strategy
+        self.n = strategy.num_replicas_in_sync
+        self.s = zero_plan.shard_size(self.size, self.n)
+
+
+class ShardedSlot:
+    """Mixin on a sharded slot's Keras variable: saves and loads it whole."""
+
+    def _serialize_to_tensors(self):
+        return {"VARIABLE_VALUE": full_value(self)}
+
+    def _restore_from_tensors(self, restored_tensors):
+        assign_full(self, restored_tensors["VARIABLE_VALUE"])
+        return self.value
+
+
+class ShardedStateHooks:
+    """Mixin in front of a hooked optimizer class; see the module doc."""
+
+    def build(self, variables):
+        zero_plan.check_optimizer(type(self).__name__,
+                                  bool(getattr(self, "use_ema", False)),
+                                  getattr(self, "gradient_accumulation_steps", None))
+        strategy = self._distribution_strategy
+        keys = {self._var_key(v) for v in variables}
+        setattr(self, ZERO_ATTR, _Zero(keys, strategy))
+        super().build(variables)
+
+    def add_variable_from_reference(self, reference_variable, name=None,
+                                    initializer="zeros"):
+        zero = getattr(self, ZERO_ATTR, None)
+        if (zero is None or name in _UNSHARDED_NAMES
+                or self._var_key(reference_variable) not in zero.keys):
+            return super().add_variable_from_reference(
+                reference_variable, name=name, initializer=initializer)
+        return _add_shard(self, reference_variable, name, initializer,
+                          zero.strategy)
+
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        ctx = tf.distribute.get_replica_context()
+        if getattr(self, ZERO_ATTR, None) is None or ctx is None:
+            return super()._backend_update_step(grads, trainable_variables,
+                                                learning_rate)
+        tvars = [getattr(v, "value", v) for v in trainable_variables]
+        grads_and_vars = self._all_reduce_sum_gradients(list(zip(grads, tvars)))
+        r = ctx.replica_id_in_sync_group
+        n = ctx.num_replicas_in_sync
+        news, metas = [], []
+        for g, v in grads_and_vars:
+            size = int(v.shape.num_elements())
+            s = zero_plan.shard_size(size, n)
+            key = self._var_key(v)
+            view = _ShardView(_local_slice(v.read_value(), r, s, n), key, v.dtype)
+            g = tf.convert_to_tensor(g)
+            self.update_step(_local_slice(g, r, s, n), view, learning_rate)
+            news.append(view.value)
+            metas.append((v, s, size))
+        fulls = _all_gather_shards(ctx, news, metas, n)
+        ctx.merge_call(_assign_all, args=([m[0] for m in metas], fulls))
+
+    def save_own_variables(self, store):
+        for i, variable in enumerate(self.variables):
+            store[str(i)] = (full_value(variable).numpy() if is_sharded(variable)
+                             else variable.numpy())
+
+    def load_own_variables(self, store):
+        if len(store.keys()) != len(self.variables):
+            return super().load_own_variables(store)
+        for i, variable in enumerate(self.variables):
+            if is_sharded(variable):
+                assign_full(variable, store[str(i)])
+            else:
+                variable.assign(store[str(i)])
+
+
+def sharded_class(cls: type) -> type:
+    """The cached `ShardedStateHooks` subclass of (hooked) class `cls`."""
+    return _class_swap.cached_subclass(ShardedStateHooks, cls)
+
+
+def is_sharded(variable) -> bool:
+    """Whether `variable` is a sharded optimizer slot."""
+    return getattr(variable, SHARD_ATTR, None) is not None
+
+
+def state_bytes_per_replica(optimizer) -> int:
+    """Bytes of optimizer state one replica holds (its local copy/shard)."""
+    total = 0
+    for v in optimizer.variables:
+        tv = getattr(v, "value", v)
+        local = getattr(tv, "values", (tv,))[0]
+        total += int(local.shape.num_elements()) * local.dtype.size
+    return total
+
+
+def full_value(variable) -> tf.Tensor:
+    """A sharded slot's full value in its variable's shape (cross-replica)."""
+    shard = getattr(variable, SHARD_ATTR)
+    tv = getattr(variable, "value", variable)
+    ids = _local_replica_ids(shard.strategy)
+    comps = list(getattr(tv, "values", (tv,)))
+    if len(comps) == shard.n:  # every replica is here: no collective
+        order = sorted(range(len(comps)), key=lambda i: ids[i])
+        flat = tf.concat([comps[i].read_value() for i in order], axis=0)
+    else:
+        flat = shard.strategy.gather(tv, axis=0)
+    return tf.reshape(flat[:shard.size], shard.shape)
+
+
+def assign_full(variable, value) -> None:
+    """Assigns every local replica its shard of full `value`."""
+    shard = getattr(variable, SHARD_ATTR)
+    tv = getattr(variable, "value", variable)
+    flat = tf.reshape(tf.cast(tf.convert_to_tensor(value), tv.dtype), [-1])
+    flat = tf.pad(flat, [[0, shard.n * shard.s - shard.size]])
+    ids = _local_replica_ids(shard.strategy)
+    for i, comp in enumerate(getattr(tv, "values", (tv,))):
+        with tf.device(comp.device):
+            comp.assign(flat[ids[i] * shard.s:(ids[i] + 1) * shard.s])
+
+
+class _ShardView:
+    """The weight shard seen by `update_step` as the variable to update.
+
+    `update_step` looks the slots up by `optimizer._var_key(variable)`
+    (`_unique_id` for a non-Keras object): the view carries the model
+    variable's key, so it finds that variable's slot shards.
+    """
+
+    def __init__(self, value, key, dtype):
+        self.value = value
+        self._unique_id = key
+        self.dtype = dtype
+        self.shape = value.shape
+
+    def assign(self, value):
+        self.value = tf.cast(value, self.dtype)
+
+    def assign_add(self, value):
+        self.value = self.value + tf.cast(value, self.dtype)
+
+    def assign_sub(self, value):
+        self.value = self.value - tf.cast(value, self.dtype)
+
+    def __tf_tensor__(self, dtype=None, name=None):
+        return tf.convert_to_tensor(self.value, dtype=dtype, name=name)
+
+
+def _local_slice(x, r, s, n):
+    flat = tf.reshape(x, [-1])
+    flat = tf.pad(flat, [[0, n * s - flat.shape.num_elements()]])
+    return tf.slice(flat, [r * s], [s])
+
+
+def _all_gather_shards(ctx, news, metas, n):
+    """Full new values of every variable: one all_gather per dtype."""
+    fulls = [None] * len(news)
+    by_dtype: dict = {}
+    for i, (v, _, _) in enumerate(metas):
+        by_dtype.setdefault(v.dtype, []).append(i)
+    for idx in by_dtype.values():
+        packed = tf.concat([news[i] for i in idx], axis=0)
+        gathered = tf.reshape(ctx.all_gather(packed, axis=0), [n, -1])
+        offset = 0
+        for i in idx:
+            v, s, size = metas[i]
+            flat = tf.reshape(gathered[:, offset:offset + s], [-1])[:size]
+            fulls[i] = tf.reshape(flat, v.shape)
+            offset += s
+    return fulls
+
+
+def _assign_all(distribution, variables, fulls):
+    for v, full in zip(variables, fulls):
+        distribution.extended.update(v, lambda var, x: var.assign(x),
+                                     args=(full,), group=False)
+
+
+def _add_shard(optimizer, reference, name, initializer, strategy):
+    import keras
+
+    name = name or "var"
+    if hasattr(reference, "path"):
+        name = f"{reference.path.replace('/', '_')}_{name}"
+    shard = _Shard(reference.shape, strategy)
+    with optimizer._distribution_strategy.extended.colocate_vars_with(
+            getattr(reference, "value", reference)), \
+            tf.variable_creator_scope(_on_read):
+        with keras.name_scope(optimizer.name, caller=optimizer):
+            variable = keras.Variable(
+                initializer=keras.initializers.get(initializer),
+                shape=(shard.s,), dtype=reference.dtype, trainable=False,
+                name=name)
+    variable.__class__ = _class_swap.cached_subclass(ShardedSlot, type(variable))
+    setattr(variable, SHARD_ATTR, shard)
+    optimizer._track_variable(variable)
+    return variable
+
+
+def _on_read(next_creator, **kwargs):
+    kwargs["synchronization"] = tf.VariableSynchronization.ON_READ
+    kwargs["aggregation"] = tf.VariableAggregation.ONLY_FIRST_REPLICA
+    return next_creator(**kwargs)
+
+
+_IDS_ATTR = "_tfdist_local_replica_ids"
+
+
+def _local_replica_ids(strategy) -> list[int]:
+    """Global replica id of each local device, in local-device order."""
+    ids = vars(strategy).get(_IDS_ATTR)
+    if ids is None:
+        with tf.init_scope():
+            out = strategy.run(
+                lambda: tf.distribute.get_replica_context().replica_id_in_sync_group)
+            ids = [int(tf.get_static_value(x))
+                   for x in strategy.experimental_local_results(out)]
+        setattr(strategy, _IDS_ATTR, ids)
+    return ids
