@@ -177,3 +177,18 @@ def test_adafactor_is_refused():
         optimizer = keras.optimizers.Adafactor()
         with pytest.raises(NotImplementedError, match="Adafactor"):
             optimizer.build([keras.Variable(np.zeros((3, 4), "float32"))])
+
+
+def test_parameter_server_and_tf_keras_refuse_it(monkeypatch):
+    from tfdist_opt.strategy.plan import plan_strategy
+    from tfdist_opt.strategy.topology import Topology
+
+    tf_config = {"cluster": {"chief": ["h:1"], "worker": ["h:2"], "ps": ["h:3"]},
+                 "task": {"type": "chief", "index": 0}}
+    with pytest.raises(ValueError, match="`shard_optimizer_state` with mode "
+                       "parameter_server.*Received: shard_optimizer_state=True"):
+        plan_strategy(StrategyConfig(shard_optimizer_state=True),
+                      Topology(tf_config=tf_config))
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
+    with pytest.raises(ValueError, match=r"`shard_optimizer_state` with tf_keras"):
+        opt_strategy(cpu_replicas=2, shard_optimizer_state=True)

@@ -93,6 +93,9 @@ def format_text(info: dict[str, Any]) -> str:
             f"collectives  : {s['collective_implementation'] or 'none (one device)'}",
             "why          : " + "; ".join(s["why"]),
         ]
+    if (info.get("config") or {}).get("shard_optimizer_state"):
+        lines.append(f"optimizer    : state sharded, 1/{s['replicas_in_sync']} of "
+                     "each slot per replica (shard_optimizer_state)")
     lines += [f"warning      : {w}" for w in s["warnings"]]
     lines.append("presets      : " + (", ".join(
         os.path.basename(p) for p in info["presets"]) or "none"))

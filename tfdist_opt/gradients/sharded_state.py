@@ -14,7 +14,7 @@ subclass (swapped onto the instance in front of the gradient hooks):
   compression), slice this replica's shard of each gradient and weight,
   run the optimizer's own `update_step` on a `_ShardView` of the weight
   shard (so any elementwise Keras optimizer works unchanged),
-  `all_gather` the updated shards (one collective per dtype) and assign
+  `all_gather` the updated shards (one call for all of them) and assign
   the full weights to every replica's copy (one `merge_call`).
 * Saving (`tf.train.Checkpoint`, `model.save`, our backups): a sharded
   slot serializes as the full, unpadded slot in the variable's shape
@@ -96,19 +96,23 @@ class ShardedStateHooks:
                                                 learning_rate)
         tvars = [getattr(v, "value", v) for v in trainable_variables]
         grads_and_vars = self._all_reduce_sum_gradients(list(zip(grads, tvars)))
-        r = ctx.replica_id_in_sync_group
+        r = _static_replica_id(ctx)
         n = ctx.num_replicas_in_sync
         news, metas = [], []
         for g, v in grads_and_vars:
             size = int(v.shape.num_elements())
             s = zero_plan.shard_size(size, n)
-            key = self._var_key(v)
-            view = _ShardView(_local_slice(v.read_value(), r, s, n), key, v.dtype)
-            g = tf.convert_to_tensor(g)
-            self.update_step(_local_slice(g, r, s, n), view, learning_rate)
+            view = _ShardView(_local_slice(v.read_value(), r, s, size),
+                              self._var_key(v), v.dtype)
+            self.update_step(_local_slice(tf.convert_to_tensor(g), r, s, size),
+                             view, learning_rate)
             news.append(view.value)
-            metas.append((v, s, size))
-        fulls = _all_gather_shards(ctx, news, metas, n)
+            metas.append((v, size))
+        # One all_gather call for every shard; each gathered shard is already
+        # in flat order, so the full value is a prefix slice (no copy).
+        gathered = ctx.all_gather(news, axis=0)
+        fulls = [tf.reshape(x[:size], v.shape)
+                 for x, (v, size) in zip(gathered, metas)]
         ctx.merge_call(_assign_all, args=([m[0] for m in metas], fulls))
 
     def save_own_variables(self, store):
@@ -199,28 +203,22 @@ class _ShardView:
         return tf.convert_to_tensor(self.value, dtype=dtype, name=name)
 
 
-def _local_slice(x, r, s, n):
-    flat = tf.reshape(x, [-1])
-    flat = tf.pad(flat, [[0, n * s - flat.shape.num_elements()]])
-    return tf.slice(flat, [r * s], [s])
+def _static_replica_id(ctx) -> int:
+    r = tf.get_static_value(ctx.replica_id_in_sync_group)
+    if r is None:
+        raise RuntimeError("tfdist_opt shard_optimizer_state needs a static "
+                           "replica id (a tf.distribute replica context).")
+    return int(r)
 
 
-def _all_gather_shards(ctx, news, metas, n):
-    """Full new values of every variable: one all_gather per dtype."""
-    fulls = [None] * len(news)
-    by_dtype: dict = {}
-    for i, (v, _, _) in enumerate(metas):
-        by_dtype.setdefault(v.dtype, []).append(i)
-    for idx in by_dtype.values():
-        packed = tf.concat([news[i] for i in idx], axis=0)
-        gathered = tf.reshape(ctx.all_gather(packed, axis=0), [n, -1])
-        offset = 0
-        for i in idx:
-            v, s, size = metas[i]
-            flat = tf.reshape(gathered[:, offset:offset + s], [-1])[:size]
-            fulls[i] = tf.reshape(flat, v.shape)
-            offset += s
-    return fulls
+def _local_slice(x, r, s, size):
+    """Replica r's shard of flat `x`: a slice, zero-padded only at the end."""
+    start = min(r * s, size)
+    stop = min(start + s, size)
+    part = tf.reshape(x, [-1])[start:stop]
+    if stop - start < s:
+        part = tf.pad(part, [[0, s - (stop - start)]])
+    return part
 
 
 def _assign_all(distribution, variables, fulls):
