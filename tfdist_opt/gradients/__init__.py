@@ -2,13 +2,15 @@
 
 Pure modules (no TensorFlow): `options` (`GradientOptions`), `packing`
 (bucket policy, autotune grid), `precision` (what compression touches and
-its error bound), `contract` (the batch contract under accumulation).
+its error bound), `contract` (the batch contract under accumulation),
+`zero_plan` (sharded optimizer state: shard sizes, refusals, bytes).
 TensorFlow bindings, imported on use: `allreduce` (compressed, bucketed
 all-reduce), `accumulation` (local accumulation, one all-reduce per k),
 `autotune` (measured pack-size search), `timing` (time a collective, agree
 across workers), `keras_binding` (binds options to the optimizers created
 in a strategy's scope), `hooks` (the per-optimizer subclass), `upstream`
-(the Keras internals they rely on, checked).
+(the Keras internals they rely on, checked), `sharded_state` (ZeRO stage
+1: slot shards, the shard update, full-value checkpoints).
 """
 
 from tfdist_opt.gradients.contract import check_batch_contract

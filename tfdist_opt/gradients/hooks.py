@@ -12,6 +12,10 @@ The subclass keeps the original's `__name__`, `__qualname__` and
 the original class and a saved model loads as a plain Keras optimizer (it
 is hooked again when loaded in an `opt_strategy().scope()`).
 
+With `shard_optimizer_state=True` the class is
+`sharded_state.ShardedStateHooks` in front of that subclass (slot shards,
+the sharded update step, full-value saving).
+
 What the overrides do (the upstream methods they rely on are checked by
 `upstream.check()`):
 

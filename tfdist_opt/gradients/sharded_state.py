@@ -14,8 +14,9 @@ subclass (swapped onto the instance in front of the gradient hooks):
   compression), slice this replica's shard of each gradient and weight,
   run the optimizer's own `update_step` on a `_ShardView` of the weight
   shard (so any elementwise Keras optimizer works unchanged),
-  `all_gather` the updated shards (one call for all of them) and assign
-  the full weights to every replica's copy (one `merge_call`).
+  `all_gather` the updated shards variable by variable and assign each
+  full value to every replica's copy before the next gather (bounded
+  transient memory).
 * Saving (`tf.train.Checkpoint`, `model.save`, our backups): a sharded
   slot serializes as the full, unpadded slot in the variable's shape
   (gathered from every replica) and restores by slicing, so checkpoints
@@ -104,16 +105,25 @@ class ShardedStateHooks:
             s = zero_plan.shard_size(size, n)
             view = _ShardView(_local_slice(v.read_value(), r, s, size),
                               self._var_key(v), v.dtype)
-            self.update_step(_local_slice(tf.convert_to_tensor(g), r, s, size),
-                             view, learning_rate)
+            # A copy, not a view: TF's aligned slice shares the buffer, which
+            # would keep the whole all-reduced gradient alive to the end.
+            g_shard = tf.raw_ops.DeepCopy(
+                x=_local_slice(tf.convert_to_tensor(g), r, s, size))
+            self.update_step(g_shard, view, learning_rate)
             news.append(view.value)
             metas.append((v, size))
-        # One all_gather call for every shard; each gathered shard is already
-        # in flat order, so the full value is a prefix slice (no copy).
-        gathered = ctx.all_gather(news, axis=0)
-        fulls = [tf.reshape(x[:size], v.shape)
-                 for x, (v, size) in zip(gathered, metas)]
-        ctx.merge_call(_assign_all, args=([m[0] for m in metas], fulls))
+        # Variable by variable, largest first (TF's all_gather pads, gathers
+        # and concatenates: ~3 full-size temporaries), each full value
+        # assigned before the next gather starts: the transient peak is the
+        # largest variable's, not the model's. A gathered shard is in flat
+        # order, so the full value is a prefix of it.
+        done = None
+        for i in sorted(range(len(news)), key=lambda i: -metas[i][1]):
+            v, size = metas[i]
+            with tf.control_dependencies(done or []):
+                gathered = ctx.all_gather(news[i], axis=0)
+            full = tf.reshape(gathered[:size], v.shape)
+            done = [ctx.merge_call(_assign_all, args=([v], [full]))]
 
     def save_own_variables(self, store):
         for i, variable in enumerate(self.variables):
@@ -222,9 +232,11 @@ def _local_slice(x, r, s, size):
 
 
 def _assign_all(distribution, variables, fulls):
-    for v, full in zip(variables, fulls):
-        distribution.extended.update(v, lambda var, x: var.assign(x),
-                                     args=(full,), group=False)
+    ops = [distribution.extended.update(v, lambda var, x: var.assign(x),
+                                        args=(full,), group=True)
+           for v, full in zip(variables, fulls)]
+    with tf.control_dependencies(ops):
+        return tf.constant(True)
 
 
 def _add_shard(optimizer, reference, name, initializer, strategy):

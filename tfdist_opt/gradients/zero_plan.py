@@ -17,7 +17,7 @@ collectives have no reduce-scatter: `CollectiveReduceScatterV2` never
 returned on virtual CPUs in TF 2.21), each replica slices its shard of the
 gradient and of the weights, runs the optimizer's own `update_step` on the
 shard with its shard of the slots, and the updated shards are all-gathered
-(one `all_gather` call for every shard) and assigned to every replica's copy.
+(variable by variable) and assigned to every replica's copy.
 
 Example:
     >>> shard_size(10, 4), shard_bounds(10, 4, 3)
