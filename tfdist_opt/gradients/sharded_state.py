@@ -92,9 +92,15 @@ class ShardedStateHooks:
 
     def _backend_update_step(self, grads, trainable_variables, learning_rate):
         ctx = tf.distribute.get_replica_context()
-        if getattr(self, ZERO_ATTR, None) is None or ctx is None:
+        if getattr(self, ZERO_ATTR, None) is None:
             return super()._backend_update_step(grads, trainable_variables,
                                                 learning_rate)
+        if ctx is None:
+            raise RuntimeError(
+                "tfdist_opt shard_optimizer_state: the optimizer step must run "
+                "in a replica context (inside `strategy.run`, as `model.fit` "
+                "does); each replica updates its own shard. Received a call in "
+                "the cross-replica context.")
         tvars = [getattr(v, "value", v) for v in trainable_variables]
         grads_and_vars = self._all_reduce_sum_gradients(list(zip(grads, tvars)))
         r = _static_replica_id(ctx)
