@@ -85,6 +85,21 @@ ENTRIES: tuple[PrivateName, ...] = (
                 "maps a (possibly filtered) variable to its accumulator"),
     PrivateName(_TF_OPTIMIZER, "_apply_weight_decay", "tfdist_opt.gradients.accumulation",
                 "weight decay applied once per update under accumulation"),
+    PrivateName(_TF_OPTIMIZER, "_backend_update_step", "tfdist_opt.gradients.sharded_state",
+                "overridden with shard_optimizer_state: the replica-context update "
+                "step, run on each replica's shard (no sharding hook in Keras, "
+                "keras-team/keras#17429)"),
+    PrivateName(_TF_OPTIMIZER, "_var_key", "tfdist_opt.gradients.sharded_state",
+                "the key update_step looks slots up by; a shard view carries it"),
+    PrivateName(_TF_OPTIMIZER, "_track_variable", "tfdist_opt.gradients.sharded_state",
+                "tracks a slot shard created outside add_variable (so its class "
+                "is swapped before a deferred checkpoint restore reaches it)"),
+    PrivateName("keras.src.backend.tensorflow.core.Variable", "_serialize_to_tensors",
+                "tfdist_opt.gradients.sharded_state",
+                "Trackable saving protocol: a slot shard saves its full value"),
+    PrivateName("keras.src.backend.tensorflow.core.Variable", "_restore_from_tensors",
+                "tfdist_opt.gradients.sharded_state",
+                "Trackable saving protocol: a slot shard restores its slice"),
     PrivateName("keras.optimizers.SGD()", "_distribution_strategy",
                 "tfdist_opt.gradients.keras_binding",
                 "the strategy Keras captured in __init__ (kept private)"),

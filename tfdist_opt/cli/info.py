@@ -106,6 +106,9 @@ def format_text(info: dict[str, Any]) -> str:
     grads = _gradients_line(info.get("config") or {})
     if grads:
         lines.append(f"gradients    : {grads}")
+    if (info.get("config") or {}).get("shard_optimizer_state"):
+        lines.append(f"optimizer    : state sharded, 1/{s['replicas_in_sync']} of "
+                     "each slot per replica (shard_optimizer_state)")
     lines += [f"warning      : {w}" for w in s["warnings"]]
     sharing = (info.get("config") or {}).get("storage_sharing")
     if sharing and role is not None:

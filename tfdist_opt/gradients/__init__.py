@@ -3,14 +3,17 @@
 Pure modules (no TensorFlow): `options` (`GradientOptions`), `packing`
 (bucket policy, autotune grid), `precision` (what compression touches and
 its error bound), `contract` (the batch contract under accumulation),
-`powersgd` (which matrices PowerSGD compresses, bytes per step).
+`powersgd` (which matrices PowerSGD compresses, bytes per step),
+`zero_plan` (sharded optimizer state: shard sizes, refusals, bytes).
 TensorFlow bindings, imported on use: `allreduce` (compressed, bucketed
 all-reduce), `accumulation` (local accumulation, one all-reduce per k),
 `lowrank` (the PowerSGD stage: state variables, factor all-reduces),
 `autotune` (measured pack-size search), `timing` (time a collective, agree
 across workers), `keras_binding` (binds options to the optimizers created
-in a strategy's scope), `fit_length` (grad_accum against a fit's length), `hooks` (the per-optimizer subclass), `upstream`
-(the Keras internals they rely on, checked).
+in a strategy's scope), `fit_length` (grad_accum against a fit's length),
+`hooks` (the per-optimizer subclass), `upstream` (the Keras internals they
+rely on, checked), `sharded_state` (ZeRO stage 1: slot shards, the shard
+update, full-value checkpoints).
 """
 
 from tfdist_opt.gradients.contract import check_batch_contract

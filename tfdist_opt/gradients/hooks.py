@@ -12,6 +12,10 @@ The subclass keeps the original's `__name__`, `__qualname__` and
 the original class and a saved model loads as a plain Keras optimizer (it
 is hooked again when loaded in an `opt_strategy().scope()`).
 
+With `shard_optimizer_state=True` the class is
+`sharded_state.ShardedStateHooks` in front of that subclass (slot shards,
+the sharded update step, full-value saving).
+
 What the overrides do (the upstream methods they rely on are checked by
 `upstream.check()`):
 
@@ -46,6 +50,7 @@ import tensorflow as tf
 from tfdist_opt.gradients import accumulation
 from tfdist_opt.gradients import allreduce
 from tfdist_opt.gradients import lowrank
+from tfdist_opt.gradients import sharded_state
 from tfdist_opt.gradients.options import GradientOptions
 
 STATE_ATTR = "_tfdist_gradients"
@@ -138,7 +143,10 @@ def hooked_class(cls: type) -> type:
 
 def hook(optimizer, state: OptimizerState) -> None:
     """Binds `state` to `optimizer` by swapping its class (idempotent)."""
-    optimizer.__class__ = hooked_class(type(optimizer))
+    cls = hooked_class(type(optimizer))
+    if state.options.shard_optimizer_state:
+        cls = sharded_state.sharded_class(cls)
+    optimizer.__class__ = cls
     setattr(optimizer, STATE_ATTR, state)
 
 
@@ -146,8 +154,9 @@ def unhook(optimizer) -> None:
     """Gives `optimizer` back its original class (its variables stay)."""
     cls = type(optimizer)
     if getattr(cls, "_tfdist_hooked", False):
-        optimizer.__class__ = next(c for c in cls.__mro__[1:]
-                                   if not issubclass(c, GradientHooks))
+        optimizer.__class__ = next(
+            c for c in cls.__mro__[1:] if not issubclass(c, GradientHooks)
+            and not issubclass(c, sharded_state.ShardedStateHooks))
     setattr(optimizer, STATE_ATTR, None)
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 
 from tfdist_opt.gradients import powersgd
+from tfdist_opt.gradients import zero_plan
 
 COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
 # Bytes per element of the wire dtype, and of the dtypes we never compress.
@@ -72,6 +73,8 @@ class GradientOptions:
             `"none"` (float32).
         powersgd_seed: int. Seed of the first Q, shared by every replica.
             Defaults to `0`.
+        shard_optimizer_state: bool. ZeRO stage 1: each replica keeps 1/n
+            of every optimizer slot (`sharded_state`). Defaults to `False`.
 
     Raises:
         ValueError: a value outside the ranges above.
@@ -89,6 +92,7 @@ class GradientOptions:
     powersgd_min_compression: float = powersgd.DEFAULT_MIN_COMPRESSION
     powersgd_wire: str = "none"
     powersgd_seed: int = 0
+    shard_optimizer_state: bool = False
 
     def __post_init__(self):
         bpp = self.bytes_per_pack
@@ -110,6 +114,8 @@ class GradientOptions:
         powersgd.check_settings(self.powersgd_rank, self.powersgd_start_step,
                                 self.powersgd_min_compression,
                                 self.powersgd_wire)
+        if self.shard_optimizer_state:
+            zero_plan.check_combination(self.compression, self.grad_accum)
 
     @property
     def wire_dtype(self) -> str | None:
@@ -131,7 +137,8 @@ class GradientOptions:
         """
         return (self.compression == "none" and self.grad_accum == 1
                 and self.bytes_per_pack != "auto"
-                and not (self.via_hook and self.bytes_per_pack != 0))
+                and not (self.via_hook and self.bytes_per_pack != 0)
+                and not self.shard_optimizer_state)
 
     @classmethod
     def from_config(cls, config) -> "GradientOptions":
@@ -142,4 +149,6 @@ class GradientOptions:
                    powersgd_rank=config.powersgd_rank,
                    powersgd_start_step=config.powersgd_start_step,
                    powersgd_min_compression=config.powersgd_min_compression,
-                   powersgd_wire=config.powersgd_wire)
+                   powersgd_wire=config.powersgd_wire,
+                   shard_optimizer_state=getattr(
+                       config, "shard_optimizer_state", False))

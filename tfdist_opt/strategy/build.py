@@ -92,7 +92,8 @@ def _check_keras_flavour(cfg: StrategyConfig) -> None:
     if os.environ.get("TF_USE_LEGACY_KERAS", "").lower() not in ("1", "true"):
         return
     keras3_only = {"grad_accum": (cfg.grad_accum, 1),
-                   "compression": (cfg.compression, "none")}
+                   "compression": (cfg.compression, "none"),
+                   "shard_optimizer_state": (cfg.shard_optimizer_state, False)}
     if cfg.bytes_per_pack == "auto":
         keras3_only["bytes_per_pack"] = (cfg.bytes_per_pack, "an int")
     for name, (value, off) in keras3_only.items():

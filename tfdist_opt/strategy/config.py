@@ -21,6 +21,7 @@ from typing import Any, Mapping
 from tfdist_opt import config_files
 from tfdist_opt import validation
 from tfdist_opt.gradients import powersgd
+from tfdist_opt.gradients import zero_plan
 from tfdist_opt.strategy import kind_names
 from tfdist_opt.strategy import storage_sharing
 
@@ -105,6 +106,12 @@ class StrategyConfig(validation.ConfigFields):
         powersgd_wire: str. `"none"`, `"bf16"` or `"fp16"`: dtype of the
             factors (and of the uncompressed rest) on the wire. Defaults
             to `"none"` (float32).
+        shard_optimizer_state: bool. ZeRO stage 1: every Keras 3 optimizer
+            created in the scope keeps 1/n of each slot (Adam's m and v,
+            momentum, ...) per replica; the full state is saved in
+            checkpoints. Mirrored and multi-worker kinds with Keras 3 only;
+            not with `compression="powersgd"` or `grad_accum > 1`.
+            Defaults to `False`.
     """
 
     mode: str = "auto"
@@ -127,6 +134,7 @@ class StrategyConfig(validation.ConfigFields):
     powersgd_start_step: int = 100
     powersgd_min_compression: float = 2.0
     powersgd_wire: str = "none"
+    shard_optimizer_state: bool = False
 
     def __post_init__(self):
         validation.check_choice("mode", self.mode, MODES)
@@ -152,6 +160,9 @@ class StrategyConfig(validation.ConfigFields):
                                 STORAGE_SHARING)
         powersgd.check_settings(self.powersgd_rank, self.powersgd_start_step,
                                 self.powersgd_min_compression, self.powersgd_wire)
+        validation.check_bool("shard_optimizer_state", self.shard_optimizer_state)
+        if self.shard_optimizer_state:
+            zero_plan.check_combination(self.compression, self.grad_accum)
 
     # ------------------------------------------------------------ loading
     @classmethod

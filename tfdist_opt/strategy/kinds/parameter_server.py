@@ -72,6 +72,12 @@ def plan(config, topology, reasons: list[str]) -> plan_lib.StrategyPlan:
             "workers push each step's gradients to the ps tasks asynchronously; there "
             f"is no all-reduce to accumulate or compress. Received: grad_accum="
             f"{config.grad_accum}, compression={config.compression!r}. Expected 1 and 'none'.")
+    if getattr(config, "shard_optimizer_state", False):
+        raise ValueError(
+            "Invalid value for `shard_optimizer_state` with mode parameter_server: "
+            "the ps tasks already hold each variable and its optimizer state once "
+            "(sharded over ps tasks by ps_max_shards); workers keep none. Received: "
+            "shard_optimizer_state=True. Expected False.")
     max_shards = config.ps_max_shards or counts["ps"]
     settings = {
         "task": f"{topology.task_type}:{topology.task_index}",

@@ -1,0 +1,288 @@
+"""ZeRO stage 1 for Keras 3 optimizers under tf.distribute: TF binding.
+
+The plan (shard sizes, refusals, byte accounting) is `zero_plan`. This
+module gives one optimizer instance, created in an
+`opt_strategy(shard_optimizer_state=True).scope()`, a `ShardedStateHooks`
+subclass (swapped onto the instance in front of the gradient hooks):
+
+* `add_variable_from_reference` (called by the optimizer's own `build`):
+  a slot of a trainable variable is created as a flat `ON_READ` variable
+  of `shard_size(size, n)` elements: every replica keeps its own shard, no
+  synchronisation. The slot stays at its index in `optimizer.variables`.
+* `_backend_update_step` (replica context, as in Keras's `train_step`):
+  all-reduce the gradients (the hooked path: packing, fp16/bf16
+  compression), slice this replica's shard of each gradient and weight,
+  run the optimizer's own `update_step` on a `_ShardView` of the weight
+  shard (so any elementwise Keras optimizer works unchanged),
+  `all_gather` the updated shards variable by variable and assign each
+  full value to every replica's copy before the next gather (bounded
+  transient memory).
+* Saving (`tf.train.Checkpoint`, `model.save`, our backups): a sharded
+  slot serializes as the full, unpadded slot in the variable's shape
+  (gathered from every replica) and restores by slicing, so checkpoints
+  are the same as an unsharded run's and load into any replica count,
+  sharded or not.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from tfdist_opt import _class_swap
+from tfdist_opt.gradients import zero_plan
+
+ZERO_ATTR = "_tfdist_zero"
+SHARD_ATTR = "_tfdist_shard"
+_UNSHARDED_NAMES = ("tfdist_accumulator",)
+
+
+class _Zero:
+    """An optimizer's sharding: the keys of its sharded variables."""
+
+    def __init__(self, keys, strategy):
+        self.keys = keys
+        self.strategy = strategy
+
+
+class _Shard:
+    """Where one sharded slot lives: its logical shape and the replicas."""
+
+    def __init__(self, shape, strategy):
+        self.shape = tuple(int(d) for d in shape)
+        self.size = 1
+        for d in self.shape:
+            self.size *= d
+        self.strategy = strategy
+        self.n = strategy.num_replicas_in_sync
+        self.s = zero_plan.shard_size(self.size, self.n)
+
+
+class ShardedSlot:
+    """Mixin on a sharded slot's Keras variable: saves and loads it whole."""
+
+    def _serialize_to_tensors(self):
+        return {"VARIABLE_VALUE": full_value(self)}
+
+    def _restore_from_tensors(self, restored_tensors):
+        assign_full(self, restored_tensors["VARIABLE_VALUE"])
+        return self.value
+
+
+class ShardedStateHooks:
+    """Mixin in front of a hooked optimizer class; see the module doc."""
+
+    def build(self, variables):
+        zero_plan.check_optimizer(type(self).__name__,
+                                  bool(getattr(self, "use_ema", False)),
+                                  getattr(self, "gradient_accumulation_steps", None))
+        strategy = self._distribution_strategy
+        keys = {self._var_key(v) for v in variables}
+        setattr(self, ZERO_ATTR, _Zero(keys, strategy))
+        super().build(variables)
+
+    def add_variable_from_reference(self, reference_variable, name=None,
+                                    initializer="zeros"):
+        zero = getattr(self, ZERO_ATTR, None)
+        if (zero is None or name in _UNSHARDED_NAMES
+                or self._var_key(reference_variable) not in zero.keys):
+            return super().add_variable_from_reference(
+                reference_variable, name=name, initializer=initializer)
+        return _add_shard(self, reference_variable, name, initializer,
+                          zero.strategy)
+
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        ctx = tf.distribute.get_replica_context()
+        if getattr(self, ZERO_ATTR, None) is None:
+            return super()._backend_update_step(grads, trainable_variables,
+                                                learning_rate)
+        if ctx is None:
+            raise RuntimeError(
+                "tfdist_opt shard_optimizer_state: the optimizer step must run "
+                "in a replica context (inside `strategy.run`, as `model.fit` "
+                "does); each replica updates its own shard. Received a call in "
+                "the cross-replica context.")
+        tvars = [getattr(v, "value", v) for v in trainable_variables]
+        grads_and_vars = self._all_reduce_sum_gradients(list(zip(grads, tvars)))
+        r = _static_replica_id(ctx)
+        n = ctx.num_replicas_in_sync
+        news, metas = [], []
+        for g, v in grads_and_vars:
+            size = int(v.shape.num_elements())
+            s = zero_plan.shard_size(size, n)
+            view = _ShardView(_local_slice(v.read_value(), r, s, size),
+                              self._var_key(v), v.dtype)
+            # A copy, not a view: TF's aligned slice shares the buffer, which
+            # would keep the whole all-reduced gradient alive to the end.
+            g_shard = tf.raw_ops.DeepCopy(
+                x=_local_slice(tf.convert_to_tensor(g), r, s, size))
+            self.update_step(g_shard, view, learning_rate)
+            news.append(view.value)
+            metas.append((v, size))
+        # Variable by variable, largest first (TF's all_gather pads, gathers
+        # and concatenates: ~3 full-size temporaries), each full value
+        # assigned before the next gather starts: the transient peak is the
+        # largest variable's, not the model's. A gathered shard is in flat
+        # order, so the full value is a prefix of it.
+        done = None
+        for i in sorted(range(len(news)), key=lambda i: -metas[i][1]):
+            v, size = metas[i]
+            with tf.control_dependencies(done or []):
+                gathered = ctx.all_gather(news[i], axis=0)
+            full = tf.reshape(gathered[:size], v.shape)
+            done = [ctx.merge_call(_assign_all, args=([v], [full]))]
+
+    def save_own_variables(self, store):
+        for i, variable in enumerate(self.variables):
+            store[str(i)] = (full_value(variable).numpy() if is_sharded(variable)
+                             else variable.numpy())
+
+    def load_own_variables(self, store):
+        if len(store.keys()) != len(self.variables):
+            return super().load_own_variables(store)
+        for i, variable in enumerate(self.variables):
+            if is_sharded(variable):
+                assign_full(variable, store[str(i)])
+            else:
+                variable.assign(store[str(i)])
+
+
+def sharded_class(cls: type) -> type:
+    """The cached `ShardedStateHooks` subclass of (hooked) class `cls`."""
+    return _class_swap.cached_subclass(ShardedStateHooks, cls)
+
+
+def is_sharded(variable) -> bool:
+    """Whether `variable` is a sharded optimizer slot."""
+    return getattr(variable, SHARD_ATTR, None) is not None
+
+
+def state_bytes_per_replica(optimizer) -> int:
+    """Bytes of optimizer state one replica holds (its local copy/shard)."""
+    total = 0
+    for v in optimizer.variables:
+        tv = getattr(v, "value", v)
+        local = getattr(tv, "values", (tv,))[0]
+        total += int(local.shape.num_elements()) * local.dtype.size
+    return total
+
+
+def full_value(variable) -> tf.Tensor:
+    """A sharded slot's full value in its variable's shape (cross-replica)."""
+    shard = getattr(variable, SHARD_ATTR)
+    tv = getattr(variable, "value", variable)
+    ids = _local_replica_ids(shard.strategy)
+    comps = list(getattr(tv, "values", (tv,)))
+    if len(comps) == shard.n:  # every replica is here: no collective
+        order = sorted(range(len(comps)), key=lambda i: ids[i])
+        flat = tf.concat([comps[i].read_value() for i in order], axis=0)
+    else:
+        flat = shard.strategy.gather(tv, axis=0)
+    return tf.reshape(flat[:shard.size], shard.shape)
+
+
+def assign_full(variable, value) -> None:
+    """Assigns every local replica its shard of full `value`."""
+    shard = getattr(variable, SHARD_ATTR)
+    tv = getattr(variable, "value", variable)
+    flat = tf.reshape(tf.cast(tf.convert_to_tensor(value), tv.dtype), [-1])
+    flat = tf.pad(flat, [[0, shard.n * shard.s - shard.size]])
+    ids = _local_replica_ids(shard.strategy)
+    for i, comp in enumerate(getattr(tv, "values", (tv,))):
+        with tf.device(comp.device):
+            comp.assign(flat[ids[i] * shard.s:(ids[i] + 1) * shard.s])
+
+
+class _ShardView:
+    """The weight shard seen by `update_step` as the variable to update.
+
+    `update_step` looks the slots up by `optimizer._var_key(variable)`
+    (`_unique_id` for a non-Keras object): the view carries the model
+    variable's key, so it finds that variable's slot shards.
+    """
+
+    def __init__(self, value, key, dtype):
+        self.value = value
+        self._unique_id = key
+        self.dtype = dtype
+        self.shape = value.shape
+
+    def assign(self, value):
+        self.value = tf.cast(value, self.dtype)
+
+    def assign_add(self, value):
+        self.value = self.value + tf.cast(value, self.dtype)
+
+    def assign_sub(self, value):
+        self.value = self.value - tf.cast(value, self.dtype)
+
+    def __tf_tensor__(self, dtype=None, name=None):
+        return tf.convert_to_tensor(self.value, dtype=dtype, name=name)
+
+
+def _static_replica_id(ctx) -> int:
+    r = tf.get_static_value(ctx.replica_id_in_sync_group)
+    if r is None:
+        raise RuntimeError("tfdist_opt shard_optimizer_state needs a static "
+                           "replica id (a tf.distribute replica context).")
+    return int(r)
+
+
+def _local_slice(x, r, s, size):
+    """Replica r's shard of flat `x`: a slice, zero-padded only at the end."""
+    start = min(r * s, size)
+    stop = min(start + s, size)
+    part = tf.reshape(x, [-1])[start:stop]
+    if stop - start < s:
+        part = tf.pad(part, [[0, s - (stop - start)]])
+    return part
+
+
+def _assign_all(distribution, variables, fulls):
+    ops = [distribution.extended.update(v, lambda var, x: var.assign(x),
+                                        args=(full,), group=True)
+           for v, full in zip(variables, fulls)]
+    with tf.control_dependencies(ops):
+        return tf.constant(True)
+
+
+def _add_shard(optimizer, reference, name, initializer, strategy):
+    import keras
+
+    name = name or "var"
+    if hasattr(reference, "path"):
+        name = f"{reference.path.replace('/', '_')}_{name}"
+    shard = _Shard(reference.shape, strategy)
+    with optimizer._distribution_strategy.extended.colocate_vars_with(
+            getattr(reference, "value", reference)), \
+            tf.variable_creator_scope(_on_read):
+        with keras.name_scope(optimizer.name, caller=optimizer):
+            variable = keras.Variable(
+                initializer=keras.initializers.get(initializer),
+                shape=(shard.s,), dtype=reference.dtype, trainable=False,
+                name=name)
+    variable.__class__ = _class_swap.cached_subclass(ShardedSlot, type(variable))
+    setattr(variable, SHARD_ATTR, shard)
+    optimizer._track_variable(variable)
+    return variable
+
+
+def _on_read(next_creator, **kwargs):
+    kwargs["synchronization"] = tf.VariableSynchronization.ON_READ
+    kwargs["aggregation"] = tf.VariableAggregation.ONLY_FIRST_REPLICA
+    return next_creator(**kwargs)
+
+
+_IDS_ATTR = "_tfdist_local_replica_ids"
+
+
+def _local_replica_ids(strategy) -> list[int]:
+    """Global replica id of each local device, in local-device order."""
+    ids = vars(strategy).get(_IDS_ATTR)
+    if ids is None:
+        with tf.init_scope():
+            out = strategy.run(
+                lambda: tf.distribute.get_replica_context().replica_id_in_sync_group)
+            ids = [int(tf.get_static_value(x))
+                   for x in strategy.experimental_local_results(out)]
+        setattr(strategy, _IDS_ATTR, ids)
+    return ids
