@@ -222,7 +222,8 @@ def define_strategy_flags() -> Callable[[], Any]:
     choices = {"mode": config_lib.MODES, "all_reduce": config_lib.ALL_REDUCE,
                "mixed_precision": config_lib.MIXED_PRECISION,
                "compression": config_lib.COMPRESSION,
-               "powersgd_wire": powersgd.WIRES}
+               "powersgd_wire": powersgd.WIRES,
+               "storage_sharing": config_lib.STORAGE_SHARING}
     config_flag = flags.DEFINE_string(
         "config", None, "StrategyConfig file (.json/.toml) or preset name from "
         "configs/ (e.g. multi_worker_ring_cpu).")
