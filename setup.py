@@ -92,6 +92,7 @@ setuptools.setup(
         "test": [
             "pytest>=8",
             "pytest-timeout>=2.3",
+            "pytest-xdist>=3.5",  # pytest.ini's `-n 2`
             _TF_KERAS,
             _TENSORBOARD,
             "matplotlib>=3.8",

@@ -14,8 +14,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 NUM_VIRTUAL_CPUS = 4
 
 
+def _is_xdist_controller(config) -> bool:
+    """True in pytest-xdist's controller, which runs no test (its workers do)."""
+    workers = getattr(config.option, "numprocesses", None)
+    return bool(workers) and not hasattr(config, "workerinput")
+
+
 def pytest_configure(config):
-    del config
+    if _is_xdist_controller(config):
+        return  # each xdist worker process sets up its own runtime
     import tensorflow as tf
 
     cpu = tf.config.list_physical_devices("CPU")[0]

@@ -1,19 +1,23 @@
 """`benchmarks/train.py --compare=peer`: ours vs tf_keras and a Keras 3 loop.
 
 The coordinator's pure parts (summary, which cluster size, bad input) run
-in-process; one real run under `tfdist-opt launch -n 2` checks that every
-setting trained the same model on the same global batch, each with its own
-Keras, and that the summary is ours over the faster peer.
+in-process, and so does the coordinator over two rounds with a stand-in for
+the launcher (the order rotates, each round's windows are pooled). One real
+run of one round under `tfdist-opt launch -n 2` checks that every setting
+trained the same model on the same global batch, each with its own Keras,
+and that the summary is ours over the faster peer.
 """
 
 import json
 import os
 import sys
+import types
 
 import pytest
 from absl import app
 
 from benchmarks.train_lib import peer_compare
+from tfdist_opt.cluster import launcher
 from tests.multiworker.harness import REPO_ROOT
 from tests.multiworker.harness import run_single
 
@@ -52,12 +56,54 @@ def test_bad_peer_arguments_fail_before_any_cluster(args, message):
     assert "round 1/" not in r.output
 
 
+def test_coordinator_rotates_the_order_and_pools_every_round(monkeypatch):
+    # A stand-in launcher: each child "run" writes the JSON a real child
+    # writes, with window durations that tell the role and the round apart.
+    calls = []
+
+    def fake_run_local(argv, n, *, env, stdout, stderr, startup_timeout):
+        del stdout, stderr, startup_timeout
+        role = [a for a in argv if a.startswith("--peer_role=")][0].split("=")[1]
+        out = [a for a in argv if a.startswith("--output_json=")][0].split("=", 1)[1]
+        r = sum(1 for c in calls if c[0] == role)  # this role's round
+        calls.append((role, n, env["TF_USE_LEGACY_KERAS"],
+                      [a for a in argv if a.startswith("--num_batches=")]))
+        base = {"ours": 0.1, "tf_keras": 0.2, "keras3_ctl": 0.4}[role] * (r + 1)
+        row = {"setting": {"ours": "opt"}.get(role, "peer_" + role),
+               "median": 8 / base, "global_batch": 8, "window_batches": 1,
+               "window_durations_s": [base, base], "wall_s": 1.5}
+        with open(out, "w") as f:
+            json.dump({"results": [row], "environment": {"load_avg_1m": 0.5 + r}}, f)
+        return types.SimpleNamespace(returncode=0, message="ok")
+
+    monkeypatch.setattr(launcher, "run_local", fake_run_local)
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    args = types.SimpleNamespace(model="mlp", rounds=2, per_round=2, warmup=1)
+    printed = []
+    rows, summary, config = peer_compare.coordinate(
+        args, peer_workers=3, printer=printed.append, binary=BINARY)
+    assert [c[0] for c in calls] == ["ours", "tf_keras", "keras3_ctl",
+                                     "tf_keras", "keras3_ctl", "ours"]
+    assert all(c[1] == 3 and c[3] == ["--num_batches=2"] for c in calls)
+    assert [c[2] for c in calls[:3]] == ["0", "1", "0"]  # its own Keras each
+    assert "round 2/2: ours on 3 worker(s)" in printed
+    ours = rows[0]
+    assert [r["setting"] for r in rows] == ["opt", "peer_tf_keras", "peer_keras3_ctl"]
+    assert ours["rounds"] == 2 and ours["timed_batches"] == 4
+    assert ours["round_medians"] == [80.0, 40.0]
+    assert ours["wall_s"] == 3.0 and ours["load_avg_1m_rounds"] == [0.5, 1.5]
+    # pooled: the median of the rates of 0.1, 0.1, 0.2, 0.2 s windows of 8
+    assert summary["opt_eps"] == pytest.approx((80 + 40) / 2)
+    assert summary["speedup_vs_peer"] == pytest.approx(2.0)
+    assert "2 round(s) of 2 timed batches" in config["comparison"]
+
+
 @pytest.mark.multiworker
 @pytest.mark.slow
 def test_peer_compare_under_the_launcher(tmp_path):
     out = tmp_path / "p.json"
     r = run_single(["-m", "tfdist_opt", "launch", "-n", "2", "--", sys.executable,
-                    BINARY, "--model=mlp", "--compare=peer", "--rounds=2",
+                    BINARY, "--model=mlp", "--compare=peer", "--rounds=1",
                     "--batch_size=4", "--num_warmup_batches=1",
                     "--num_batches=2", "--image_size=8",
                     f"--output_json={out}"], timeout_s=540)
@@ -74,7 +120,7 @@ def test_peer_compare_under_the_launcher(tmp_path):
     assert rows[0]["keras"].startswith("keras 3.")
     assert rows[2]["keras"].startswith("keras 3.")
     for row in rows:
-        assert row["rounds"] == 2 and len(row["round_medians"]) == 2
+        assert row["rounds"] == 1 and len(row["round_medians"]) == 1
         assert row["steps"] == 2 and "window_durations_s" not in row
     peers = [summary["peer_tf_keras_eps"], summary["peer_keras3_ctl_eps"]]
     assert summary["speedup_vs_peer"] == pytest.approx(

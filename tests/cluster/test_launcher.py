@@ -156,9 +156,15 @@ def test_worker_ignoring_sigterm_is_killed_after_term_timeout(tmp_path):
     result, _, _, elapsed = _run(f"""
         import os, signal, sys, time
         if os.environ["TFDIST_LAUNCH_WORKER_INDEX"] == "1":
-            time.sleep(0.5); sys.exit(2)
+            # fail once worker 0 ignores SIGTERM (not before, under load)
+            deadline = time.monotonic() + 60
+            while (not os.path.exists(r"{tmp_path}/pid")
+                   and time.monotonic() < deadline):
+                time.sleep(0.01)
+            sys.exit(2)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        open(r"{tmp_path}/pid", "w").write(str(os.getpid()))
+        open(r"{tmp_path}/pid.tmp", "w").write(str(os.getpid()))
+        os.replace(r"{tmp_path}/pid.tmp", r"{tmp_path}/pid")
         time.sleep(60)
     """, 2, term_timeout=1)
     pid = int((tmp_path / "pid").read_text())
@@ -248,37 +254,67 @@ def on(signum, frame):
     sys.exit(0)
 signal.signal(signal.SIGTERM, on)
 signal.signal(signal.SIGINT, on)
+if i in sys.argv[2:]:  # these workers ignore both signals
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 open(os.path.join(out, f"pid-{i}"), "w").write(str(os.getpid()))
 time.sleep(60)
 """
 
 
-def _launch_cli(tmp_path, *options):
+def _launch_cli(tmp_path, *options, ignoring=()):
     script = tmp_path / "child.py"
     script.write_text(_SIGNAL_CHILD)
     env = dict(os.environ, PYTHONPATH=REPO_ROOT)
     return subprocess.Popen(
         [sys.executable, "-m", "tfdist_opt", "launch", "-n", "2",
          "--startup-timeout", "0", *options, "--", sys.executable, str(script),
-         str(tmp_path)],
+         str(tmp_path), *(str(i) for i in ignoring)],
         env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, start_new_session=True)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_signal_to_launcher_reaches_every_worker(tmp_path, signum):
-    proc = _launch_cli(tmp_path)
+    # The grace before SIGKILL is long here: under load a worker can need
+    # more than the default 5 s to be scheduled and run its handler, and was
+    # then SIGKILLed without a trace (a flaky missing sig file). The launcher
+    # returns as soon as both workers exit; it says when it had to SIGKILL.
+    proc = _launch_cli(tmp_path, "--term-timeout", "120")
     pids = []
     try:
         for i in range(2):
             _wait_for(tmp_path / f"pid-{i}")
         pids = [int((tmp_path / f"pid-{i}").read_text()) for i in range(2)]
         proc.send_signal(signum)
-        _, err = proc.communicate(timeout=20)
+        _, err = proc.communicate(timeout=150)
         assert proc.returncode == 128 + signum, err
         for i in range(2):
+            assert (tmp_path / f"sig-{i}").exists(), f"worker {i} never ran its handler:\n{err}"
             assert (tmp_path / f"sig-{i}").read_text() == str(int(signum))
         assert f"got {signal.Signals(signum).name}; stopped 2 worker(s)" in err
+        assert "SIGKILLed" not in err
+        assert all(_gone(p) for p in pids)
+    finally:
+        _kill_all(pids)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def test_worker_ignoring_the_forwarded_signal_is_sigkilled_and_named(tmp_path):
+    proc = _launch_cli(tmp_path, "--term-timeout", "1", ignoring=[0, 1])
+    pids = []
+    try:
+        for i in range(2):
+            _wait_for(tmp_path / f"pid-{i}")
+        pids = [int((tmp_path / f"pid-{i}").read_text()) for i in range(2)]
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + signal.SIGINT, err
+        assert not (tmp_path / "sig-0").exists() and not (tmp_path / "sig-1").exists()
+        assert ("got SIGINT; stopped 2 worker(s) (worker 0, worker 1 SIGKILLed: "
+                "still running 1 s after SIGINT; --term-timeout sets the grace)") in err
         assert all(_gone(p) for p in pids)
     finally:
         _kill_all(pids)

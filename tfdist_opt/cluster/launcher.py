@@ -326,6 +326,14 @@ def run_local(argv: Sequence[str], num_workers: int, *,
             signal.signal(signum, handler)
 
 
+def _killed_note(late: list[str], term_timeout: float, signal_name: str) -> str:
+    """' (worker 1 SIGKILLed: ...)' for workers the grace period did not see out."""
+    if not late:
+        return ""
+    return (f" ({', '.join(late)} SIGKILLed: still running {term_timeout:g} s "
+            f"after {signal_name}; --term-timeout sets the grace)")
+
+
 class _Launcher:
     """State shared across attempts: output, lock, the signal we got."""
 
@@ -380,11 +388,12 @@ class _Launcher:
             while True:
                 codes = [p.poll() for p in group.procs]
                 if self.stop_signal is not None:  # already forwarded
-                    group.terminate(term_timeout, signum=None)
+                    late = group.terminate(term_timeout, signum=None)
                     name = signal.Signals(self.stop_signal).name
                     return LaunchResult(
                         128 + self.stop_signal,
-                        message=f"got {name}; stopped {n} worker(s)")
+                        message=f"got {name}; stopped {n} worker(s)"
+                                + _killed_note(late, term_timeout, name))
                 failed = [i for i, c in enumerate(codes) if c not in (None, 0)]
                 if failed:
                     i = failed[0]

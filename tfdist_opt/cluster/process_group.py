@@ -63,6 +63,7 @@ class Group:
     def __init__(self, argv, envs, cwd, out, err, lock, watchdog=None,
                  keep=None, labels=None):
         labels = labels or [f"worker {i}" for i in range(len(envs))]
+        self.labels = list(labels)
         self.procs: list[subprocess.Popen] = []
         self.pumps: list[threading.Thread] = []
         self.watchdog = watchdog
@@ -99,9 +100,13 @@ class Group:
             _killpg(p, signum)
 
     def terminate(self, timeout_s: float, signum: int | None = signal.SIGTERM
-                  ) -> None:
+                  ) -> list[str]:
         """Sends `signum` (None: already sent) to every live worker group,
-        waits up to timeout_s for them to exit, then SIGKILLs them all."""
+        waits up to timeout_s for them to exit, then SIGKILLs them all.
+
+        Returns the labels of the workers still running at the deadline (the
+        ones the SIGKILL stopped), so the caller can say so.
+        """
         live = [p for p in self.procs if p.poll() is None]
         for p in live:
             if signum is not None:
@@ -109,7 +114,10 @@ class Group:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and any(p.poll() is None for p in live):
             time.sleep(_POLL_S)
+        late = [self.labels[i] for i, p in enumerate(self.procs)
+                if p in live and p.poll() is None]
         self.kill()
+        return late
 
     def kill(self) -> None:
         """SIGKILL every group (leaders and anything they started), every
