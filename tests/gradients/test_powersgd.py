@@ -16,11 +16,14 @@ What each test proves:
 * the state is optimizer variables: error buffers ON_READ SUM, Q mirrored and
   equal to a seeded draw;
 * bf16 factors: close to fp32 factors, not equal; mixed_float16 trains.
-* resume (rank 1): after 3 of 6 steps, a tf.train.Checkpoint and a .keras
+* resume (rank 1, start step 1): after 2 of 4 steps, a tf.train.Checkpoint and a .keras
   file restore every replica's own residual exactly, and 3 more steps give
-  weights EQUAL (bit for bit) to the uninterrupted run; a plain-sum value
+  weights EQUAL (bit for bit) to the uninterrupted run, also through
+  DistributedBackupAndRestore; a plain-sum value
   (an older checkpoint) or another replica count restores sum / n each.
 """
+
+import contextlib
 
 import numpy as np
 import pytest
@@ -169,7 +172,7 @@ def _residuals(strategy, model):
             for e in lowrank.state_of(model.optimizer).entries.values()]
 
 
-def _continue(strategy, options, model, steps=6, skip=3):
+def _continue(strategy, options, model, steps=4, skip=2):
     x, y = _data()
     model.fit(x[32 * skip:32 * steps], y[32 * skip:32 * steps], batch_size=32,
               epochs=1, shuffle=False, verbose=0)
@@ -178,8 +181,8 @@ def _continue(strategy, options, model, steps=6, skip=3):
 
 def test_resume_is_bit_for_bit(strategy, tmp_path):
     opts = _psgd(powersgd_rank=1, powersgd_start_step=1)
-    whole = _fit(strategy, opts, steps=6).get_weights()
-    first = _fit(strategy, opts, steps=3)
+    whole = _fit(strategy, opts, steps=4).get_weights()
+    first = _fit(strategy, opts, steps=2)
     saved = _residuals(strategy, first)
     assert all(not np.array_equal(a, b) for a, b in saved)  # replicas differ
     path = tf.train.Checkpoint(model=first, optimizer=first.optimizer).write(
@@ -198,11 +201,27 @@ def test_resume_is_bit_for_bit(strategy, tmp_path):
 
     with strategy.scope():
         loaded = keras.models.load_model(tmp_path / "m.keras")
-    assert int(loaded.optimizer.iterations.numpy()) == 3
+    assert int(loaded.optimizer.iterations.numpy()) == 2
     for got, want in zip(_residuals(strategy, loaded), saved):
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, w)
     for a, b in zip(_continue(strategy, opts, loaded), whole):
+        np.testing.assert_array_equal(a, b)
+
+    # DistributedBackupAndRestore: a backup after step 2 of 4, killed after
+    # step 3; a fresh model's fit restores it, skips 2 batches, runs 3-4.
+    from tests.callbacks.test_backup import CrashAt
+    from tfdist_opt.callbacks.backup import DistributedBackupAndRestore
+
+    x, y = _data()
+    for crash in ([CrashAt(3)], []):
+        model = _fit(strategy, opts, steps=0)
+        with pytest.raises(KeyboardInterrupt) if crash else contextlib.nullcontext():
+            model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(32),
+                      epochs=1, shuffle=False, verbose=0, callbacks=[DistributedBackupAndRestore(
+                          str(tmp_path / "bk"), save_freq=2)] + crash)
+    assert int(model.optimizer.iterations.numpy()) == 4
+    for a, b in zip(model.get_weights(), whole):
         np.testing.assert_array_equal(a, b)
 
 
