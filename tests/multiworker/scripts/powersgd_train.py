@@ -71,7 +71,7 @@ def local_residuals(strategy, model):
     """This worker's replica's own error buffers (not their sum)."""
     from tfdist_opt.gradients import lowrank
 
-    return [strategy.experimental_local_results(e.error.value)[0].numpy()
+    return [strategy.experimental_local_results(e.value)[0].numpy()
             for e in lowrank.state_of(model.optimizer).error_buffers]
 
 
@@ -129,7 +129,7 @@ def main():
     saved_err = local_residuals(strategy, first)
     path = tf.train.Checkpoint(model=first, optimizer=first.optimizer).write(
         os.path.join(args.out, f"ckpt_{task}", "ckpt"))
-    keras_path = os.path.join(args.out, f"m_{task}.keras")
+    keras_path = os.path.join(args.out, "m.keras")  # one writer (chief_saving)
     first.save(keras_path)
     for variant in ("resumed", "keras"):
         if variant == "resumed":
