@@ -91,15 +91,17 @@ ENTRIES: tuple[PrivateName, ...] = (
                 "keras-team/keras#17429)"),
     PrivateName(_TF_OPTIMIZER, "_var_key", "tfdist_opt.gradients.sharded_state",
                 "the key update_step looks slots up by; a shard view carries it"),
-    PrivateName(_TF_OPTIMIZER, "_track_variable", "tfdist_opt.gradients.sharded_state",
+    PrivateName(_TF_OPTIMIZER, "_track_variable", "tfdist_opt.gradients.replica_slots",
                 "tracks a slot shard created outside add_variable (so its class "
                 "is swapped before a deferred checkpoint restore reaches it)"),
     PrivateName("keras.src.backend.tensorflow.core.Variable", "_serialize_to_tensors",
-                "tfdist_opt.gradients.sharded_state",
-                "Trackable saving protocol: a slot shard saves its full value"),
+                "tfdist_opt.gradients.replica_slots",
+                "Trackable saving protocol: a slot shard saves its full value, "
+                "a PowerSGD error buffer every replica's residual"),
     PrivateName("keras.src.backend.tensorflow.core.Variable", "_restore_from_tensors",
-                "tfdist_opt.gradients.sharded_state",
-                "Trackable saving protocol: a slot shard restores its slice"),
+                "tfdist_opt.gradients.replica_slots",
+                "Trackable saving protocol: a slot shard restores its slice, "
+                "an error buffer each replica's own residual"),
     PrivateName("keras.optimizers.SGD()", "_distribution_strategy",
                 "tfdist_opt.gradients.keras_binding",
                 "the strategy Keras captured in __init__ (kept private)"),

@@ -13,7 +13,8 @@ across workers), `keras_binding` (binds options to the optimizers created
 in a strategy's scope), `fit_length` (grad_accum against a fit's length),
 `hooks` (the per-optimizer subclass), `upstream` (the Keras internals they
 rely on, checked), `sharded_state` (ZeRO stage 1: slot shards, the shard
-update, full-value checkpoints).
+update, full-value checkpoints), `replica_slots` (saving optimizer state
+that differs per replica: slot shards, PowerSGD residuals).
 """
 
 from tfdist_opt.gradients.contract import check_batch_contract

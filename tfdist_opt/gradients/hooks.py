@@ -37,6 +37,9 @@ What the overrides do (the upstream methods they rely on are checked by
   optimizer reports, and learning-rate schedules see, updates
   (`_iterations // k`), so Adam's bias correction and schedules advance
   once per k micro-steps, as one big-batch step would.
+* `save_own_variables` / `load_own_variables` (Keras's `model.save` /
+  `.keras` path): per-replica state (ZeRO slot shards, PowerSGD error
+  buffers) saves and loads through `replica_slots`, not `numpy()`.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ import tensorflow as tf
 from tfdist_opt.gradients import accumulation
 from tfdist_opt.gradients import allreduce
 from tfdist_opt.gradients import lowrank
+from tfdist_opt.gradients import replica_slots
 from tfdist_opt.gradients import sharded_state
 from tfdist_opt.gradients.options import GradientOptions
 
@@ -118,6 +122,16 @@ class GradientHooks:
         accumulation.accumulate_and_apply(self, list(grads),
                                           list(trainable_variables), state)
         return None
+
+    def save_own_variables(self, store):
+        if not replica_slots.has_saved_whole(self):
+            return super().save_own_variables(store)
+        replica_slots.save_variables(self, store)
+
+    def load_own_variables(self, store):
+        if not (replica_slots.has_saved_whole(self)
+                and replica_slots.load_variables(self, store)):
+            return super().load_own_variables(store)
 
     @property
     def iterations(self):

@@ -9,9 +9,12 @@ Two calls, the shape every stateful stage of the gradient path has:
   and our backups carry it):
     - one error buffer per compressed matrix, `synchronization=ON_READ,
       aggregation=SUM` like the accumulators (each replica keeps its own
-      residual with no communication; a checkpoint holds the sum over
-      replicas, a restore gives each replica sum / n, which leaves the
-      next step's total unchanged);
+      residual with no communication; reading it gives the sum). It is a
+      `replica_slots.PerReplicaSum`: a checkpoint holds every replica's
+      residual (n, *shape), and a restore with the same replica count gives
+      each replica its own, bit for bit; another replica count, or an older
+      checkpoint holding the sum, gives each replica sum / n (the next
+      step's total is unchanged, its float rounding is not);
     - one Q (cols x r) per compressed matrix, mirrored, drawn from a normal
       distribution with `numpy.random.default_rng([seed, j])`, so every
       replica and every worker starts from the same Q.
@@ -48,6 +51,7 @@ import tensorflow as tf
 
 from tfdist_opt.gradients import allreduce
 from tfdist_opt.gradients import powersgd
+from tfdist_opt.gradients import replica_slots
 from tfdist_opt.gradients.options import GradientOptions
 
 STATE_ATTR = "_tfdist_powersgd"
@@ -115,9 +119,10 @@ def init(optimizer, variables, options: GradientOptions) -> PowerSGDState:
         with scope:
             for j, m in enumerate(plan.matrices):
                 var = variables[m.index]
-                with tf.variable_creator_scope(_on_read_sum):
-                    error = optimizer.add_variable_from_reference(
-                        var, name=ERROR_NAME)
+                error = replica_slots.add_slot(
+                    optimizer, var, ERROR_NAME, var.shape, "zeros",
+                    _on_read_sum, replica_slots.PerReplicaSum,
+                    _tfdist_strategy=strategy)
                 q = optimizer.add_variable(
                     shape=(m.cols, m.rank), dtype=_dtype_name(var.dtype),
                     initializer=_SeededNormal(options.powersgd_seed, j),

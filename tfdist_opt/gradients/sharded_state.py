@@ -18,10 +18,10 @@ subclass (swapped onto the instance in front of the gradient hooks):
   full value to every replica's copy before the next gather (bounded
   transient memory).
 * Saving (`tf.train.Checkpoint`, `model.save`, our backups): a sharded
-  slot serializes as the full, unpadded slot in the variable's shape
-  (gathered from every replica) and restores by slicing, so checkpoints
-  are the same as an unsharded run's and load into any replica count,
-  sharded or not.
+  slot is a `replica_slots.SavedWhole`: it serializes as the full, unpadded
+  slot in the variable's shape (gathered from every replica) and restores
+  by slicing, so checkpoints are the same as an unsharded run's and load
+  into any replica count, sharded or not.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfdist_opt import _class_swap
+from tfdist_opt.gradients import replica_slots
 from tfdist_opt.gradients import zero_plan
 
 ZERO_ATTR = "_tfdist_zero"
@@ -57,15 +58,14 @@ class _Shard:
         self.s = zero_plan.shard_size(self.size, self.n)
 
 
-class ShardedSlot:
+class ShardedSlot(replica_slots.SavedWhole):
     """Mixin on a sharded slot's Keras variable: saves and loads it whole."""
 
-    def _serialize_to_tensors(self):
-        return {"VARIABLE_VALUE": full_value(self)}
+    def _tfdist_saved_value(self):
+        return full_value(self)
 
-    def _restore_from_tensors(self, restored_tensors):
-        assign_full(self, restored_tensors["VARIABLE_VALUE"])
-        return self.value
+    def _tfdist_load_value(self, value):
+        assign_full(self, value)
 
 
 class ShardedStateHooks:
@@ -131,20 +131,6 @@ class ShardedStateHooks:
             full = tf.reshape(gathered[:size], v.shape)
             done = [ctx.merge_call(_assign_all, args=([v], [full]))]
 
-    def save_own_variables(self, store):
-        for i, variable in enumerate(self.variables):
-            store[str(i)] = (full_value(variable).numpy() if is_sharded(variable)
-                             else variable.numpy())
-
-    def load_own_variables(self, store):
-        if len(store.keys()) != len(self.variables):
-            return super().load_own_variables(store)
-        for i, variable in enumerate(self.variables):
-            if is_sharded(variable):
-                assign_full(variable, store[str(i)])
-            else:
-                variable.assign(store[str(i)])
-
 
 def sharded_class(cls: type) -> type:
     """The cached `ShardedStateHooks` subclass of (hooked) class `cls`."""
@@ -169,14 +155,8 @@ def state_bytes_per_replica(optimizer) -> int:
 def full_value(variable) -> tf.Tensor:
     """A sharded slot's full value in its variable's shape (cross-replica)."""
     shard = getattr(variable, SHARD_ATTR)
-    tv = getattr(variable, "value", variable)
-    ids = _local_replica_ids(shard.strategy)
-    comps = list(getattr(tv, "values", (tv,)))
-    if len(comps) == shard.n:  # every replica is here: no collective
-        order = sorted(range(len(comps)), key=lambda i: ids[i])
-        flat = tf.concat([comps[i].read_value() for i in order], axis=0)
-    else:
-        flat = shard.strategy.gather(tv, axis=0)
+    flat = replica_slots.concat_replicas(shard.strategy,
+                                         getattr(variable, "value", variable))
     return tf.reshape(flat[:shard.size], shard.shape)
 
 
@@ -186,10 +166,8 @@ def assign_full(variable, value) -> None:
     tv = getattr(variable, "value", variable)
     flat = tf.reshape(tf.cast(tf.convert_to_tensor(value), tv.dtype), [-1])
     flat = tf.pad(flat, [[0, shard.n * shard.s - shard.size]])
-    ids = _local_replica_ids(shard.strategy)
-    for i, comp in enumerate(getattr(tv, "values", (tv,))):
-        with tf.device(comp.device):
-            comp.assign(flat[ids[i] * shard.s:(ids[i] + 1) * shard.s])
+    replica_slots.assign_replicas(
+        shard.strategy, tv, lambda r: flat[r * shard.s:(r + 1) * shard.s])
 
 
 class _ShardView:
@@ -246,43 +224,13 @@ def _assign_all(distribution, variables, fulls):
 
 
 def _add_shard(optimizer, reference, name, initializer, strategy):
-    import keras
-
-    name = name or "var"
-    if hasattr(reference, "path"):
-        name = f"{reference.path.replace('/', '_')}_{name}"
     shard = _Shard(reference.shape, strategy)
-    with optimizer._distribution_strategy.extended.colocate_vars_with(
-            getattr(reference, "value", reference)), \
-            tf.variable_creator_scope(_on_read):
-        with keras.name_scope(optimizer.name, caller=optimizer):
-            variable = keras.Variable(
-                initializer=keras.initializers.get(initializer),
-                shape=(shard.s,), dtype=reference.dtype, trainable=False,
-                name=name)
-    variable.__class__ = _class_swap.cached_subclass(ShardedSlot, type(variable))
-    setattr(variable, SHARD_ATTR, shard)
-    optimizer._track_variable(variable)
-    return variable
+    return replica_slots.add_slot(optimizer, reference, name, (shard.s,),
+                                  initializer, _on_read, ShardedSlot,
+                                  **{SHARD_ATTR: shard})
 
 
 def _on_read(next_creator, **kwargs):
     kwargs["synchronization"] = tf.VariableSynchronization.ON_READ
     kwargs["aggregation"] = tf.VariableAggregation.ONLY_FIRST_REPLICA
     return next_creator(**kwargs)
-
-
-_IDS_ATTR = "_tfdist_local_replica_ids"
-
-
-def _local_replica_ids(strategy) -> list[int]:
-    """Global replica id of each local device, in local-device order."""
-    ids = vars(strategy).get(_IDS_ATTR)
-    if ids is None:
-        with tf.init_scope():
-            out = strategy.run(
-                lambda: tf.distribute.get_replica_context().replica_id_in_sync_group)
-            ids = [int(tf.get_static_value(x))
-                   for x in strategy.experimental_local_results(out)]
-        setattr(strategy, _IDS_ATTR, ids)
-    return ids
