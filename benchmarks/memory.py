@@ -61,6 +61,12 @@ _STEPS = flags.DEFINE_integer("steps", 8, "Training steps per run.")
 _WARMUP = flags.DEFINE_integer("warmup", 3, "Untimed first steps.")
 _REPEATS = flags.DEFINE_integer(
     "repeats", 1, "Alternate unsharded and sharded runs this many times.")
+_MMAP = flags.DEFINE_integer(
+    "malloc_mmap_threshold", 0,
+    "If > 0, set glibc's MALLOC_MMAP_THRESHOLD_ (bytes) in the workers: "
+    "buffers above it are mmapped and given back to the OS when freed, so "
+    "RSS follows live memory instead of glibc's high-water mark (0: the "
+    "default, a dynamic threshold that grows up to 32 MiB).")
 _TIMEOUT = flags.DEFINE_integer("run_timeout_s", 900, "Wall-clock limit per run.")
 
 
@@ -169,6 +175,8 @@ def _launch(role, part_dir, repeat=0):
            f"--role={role}", f"--part_dir={part_dir}", *passthrough]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
+    if _MMAP.value > 0:
+        env["MALLOC_MMAP_THRESHOLD_"] = str(_MMAP.value)
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = repo + os.pathsep + env.get("PYTHONPATH", "")
     proc = subprocess.run(cmd, env=env, timeout=_TIMEOUT.value, capture_output=True,
