@@ -131,13 +131,16 @@ class ShardedStateHooks:
             bucket = tf.concat([news[i] for i, _, _ in members], axis=0)
             rows = tf.reshape(ctx.all_gather(bucket, axis=0), [n, -1])
             del bucket
-            variables, fulls = [], []
+            # Cut and assign one variable at a time (each cut waits for the
+            # previous assign): the transient beyond the gathered bucket is
+            # the largest variable, not a second copy of the weights.
+            done = None
             for i, offset, s in members:
                 v, size = metas[i]
-                flat = tf.reshape(rows[:, offset:offset + s], [-1])
-                variables.append(v)
-                fulls.append(tf.reshape(flat[:size], v.shape))
-            ctx.merge_call(_assign_all, args=(variables, fulls))
+                with tf.control_dependencies(done or []):
+                    flat = tf.reshape(rows[:, offset:offset + s], [-1])
+                    full = tf.reshape(flat[:size], v.shape)
+                done = [ctx.merge_call(_assign_all, args=([v], [full]))]
 
     def save_own_variables(self, store):
         for i, variable in enumerate(self.variables):
