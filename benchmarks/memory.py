@@ -11,9 +11,12 @@ The driver (this binary without `--role`) starts two local clusters of
 `--warmup` steps are not timed), so the step is dominated by the gradient
 all-reduce (comm-bound).
 
-Each worker reports: its peak resident memory (`ru_maxrss`) and its
-resident memory after building the model and before the optimizer is built
-(the baseline), the peak device memory on a GPU
+Each worker reports: its peak resident memory (`ru_maxrss`, the whole
+process life), its resident memory after building the model and before the
+optimizer is built (the baseline), its resident memory after the warm-up
+steps (`rss_after_warmup_bytes`: steady state, every buffer allocated once)
+and the peak over the timed steps only (`steady_peak_rss_bytes`: Linux's
+VmHWM, reset after the warm-up by writing 5 to /proc/self/clear_refs), the peak device memory on a GPU
 (`tf.config.experimental.get_memory_info`), the optimizer-state bytes one
 replica holds (`sharded_state.state_bytes_per_replica`: its local copy of
 every optimizer variable), and examples/sec.
@@ -21,7 +24,8 @@ every optimizer variable), and examples/sec.
 Summary keys: `state_bytes_ratio` (sharded / unsharded optimizer-state
 bytes per replica; goal <= 1/n + 0.01), `state_bytes_saved`,
 `peak_rss_saved_bytes` (unsharded - sharded peak RSS, worst worker),
-`rss_saved_over_state_saved` (goal >= 0.75), `examples_per_sec_unsharded`,
+`rss_saved_over_state_saved` (goal >= 0.75), the same for the steady
+state (`steady_rss_saved_bytes`, `steady_peak_rss_saved_bytes`), `examples_per_sec_unsharded`,
 `examples_per_sec_sharded`, `slowdown` (1 - sharded / unsharded; goal <=
 0.10).
 """
@@ -31,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -54,6 +59,14 @@ _DEPTH = flags.DEFINE_integer("depth", 1, "Hidden width x width layers.")
 _BATCH = flags.DEFINE_integer("batch_size", 16, "Examples per worker step.")
 _STEPS = flags.DEFINE_integer("steps", 8, "Training steps per run.")
 _WARMUP = flags.DEFINE_integer("warmup", 3, "Untimed first steps.")
+_REPEATS = flags.DEFINE_integer(
+    "repeats", 1, "Alternate unsharded and sharded runs this many times.")
+_MMAP = flags.DEFINE_integer(
+    "malloc_mmap_threshold", 0,
+    "If > 0, set glibc's MALLOC_MMAP_THRESHOLD_ (bytes) in the workers: "
+    "buffers above it are mmapped and given back to the OS when freed, so "
+    "RSS follows live memory instead of glibc's high-water mark (0: the "
+    "default, a dynamic threshold that grows up to 32 MiB).")
 _TIMEOUT = flags.DEFINE_integer("run_timeout_s", 900, "Wall-clock limit per run.")
 
 
@@ -66,6 +79,23 @@ def num_params(input_dim, width, depth):
 def _rss_now() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _reset_peak_rss() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_rss_since_reset() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 def run_role(role):
@@ -96,6 +126,7 @@ def run_role(role):
     opts.experimental_distribute.auto_shard_policy = (
         tf.data.experimental.AutoShardPolicy.OFF)
     times = []
+    mem = {}
 
     class StepTimer(keras.callbacks.Callback):
         def on_train_batch_begin(self, batch, logs=None):
@@ -103,10 +134,16 @@ def run_role(role):
 
         def on_train_batch_end(self, batch, logs=None):
             times.append(time.perf_counter() - self.t0)
+            if len(times) == _WARMUP.value:
+                mem["rss_after_warmup_bytes"] = _rss_now()
+                mem["peak_reset"] = _reset_peak_rss()
 
     model.fit(ds.with_options(opts), epochs=1, steps_per_epoch=_STEPS.value,
               verbose=0, callbacks=[StepTimer()])
     measured = times[_WARMUP.value:] or times
+    if mem.pop("peak_reset", False):
+        mem["steady_peak_rss_bytes"] = _peak_rss_since_reset()
+    mem["rss_end_bytes"] = _rss_now()
     row = {
         "setting": role, "task": json_task_index(),
         "replicas": n, "params": model.count_params(),
@@ -114,7 +151,7 @@ def run_role(role):
         "baseline_rss_bytes": baseline_rss,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "examples_per_sec": global_batch * len(measured) / sum(measured),
-        "step_times_s": times,
+        "step_times_s": times, **mem,
     }
     if tf.config.list_physical_devices("GPU"):
         row["gpu_peak_bytes"] = tf.config.experimental.get_memory_info("GPU:0")["peak"]
@@ -130,7 +167,7 @@ def json_task_index() -> int:
     return int(tf_config.get("task", {}).get("index", 0))
 
 
-def _launch(role, part_dir):
+def _launch(role, part_dir, repeat=0):
     passthrough = [f"--{f.name}={f.value}" for f in (
         _WORKERS, _WIDTH, _IN, _DEPTH, _BATCH, _STEPS, _WARMUP)]
     cmd = [sys.executable, "-m", "tfdist_opt", "launch", "--workers",
@@ -138,6 +175,8 @@ def _launch(role, part_dir):
            f"--role={role}", f"--part_dir={part_dir}", *passthrough]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
+    if _MMAP.value > 0:
+        env["MALLOC_MMAP_THRESHOLD_"] = str(_MMAP.value)
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = repo + os.pathsep + env.get("PYTHONPATH", "")
     proc = subprocess.run(cmd, env=env, timeout=_TIMEOUT.value, capture_output=True,
@@ -148,8 +187,14 @@ def _launch(role, part_dir):
         if not os.path.exists(path):
             raise RuntimeError(f"the {role} run failed (exit {proc.returncode}):\n"
                                + proc.stderr[-4000:])
+        final = os.path.join(part_dir, f"{role}_{task}_r{repeat}.json")
+        os.replace(path, final)
+        path = final
+        if not os.path.exists(path):
+            raise RuntimeError(f"the {role} run failed (exit {proc.returncode}):\n"
+                               + proc.stderr[-4000:])
         with open(path) as f:
-            rows.append(json.load(f))
+            rows.append(dict(json.load(f), repeat=repeat))
     return rows
 
 
@@ -160,7 +205,7 @@ def summarize(rows, workers):
     plain, shard = by["unsharded"], by["sharded"]
     state_plain = max(r["optimizer_state_bytes_per_replica"] for r in plain)
     state_shard = max(r["optimizer_state_bytes_per_replica"] for r in shard)
-    saved = state_plain - state_shard
+    saved = saved_state = state_plain - state_shard
     rss_saved = (min(r["peak_rss_bytes"] for r in plain)
                  - max(r["peak_rss_bytes"] for r in shard))
     eps_plain = min(r["examples_per_sec"] for r in plain)
@@ -176,6 +221,21 @@ def summarize(rows, workers):
         "examples_per_sec_sharded": eps_shard,
         "slowdown": 1 - eps_shard / eps_plain,
     }
+
+    def worst_saved(key):
+        if not all(key in r for r in rows):
+            return None
+        return min(r[key] for r in plain) - max(r[key] for r in shard)
+
+    out["steady_rss_saved_bytes"] = worst_saved("rss_after_warmup_bytes")
+    out["steady_peak_rss_saved_bytes"] = worst_saved("steady_peak_rss_bytes")
+    out["examples_per_sec_median_unsharded"] = statistics.median(
+        r["examples_per_sec"] for r in plain)
+    out["examples_per_sec_median_sharded"] = statistics.median(
+        r["examples_per_sec"] for r in shard)
+    for key in ("steady_rss_saved_bytes", "steady_peak_rss_saved_bytes"):
+        if out[key] is not None and saved_state:
+            out[key.replace("_bytes", "_over_state_saved")] = out[key] / saved_state
     if all("gpu_peak_bytes" in r for r in rows):
         out["gpu_peak_saved_bytes"] = (min(r["gpu_peak_bytes"] for r in plain)
                                        - max(r["gpu_peak_bytes"] for r in shard))
@@ -189,7 +249,9 @@ def main(argv):
         run_role(_ROLE.value)
         return
     with tempfile.TemporaryDirectory() as tmp:
-        rows = [r for role in ("unsharded", "sharded") for r in _launch(role, tmp)]
+        rows = [r for rep in range(_REPEATS.value)
+                for role in ("unsharded", "sharded")
+                for r in _launch(role, tmp, rep)]
     summary = summarize(rows, _WORKERS.value)
     common.write_report("memory", common.flag_config(), rows, summary,
                         output_json=common.OUTPUT_JSON.value,

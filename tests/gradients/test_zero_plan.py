@@ -33,3 +33,13 @@ def test_refusals_name_what_was_received():
     with pytest.raises(ValueError, match="`grad_accum`.*Received: grad_accum=4"):
         zero_plan.check_combination("bf16", 4)
     zero_plan.check_combination("fp16", 1)
+
+
+def test_gather_buckets_one_per_dtype_contiguous():
+    buckets = zero_plan.gather_buckets(["float32", "float16", "float32", "float32"],
+                                       [3, 2, 4, 1])
+    assert [d for d, _ in buckets] == ["float32", "float16"]
+    assert buckets[0][1] == [(0, 0, 3), (2, 3, 4), (3, 7, 1)]
+    assert buckets[1][1] == [(1, 0, 2)]
+    with pytest.raises(ValueError, match="shard_sizes"):
+        zero_plan.gather_buckets(["float32"], [1, 2])

@@ -13,10 +13,10 @@ subclass (swapped onto the instance in front of the gradient hooks):
   all-reduce the gradients (the hooked path: packing, fp16/bf16
   compression), slice this replica's shard of each gradient and weight,
   run the optimizer's own `update_step` on a `_ShardView` of the weight
-  shard (so any elementwise Keras optimizer works unchanged),
-  `all_gather` the updated shards variable by variable and assign each
-  full value to every replica's copy before the next gather (bounded
-  transient memory).
+  shard (so any elementwise Keras optimizer works unchanged), concatenate
+  the updated shards per dtype, `all_gather` each bucket once (one
+  collective per dtype, `zero_plan.gather_buckets`) and assign every full
+  value to every replica's copy.
 * Saving (`tf.train.Checkpoint`, `model.save`, our backups): a sharded
   slot is a `replica_slots.SavedWhole`: it serializes as the full, unpadded
   slot in the variable's shape (gathered from every replica) and restores
@@ -118,18 +118,29 @@ class ShardedStateHooks:
             self.update_step(g_shard, view, learning_rate)
             news.append(view.value)
             metas.append((v, size))
-        # Variable by variable, largest first (TF's all_gather pads, gathers
-        # and concatenates: ~3 full-size temporaries), each full value
-        # assigned before the next gather starts: the transient peak is the
-        # largest variable's, not the model's. A gathered shard is in flat
-        # order, so the full value is a prefix of it.
-        done = None
-        for i in sorted(range(len(news)), key=lambda i: -metas[i][1]):
-            v, size = metas[i]
-            with tf.control_dependencies(done or []):
-                gathered = ctx.all_gather(news[i], axis=0)
-            full = tf.reshape(gathered[:size], v.shape)
-            done = [ctx.merge_call(_assign_all, args=([v], [full]))]
+        # One all-gather per dtype (`zero_plan.gather_buckets`): on TF's
+        # CPU RING each collective has a fixed cost that dominated the step
+        # when the shards were gathered variable by variable. Replica r's
+        # part of a gathered bucket is row r of [n, S]; a variable's full
+        # (padded, flat) value is its column block, and the full value is a
+        # prefix of that.
+        plan = zero_plan.gather_buckets([v.dtype.name for v, _ in metas],
+                                        [zero_plan.shard_size(size, n)
+                                         for _, size in metas])
+        for _, members in plan:
+            bucket = tf.concat([news[i] for i, _, _ in members], axis=0)
+            rows = tf.reshape(ctx.all_gather(bucket, axis=0), [n, -1])
+            del bucket
+            # Cut and assign one variable at a time (each cut waits for the
+            # previous assign): the transient beyond the gathered bucket is
+            # the largest variable, not a second copy of the weights.
+            done = None
+            for i, offset, s in members:
+                v, size = metas[i]
+                with tf.control_dependencies(done or []):
+                    flat = tf.reshape(rows[:, offset:offset + s], [-1])
+                    full = tf.reshape(flat[:size], v.shape)
+                done = [ctx.merge_call(_assign_all, args=([v], [full]))]
 
 
 def sharded_class(cls: type) -> type:

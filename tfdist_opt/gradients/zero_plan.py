@@ -17,7 +17,9 @@ collectives have no reduce-scatter: `CollectiveReduceScatterV2` never
 returned on virtual CPUs in TF 2.21), each replica slices its shard of the
 gradient and of the weights, runs the optimizer's own `update_step` on the
 shard with its shard of the slots, and the updated shards are all-gathered
-(variable by variable) and assigned to every replica's copy.
+and assigned to every replica's copy: concatenated per dtype
+(`gather_buckets`), so one all-gather per dtype, not one per variable (on
+TF's CPU RING each collective has a fixed cost that dominated the step).
 
 Example:
     >>> shard_size(10, 4), shard_bounds(10, 4, 3)
@@ -73,6 +75,40 @@ def state_bytes(slot_sizes: list[int], itemsize: int, num_replicas: int,
     else:
         per = sum(slot_sizes)
     return per * itemsize + scalar_bytes
+
+
+def gather_buckets(dtypes: list[str], shard_sizes: list[int]
+                   ) -> list[tuple[str, list[tuple[int, int, int]]]]:
+    """How the updated shards are packed into as few all-gathers as possible.
+
+    One bucket per dtype (a collective moves one dtype), in order of first
+    appearance; inside a bucket the shards are concatenated in variable
+    order. After the all-gather of a bucket of total `S` elements, replica
+    r's part is `[r * S, (r + 1) * S)`, and variable i's full padded value
+    is, for every r, the `[offset, offset + s)` slice of that part.
+
+    Args:
+        dtypes: the dtype name of each variable.
+        shard_sizes: each variable's shard size (`shard_size(size, n)`).
+
+    Returns:
+        A list of `(dtype, [(variable_index, offset, shard_size), ...])`.
+
+    Example:
+        >>> gather_buckets(["float32", "float16", "float32"], [3, 2, 4])
+        [('float32', [(0, 0, 3), (2, 3, 4)]), ('float16', [(1, 0, 2)])]
+    """
+    if len(dtypes) != len(shard_sizes):
+        raise ValueError(
+            "Invalid value for `shard_sizes`: expected one per dtype "
+            f"({len(dtypes)}). Received: shard_sizes of length {len(shard_sizes)}")
+    buckets: dict[str, list[tuple[int, int, int]]] = {}
+    ends: dict[str, int] = {}
+    for i, (dtype, s) in enumerate(zip(dtypes, shard_sizes)):
+        offset = ends.get(dtype, 0)
+        buckets.setdefault(dtype, []).append((i, offset, int(s)))
+        ends[dtype] = offset + int(s)
+    return list(buckets.items())
 
 
 def check_optimizer(class_name: str, use_ema: bool,
