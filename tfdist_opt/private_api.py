@@ -146,17 +146,17 @@ ENTRIES: tuple[PrivateName, ...] = (
                 "(the micro-batched pipeline's) has no public way to update it"),
     # --------------------------------------------------------- callbacks
     PrivateName("tensorflow.python.eager.context", "context",
-                "tfdist_opt.callbacks.preemption",
+                "tfdist_opt.cluster.kv_store",
                 "the coordination service's key-value store "
                 "(set/get_config_key_value) has no tf.* export"),
     PrivateName("tensorflow.python.framework.errors", "AlreadyExistsError",
-                "tfdist_opt.callbacks.preemption",
+                "tfdist_opt.cluster.kv_store",
                 "raised by set_config_key_value for an existing key"),
     PrivateName("tensorflow.python.eager.context", "context",
                 "tfdist_opt.callbacks.restore_agreement",
                 "the restored-step agreement at on_train_begin posts and reads "
                 "keys in the coordination service's key-value store (through "
-                "preemption.TFKeyValueStore); no tf.* export"),
+                "kv_store.TFKeyValueStore); no tf.* export"),
     PrivateName("keras.src.trainers.trainer.Trainer()", "_initial_epoch",
                 "tfdist_opt.callbacks.backup",
                 "the epoch fit starts at after a restore; Keras's own "

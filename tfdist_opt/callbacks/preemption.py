@@ -62,9 +62,12 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping
 
 from absl import logging
+
+from tfdist_opt.cluster.kv_store import KeyValueStore  # noqa: F401 (re-export)
+from tfdist_opt.cluster.kv_store import TFKeyValueStore  # noqa: F401 (re-export)
 
 PREEMPTION_EXIT_CODE = 42
 _PREFIX = "tfdist_opt/preemption"
@@ -73,41 +76,6 @@ DEFAULT_AGREE_TIMEOUT_S = 120.0
 
 _FIT_LOCK = threading.Lock()
 _FIT_SEQ = [0]
-
-
-class KeyValueStore(Protocol):
-    """The coordination service's key-value store (TF's eager context)."""
-
-    def set(self, key: str, value: str) -> bool:
-        """Writes a new key; False if it already exists."""
-
-    def get(self, key: str, timeout_s: float) -> str | None:
-        """The key's value, or None if absent after `timeout_s` seconds."""
-
-
-class TFKeyValueStore:
-    """`KeyValueStore` over `tf.distribute`'s coordination service."""
-
-    def __init__(self):
-        from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
-        from tensorflow.python.framework import errors  # pylint: disable=g-import-not-at-top
-
-        self._context = context.context()
-        self._errors = errors
-
-    def set(self, key: str, value: str) -> bool:
-        try:
-            self._context.set_config_key_value(key, value)
-            return True
-        except self._errors.AlreadyExistsError:
-            return False
-
-    def get(self, key: str, timeout_s: float) -> str | None:
-        try:
-            return self._context.get_config_key_value(
-                key, max(1, int(timeout_s * 1000)))
-        except self._errors.DeadlineExceededError:
-            return None
 
 
 def task_names(tf_config: Mapping[str, Any] | None) -> list[str]:

@@ -41,6 +41,7 @@ from typing import Iterator, NamedTuple
 
 from absl import logging
 
+from tfdist_opt.cluster import kv_store
 from tfdist_opt.strategy import storage_sharing
 from tfdist_opt.strategy import topology
 
@@ -64,32 +65,9 @@ def attach(strategy, mode: str) -> None:
     setattr(strategy, ATTR, mode)
 
 
-class _TFKeyValueStore:
-    """`storage_sharing.KeyValueStore` over TF's coordination service."""
-
-    def __init__(self):
-        from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
-        from tensorflow.python.framework import errors  # pylint: disable=g-import-not-at-top
-        self._context = context.context()
-        self._errors = errors
-
-    def set(self, key: str, value: str) -> bool:
-        try:
-            self._context.set_config_key_value(key, value)
-            return True
-        except self._errors.AlreadyExistsError:
-            return False
-
-    def get(self, key: str, timeout_s: float) -> str | None:
-        try:
-            return self._context.get_config_key_value(key, max(1, int(timeout_s * 1000)))
-        except self._errors.DeadlineExceededError:
-            return None
-
-
 def _store():
     if not _STORE:
-        _STORE.append(_TFKeyValueStore())
+        _STORE.append(kv_store.TFKeyValueStore())
     return _STORE[0]
 
 

@@ -37,7 +37,9 @@ import json
 import os
 import time
 import uuid
-from typing import Callable, Iterable, Mapping, Protocol
+from typing import Callable, Iterable, Mapping
+
+from tfdist_opt.cluster.kv_store import KeyValueStore
 
 MODES = ("auto", "shared", "per_worker")
 TOKEN_PREFIX = ".tfdist_opt_probe_"
@@ -46,16 +48,6 @@ TOKEN_PREFIX = ".tfdist_opt_probe_"
 # they arrive within seconds; code that saves on the chief only waits this
 # long once per directory (its fix: storage_sharing="shared").
 DEFAULT_TIMEOUT_S = 60.0
-
-
-class KeyValueStore(Protocol):
-    """The coordination service's key-value store."""
-
-    def set(self, key: str, value: str) -> bool:
-        """Writes a new key; False if it already exists."""
-
-    def get(self, key: str, timeout_s: float) -> str | None:
-        """The key's value, or None if absent after `timeout_s` seconds."""
 
 
 class Files:

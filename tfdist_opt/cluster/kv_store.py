@@ -1,0 +1,51 @@
+"""The coordination service's key-value store, as one small interface.
+
+TF's coordination service (on by default under `MultiWorkerMirroredStrategy`)
+keeps a key-value store every task reaches: `set_config_key_value` (raises
+`AlreadyExistsError` for an existing key) and `get_config_key_value` (blocks
+until the key exists, raising `DeadlineExceededError` after its timeout).
+They have no `tf.*` export, so this module is the one place that calls them.
+Users: the preemption agreement and the restore agreement
+(`tfdist_opt.callbacks`), and the storage probe that decides who writes a
+file (`tfdist_opt.strategy.storage_sharing`). Tests pass a dict-backed fake
+with the same two methods.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class KeyValueStore(Protocol):
+    """The coordination service's key-value store (TF's eager context)."""
+
+    def set(self, key: str, value: str) -> bool:
+        """Writes a new key; False if it already exists."""
+
+    def get(self, key: str, timeout_s: float) -> str | None:
+        """The key's value, or None if absent after `timeout_s` seconds."""
+
+
+class TFKeyValueStore:
+    """`KeyValueStore` over `tf.distribute`'s coordination service."""
+
+    def __init__(self):
+        from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
+        from tensorflow.python.framework import errors  # pylint: disable=g-import-not-at-top
+
+        self._context = context.context()
+        self._errors = errors
+
+    def set(self, key: str, value: str) -> bool:
+        try:
+            self._context.set_config_key_value(key, value)
+            return True
+        except self._errors.AlreadyExistsError:
+            return False
+
+    def get(self, key: str, timeout_s: float) -> str | None:
+        try:
+            return self._context.get_config_key_value(
+                key, max(1, int(timeout_s * 1000)))
+        except self._errors.DeadlineExceededError:
+            return None
