@@ -27,6 +27,12 @@ def test_two_workers_report_all_sections(tmp_path):
                 "best_busbw_gbps_default_malloc", "best_busbw_gbps_no_mmap"):
         assert summary[key] > 0, key
     assert summary["num_replicas"] == 2
+    # Every model row says what it put on the wire; PowerSGD sends less.
+    model = {r["setting"]: r for r in report["results"]
+             if r["section"] == "model" and "sent_bytes" in r}
+    psgd = [k for k in model if k.startswith("ours_powersgd_rank")]
+    assert len(psgd) == 1
+    assert 0 < model[psgd[0]]["sent_bytes"] < model["tf_default_fp32"]["sent_bytes"]
     sweep = [r for r in report["results"] if r["section"] == "sweep"]
     assert {r["setting"] for r in sweep} == {"tf_default_fp32", "tf_default_fp32_tuned_malloc",
                                              "tf_default_fp32_no_mmap"}
@@ -39,5 +45,5 @@ def test_two_workers_report_all_sections(tmp_path):
     # Progress: the chief prints one line per sweep size and model row.
     chief = results[0].output
     assert "progress 8/8 (100%) sweep tf_default_fp32_tuned_malloc 262144 B" in chief
-    assert "progress 9/9 (100%) model local_concat_split_only" in chief
+    assert "progress 10/10 (100%) model local_concat_split_only" in chief
     assert "progress " not in results[1].output
