@@ -4,29 +4,12 @@ import threading
 
 import pytest
 
+from tests.kv_fake import ThreadStore
 from tfdist_opt.callbacks import restore_agreement as ra
 
 
-class FakeStore:
-    def __init__(self):
-        self.values, self.cv = {}, threading.Condition()
-
-    def set(self, key, value):
-        with self.cv:
-            if key in self.values:
-                return False
-            self.values[key] = value
-            self.cv.notify_all()
-            return True
-
-    def get(self, key, timeout_s):
-        with self.cv:
-            self.cv.wait_for(lambda: key in self.values, timeout=timeout_s)
-            return self.values.get(key)
-
-
 def _run_all(mines, timeout_s=5.0):
-    store, tasks, out = FakeStore(), sorted(mines), {}
+    store, tasks, out = ThreadStore(), sorted(mines), {}
     threads = [threading.Thread(target=lambda t=t: out.__setitem__(
         t, ra.decide(ra.exchange(t, tasks, store, "ns/1", mines[t], timeout_s),
                      timeout_s))) for t in tasks]
@@ -61,7 +44,7 @@ def test_one_workers_problem_stops_all_naming_it():
 
 
 def test_missing_peer_is_named():
-    store = FakeStore()
+    store = ThreadStore()
     got = ra.exchange("worker_0", ["worker_0", "worker_1"], store, "ns/2",
                       ra.entry(0, None, "/b"), timeout_s=0.2)
     assert "worker_1: did not reach on_train_begin within 0.2 s" in ra.decide(got, 0.2)

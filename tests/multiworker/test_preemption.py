@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 from tests.callbacks import _models
+from tests.kv_fake import ThreadStore
 from tests.multiworker.scripts import rel_launch
 from tfdist_opt.callbacks import preemption
 
@@ -100,26 +101,6 @@ def test_sigterm_to_one_worker_saves_all_at_one_step_and_rerun_resumes(
 
 
 # ---------------------------------------------------------------- protocol
-class _Store:
-    """In-memory stand-in for the coordination service's key-value store."""
-
-    def __init__(self):
-        self.values, self.cond = {}, threading.Condition()
-
-    def set(self, key, value):
-        with self.cond:
-            if key in self.values:
-                return False
-            self.values[key] = value
-            self.cond.notify_all()
-            return True
-
-    def get(self, key, timeout_s):
-        with self.cond:
-            self.cond.wait_for(lambda: key in self.values, timeout=timeout_s)
-            return self.values.get(key)
-
-
 def _pair(store, namespace="ns"):
     tasks = ["worker_0", "worker_1"]
     return [preemption.PreemptionAgreement(t, tasks, store, namespace, timeout_s=5)
@@ -158,7 +139,7 @@ def _run_lockstep(agreements, calls, signal_at):
 
 
 def test_agreement_every_worker_saves_after_the_next_call():
-    store = _Store()
+    store = ThreadStore()
     saved = _run_lockstep(_pair(store), calls=20, signal_at=7)
     assert saved == [8, 8]
     assert store.values["ns/save_at"] == "8"
@@ -167,7 +148,7 @@ def test_agreement_every_worker_saves_after_the_next_call():
 
 
 def test_agreement_second_signal_keeps_the_first_step():
-    store = _Store()
+    store = ThreadStore()
     a0, a1 = _pair(store)
     a1.notify()
     a0.notify()

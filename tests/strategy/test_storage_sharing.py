@@ -6,29 +6,9 @@ import types
 
 import pytest
 
+from tests.kv_fake import ThreadStore
 from tfdist_opt.strategy import file_writers
 from tfdist_opt.strategy import storage_sharing as ss
-
-
-class FakeStore:
-    """The coordination service's key-value store, shared by threads."""
-
-    def __init__(self):
-        self.values = {}
-        self.cond = threading.Condition()
-
-    def set(self, key, value):
-        with self.cond:
-            if key in self.values:
-                return False
-            self.values[key] = value
-            self.cond.notify_all()
-            return True
-
-    def get(self, key, timeout_s):
-        with self.cond:
-            self.cond.wait_for(lambda: key in self.values, timeout=timeout_s)
-            return self.values.get(key)
 
 
 TASKS = ["worker_0", "worker_1", "worker_2"]
@@ -75,7 +55,7 @@ def test_mixed_cluster_probe_agrees_everywhere_and_leaves_no_file(tmp_path):
     # (where the directory will be created) and creates nothing.
     dirs = {"worker_0": str(shared / "ckpt"), "worker_1": str(shared / "ckpt"),
             "worker_2": str(own / "ckpt" / "deeper")}
-    results = _run_probes(dirs, FakeStore())
+    results = _run_probes(dirs, ThreadStore())
     layouts = {layout for layout, missing in results.values()}
     assert len(layouts) == 1 and all(not m for _, m in results.values())
     assert layouts.pop().groups == (("worker_0", "worker_1"), ("worker_2",))
@@ -83,7 +63,7 @@ def test_mixed_cluster_probe_agrees_everywhere_and_leaves_no_file(tmp_path):
 
 
 def test_probe_names_a_worker_that_never_comes(tmp_path):
-    results = _run_probes({t: str(tmp_path) for t in TASKS}, FakeStore(),
+    results = _run_probes({t: str(tmp_path) for t in TASKS}, ThreadStore(),
                           timeout_s=1.0, only=["worker_0", "worker_1"])
     for layout, missing in results.values():
         assert missing == ["worker_2"]
@@ -97,7 +77,7 @@ def test_unwritable_directory_shares_by_what_it_sees(tmp_path, monkeypatch):
     real_create = ss.Files.create
     monkeypatch.setattr(ss.Files, "create", lambda self, d: (
         None if threading.current_thread().name == "ro" else real_create(self, d)))
-    store = FakeStore()
+    store = ThreadStore()
     results = {}
 
     def worker(task):
@@ -126,7 +106,7 @@ def _strategy(task_id, mode="auto", n=2):
 @pytest.fixture
 def store(monkeypatch):
     file_writers.reset_for_tests()
-    fake = FakeStore()
+    fake = ThreadStore()
     monkeypatch.setattr(file_writers, "_STORE", [fake])
     yield fake
     file_writers.reset_for_tests()
