@@ -136,6 +136,31 @@ def test_full_rank_equals_uncompressed(strategy, plain, start):
         assert any(e.q is v for v in model.optimizer.variables)
 
 
+def test_a_step_is_two_collectives_with_the_rest_in_the_p_pack(strategy, monkeypatch):
+    # Conv and Dense kernels compressed, their two biases not: the biases
+    # ride in the P factors' collective, so the gradients cost exactly two
+    # batch reductions (P + rest, then Q) and no replica-context all-reduce.
+    calls = {"batch_reduce_to": [], "all_reduce": 0}
+    batch_reduce_to = strategy.extended.batch_reduce_to
+
+    def counting_batch_reduce_to(op, pairs, options=None):
+        calls["batch_reduce_to"].append(len(pairs))
+        return batch_reduce_to(op, pairs, options=options)
+
+    all_reduce = tf.distribute.ReplicaContext.all_reduce
+
+    def counting_all_reduce(self, *args, **kwargs):
+        calls["all_reduce"] += 1
+        return all_reduce(self, *args, **kwargs)
+
+    monkeypatch.setattr(strategy.extended, "batch_reduce_to", counting_batch_reduce_to)
+    monkeypatch.setattr(tf.distribute.ReplicaContext, "all_reduce", counting_all_reduce)
+    model = _fit(strategy, _psgd(powersgd_rank=8), steps=1)
+    assert len(lowrank.state_of(model.optimizer).entries) == 2
+    # One trace: [2 P factors + 2 biases] then [2 Q factors].
+    assert calls == {"batch_reduce_to": [4, 2], "all_reduce": 0}
+
+
 def test_full_rank_with_grad_accum_compresses_once_per_update(strategy):
     ref = _fit(strategy, GradientOptions(grad_accum=2), k=2)
     model = _fit(strategy, _psgd(powersgd_rank=8, powersgd_start_step=1, grad_accum=2), k=2)

@@ -20,8 +20,8 @@ Two calls, the shape every stateful stage of the gradient path has:
       replica and every worker starts from the same Q.
 * `apply(...)`: in the *cross-replica* context (inside `merge_call`), the
   step of `powersgd` on the selected gradients: two collectives per step
-  (all P's in one pack, all Q's in one pack), returning per-replica SUMs
-  like the uncompressed path.
+  (all P's and the uncompressed dense rest in one pack, all Q's in one
+  pack), returning per-replica SUMs like the uncompressed path.
 
 Why cross-replica: before `powersgd_start_step` the selected gradients go
 uncompressed, and the switch is a `tf.cond` on the update counter. A
@@ -35,9 +35,11 @@ branch because the counter is the same everywhere. The per-replica
 matrix products run explicitly on each local device.
 
 `all_reduce_sum(optimizer, grads_and_vars, state)` is the replica-context
-entry (the hooked `_all_reduce_sum_gradients`): the gradients PowerSGD
-does not compress go through `allreduce.all_reduce_sum` (packed, cast to
-`powersgd_wire`) and the selected ones through one `merge_call`.
+entry (the hooked `_all_reduce_sum_gradients`): one `merge_call` takes the
+selected gradients and the dense ones PowerSGD does not compress; the
+latter are cast to `powersgd_wire` and ride in the P factors' collective,
+so a step is two collectives in all. Sparse gradients go through
+`allreduce.all_reduce_sum`.
 """
 
 from __future__ import annotations
@@ -146,11 +148,19 @@ def all_reduce_sum(optimizer, grads_and_vars, state: PowerSGDState,
                    tuned: int | None = None) -> list:
     """SUM all-reduce of one step's gradients from a replica context.
 
+    The dense gradients PowerSGD does not compress (biases, small matrices)
+    travel in the same collective as the P factors, so a step costs two
+    collectives, not three: on a latency-bound transport (a small
+    all-reduce costs ~4 ms over TF's gRPC on one host) the third is ~10% of
+    a step. Sparse gradients (`tf.IndexedSlices`) go through
+    `allreduce.all_reduce_sum` (TF's gather) first.
+
     Args:
         optimizer: the hooked optimizer (its update counter and strategy).
         grads_and_vars: list of (gradient, variable).
         state: its `PowerSGDState`.
-        tuned: int or None. Autotuned pack size for the uncompressed rest.
+        tuned: int or None. Autotuned pack size for the uncompressed rest
+            before `powersgd_start_step`.
 
     Returns:
         List of (reduced gradient, variable), each reduced gradient the SUM
@@ -161,31 +171,36 @@ def all_reduce_sum(optimizer, grads_and_vars, state: PowerSGDState,
     selected = [k for k, g in enumerate(grads)
                 if index[k] in state.entries and g is not None
                 and not isinstance(g, tf.IndexedSlices)]
-    rest = [k for k in range(len(grads)) if k not in set(selected)]
+    chosen = set(selected)
+    dense_rest = [k for k, g in enumerate(grads) if k not in chosen
+                  and g is not None and not isinstance(g, tf.IndexedSlices)]
+    sparse = [k for k, g in enumerate(grads) if isinstance(g, tf.IndexedSlices)]
     out = list(grads)
     strategy = optimizer._distribution_strategy
-    reduced = allreduce.all_reduce_sum([grads[k] for k in rest], state.options,
-                                       strategy, tuned=tuned)
-    for k, r in zip(rest, reduced):
-        out[k] = r
-    if selected:
+    if sparse:
+        for k, r in zip(sparse, allreduce.all_reduce_sum(
+                [grads[k] for k in sparse], state.options, strategy)):
+            out[k] = r
+    if selected or dense_rest:
         entries = [state.entries[index[k]] for k in selected]
         counter = optimizer._iterations
 
-        def cross_replica(distribution, values):
+        def cross_replica(distribution, values, rest):
             return apply(distribution, list(values), entries,
-                         tf.convert_to_tensor(counter), state.options)
+                         tf.convert_to_tensor(counter), state.options,
+                         rest=list(rest), tuned=tuned)
 
         reduced = tf.distribute.get_replica_context().merge_call(
-            cross_replica, args=(tuple(tf.convert_to_tensor(grads[k])
-                                       for k in selected),))
-        for k, r in zip(selected, reduced):
+            cross_replica, args=(
+                tuple(tf.convert_to_tensor(grads[k]) for k in selected),
+                tuple(tf.convert_to_tensor(grads[k]) for k in dense_rest)))
+        for k, r in zip(selected + dense_rest, reduced):
             out[k] = r
     return [(r, v) for r, (_, v) in zip(out, grads_and_vars)]
 
 
 def apply(distribution, grads, entries, update: tf.Tensor,
-          options: GradientOptions) -> list:
+          options: GradientOptions, rest=(), tuned: int | None = None) -> list:
     """The PowerSGD step on the selected gradients (cross-replica context).
 
     Args:
@@ -195,57 +210,74 @@ def apply(distribution, grads, entries, update: tf.Tensor,
         update: scalar int tensor. The update's index (0-based): before
             `powersgd_start_step` the gradients are all-reduced uncompressed.
         options: `GradientOptions`.
+        rest: list of per-replica dense gradients PowerSGD does not compress:
+            cast to the wire and summed in the same collective as the P
+            factors (before the start step: packed with the selected ones).
+        tuned: int or None. Autotuned pack size for the uncompressed step.
 
     Returns:
-        List of per-replica values: each gradient's SUM over replicas.
+        List of per-replica values: the SUM over replicas of each of `grads`,
+        then of each of `rest`.
     """
     devices = distribution.extended.worker_devices
     local = [distribution.experimental_local_results(g) for g in grads]
+    rest_local = [distribution.experimental_local_results(g) for g in rest]
 
     def compressed():
-        return _powersgd_step(distribution, devices, local, entries, options)
+        return _powersgd_step(distribution, devices, local, entries, options,
+                              rest_local)
 
     def uncompressed():
-        return _plain_step(distribution, devices, grads, local, options)
+        return _plain_step(distribution, devices, local + rest_local, options,
+                           tuned)
 
     start = options.powersgd_start_step
-    if start == 0:
-        flat = compressed()
+    if not entries or start == 0:
+        flat = compressed() if entries else uncompressed()
     else:
         flat = tf.cond(update >= start, compressed, uncompressed)
     nd = len(devices)
     return [_per_replica(distribution, flat[j * nd:(j + 1) * nd])
-            for j in range(len(grads))]
+            for j in range(len(grads) + len(rest))]
 
 
-def _powersgd_step(distribution, devices, local, entries, options) -> list:
-    nd = len(devices)
-    ms, ps = [[None] * len(entries) for _ in range(nd)], []
+def _powersgd_step(distribution, devices, local, entries, options,
+                   rest_local) -> list:
+    """One power-iteration step; returns the flat (tensor-major) results.
+
+    The error buffer holds M = g + e in place (`assign_add`), and the
+    residual M - P Q_local^T is subtracted in place (`assign_sub`): two
+    fewer full-size buffers than building M and the residual anew. Q is
+    computed as (P^T M)^T, which reads M row by row (faster on CPU than
+    M^T P for these skinny products).
+    """
+    nd, count = len(devices), len(entries)
+    ms, ps = [[None] * count for _ in range(nd)], []
     for d, dev in enumerate(devices):
         with tf.device(dev):
             for j, e in enumerate(entries):
                 err = distribution.experimental_local_results(e.error.value)[d]
                 q = distribution.experimental_local_results(e.q.value)[d]
-                g = tf.convert_to_tensor(local[j][d])
-                m = (tf.reshape(tf.cast(g, err.dtype),
-                                [e.matrix.rows, e.matrix.cols])
-                     + tf.reshape(err.read_value(), [e.matrix.rows, e.matrix.cols]))
+                g = tf.reshape(tf.cast(local[j][d], err.dtype), err.shape)
+                m = tf.reshape(err.assign_add(g, read_value=True),
+                               [e.matrix.rows, e.matrix.cols])
                 ms[d][j] = m
                 ps.append(tf.matmul(m, _orthonormal(q.read_value())))
-    p_sum = _reduce(distribution, devices, ps, len(entries), options)
-    qs, p_hat = [], [[None] * len(entries) for _ in range(nd)]
+            ps.extend(rest_local[i][d] for i in range(len(rest_local)))
+    summed = _reduce(distribution, devices, ps, count + len(rest_local),
+                     options)
+    qs, p_hat = [], [[None] * count for _ in range(nd)]
     for d, dev in enumerate(devices):
         with tf.device(dev):
             for j, e in enumerate(entries):
-                ph = _orthonormal(p_sum[d][j])
-                q_local = tf.matmul(ms[d][j], ph, transpose_a=True)
+                ph = _orthonormal(summed[d][j])
+                q_local_t = tf.matmul(ph, ms[d][j], transpose_a=True)
                 err = distribution.experimental_local_results(e.error.value)[d]
-                residual = ms[d][j] - tf.matmul(ph, q_local, transpose_b=True)
-                err.assign(tf.reshape(residual, err.shape))
+                err.assign_sub(tf.reshape(tf.matmul(ph, q_local_t), err.shape))
                 p_hat[d][j] = ph
-                qs.append(q_local)
-    q_sum = _reduce(distribution, devices, qs, len(entries), options)
-    flat = [None] * (len(entries) * nd)
+                qs.append(tf.transpose(q_local_t))
+    q_sum = _reduce(distribution, devices, qs, count, options)
+    flat = [None] * ((count + len(rest_local)) * nd)
     for d, dev in enumerate(devices):
         with tf.device(dev):
             for j, e in enumerate(entries):
@@ -254,19 +286,22 @@ def _powersgd_step(distribution, devices, local, entries, options) -> list:
                 approx = tf.matmul(p_hat[d][j], q_sum[d][j], transpose_b=True)
                 g = local[j][d]
                 flat[j * nd + d] = tf.cast(tf.reshape(approx, tf.shape(g)), g.dtype)
+            for i in range(len(rest_local)):
+                flat[(count + i) * nd + d] = summed[d][count + i]
     return flat
 
 
-def _plain_step(distribution, devices, grads, local, options) -> list:
-    """Uncompressed SUM of the selected gradients (cast to the wire)."""
-    nd = len(devices)
-    values = [local[j][d] for d in range(nd) for j in range(len(grads))]
-    reduced = _reduce(distribution, devices, values, len(grads), options,
-                      packing=options)
-    return [reduced[d][j] for j in range(len(grads)) for d in range(nd)]
+def _plain_step(distribution, devices, local, options, tuned=None) -> list:
+    """Uncompressed SUM of per-device gradients (cast to the wire, packed)."""
+    nd, count = len(devices), len(local)
+    values = [local[j][d] for d in range(nd) for j in range(count)]
+    reduced = _reduce(distribution, devices, values, count, options,
+                      packing=options, tuned=tuned)
+    return [reduced[d][j] for j in range(count) for d in range(nd)]
 
 
-def _reduce(distribution, devices, values, count, options, packing=_ONE_PACK):
+def _reduce(distribution, devices, values, count, options, packing=_ONE_PACK,
+            tuned=None):
     """SUM over replicas of `count` tensors per device (device-major list).
 
     Casts to the wire dtype and back per device; `packing` decides the
@@ -283,7 +318,8 @@ def _reduce(distribution, devices, values, count, options, packing=_ONE_PACK):
             per_dev.append(sent)
         metas.append(meta)
         wire.append(_per_replica(distribution, per_dev))
-    reduced = allreduce.cross_replica_reduce_sum(distribution, wire, wire, packing)
+    reduced = allreduce.cross_replica_reduce_sum(distribution, wire, wire, packing,
+                                                 tuned=tuned)
     out = [[None] * count for _ in range(nd)]
     for j, r in enumerate(reduced):
         for d, (dev, v) in enumerate(zip(devices,
