@@ -136,10 +136,12 @@ def test_full_rank_equals_uncompressed(strategy, plain, start):
         assert any(e.q is v for v in model.optimizer.variables)
 
 
-def test_a_step_is_two_collectives_with_the_rest_in_the_p_pack(strategy, monkeypatch):
+@pytest.mark.parametrize("k", [1, 2])
+def test_a_step_is_two_collectives_with_the_rest_in_the_p_pack(strategy, monkeypatch, k):
     # Conv and Dense kernels compressed, their two biases not: the biases
     # ride in the P factors' collective, so the gradients cost exactly two
-    # batch reductions (P + rest, then Q) and no replica-context all-reduce.
+    # batch reductions (P + rest, then Q) and no replica-context all-reduce,
+    # also once per update under grad_accum.
     calls = {"batch_reduce_to": [], "all_reduce": 0}
     batch_reduce_to = strategy.extended.batch_reduce_to
 
@@ -155,7 +157,7 @@ def test_a_step_is_two_collectives_with_the_rest_in_the_p_pack(strategy, monkeyp
 
     monkeypatch.setattr(strategy.extended, "batch_reduce_to", counting_batch_reduce_to)
     monkeypatch.setattr(tf.distribute.ReplicaContext, "all_reduce", counting_all_reduce)
-    model = _fit(strategy, _psgd(powersgd_rank=8), steps=1)
+    model = _fit(strategy, _psgd(powersgd_rank=8, grad_accum=k), steps=1, k=k)
     assert len(lowrank.state_of(model.optimizer).entries) == 2
     # One trace: [2 P factors + 2 biases] then [2 Q factors].
     assert calls == {"batch_reduce_to": [4, 2], "all_reduce": 0}

@@ -130,12 +130,15 @@ def accumulate_and_apply(optimizer, grads, trainable_variables, state) -> tf.Ten
     index = [optimizer._get_variable_index(v) for v in trainable_variables]
     low = [i for i, x in enumerate(index) if psgd and x in psgd.entries]
     rest = [i for i in range(len(new)) if i not in set(low)]
-    wire, metas = allreduce.compress_all([new[i] for i in rest], options,
-                                         strategy.num_replicas_in_sync)
+    # Under PowerSGD the rest rides in the P factors' collective (raw here,
+    # cast by `lowrank.apply`); otherwise it is cast here and packed.
+    raw_rest = tuple(new[i] for i in rest) if psgd else ()
+    wire, metas = ([], []) if psgd else allreduce.compress_all(
+        [new[i] for i in rest], options, strategy.num_replicas_in_sync)
     tvars = [getattr(v, "value", v) for v in trainable_variables]
     micro_steps = optimizer._iterations
 
-    def cross_replica_step(distribution, wire, raw):
+    def cross_replica_step(distribution, wire, raw, raw_rest):
         step = tf.convert_to_tensor(micro_steps) + 1
 
         def update():
@@ -144,11 +147,12 @@ def accumulate_and_apply(optimizer, grads, trainable_variables, state) -> tf.Ten
                     distribution, wire, [tvars[i] for i in rest], options,
                     tuned=state.tuned_bytes_per_pack), metas):
                 reduced[i] = (r, meta)
-            if low:
-                for i, r in zip(low, lowrank.apply(
+            if psgd:
+                for i, r in zip(low + rest, lowrank.apply(
                         distribution, list(raw),
                         [psgd.entries[index[i]] for i in low], step // k - 1,
-                        options)):
+                        options, rest=list(raw_rest),
+                        tuned=state.tuned_bytes_per_pack)):
                     reduced[i] = (r, None)
             optimizer._apply_weight_decay(trainable_variables)
             lr = optimizer.learning_rate
@@ -167,7 +171,7 @@ def accumulate_and_apply(optimizer, grads, trainable_variables, state) -> tf.Ten
                        lambda: tf.constant(False))
 
     applied = tf.distribute.get_replica_context().merge_call(
-        cross_replica_step, args=(wire, tuple(new[i] for i in low)))
+        cross_replica_step, args=(wire, tuple(new[i] for i in low), raw_rest))
     for a, v in zip(accs, new):
         a.assign(tf.where(applied, tf.zeros_like(v), v))
     return applied
