@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import tempfile
+import traceback
 
 import numpy as np
 import keras
@@ -115,10 +116,13 @@ if __name__ == "__main__":
     cluster = ps.InProcessCluster(num_workers=2, num_ps=2)
     for scenario in sys.argv[1:]:  # one cluster, a strategy per scenario
         result = {}
-        if scenario == "linear":
-            linear(cluster.strategy(), result)
-        else:
-            sharded(cluster.strategy(min_shard_bytes=1 << 20, max_shards=2), result)
+        try:
+            if scenario == "linear":
+                linear(cluster.strategy(), result)
+            else:
+                sharded(cluster.strategy(min_shard_bytes=1 << 20, max_shards=2), result)
+        except Exception:  # pylint: disable=broad-except
+            result = {"error": traceback.format_exc()}  # fails this scenario's tests only
         print(f"RESULT {scenario} " + json.dumps(result), flush=True)
     sys.stdout.flush()
     os._exit(0)  # in-process servers cannot be shut down

@@ -45,11 +45,13 @@ def results():
 
 @pytest.fixture(scope="module")
 def linear(results):
+    assert "error" not in results["linear"], results["linear"]["error"]
     return results["linear"]
 
 
 @pytest.fixture(scope="module")
 def sharded(results):
+    assert "error" not in results["sharded"], results["sharded"]["error"]
     return results["sharded"]
 
 
