@@ -1,8 +1,8 @@
 """tfdist_opt.callbacks on 2 real worker processes (MultiWorkerMirroredStrategy).
 
-One uninterrupted run, one run hard-killed mid-epoch (every worker
-`os._exit(9)` after optimizer step 11; last backup at step 10 = epoch 1,
-batch 2), and its rerun; plus BatchSizeFinder. Worker scripts:
+One uninterrupted run (whose workers then run BatchSizeFinder), one run
+hard-killed mid-epoch (every worker `os._exit(9)` after optimizer step 11;
+last backup at step 10 = epoch 1, batch 2), and its rerun. Worker scripts:
 scripts/cb_train.py, scripts/cb_bsf.py.
 """
 
@@ -20,13 +20,16 @@ TRAIN = "tests/multiworker/scripts/cb_train.py"
 BASE_LR, BASE_BATCH, GLOBAL_BATCH, WARMUP, STEPS = 0.02, 4, 8, 16, 24
 
 
-def _run(out, backup, tmp, kill_at=None):
+def _run(out, backup, tmp, kill_at=None, bsf=False):
     for d in (out, backup, tmp):
         os.makedirs(d, exist_ok=True)
     env = {"TMPDIR": str(tmp)}
     if kill_at:
         env["CB_KILL_AT_STEP"] = str(kill_at)
-    return harness.run_workers(2, [TRAIN, str(out), str(backup)], timeout_s=150,
+    if bsf:
+        env["CB_BSF"] = "1"
+    return harness.run_workers(2, [TRAIN, str(out), str(backup)],
+                               timeout_s=240 if bsf else 150,
                                extra_env=env)
 
 
@@ -43,13 +46,20 @@ def _no_backup_temp_dirs(tmp):
     return [p for p in os.listdir(tmp) if p.startswith("tfdist_opt_backup")] == []
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The uninterrupted run; its workers then run BatchSizeFinder (CB_BSF)."""
+    a = tmp_path_factory.mktemp("uninterrupted")
+    res = _run(a / "out", a / "backup", a / "tmp", bsf=True)
+    assert [r.returncode for r in res] == [0, 0], [r.output[-2000:] for r in res]
+    return a, res
+
+
 @pytest.mark.multiworker
 @pytest.mark.slow
-def test_two_workers_values_chief_only_and_kill_resume(tmp_path):
+def test_two_workers_values_chief_only_and_kill_resume(tmp_path, uninterrupted):
     # --- uninterrupted reference run
-    a = tmp_path / "a"
-    res = _run(a / "out", a / "backup", a / "tmp")
-    assert [r.returncode for r in res] == [0, 0], [r.output[-2000:] for r in res]
+    a, res = uninterrupted
     w0, w1 = _load(a / "out")
     assert w0["chief"] and not w1["chief"]
     for w in (w0, w1):   # values written into logs on every worker
@@ -99,9 +109,8 @@ def test_two_workers_values_chief_only_and_kill_resume(tmp_path):
 
 
 @pytest.mark.multiworker
-def test_batch_size_finder_two_workers_agree():
-    res = harness.run_workers(2, ["tests/multiworker/scripts/cb_bsf.py"], timeout_s=150)
-    assert [r.returncode for r in res] == [0, 0], [r.output[-2000:] for r in res]
+def test_batch_size_finder_two_workers_agree(uninterrupted):
+    _, res = uninterrupted
     results = [json.loads(next(line[len("RESULT "):] for line in r.output.splitlines()
                                if line.startswith("RESULT "))) for r in res]
     assert results[0] == results[1]

@@ -95,22 +95,25 @@ def test_keras_callbacks_on_shared_dir_and_backup_restart_resumes(tmp_path):
     assert meta["epoch"] == 2
     assert sorted(os.listdir(shared / "ckpts")) == ["ep1.keras", "ep2.keras"]
 
-    # A backup_dir per host (worker 0's holds the backup, worker 1's is empty):
-    # both refuse before step 1, naming each worker's epoch and directory.
+    # The restart (one cluster for both steps): first with a backup_dir per
+    # host (worker 0's holds the backup, worker 1's is empty): both refuse
+    # before step 1, naming each worker's epoch and directory; then on the
+    # shared directory, where both resume.
     import shutil
     shutil.copytree(shared, tmp_path / "own0")
     (tmp_path / "own1").mkdir()
-    split = harness.run_workers(2, [CALLBACKS_SCRIPT, str(tmp_path / "own{task}"), "resume"],
-                                timeout_s=150, extra_env=env)
-    for r in split:
-        assert r.returncode not in (0, None), r.output[-3000:]
-        assert "RestoreMismatchError" in r.output, r.output[-3000:]
-        assert "workers restored different states" in r.output
-        assert "at step 2 (epoch 2 in" in r.output and "no backup in" in r.output
+    restart = harness.run_workers(
+        2, argv + ["refuse_then_resume", str(tmp_path / "own{task}")], timeout_s=150,
+        extra_env=env)
+    for r in restart:
+        refused = [l for l in r.output.splitlines() if l.startswith("REFUSED ")]
+        assert len(refused) == 1, r.output[-3000:]
+        assert refused[0].startswith("REFUSED RestoreMismatchError: "), refused
+        assert "workers restored different states" in refused[0]
+        assert "at step 2 (epoch 2 in" in refused[0] and "no backup in" in refused[0]
     assert (tmp_path / "own0" / "backup" / "latest.weights.h5").exists()
 
-    got = _results(harness.run_workers(2, argv + ["resume"], timeout_s=150,
-                                       extra_env=env), 0)
+    got = _results(restart, 0)
     expected = _sgd_reference(epochs=4)
     for res in got.values():
         assert res["start_epoch"] == 2          # resumed from Keras's backup

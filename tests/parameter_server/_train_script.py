@@ -1,4 +1,7 @@
-"""In-process PS cluster (2 workers, 2 ps) scenarios; prints one JSON line.
+"""In-process PS cluster (2 workers, 2 ps) scenarios; one JSON line each.
+
+argv: the scenarios to run ("linear", "sharded"), one after another on one
+cluster (each with its own strategy); prints `RESULT <scenario> {json}`.
 
 Run by tests/parameter_server/test_training.py in a subprocess: a PS
 strategy reconnects TF's eager context to the cluster, which must not leak
@@ -9,6 +12,7 @@ import json
 import os
 import sys
 import tempfile
+import traceback
 
 import numpy as np
 import keras
@@ -110,11 +114,15 @@ def sharded(strategy, out):
 if __name__ == "__main__":
     os.environ.pop("TF_CONFIG", None)
     cluster = ps.InProcessCluster(num_workers=2, num_ps=2)
-    result = {}
-    if sys.argv[1] == "linear":
-        linear(cluster.strategy(), result)
-    else:
-        sharded(cluster.strategy(min_shard_bytes=1 << 20, max_shards=2), result)
-    print("RESULT " + json.dumps(result), flush=True)
+    for scenario in sys.argv[1:]:  # one cluster, a strategy per scenario
+        result = {}
+        try:
+            if scenario == "linear":
+                linear(cluster.strategy(), result)
+            else:
+                sharded(cluster.strategy(min_shard_bytes=1 << 20, max_shards=2), result)
+        except Exception:  # pylint: disable=broad-except
+            result = {"error": traceback.format_exc()}  # fails this scenario's tests only
+        print(f"RESULT {scenario} " + json.dumps(result), flush=True)
     sys.stdout.flush()
     os._exit(0)  # in-process servers cannot be shut down

@@ -1,7 +1,7 @@
 """Coordinator training of Keras 3 models on an in-process PS cluster (2 workers, 2 ps).
 
-Each scenario runs once in a subprocess (_train_script.py); the tests read
-its JSON result.
+Both scenarios run once, one after the other on one cluster, in one
+subprocess (_train_script.py); the tests read their JSON results.
 """
 
 import json
@@ -16,31 +16,43 @@ from tests.multiworker import harness
 pytestmark = [pytest.mark.multiworker, pytest.mark.slow]
 
 
-def _run(scenario: str) -> dict:
+def _run(*scenarios: str) -> dict:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
                PYTHONPATH=harness.REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("TF_CONFIG", None)
     proc = subprocess.Popen(
         [sys.executable, os.path.join(os.path.dirname(__file__), "_train_script.py"),
-         scenario], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+         *scenarios], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True, start_new_session=True, cwd=harness.REPO_ROOT)
     try:
-        out, _ = proc.communicate(timeout=170)
+        out, _ = proc.communicate(timeout=240)
     finally:
         harness._kill(proc)  # pylint: disable=protected-access
-    lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
-    assert lines, out[-3000:]
-    return json.loads(lines[-1][len("RESULT "):])
+    results = {}
+    for line in out.splitlines():
+        if line.startswith("RESULT "):
+            scenario, payload = line[len("RESULT "):].split(" ", 1)
+            results[scenario] = json.loads(payload)
+    assert sorted(results) == sorted(scenarios), out[-3000:]
+    return results
 
 
 @pytest.fixture(scope="module")
-def linear():
-    return _run("linear")
+def results():
+    """Both scenarios in one subprocess, on one cluster (one TF start-up)."""
+    return _run("linear", "sharded")
 
 
 @pytest.fixture(scope="module")
-def sharded():
-    return _run("sharded")
+def linear(results):
+    assert "error" not in results["linear"], results["linear"]["error"]
+    return results["linear"]
+
+
+@pytest.fixture(scope="module")
+def sharded(results):
+    assert "error" not in results["sharded"], results["sharded"]["error"]
+    return results["sharded"]
 
 
 def test_keras_fit_raises_one_message_naming_ours(linear):

@@ -3,6 +3,8 @@
 Usage: python cb_train.py OUT_DIR BACKUP_DIR
 Env: CB_KILL_AT_STEP=N makes every worker `os._exit(9)` right after
 optimizer step N completes (a hard kill: no callback cleanup runs).
+CB_BSF=1: after training, the same workers run scripts/cb_bsf.py's
+BatchSizeFinder cases (one cluster start for both).
 Writes OUT_DIR/<task>.json (weights, lr trace, history, summaries).
 """
 
@@ -87,6 +89,11 @@ def main(out_dir, backup_dir):
     with open(os.path.join(out_dir, f"{tag}.json"), "w") as f:
         json.dump(result, f)
     print(f"DONE {tag}", flush=True)
+    if os.environ.get("CB_BSF") == "1":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import cb_bsf  # pylint: disable=g-import-not-at-top
+
+        cb_bsf.find_both(strategy)
 
 
 if __name__ == "__main__":

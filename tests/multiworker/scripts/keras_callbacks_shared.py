@@ -1,7 +1,10 @@
 """Keras's own file-writing callbacks from every worker on one shared directory.
 
-argv: SHARED_DIR MODE (MODE "crash": exit 3 right after epoch 2's backup;
-"resume": run to the end). `{task}` in SHARED_DIR is replaced by the task
+argv: SHARED_DIR MODE [SPLIT_DIR] (MODE "crash": exit 3 right after epoch
+2's backup; "resume": run to the end; "refuse_then_resume": first fit with
+every callback in SPLIT_DIR, which must be refused before step 1 (printed as
+`REFUSED <error>`), then, in the same process and cluster, "resume" in
+SHARED_DIR). `{task}` in a directory is replaced by the task
 index (a directory per worker, as when each host has its own disk). Both workers fit 4 epochs with
 keras.callbacks.BackupAndRestore(SHARED/backup), ModelCheckpoint into a
 directory that does not exist yet (SHARED/ckpts/ep{epoch}.keras) and
@@ -25,6 +28,7 @@ EPOCHS, CRASH_AFTER_EPOCH = 4, 2
 def main():
     task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
     shared, mode = sys.argv[1].format(task=task), sys.argv[2]
+    split = sys.argv[3].format(task=task) if mode == "refuse_then_resume" else None
     strategy = tfdist_opt.opt_strategy()
     import keras
     import tensorflow as tf
@@ -48,12 +52,24 @@ def main():
                 print("CRASHING", flush=True)
                 os._exit(3)
 
-    callbacks = [
-        keras.callbacks.BackupAndRestore(os.path.join(shared, "backup")),
-        keras.callbacks.ModelCheckpoint(os.path.join(shared, "ckpts", "ep{epoch}.keras")),
-        keras.callbacks.CSVLogger(os.path.join(shared, "log.csv"), append=True),
-        Crash(),
-    ]
+    def callbacks_in(directory):
+        return [
+            keras.callbacks.BackupAndRestore(os.path.join(directory, "backup")),
+            keras.callbacks.ModelCheckpoint(os.path.join(directory, "ckpts",
+                                                         "ep{epoch}.keras")),
+            keras.callbacks.CSVLogger(os.path.join(directory, "log.csv"), append=True),
+            Crash(),
+        ]
+
+    if split is not None:  # a restart with a backup_dir per host: refused
+        try:
+            model.fit(ds, epochs=EPOCHS, verbose=0, callbacks=callbacks_in(split))
+            print("NOT REFUSED", flush=True)
+            sys.exit(1)
+        except Exception as e:  # pylint: disable=broad-except
+            print(f"REFUSED {type(e).__name__}: {e}", flush=True)
+        seen.clear()
+    callbacks = callbacks_in(shared)
     model.fit(ds, epochs=EPOCHS, verbose=0, callbacks=callbacks)
     w = np.concatenate([v.numpy().ravel() for v in model.weights])
     tf_config = json.loads(os.environ["TF_CONFIG"])
