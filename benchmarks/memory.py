@@ -179,6 +179,7 @@ def _launch(role, part_dir, repeat=0):
         env["MALLOC_MMAP_THRESHOLD_"] = str(_MMAP.value)
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = repo + os.pathsep + env.get("PYTHONPATH", "")
+    load = os.getloadavg()[0]  # the shared host's load when this run starts
     proc = subprocess.run(cmd, env=env, timeout=_TIMEOUT.value, capture_output=True,
                           text=True, check=False)
     rows = []
@@ -194,7 +195,7 @@ def _launch(role, part_dir, repeat=0):
             raise RuntimeError(f"the {role} run failed (exit {proc.returncode}):\n"
                                + proc.stderr[-4000:])
         with open(path) as f:
-            rows.append(dict(json.load(f), repeat=repeat))
+            rows.append(dict(json.load(f), repeat=repeat, load_1min=load))
     return rows
 
 
