@@ -40,9 +40,7 @@ SHARD_ATTR = "_tfdist_shard"
 _UNSHARDED_NAMES = ("tfdist_accumulator",)
 # `hooks.STATE_ATTR` (hooks imports this module): the GradientOptions.
 _GRADIENT_STATE_ATTR = "_tfdist_gradients"
-# Bound on one gather collective's output: at most this much of the
-# gathered weights is in flight at once (`zero_plan.gather_plan`).
-GATHER_BUCKET_BYTES = 32 * 1024 * 1024
+
 
 
 class _Zero:
@@ -124,23 +122,24 @@ class ShardedStateHooks:
                 "does); each replica updates its own shard. Received a call in "
                 "the cross-replica context.")
         tvars = [getattr(v, "value", v) for v in trainable_variables]
+        state = getattr(self, _GRADIENT_STATE_ATTR)
         r = _static_replica_id(ctx)
         n = ctx.num_replicas_in_sync
         layouts = [_layout(v.shape, n) for v in tvars]
         if n == 1:
             g_shards = [tf.reshape(tf.convert_to_tensor(g), [-1]) for g in grads]
         else:
-            state = getattr(self, _GRADIENT_STATE_ATTR)
             g_shards = zero_collectives.reduce_scatter(
                 list(grads), [lay.s for lay in layouts], r, zero.collectives,
-                state.options, tuned=state.tuned_bytes_per_pack)
+                state.options, state.options.shard_bucket_bytes)
         news = []
         for g_shard, v, lay in zip(g_shards, tvars, layouts):
             view = _ShardView(_local_slice(v.read_value(), r, lay.s, lay.size),
                               self._var_key(v), v.dtype)
             self.update_step(g_shard, view, learning_rate)
             news.append(view.value)
-        _gather_and_write(ctx, zero, tvars, layouts, news, r)
+        _gather_and_write(ctx, zero, tvars, layouts, news, r,
+                          state.options.shard_bucket_bytes)
 
 
 def sharded_class(cls: type) -> type:
@@ -226,11 +225,11 @@ def _local_slice(x, r, s, size):
     return part
 
 
-def _gather_and_write(ctx, zero, tvars, layouts, news, r):
+def _gather_and_write(ctx, zero, tvars, layouts, news, r, max_bytes):
     """Gathers the updated shards bucket by bucket into every replica's copy.
 
-    One gather per bucket (`zero_plan.gather_plan`, <= GATHER_BUCKET_BYTES
-    gathered); each bucket's pieces are written into the variables in place
+    One gather per bucket (`zero_plan.gather_plan`, <= `max_bytes`
+    gathered: the `shard_bucket_bytes` option); each bucket's pieces are written into the variables in place
     (row ranges, `_write`), and the next bucket starts after those writes,
     so one bucket of gathered weights is alive at a time.
     """
@@ -239,7 +238,7 @@ def _gather_and_write(ctx, zero, tvars, layouts, news, r):
         [v.dtype.name for v in tvars], [v.dtype.size for v in tvars],
         [lay.s for lay in layouts], [lay.unit for lay in layouts],
         [lay.in_place for lay in layouts], n,
-        GATHER_BUCKET_BYTES if n > 1 else 0)
+        max_bytes if n > 1 else 0)
     done = []
     for _, pieces in plan:
         with tf.control_dependencies(done):

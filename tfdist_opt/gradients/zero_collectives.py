@@ -40,6 +40,7 @@ import zlib
 import tensorflow as tf
 
 from tfdist_opt.gradients import allreduce
+from tfdist_opt.gradients import zero_plan
 
 _GROUP_KEY_BASE = 5_000_000
 _GROUP_KEY_RANGE = 1_000_000
@@ -101,7 +102,7 @@ class Collectives:
 
 
 def reduce_scatter(grads, shard_sizes, replica, collectives, options,
-                   tuned=None) -> list[tf.Tensor]:
+                   max_bytes) -> list[tf.Tensor]:
     """This replica's shard of each summed gradient (replica context).
 
     Args:
@@ -111,30 +112,41 @@ def reduce_scatter(grads, shard_sizes, replica, collectives, options,
             elements `[r * s, (r + 1) * s)`, zero-padded past the end.
         replica: this replica's id.
         collectives: the optimizer's `Collectives`.
-        options: `GradientOptions` (compression, packing).
-        tuned: autotuned pack size or None (`allreduce.pack_policy`).
+        options: `GradientOptions` (compression).
+        max_bytes: bound on one all-to-all's bytes
+            (`zero_plan.scatter_buckets`). Each bucket's input is built
+            after the previous bucket's sum, so at most about one bucket of
+            collective buffers is alive at once.
 
     Returns:
         A list of flat `[s]` tensors in the gradients' dtypes: the sum over
         replicas of this replica's shard.
     """
     n = collectives.n
-    rows, metas = [], []
-    for g, s in zip(grads, shard_sizes):
-        wire, meta = allreduce.compress(tf.convert_to_tensor(g), options, n)
-        flat = tf.reshape(wire, [-1])
-        pad = n * s - int(flat.shape.num_elements())
-        if pad:
-            flat = tf.pad(flat, [[0, pad]])
-        rows.append(tf.reshape(flat, [n, s]))
-        metas.append(meta)
-    out: list = [None] * len(rows)
-    for bucket in allreduce.plan_buckets(rows, options, tuned):
-        x = (rows[bucket[0]] if len(bucket) == 1
-             else tf.concat([rows[j] for j in bucket], axis=1))
+    grads = [tf.convert_to_tensor(g) for g in grads]
+    out: list = [None] * len(grads)
+    plan = zero_plan.scatter_buckets(
+        [g.dtype.name for g in grads],
+        [int(g.shape.num_elements()) * g.dtype.size for g in grads], max_bytes)
+    done = []
+    for bucket in plan:
+        # Cast, pad and concatenate only once the previous bucket is summed.
+        with tf.control_dependencies(done):
+            rows, metas = [], []
+            for j in bucket:
+                wire, meta = allreduce.compress(grads[j], options, n)
+                flat = tf.reshape(wire, [-1])
+                pad = n * shard_sizes[j] - int(flat.shape.num_elements())
+                if pad:
+                    flat = tf.pad(flat, [[0, pad]])
+                rows.append(tf.reshape(flat, [n, shard_sizes[j]]))
+                metas.append(meta)
+            x = (tf.identity(rows[0]) if len(rows) == 1
+                 else tf.concat(rows, axis=1))
         got = collectives.all_to_all(x, replica)
         summed = tf.add_n(tf.unstack(got, num=n))
+        done = [summed]
         parts = tf.split(summed, [shard_sizes[j] for j in bucket])
-        for j, part in zip(bucket, parts):
-            out[j] = allreduce.decompress(part, metas[j])
+        for j, part, meta in zip(bucket, parts, metas):
+            out[j] = allreduce.decompress(part, meta)
     return out

@@ -109,6 +109,32 @@ def writes_in_place(rank: int, unit: int) -> bool:
     return rank == 1 or (rank >= 2 and unit > 1)
 
 
+def scatter_buckets(dtypes: list[str], nbytes: list[int], max_bytes: int
+                    ) -> list[list[int]]:
+    """Which gradients share one reduce-scatter collective.
+
+    Per dtype, in reverse variable order (backprop produces the last
+    layer's gradient first, so the first bucket can start before backprop
+    ends), a bucket closes before it would exceed `max_bytes`; a gradient
+    larger than that is a bucket of its own. `max_bytes <= 0`: one bucket
+    per dtype.
+
+    Example:
+        >>> scatter_buckets(["float32"] * 4, [8, 8, 8, 40], 16)
+        [[3], [2, 1], [0]]
+    """
+    out: list[list[int]] = []
+    open_: dict[str, tuple[list[int], int]] = {}
+    for i in reversed(range(len(dtypes))):
+        members, used = open_.get(dtypes[i], ([], 0))
+        if members and max_bytes > 0 and used + nbytes[i] > max_bytes:
+            out.append(members)
+            members, used = [], 0
+        open_[dtypes[i]] = (members + [i], used + nbytes[i])
+    out.extend(m for m, _ in open_.values() if m)
+    return out
+
+
 def gather_plan(dtypes: list[str], itemsizes: list[int], shard_sizes: list[int],
                 units: list[int], splittable: list[bool], num_replicas: int,
                 max_bytes: int) -> list[tuple[str, list[tuple[int, int, int, int]]]]:
