@@ -7,16 +7,21 @@ subclass (swapped onto the instance in front of the gradient hooks):
 
 * `add_variable_from_reference` (called by the optimizer's own `build`):
   a slot of a trainable variable is created as a flat `ON_READ` variable
-  of `shard_size(size, n)` elements: every replica keeps its own shard, no
-  synchronisation. The slot stays at its index in `optimizer.variables`.
+  of `shard_size(size, n, row_unit)` elements (whole rows of the variable
+  where that wastes <= 1%, `zero_plan.row_unit`): every replica keeps its
+  own shard, no synchronisation. The slot stays at its index in
+  `optimizer.variables`.
 * `_backend_update_step` (replica context, as in Keras's `train_step`):
-  all-reduce the gradients (the hooked path: packing, fp16/bf16
-  compression), slice this replica's shard of each gradient and weight,
-  run the optimizer's own `update_step` on a `_ShardView` of the weight
-  shard (so any elementwise Keras optimizer works unchanged), concatenate
-  the updated shards per dtype, `all_gather` each bucket once (one
-  collective per dtype, `zero_plan.gather_buckets`) and assign every full
-  value to every replica's copy.
+  reduce-scatter the gradients (`zero_collectives.reduce_scatter`: one
+  all-to-all + local sum per bucket of <= `shard_bucket_bytes`, fp16/bf16
+  compression as in the all-reduce), run the optimizer's own
+  `update_step` on a `_ShardView` of this replica's weight shard with its
+  gradient shard (so any elementwise Keras optimizer works unchanged),
+  then gather the updated shards bucket by bucket (`_gather_and_write`:
+  one `CollectiveGatherV2` per bucket of <= `shard_bucket_bytes`
+  gathered) and write each bucket's rows into every replica's copy of the
+  weights in place (a strided-slice assign per row range) before the next
+  bucket starts. On the wire: the bytes of one ring all-reduce.
 * Saving (`tf.train.Checkpoint`, `model.save`, our backups): a sharded
   slot is a `replica_slots.SavedWhole`: it serializes as the full, unpadded
   slot in the variable's shape (gathered from every replica) and restores
@@ -228,12 +233,13 @@ def _local_slice(x, r, s, size):
 def _gather_and_write(ctx, zero, tvars, layouts, news, r, max_bytes):
     """Gathers the updated shards bucket by bucket into every replica's copy.
 
-    One gather per bucket (`zero_plan.gather_plan`, <= `max_bytes`
-    gathered: the `shard_bucket_bytes` option); each bucket's pieces are written into the variables in place
-    (row ranges, `_write`), and the next bucket starts after those writes,
-    so one bucket of gathered weights is alive at a time.
+    One gather per bucket (`zero_plan.gather_plan`: <= `max_bytes`
+    gathered, the `shard_bucket_bytes` option); each bucket's pieces are
+    written into the variables in place (row ranges, `_write`), and the
+    next bucket starts after those writes, so one bucket of gathered
+    weights is alive at a time.
     """
-    n = len(layouts) and layouts[0].n
+    n = zero.collectives.n
     plan = zero_plan.gather_plan(
         [v.dtype.name for v in tvars], [v.dtype.size for v in tvars],
         [lay.s for lay in layouts], [lay.unit for lay in layouts],
