@@ -68,6 +68,10 @@ _MMAP = flags.DEFINE_integer(
     "RSS follows live memory instead of glibc's high-water mark (0: the "
     "default, a dynamic threshold that grows up to 32 MiB).")
 _TIMEOUT = flags.DEFINE_integer("run_timeout_s", 900, "Wall-clock limit per run.")
+_GATHER = flags.DEFINE_integer(
+    "shard_bucket_bytes", 32 << 20,
+    "The sharded run's `shard_bucket_bytes` (bound on one gather bucket of "
+    "updated shards; 0: one bucket per dtype).")
 
 
 def num_params(input_dim, width, depth):
@@ -106,7 +110,9 @@ def run_role(role):
     from tfdist_opt.gradients import sharded_state  # pylint: disable=g-import-not-at-top
     from tfdist_opt.strategy import opt_strategy  # pylint: disable=g-import-not-at-top
 
-    strategy = opt_strategy(shard_optimizer_state=(role == "sharded"))
+    strategy = (opt_strategy(shard_optimizer_state=True,
+                             shard_bucket_bytes=_GATHER.value)
+                if role == "sharded" else opt_strategy())
     n = strategy.num_replicas_in_sync
     with strategy.scope():
         layers = [keras.Input((_IN.value,))]
@@ -169,7 +175,7 @@ def json_task_index() -> int:
 
 def _launch(role, part_dir, repeat=0):
     passthrough = [f"--{f.name}={f.value}" for f in (
-        _WORKERS, _WIDTH, _IN, _DEPTH, _BATCH, _STEPS, _WARMUP)]
+        _WORKERS, _WIDTH, _IN, _DEPTH, _BATCH, _STEPS, _WARMUP, _GATHER)]
     cmd = [sys.executable, "-m", "tfdist_opt", "launch", "--workers",
            str(_WORKERS.value), "--", sys.executable, os.path.abspath(__file__),
            f"--role={role}", f"--part_dir={part_dir}", *passthrough]
@@ -179,6 +185,7 @@ def _launch(role, part_dir, repeat=0):
         env["MALLOC_MMAP_THRESHOLD_"] = str(_MMAP.value)
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = repo + os.pathsep + env.get("PYTHONPATH", "")
+    load = os.getloadavg()[0]  # the shared host's load when this run starts
     proc = subprocess.run(cmd, env=env, timeout=_TIMEOUT.value, capture_output=True,
                           text=True, check=False)
     rows = []
@@ -194,7 +201,7 @@ def _launch(role, part_dir, repeat=0):
             raise RuntimeError(f"the {role} run failed (exit {proc.returncode}):\n"
                                + proc.stderr[-4000:])
         with open(path) as f:
-            rows.append(dict(json.load(f), repeat=repeat))
+            rows.append(dict(json.load(f), repeat=repeat, load_1min=load))
     return rows
 
 

@@ -89,6 +89,15 @@ ENTRIES: tuple[PrivateName, ...] = (
                 "overridden with shard_optimizer_state: the replica-context update "
                 "step, run on each replica's shard (no sharding hook in Keras, "
                 "keras-team/keras#17429)"),
+    PrivateName("tensorflow.raw_ops", "CollectiveAllToAllV2",
+                "tfdist_opt.gradients.zero_collectives",
+                "ZeRO's reduce-scatter on CPU (all-to-all + local sum): TF 2.21 "
+                "registers CollectiveReduceScatterV2 for NCCL only and has no "
+                "tf.distribute all-to-all"),
+    PrivateName("tensorflow.raw_ops", "CollectiveGatherV2",
+                "tfdist_opt.gradients.zero_collectives",
+                "one gather of equal-sized shards (ReplicaContext.all_gather "
+                "runs two collectives: the lengths, then the padded data)"),
     PrivateName(_TF_OPTIMIZER, "_var_key", "tfdist_opt.gradients.sharded_state",
                 "the key update_step looks slots up by; a shard view carries it"),
     PrivateName(_TF_OPTIMIZER, "_track_variable", "tfdist_opt.gradients.replica_slots",

@@ -1,8 +1,12 @@
 """shard_optimizer_state (ZeRO stage 1) on virtual CPU replicas, in-process.
 
-What each test proves (a 5-7-1 MLP, 4 steps, batch 8):
+What each test proves (a 4-7-1 MLP, 4 steps, batch 8; the (4, 7) kernel and
+the biases are sharded by rows and written in place, the (7, 1) kernel flat
+and assigned whole):
 * Adam and SGD+momentum: weights equal the unsharded run (rel 1e-6), every
   slot is a flat 1/n shard, optimizer-state bytes per replica drop;
+* the same with gather buckets of 64 bytes (`shard_bucket_bytes`), which
+  splits the (4, 7) kernel's shards row by row over several gathers;
 * swapping the two replicas' slot shards after step 1 (a shard updated with
   another shard's state) breaks that equality: the comparison can fail;
 * checkpoints hold full slots: tf.train.Checkpoint sharded -> unsharded,
@@ -21,7 +25,7 @@ import tensorflow as tf
 from tfdist_opt.gradients import sharded_state
 from tfdist_opt.strategy import StrategyConfig, opt_strategy
 
-IN, BATCH, STEPS = 5, 8, 4
+IN, BATCH, STEPS = 4, 8, 4
 
 
 def _strategy(shard, replicas=2, **kw):
@@ -84,6 +88,12 @@ def test_same_math_and_one_nth_of_the_state(opt, unsharded):
             < 0.6 * sharded_state.state_bytes_per_replica(plain.optimizer))
     _fit(model)
     assert _max_rel(model.get_weights(), unsharded[opt]) < 1e-6
+
+
+def test_small_gather_buckets_split_variables_same_math(unsharded):
+    model = _model(_strategy(True, shard_bucket_bytes=64))
+    _fit(model)
+    assert _max_rel(model.get_weights(), unsharded["adam"]) < 1e-6
 
 
 def test_a_shard_updated_with_the_other_shards_state_fails(unsharded):
@@ -159,7 +169,9 @@ def test_mixed_precision_shards_the_inner_optimizer():
 @pytest.mark.parametrize("kw,field", [({"compression": "powersgd"}, "compression"),
                                       ({"grad_accum": 2}, "grad_accum"),
                                       ({"shard_optimizer_state": "yes"},
-                                       "shard_optimizer_state")])
+                                       "shard_optimizer_state"),
+                                      ({"shard_bucket_bytes": -1},
+                                       "shard_bucket_bytes")])
 def test_config_refusals_name_the_field(kw, field):
     kw = {"shard_optimizer_state": True, **kw}
     with pytest.raises((ValueError, TypeError), match=f"`{field}`"):

@@ -75,6 +75,9 @@ class GradientOptions:
             Defaults to `0`.
         shard_optimizer_state: bool. ZeRO stage 1: each replica keeps 1/n
             of every optimizer slot (`sharded_state`). Defaults to `False`.
+        shard_bucket_bytes: int. Bound on one gather bucket of updated
+            shards (`zero_plan.gather_plan`); 0: one per dtype. Defaults to
+            `32 MiB`.
 
     Raises:
         ValueError: a value outside the ranges above.
@@ -93,6 +96,7 @@ class GradientOptions:
     powersgd_wire: str = "none"
     powersgd_seed: int = 0
     shard_optimizer_state: bool = False
+    shard_bucket_bytes: int = 32 << 20
 
     def __post_init__(self):
         bpp = self.bytes_per_pack
@@ -151,4 +155,6 @@ class GradientOptions:
                    powersgd_min_compression=config.powersgd_min_compression,
                    powersgd_wire=config.powersgd_wire,
                    shard_optimizer_state=getattr(
-                       config, "shard_optimizer_state", False))
+                       config, "shard_optimizer_state", False),
+                   shard_bucket_bytes=getattr(
+                       config, "shard_bucket_bytes", 32 << 20))

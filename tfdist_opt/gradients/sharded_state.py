@@ -7,16 +7,21 @@ subclass (swapped onto the instance in front of the gradient hooks):
 
 * `add_variable_from_reference` (called by the optimizer's own `build`):
   a slot of a trainable variable is created as a flat `ON_READ` variable
-  of `shard_size(size, n)` elements: every replica keeps its own shard, no
-  synchronisation. The slot stays at its index in `optimizer.variables`.
+  of `shard_size(size, n, row_unit)` elements (whole rows of the variable
+  where that wastes <= 1%, `zero_plan.row_unit`): every replica keeps its
+  own shard, no synchronisation. The slot stays at its index in
+  `optimizer.variables`.
 * `_backend_update_step` (replica context, as in Keras's `train_step`):
-  all-reduce the gradients (the hooked path: packing, fp16/bf16
-  compression), slice this replica's shard of each gradient and weight,
-  run the optimizer's own `update_step` on a `_ShardView` of the weight
-  shard (so any elementwise Keras optimizer works unchanged), concatenate
-  the updated shards per dtype, `all_gather` each bucket once (one
-  collective per dtype, `zero_plan.gather_buckets`) and assign every full
-  value to every replica's copy.
+  reduce-scatter the gradients (`zero_collectives.reduce_scatter`: one
+  all-to-all + local sum per bucket of <= `shard_bucket_bytes`, fp16/bf16
+  compression as in the all-reduce), run the optimizer's own
+  `update_step` on a `_ShardView` of this replica's weight shard with its
+  gradient shard (so any elementwise Keras optimizer works unchanged),
+  then gather the updated shards bucket by bucket (`_gather_and_write`:
+  one `CollectiveGatherV2` per bucket of <= `shard_bucket_bytes`
+  gathered) and write each bucket's rows into every replica's copy of the
+  weights in place (a strided-slice assign per row range) before the next
+  bucket starts. On the wire: the bytes of one ring all-reduce.
 * Saving (`tf.train.Checkpoint`, `model.save`, our backups): a sharded
   slot is a `replica_slots.SavedWhole`: it serializes as the full, unpadded
   slot in the variable's shape (gathered from every replica) and restores
@@ -26,36 +31,54 @@ subclass (swapped onto the instance in front of the gradient hooks):
 
 from __future__ import annotations
 
+import math
+
 import tensorflow as tf
 
 from tfdist_opt import _class_swap
 from tfdist_opt.gradients import replica_slots
+from tfdist_opt.gradients import zero_collectives
 from tfdist_opt.gradients import zero_plan
 
 ZERO_ATTR = "_tfdist_zero"
 SHARD_ATTR = "_tfdist_shard"
 _UNSHARDED_NAMES = ("tfdist_accumulator",)
+# `hooks.STATE_ATTR` (hooks imports this module): the GradientOptions.
+_GRADIENT_STATE_ATTR = "_tfdist_gradients"
+
 
 
 class _Zero:
     """An optimizer's sharding: the keys of its sharded variables."""
 
-    def __init__(self, keys, strategy):
+    def __init__(self, keys, strategy, collectives):
         self.keys = keys
         self.strategy = strategy
+        self.collectives = collectives
 
 
-class _Shard:
-    """Where one sharded slot lives: its logical shape and the replicas."""
+class _Layout:
+    """How a variable of `shape` is cut into n shards (`zero_plan`)."""
+
+    def __init__(self, shape, n):
+        self.shape = tuple(int(d) for d in shape)
+        self.size = math.prod(self.shape)
+        self.n = n
+        self.unit = zero_plan.row_unit(self.shape, n)
+        self.s = zero_plan.shard_size(self.size, n, self.unit)
+        self.in_place = zero_plan.writes_in_place(len(self.shape), self.unit)
+
+
+def _layout(shape, n) -> _Layout:
+    return _Layout(shape, n)
+
+
+class _Shard(_Layout):
+    """Where one sharded slot lives: its layout and the strategy."""
 
     def __init__(self, shape, strategy):
-        self.shape = tuple(int(d) for d in shape)
-        self.size = 1
-        for d in self.shape:
-            self.size *= d
+        super().__init__(shape, strategy.num_replicas_in_sync)
         self.strategy = strategy
-        self.n = strategy.num_replicas_in_sync
-        self.s = zero_plan.shard_size(self.size, self.n)
 
 
 class ShardedSlot(replica_slots.SavedWhole):
@@ -77,7 +100,8 @@ class ShardedStateHooks:
                                   getattr(self, "gradient_accumulation_steps", None))
         strategy = self._distribution_strategy
         keys = {self._var_key(v) for v in variables}
-        setattr(self, ZERO_ATTR, _Zero(keys, strategy))
+        setattr(self, ZERO_ATTR, _Zero(keys, strategy,
+                                       zero_collectives.Collectives(strategy)))
         super().build(variables)
 
     def add_variable_from_reference(self, reference_variable, name=None,
@@ -92,7 +116,8 @@ class ShardedStateHooks:
 
     def _backend_update_step(self, grads, trainable_variables, learning_rate):
         ctx = tf.distribute.get_replica_context()
-        if getattr(self, ZERO_ATTR, None) is None:
+        zero = getattr(self, ZERO_ATTR, None)
+        if zero is None:
             return super()._backend_update_step(grads, trainable_variables,
                                                 learning_rate)
         if ctx is None:
@@ -102,45 +127,24 @@ class ShardedStateHooks:
                 "does); each replica updates its own shard. Received a call in "
                 "the cross-replica context.")
         tvars = [getattr(v, "value", v) for v in trainable_variables]
-        grads_and_vars = self._all_reduce_sum_gradients(list(zip(grads, tvars)))
+        state = getattr(self, _GRADIENT_STATE_ATTR)
         r = _static_replica_id(ctx)
         n = ctx.num_replicas_in_sync
-        news, metas = [], []
-        for g, v in grads_and_vars:
-            size = int(v.shape.num_elements())
-            s = zero_plan.shard_size(size, n)
-            view = _ShardView(_local_slice(v.read_value(), r, s, size),
+        layouts = [_layout(v.shape, n) for v in tvars]
+        if n == 1:
+            g_shards = [tf.reshape(tf.convert_to_tensor(g), [-1]) for g in grads]
+        else:
+            g_shards = zero_collectives.reduce_scatter(
+                list(grads), [lay.s for lay in layouts], r, zero.collectives,
+                state.options, state.options.shard_bucket_bytes)
+        news = []
+        for g_shard, v, lay in zip(g_shards, tvars, layouts):
+            view = _ShardView(_local_slice(v.read_value(), r, lay.s, lay.size),
                               self._var_key(v), v.dtype)
-            # A copy, not a view: TF's aligned slice shares the buffer, which
-            # would keep the whole all-reduced gradient alive to the end.
-            g_shard = tf.raw_ops.DeepCopy(
-                x=_local_slice(tf.convert_to_tensor(g), r, s, size))
             self.update_step(g_shard, view, learning_rate)
             news.append(view.value)
-            metas.append((v, size))
-        # One all-gather per dtype (`zero_plan.gather_buckets`): on TF's
-        # CPU RING each collective has a fixed cost that dominated the step
-        # when the shards were gathered variable by variable. Replica r's
-        # part of a gathered bucket is row r of [n, S]; a variable's full
-        # (padded, flat) value is its column block, and the full value is a
-        # prefix of that.
-        plan = zero_plan.gather_buckets([v.dtype.name for v, _ in metas],
-                                        [zero_plan.shard_size(size, n)
-                                         for _, size in metas])
-        for _, members in plan:
-            bucket = tf.concat([news[i] for i, _, _ in members], axis=0)
-            rows = tf.reshape(ctx.all_gather(bucket, axis=0), [n, -1])
-            del bucket
-            # Cut and assign one variable at a time (each cut waits for the
-            # previous assign): the transient beyond the gathered bucket is
-            # the largest variable, not a second copy of the weights.
-            done = None
-            for i, offset, s in members:
-                v, size = metas[i]
-                with tf.control_dependencies(done or []):
-                    flat = tf.reshape(rows[:, offset:offset + s], [-1])
-                    full = tf.reshape(flat[:size], v.shape)
-                done = [ctx.merge_call(_assign_all, args=([v], [full]))]
+        _gather_and_write(ctx, zero, tvars, layouts, news, r,
+                          state.options.shard_bucket_bytes)
 
 
 def sharded_class(cls: type) -> type:
@@ -226,12 +230,58 @@ def _local_slice(x, r, s, size):
     return part
 
 
-def _assign_all(distribution, variables, fulls):
-    ops = [distribution.extended.update(v, lambda var, x: var.assign(x),
-                                        args=(full,), group=True)
-           for v, full in zip(variables, fulls)]
-    with tf.control_dependencies(ops):
+def _gather_and_write(ctx, zero, tvars, layouts, news, r, max_bytes):
+    """Gathers the updated shards bucket by bucket into every replica's copy.
+
+    One gather per bucket (`zero_plan.gather_plan`: <= `max_bytes`
+    gathered, the `shard_bucket_bytes` option); each bucket's pieces are
+    written into the variables in place (row ranges, `_write`), and the
+    next bucket starts after those writes, so one bucket of gathered
+    weights is alive at a time.
+    """
+    n = zero.collectives.n
+    plan = zero_plan.gather_plan(
+        [v.dtype.name for v in tvars], [v.dtype.size for v in tvars],
+        [lay.s for lay in layouts], [lay.unit for lay in layouts],
+        [lay.in_place for lay in layouts], n,
+        max_bytes if n > 1 else 0)
+    done = []
+    for _, pieces in plan:
+        with tf.control_dependencies(done):
+            parts = [news[i][start:start + length] for i, start, length, _ in pieces]
+            x = parts[0] if len(parts) == 1 else tf.concat(parts, axis=0)
+            gathered = x if n == 1 else zero.collectives.gather(x, r)
+        spec = [(tvars[i], layouts[i], start, length, offset)
+                for i, start, length, offset in pieces]
+        done = [ctx.merge_call(_write_all, args=(gathered, spec))]
+
+
+def _write_all(distribution, gathered, spec):
+    ops = []
+    for v, lay, start, length, offset in spec:
+        ops.append(distribution.extended.update(
+            v, _write, args=(gathered, lay, start, length, offset), group=True))
+    with tf.control_dependencies(tf.nest.flatten(ops)):
         return tf.constant(True)
+
+
+def _write(var, gathered, lay, start, length, offset):
+    """Writes every replica's piece `[start, start + length)` of `var`'s shard."""
+    rows = tf.reshape(gathered, [lay.n, -1])
+    if not lay.in_place:  # one piece: the whole shard of every replica
+        flat = tf.reshape(rows[:, offset:offset + lay.s], [-1])[:lay.size]
+        return var.assign(tf.reshape(flat, lay.shape))
+    ops = []
+    for r in range(lay.n):
+        lo = r * lay.s + start
+        hi = min(lo + length, lay.size)
+        if hi <= lo:
+            continue
+        chunk = rows[r, offset:offset + hi - lo]
+        lo_row, hi_row = lo // lay.unit, hi // lay.unit
+        ops.append(var[lo_row:hi_row].assign(
+            tf.reshape(chunk, [hi_row - lo_row, *lay.shape[1:]])))
+    return tf.group(ops)
 
 
 def _add_shard(optimizer, reference, name, initializer, strategy):

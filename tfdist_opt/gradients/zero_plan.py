@@ -38,20 +38,25 @@ REFUSED_OPTIMIZERS = {
 }
 
 
-def shard_size(num_elements: int, num_replicas: int) -> int:
-    """Elements of one replica's shard of a variable (padded; >= 1)."""
-    return max(1, math.ceil(num_elements / num_replicas))
+def shard_size(num_elements: int, num_replicas: int, unit: int = 1) -> int:
+    """Elements of one replica's shard of a variable (padded; >= 1).
+
+    With `unit > 1` (`row_unit`) the shard is a whole number of rows of
+    `unit` elements.
+    """
+    rows = math.ceil(num_elements / unit)
+    return max(1, unit * math.ceil(rows / num_replicas))
 
 
-def padded_size(num_elements: int, num_replicas: int) -> int:
+def padded_size(num_elements: int, num_replicas: int, unit: int = 1) -> int:
     """`num_replicas * shard_size(...)`: the flat length the shards cover."""
-    return num_replicas * shard_size(num_elements, num_replicas)
+    return num_replicas * shard_size(num_elements, num_replicas, unit)
 
 
-def shard_bounds(num_elements: int, num_replicas: int, replica: int
-                 ) -> tuple[int, int]:
+def shard_bounds(num_elements: int, num_replicas: int, replica: int,
+                 unit: int = 1) -> tuple[int, int]:
     """[start, stop) of replica `replica`'s real (unpadded) elements."""
-    s = shard_size(num_elements, num_replicas)
+    s = shard_size(num_elements, num_replicas, unit)
     return min(replica * s, num_elements), min((replica + 1) * s, num_elements)
 
 
@@ -77,38 +82,128 @@ def state_bytes(slot_sizes: list[int], itemsize: int, num_replicas: int,
     return per * itemsize + scalar_bytes
 
 
-def gather_buckets(dtypes: list[str], shard_sizes: list[int]
-                   ) -> list[tuple[str, list[tuple[int, int, int]]]]:
-    """How the updated shards are packed into as few all-gathers as possible.
+def row_unit(shape, num_replicas: int, max_waste: float = 0.01) -> int:
+    """Elements per leading-axis row if shards can be whole rows, else 1.
 
-    One bucket per dtype (a collective moves one dtype), in order of first
-    appearance; inside a bucket the shards are concatenated in variable
-    order. After the all-gather of a bucket of total `S` elements, replica
-    r's part is `[r * S, (r + 1) * S)`, and variable i's full padded value
-    is, for every r, the `[offset, offset + s)` slice of that part.
-
-    Args:
-        dtypes: the dtype name of each variable.
-        shard_sizes: each variable's shard size (`shard_size(size, n)`).
-
-    Returns:
-        A list of `(dtype, [(variable_index, offset, shard_size), ...])`.
+    A shard of whole rows is a row range of the variable, so the gathered
+    values can be written into it in place (a strided-slice assign) instead
+    of building the full value first. Rows are used when padding the row
+    count to a multiple of `num_replicas` wastes at most `max_waste` of the
+    rows (so the state stays within 1/n + 1%); otherwise (e.g. a 3x3 conv
+    kernel's leading axis) the shard is a flat element range.
 
     Example:
-        >>> gather_buckets(["float32", "float16", "float32"], [3, 2, 4])
-        [('float32', [(0, 0, 3), (2, 3, 4)]), ('float16', [(1, 0, 2)])]
+        >>> row_unit((4096, 1024), 2), row_unit((3, 3, 64, 64), 2), row_unit((7,), 2)
+        (1024, 1, 1)
     """
-    if len(dtypes) != len(shard_sizes):
+    shape = tuple(int(d) for d in shape)
+    if len(shape) < 2 or shape[0] == 0:
+        return 1
+    unit = math.prod(shape[1:])
+    waste = math.ceil(shape[0] / num_replicas) * num_replicas - shape[0]
+    return unit if unit > 0 and waste <= max_waste * shape[0] else 1
+
+
+def writes_in_place(rank: int, unit: int) -> bool:
+    """Whether a variable's gathered shards are written as row ranges."""
+    return rank == 1 or (rank >= 2 and unit > 1)
+
+
+def scatter_buckets(dtypes: list[str], nbytes: list[int], max_bytes: int
+                    ) -> list[list[int]]:
+    """Which gradients share one reduce-scatter collective.
+
+    Per dtype, in reverse variable order (backprop produces the last
+    layer's gradient first, so the first bucket can start before backprop
+    ends), a bucket closes before it would exceed `max_bytes`; a gradient
+    larger than that is a bucket of its own. `max_bytes <= 0`: one bucket
+    per dtype.
+
+    Example:
+        >>> scatter_buckets(["float32"] * 4, [8, 8, 8, 40], 16)
+        [[3], [2, 1], [0]]
+    """
+    out: list[list[int]] = []
+    open_: dict[str, tuple[list[int], int]] = {}
+    for i in reversed(range(len(dtypes))):
+        members, used = open_.get(dtypes[i], ([], 0))
+        if members and max_bytes > 0 and used + nbytes[i] > max_bytes:
+            out.append(members)
+            members, used = [], 0
+        open_[dtypes[i]] = (members + [i], used + nbytes[i])
+    out.extend(m for m, _ in open_.values() if m)
+    return out
+
+
+def gather_plan(dtypes: list[str], itemsizes: list[int], shard_sizes: list[int],
+                units: list[int], splittable: list[bool], num_replicas: int,
+                max_bytes: int) -> list[tuple[str, list[tuple[int, int, int, int]]]]:
+    """How the updated shards are gathered: buckets of bounded size.
+
+    Each bucket is one gather collective of one dtype; its gathered output
+    (`num_replicas` x the bucket's elements x itemsize) stays within
+    `max_bytes` where possible, so at most one bucket's worth of weights is
+    in flight. A piece is a row-aligned range `[start, start + length)` of
+    one variable's shard (a multiple of its `unit`); a variable that is not
+    `splittable` (not written in place) is one piece, whole. A single row
+    larger than the bound is a bucket of its own. `max_bytes <= 0`: one
+    bucket per dtype.
+
+    Args:
+        dtypes: each variable's dtype name.
+        itemsizes: bytes per element of each variable.
+        shard_sizes: each variable's shard size (`shard_size`).
+        units: each variable's `row_unit`.
+        splittable: whether each variable may be split across buckets.
+        num_replicas: n.
+        max_bytes: bound on one bucket's gathered bytes.
+
+    Returns:
+        A list of `(dtype, [(variable_index, start, length, offset), ...])`,
+        `offset` being the piece's position in the bucket's per-replica part.
+
+    Example:
+        >>> gather_plan(["float32"] * 2, [4, 4], [6, 2], [2, 1], [True, True], 2, 32)
+        [('float32', [(0, 0, 4, 0)]), ('float32', [(0, 4, 2, 0), (1, 0, 2, 2)])]
+    """
+    lists = (itemsizes, shard_sizes, units, splittable)
+    if any(len(x) != len(dtypes) for x in lists):
         raise ValueError(
-            "Invalid value for `shard_sizes`: expected one per dtype "
-            f"({len(dtypes)}). Received: shard_sizes of length {len(shard_sizes)}")
-    buckets: dict[str, list[tuple[int, int, int]]] = {}
-    ends: dict[str, int] = {}
-    for i, (dtype, s) in enumerate(zip(dtypes, shard_sizes)):
-        offset = ends.get(dtype, 0)
-        buckets.setdefault(dtype, []).append((i, offset, int(s)))
-        ends[dtype] = offset + int(s)
-    return list(buckets.items())
+            "Invalid value for `shard_sizes`: expected one itemsize, shard "
+            f"size, unit and flag per dtype ({len(dtypes)}). Received: "
+            f"lengths {[len(x) for x in lists]}")
+    order: dict[str, list[int]] = {}
+    for i, dtype in enumerate(dtypes):
+        order.setdefault(dtype, []).append(i)
+    out = []
+    for dtype, members in order.items():
+        pieces: list[tuple[int, int, int, int]] = []
+        used = 0
+        for i in members:
+            s, unit = int(shard_sizes[i]), int(units[i])
+            cap = (max_bytes // (num_replicas * int(itemsizes[i]))
+                   if max_bytes > 0 else None)
+            start = 0
+            while start < s:
+                left = s - start
+                if cap is None:
+                    take = left
+                elif not splittable[i]:
+                    take = left if (used == 0 or used + left <= cap) else 0
+                else:
+                    take = min(left, max(cap - used, 0) // unit * unit)
+                    if take == 0 and used == 0:
+                        take = min(left, unit)
+                if take == 0:
+                    out.append((dtype, pieces))
+                    pieces, used = [], 0
+                    continue
+                pieces.append((i, start, take, used))
+                used += take
+                start += take
+        if pieces:
+            out.append((dtype, pieces))
+    return out
 
 
 def check_optimizer(class_name: str, use_ema: bool,

@@ -112,6 +112,11 @@ class StrategyConfig(validation.ConfigFields):
             checkpoints. Mirrored and multi-worker kinds with Keras 3 only;
             not with `compression="powersgd"` or `grad_accum > 1`.
             Defaults to `False`.
+        shard_bucket_bytes: int. With `shard_optimizer_state`: the updated
+            shards are gathered in buckets of at most this many gathered
+            bytes, each written into the weights before the next starts
+            (bounds the step's transient memory); `0`: one bucket per dtype.
+            Defaults to `32 MiB`.
     """
 
     mode: str = "auto"
@@ -135,6 +140,7 @@ class StrategyConfig(validation.ConfigFields):
     powersgd_min_compression: float = 2.0
     powersgd_wire: str = "none"
     shard_optimizer_state: bool = False
+    shard_bucket_bytes: int = 32 << 20
 
     def __post_init__(self):
         validation.check_choice("mode", self.mode, MODES)
@@ -163,6 +169,7 @@ class StrategyConfig(validation.ConfigFields):
         validation.check_bool("shard_optimizer_state", self.shard_optimizer_state)
         if self.shard_optimizer_state:
             zero_plan.check_combination(self.compression, self.grad_accum)
+        validation.check_int("shard_bucket_bytes", self.shard_bucket_bytes, minimum=0)
 
     # ------------------------------------------------------------ loading
     @classmethod
