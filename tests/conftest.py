@@ -38,24 +38,6 @@ def pytest_configure(config):
 
 import pytest  # noqa: E402
 
-# Tests that start TF servers or worker processes run one after another in
-# one xdist process (`--dist loadgroup`, pytest.ini). With whole files side
-# by side (`--dist loadfile`), two clusters at once disturbed each other: a
-# parameter-server test reported losses ~50x too high in 2 of 3 full runs
-# and passed alone (suspected: one picker's freed port taken by the other
-# cluster). The in-process tests fill the other xdist process.
-CLUSTER_GROUP = "clusters"
-_CLUSTER_FILES = ("tests/cluster/test_launcher.py", "tests/cluster/test_launcher_orphans.py")
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    del config
-    for item in items:
-        if (item.get_closest_marker("multiworker")
-                or item.nodeid.split("::")[0] in _CLUSTER_FILES):
-            item.add_marker(pytest.mark.xdist_group(CLUSTER_GROUP))
-
 
 @pytest.fixture(autouse=True)
 def _isolated_environment():

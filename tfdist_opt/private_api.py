@@ -83,6 +83,11 @@ ENTRIES: tuple[PrivateName, ...] = (
                 "overridden with grad_accum > 1: schedules see updates, not micro-steps"),
     PrivateName(_TF_OPTIMIZER, "_get_variable_index", "tfdist_opt.gradients.accumulation",
                 "maps a (possibly filtered) variable to its accumulator"),
+    PrivateName(_TF_OPTIMIZER, "_get_variable_index",
+                "tfdist_opt.parameter_server.locked_updates",
+                "finds a variable's Adam slots (`_momentums`, `_velocities`, "
+                "`_velocity_hats`, set in build(); tests/parameter_server/"
+                "test_locked_updates.py uses them) for the fused locked update"),
     PrivateName(_TF_OPTIMIZER, "_apply_weight_decay", "tfdist_opt.gradients.accumulation",
                 "weight decay applied once per update under accumulation"),
     PrivateName(_TF_OPTIMIZER, "_backend_update_step", "tfdist_opt.gradients.sharded_state",

@@ -17,6 +17,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tfdist_opt.parameter_server import locked_updates
 from tfdist_opt.parameter_server import variables as variables_lib
 
 
@@ -65,6 +66,7 @@ def prepare(model: keras.Model, element_spec, build_metrics: bool = True) -> lis
             # Compiled metrics and losses, symbolically (no step runs).
             model._symbolic_build(data_batch=data_spec)
     variables_lib.make_counter_atomic(optimizer.iterations)
+    locked_updates.lock_adam_updates(optimizer)
     variables_lib.route_sharded_lookups(model)
     variables_lib.make_sharded_savable(model.variables)
     return targets
