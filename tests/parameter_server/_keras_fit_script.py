@@ -162,8 +162,10 @@ out["sharded"] = [list(s.shape) for s in getattr(table, "variables", [])]
 d = tempfile.mkdtemp()
 backup_dir = os.path.join(d, "backup")
 emb.fit(ids, y, batch_size=16, epochs=2, verbose=0, callbacks=[
+    # Every epoch (not save_best_only): with async steps epoch 2's loss need
+    # not be lower, and then the file would rightly hold epoch 1's weights.
     keras.callbacks.ModelCheckpoint(os.path.join(d, "best.keras"), monitor="loss",
-                                    save_best_only=True),
+                                    save_best_only=False),
     keras.callbacks.BackupAndRestore(backup_dir, delete_checkpoint=False)])
 saved = [emb.layers[0].embeddings.numpy().copy(), steps_of(emb)]
 out["checkpoint_files"] = sorted(os.listdir(d))
