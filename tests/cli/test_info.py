@@ -1,11 +1,20 @@
-"""`tfdist-opt info` on this machine (a real subprocess, as a user runs it)."""
+"""`tfdist-opt info` on this machine.
+
+`--json` runs as a real subprocess, as a user runs it (and
+tests/test_install.py runs it from the installed wheel); the other cases call
+the same CLI entry point in this process (`info` builds nothing and starts no
+server), saving a TensorFlow start-up each.
+"""
 
 import json
 import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.multiworker.harness import REPO_ROOT
+from tfdist_opt import cli
 
 
 def _info(*args, env_extra=None):
@@ -15,6 +24,23 @@ def _info(*args, env_extra=None):
     return subprocess.run([sys.executable, "-m", "tfdist_opt", "info", *args],
                           env=env, cwd=REPO_ROOT, capture_output=True, text=True,
                           timeout=120)
+
+
+@pytest.fixture
+def info_here(monkeypatch, capsys):
+    """`tfdist-opt info ARGS` in this process with `env_extra` set: (code, stdout)."""
+    def run(*args, env_extra=None):
+        for k in list(os.environ):
+            if k == "TF_CONFIG" or k.startswith("TFDIST_OPT_"):
+                monkeypatch.delenv(k)
+        # `info` setdefaults TF_CPP_MIN_LOG_LEVEL: set it here so it is restored.
+        monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
+        for k, v in (env_extra or {}).items():
+            monkeypatch.setenv(k, v)
+        capsys.readouterr()
+        code = cli.main(["info", *args])
+        return code, capsys.readouterr().out
+    return run
 
 
 def test_info_json_on_this_machine():
@@ -29,21 +55,22 @@ def test_info_json_on_this_machine():
     assert any(p.endswith("cpu_test.json") for p in info["presets"])
 
 
-def test_info_text_with_cluster_role_and_preset():
+def test_info_text_with_cluster_role_and_preset(info_here):
     cfg = {"cluster": {"worker": ["localhost:2222", "localhost:2223"]},
            "task": {"type": "worker", "index": 1}}
-    p = _info("--config", "multi_worker_ring_cpu",
-              env_extra={"TF_CONFIG": json.dumps(cfg)})
-    assert p.returncode == 0, p.stderr[-2000:]
-    assert "TF_CONFIG    : worker:1 of 2 task(s)" in p.stdout
-    assert "multi_worker over /cpu:0 (2 replica(s) in sync)" in p.stdout
-    assert "collectives  : ring" in p.stdout
+    code, out = info_here("--config", "multi_worker_ring_cpu",
+                          env_extra={"TF_CONFIG": json.dumps(cfg)})
+    assert code == 0, out
+    assert "TF_CONFIG    : worker:1 of 2 task(s)" in out
+    assert "multi_worker over /cpu:0 (2 replica(s) in sync)" in out
+    assert "collectives  : ring" in out
 
 
-def test_info_reports_bad_config_and_fails():
-    p = _info(env_extra={"TFDIST_OPT_ALL_REDUCE": "nccl", "TFDIST_OPT_CPU_REPLICAS": "2"})
-    assert p.returncode == 1
-    assert "NCCL needs GPUs" in p.stdout
+def test_info_reports_bad_config_and_fails(info_here):
+    code, out = info_here(env_extra={"TFDIST_OPT_ALL_REDUCE": "nccl",
+                                     "TFDIST_OPT_CPU_REPLICAS": "2"})
+    assert code == 1
+    assert "NCCL needs GPUs" in out
 
 
 def test_cli_usage_and_unknown_command():
@@ -54,14 +81,14 @@ def test_cli_usage_and_unknown_command():
     assert "info" in p.stderr and "launch" in p.stderr
 
 
-def test_info_explains_parameter_server_partitioning():
+def test_info_explains_parameter_server_partitioning(info_here):
     cfg = {"cluster": {"chief": ["localhost:2222"], "worker": ["localhost:2223"],
                        "ps": ["localhost:2224", "localhost:2225"]},
            "task": {"type": "ps", "index": 1}}
-    p = _info(env_extra={"TF_CONFIG": json.dumps(cfg),
-                         "TFDIST_OPT_PS_MIN_SHARD_BYTES": "1048576"})
-    assert p.returncode == 0, p.stderr[-2000:]
-    assert "strategy     : parameter_server: 1 worker(s) step asynchronously" in p.stdout
-    assert "this task    : ps:1: serves until the chief finishes" in p.stdout
+    code, out = info_here(env_extra={"TF_CONFIG": json.dumps(cfg),
+                                     "TFDIST_OPT_PS_MIN_SHARD_BYTES": "1048576"})
+    assert code == 0, out
+    assert "strategy     : parameter_server: 1 worker(s) step asynchronously" in out
+    assert "this task    : ps:1: serves until the chief finishes" in out
     assert ("partitioning : variables of >= 2097152 bytes cut into shards of >= "
-            "1048576 bytes, at most 2 shards") in p.stdout
+            "1048576 bytes, at most 2 shards") in out

@@ -1,7 +1,14 @@
-"""benchmarks/input_pipeline.py end to end, at tiny sizes, in a subprocess."""
+"""benchmarks/input_pipeline.py end to end, at tiny sizes, in a subprocess.
+
+The three runs go through the binary's `app.run(main)` one after another in
+one subprocess (tests/data/bench_ip_runs.py: one TensorFlow start-up); each
+test reads its own run's output and files. Argument rejection runs the binary
+itself.
+"""
 
 import json
 import os
+import types
 
 import pytest
 
@@ -9,15 +16,38 @@ from tests.multiworker.harness import REPO_ROOT
 from tests.multiworker.harness import run_single
 
 BINARY = os.path.join(REPO_ROOT, "benchmarks", "input_pipeline.py")
+DRIVER = os.path.join(REPO_ROOT, "tests", "data", "bench_ip_runs.py")
 TINY = ["--num_images=256", "--num_files=4", "--batch_size=32", "--steps=3",
         "--warmup_steps=1", "--batches_per_step=2", "--repeats=1", "--epochs=1"]
+RUNS = {  # name: extra flags (each writes <tmp>/<name>.json)
+    "throughput": ["--csv={tmp}/ip.csv"],
+    "no_cache": ["--cache=none"],
+    "input_bound": ["--mode=input_bound"],
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bench_ip")
+    argvs = [[*TINY, *(f.format(tmp=tmp) for f in flags),
+              f"--output_json={tmp / name}.json"] for name, flags in RUNS.items()]
+    r = run_single([DRIVER, json.dumps(argvs)], timeout_s=240)
+    assert r.returncode == 0, r.output[-3000:]
+    return tmp, r.output
+
+
+def _run(runs, name):
+    tmp, output = runs
+    i = list(RUNS).index(name)
+    part = output.split(f"RUN {i}\n", 1)[1].split(f"EXIT {i} ", 1)
+    code = int(part[1].split()[0]) if len(part) > 1 else None
+    return types.SimpleNamespace(returncode=code, output=part[0]), tmp
 
 
 @pytest.mark.slow
-def test_throughput_mode_writes_report(tmp_path):
-    out = tmp_path / "ip.json"
-    r = run_single([BINARY, *TINY, f"--output_json={out}",
-                    f"--csv={tmp_path / 'ip.csv'}"], timeout_s=120)
+def test_throughput_mode_writes_report(runs):
+    r, tmp_path = _run(runs, "throughput")
+    out = tmp_path / "throughput.json"
     assert r.returncode == 0, r.output[-3000:]
     report = json.loads(out.read_text())
     assert report["benchmark"] == "input_pipeline"
@@ -37,10 +67,9 @@ def test_throughput_mode_writes_report(tmp_path):
 
 
 @pytest.mark.slow
-def test_throughput_mode_without_cache(tmp_path):
-    out = tmp_path / "ip.json"
-    r = run_single([BINARY, *TINY, "--cache=none", f"--output_json={out}"],
-                   timeout_s=120)
+def test_throughput_mode_without_cache(runs):
+    r, tmp_path = _run(runs, "no_cache")
+    out = tmp_path / "no_cache.json"
     assert r.returncode == 0, r.output[-3000:]
     report = json.loads(out.read_text())
     assert set(report["summary"]) == {"speedup", "naive_eps", "opt_eps"}
@@ -48,10 +77,9 @@ def test_throughput_mode_without_cache(tmp_path):
 
 
 @pytest.mark.slow
-def test_input_bound_mode(tmp_path):
-    out = tmp_path / "ib.json"
-    r = run_single([BINARY, *TINY, "--mode=input_bound", f"--output_json={out}"],
-                   timeout_s=120)
+def test_input_bound_mode(runs):
+    r, tmp_path = _run(runs, "input_bound")
+    out = tmp_path / "input_bound.json"
     assert r.returncode == 0, r.output[-3000:]
     summary = json.loads(out.read_text())["summary"]
     assert set(summary) == {"input_bound", "real_eps", "synthetic_eps",

@@ -2,7 +2,8 @@
 
 Each test runs the same script (tests/multiworker/scripts/keras_train.py) as
 one process with global batch 16 and as a 2-worker cluster on 127.0.0.1
-(8 per worker), then compares. Tolerance: rel 1e-5 — the only difference is
+(8 per worker), then compares; the two Keras 3 tests share one reference
+process and one cluster (each trains both models in turn). Tolerance: rel 1e-5 — the only difference is
 the order of float32 additions in the all-reduce (measured ~2e-7).
 """
 
@@ -19,18 +20,34 @@ SCRIPT = "tests/multiworker/scripts/keras_train.py"
 RTOL = 1e-5
 
 
-def _run_pair(tmp_path, extra_args=(), extra_env=None):
-    single_dir, multi_dir = tmp_path / "single", tmp_path / "multi"
-    ref = harness.run_single([SCRIPT, "--out", str(single_dir), *extra_args],
-                             extra_env=extra_env)
+def _start_pair(tmp_path, runs, extra_args=(), extra_env=None):
+    """One reference process and one 2-worker cluster, each training every
+    run of `runs` ({name: keras_train.py --run options}) in turn."""
+    def argv(role):
+        return [SCRIPT, *extra_args, *(
+            a for name, opts in runs.items()
+            for a in ("--run", ",".join([str(tmp_path / role / name), *opts])))]
+    ref = harness.run_single(argv("single"), extra_env=extra_env)
+    results = harness.run_workers(2, argv("multi"), extra_env=extra_env)
+    return tmp_path, ref, results
+
+
+def _load_pair(pair, name):
+    tmp_path, ref, results = pair
     assert ref.returncode == 0, ref.output[-3000:]
-    results = harness.run_workers(2, [SCRIPT, "--out", str(multi_dir), *extra_args],
-                                  extra_env=extra_env)
     for r in results:
         assert r.returncode == 0, f"worker {r.index}:\n{r.output[-3000:]}"
-    load = lambda d, name: dict(np.load(os.path.join(d, name + ".npz")))
+    single_dir, multi_dir = tmp_path / "single" / name, tmp_path / "multi" / name
+    load = lambda d, role: dict(np.load(os.path.join(d, role + ".npz")))
     return (load(single_dir, "single"), load(multi_dir, "worker0"),
             load(multi_dir, "worker1"))
+
+
+@pytest.fixture(scope="module")
+def keras3(tmp_path_factory):
+    """The two Keras 3 runs share one reference process and one cluster."""
+    return _start_pair(tmp_path_factory.mktemp("keras3"), {
+        "plain": [], "dict": ["dict", "steps=3"]})
 
 
 def _assert_equal_training(single, w0, w1):
@@ -57,17 +74,18 @@ def _assert_equal_training(single, w0, w1):
                                rtol=RTOL, atol=1e-6)
 
 
-def test_keras3_fit_two_workers_equals_one_process(tmp_path):
-    _assert_equal_training(*_run_pair(tmp_path))
+def test_keras3_fit_two_workers_equals_one_process(keras3):
+    _assert_equal_training(*_load_pair(keras3, "plain"))
 
 
-def test_keras3_dict_dataset_and_steps_per_epoch(tmp_path):
-    _assert_equal_training(*_run_pair(tmp_path, ["--dict", "--steps_per_epoch", "3"]))
+def test_keras3_dict_dataset_and_steps_per_epoch(keras3):
+    _assert_equal_training(*_load_pair(keras3, "dict"))
 
 
 def test_tf_keras_two_workers_equals_one_process(tmp_path):
-    _assert_equal_training(*_run_pair(
-        tmp_path, ["--legacy"], extra_env={"TF_USE_LEGACY_KERAS": "1"}))
+    _assert_equal_training(*_load_pair(_start_pair(
+        tmp_path, {"legacy": []}, ["--legacy"],
+        extra_env={"TF_USE_LEGACY_KERAS": "1"}), "legacy"))
 
 
 def test_plain_mwms_fails_under_keras3_without_our_fix(tmp_path):

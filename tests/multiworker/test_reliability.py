@@ -4,6 +4,7 @@ Each test states the time-to-detect it allows; the measured figures are in
 the closing note of the change that added them.
 """
 
+import json
 import socket
 import time
 
@@ -52,7 +53,7 @@ def test_multi_worker_without_tf_config_is_refused():
     assert "multi_worker needs a TF_CONFIG" in r.output
 
 
-@pytest.mark.parametrize("tf_config,expected", [
+BAD_TF_CONFIGS = [  # (TF_CONFIG, text the error must contain)
     ('{"cluster": {"worker": ["localhost:1"]', "malformed JSON"),
     ('{"cluster": {"worker": ["localhost:1", "localhost:2"]}, "task": {"type": "boss", "index": 0}}',
      "task.type"),
@@ -64,13 +65,34 @@ def test_multi_worker_without_tf_config_is_refused():
      "Received: task.index='one'"),
     ('{"cluster": {"chief": ["localhost:1", "localhost:3"], "worker": ["localhost:2"]}, "task": {"type": "worker", "index": 0}}',
      "chief"),
-])
-def test_bad_tf_config_fails_before_any_server(tf_config, expected):
+]
+
+
+@pytest.fixture(scope="module")
+def bad_tf_configs():
+    """Every bad TF_CONFIG tried in turn in one process (one TF start-up)."""
     t0 = time.monotonic()
-    r = harness.run_single([SCRIPT], extra_env={"TF_CONFIG": tf_config}, timeout_s=60)
-    assert r.returncode != 0
-    assert "Invalid TF_CONFIG" in r.output and expected in r.output, r.output[-2000:]
-    assert time.monotonic() - t0 < 40  # nothing waits for peers
+    r = harness.run_single(["tests/multiworker/scripts/bad_tf_configs.py",
+                            json.dumps([c for c, _ in BAD_TF_CONFIGS])], timeout_s=60)
+    elapsed = time.monotonic() - t0
+    results = {}
+    for line in r.output.splitlines():
+        if line.startswith("RESULT "):
+            res = json.loads(line[len("RESULT "):])
+            results[res["case"]] = res
+    return r, results, elapsed
+
+
+@pytest.mark.parametrize("case", range(len(BAD_TF_CONFIGS)))
+def test_bad_tf_config_fails_before_any_server(case, bad_tf_configs):
+    r, results, elapsed = bad_tf_configs
+    expected = BAD_TF_CONFIGS[case][1]
+    assert case in results, r.output[-3000:]
+    error = results[case]["error"]
+    assert error is not None, f"case {case} started a strategy:\n{r.output[-3000:]}"
+    assert "Invalid TF_CONFIG" in error and expected in error, error
+    assert results[case]["seconds"] < 5  # raised while validating: nothing waits for peers
+    assert elapsed < 40
 
 
 def test_peer_crash_mid_training_stops_survivor_naming_lost_task():

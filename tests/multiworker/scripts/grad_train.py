@@ -64,6 +64,15 @@ def train(strategy, global_batch, out, name, task):
     np.savez(os.path.join(out, f"{name}_{task}.npz"), **arrays)
 
 
+def reference(out):
+    """The single-process references (also called in-process by the test)."""
+    from tfdist_opt.strategy.build import opt_strategy
+
+    strategy = opt_strategy(mode="one_device")
+    train(strategy, MICRO * K * WORKERS, out, "big", "ref")
+    train(strategy, MICRO * WORKERS, out, "plain", "ref")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -73,9 +82,7 @@ def main():
     from tfdist_opt.strategy.build import opt_strategy
 
     if args.reference:
-        strategy = opt_strategy(mode="one_device")
-        train(strategy, MICRO * K * WORKERS, args.out, "big", "ref")
-        train(strategy, MICRO * WORKERS, args.out, "plain", "ref")
+        reference(args.out)
         return
     from tfdist_opt.gradients import keras_binding
     from tfdist_opt.gradients.options import GradientOptions

@@ -1,11 +1,13 @@
 """Calls `strategy.reduce` the ways Keras 3 does, on each worker.
 
-Prints one JSON line: {case: value-or-error}. `--plain` uses upstream
-`tf.distribute.MultiWorkerMirroredStrategy`, otherwise our subclass.
+Prints one JSON line: {"ours": {case: value-or-error}, "plain": {...}}.
+Both run on one `KerasMultiWorkerMirroredStrategy` (one cluster): "ours"
+calls its `reduce`, "plain" calls upstream
+`tf.distribute.MultiWorkerMirroredStrategy.reduce` on the same instance,
+i.e. the strategy without our override.
 """
 
 import json
-import sys
 
 import tensorflow as tf
 
@@ -13,9 +15,7 @@ from tfdist_opt.strategy import keras_compat
 
 impl = tf.distribute.experimental.CommunicationImplementation.RING
 options = tf.distribute.experimental.CommunicationOptions(implementation=impl)
-cls = (tf.distribute.MultiWorkerMirroredStrategy if "--plain" in sys.argv
-       else keras_compat.KerasMultiWorkerMirroredStrategy)
-strategy = cls(communication_options=options)
+strategy = keras_compat.KerasMultiWorkerMirroredStrategy(communication_options=options)
 rank = strategy.cluster_resolver.task_id
 
 
@@ -32,12 +32,20 @@ dist = strategy.experimental_distribute_values_from_function(
     lambda ctx: tf.constant(float(rank + 1)))
 dist_vec = strategy.experimental_distribute_values_from_function(
     lambda ctx: tf.fill([2], float(rank + 1)))
-out = {
-    # keras trainer._maybe_symbolic_build: a nest, axis=None.
-    "nest": case(lambda: strategy.reduce("MEAN", (dist, {"y": dist}), axis=None)),
-    # keras trainer.reduce_per_replica: scalar metric, axis=0.
-    "scalar_axis0": case(lambda: strategy.reduce("MEAN", dist, axis=0)),
-    # TF's own semantics for rank >= 1 with an axis are kept.
-    "vector_axis0": case(lambda: strategy.reduce("SUM", dist_vec, axis=0)),
-}
+
+
+def cases(reduce):
+    return {
+        # keras trainer._maybe_symbolic_build: a nest, axis=None.
+        "nest": case(lambda: reduce("MEAN", (dist, {"y": dist}), axis=None)),
+        # keras trainer.reduce_per_replica: scalar metric, axis=0.
+        "scalar_axis0": case(lambda: reduce("MEAN", dist, axis=0)),
+        # TF's own semantics for rank >= 1 with an axis are kept.
+        "vector_axis0": case(lambda: reduce("SUM", dist_vec, axis=0)),
+    }
+
+
+upstream = tf.distribute.MultiWorkerMirroredStrategy.reduce
+out = {"plain": cases(lambda *a, **k: upstream(strategy, *a, **k)),
+       "ours": cases(strategy.reduce)}
 print("RESULT " + json.dumps(out), flush=True)

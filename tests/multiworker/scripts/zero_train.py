@@ -61,6 +61,19 @@ def save(model, out, name):
              **{f"w{i}": w for i, w in enumerate(model.get_weights())})
 
 
+def reference(out):
+    """Resumes the chief's sharded checkpoint in one unsharded, one-device
+    process (also called in-process by the test, saving a TF start-up)."""
+    import tensorflow as tf
+    from tfdist_opt.strategy.build import opt_strategy
+
+    model = build(opt_strategy(mode="one_device"), "adam")
+    tf.train.Checkpoint(model=model, optimizer=model.optimizer).read(
+        os.path.join(out, "ckpt_0")).assert_consumed()
+    fit(model, 2, 2)
+    save(model, out, "resumed_ref")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -71,11 +84,7 @@ def main():
     from tfdist_opt.strategy.build import opt_strategy
 
     if args.reference:
-        model = build(opt_strategy(mode="one_device"), "adam")
-        tf.train.Checkpoint(model=model, optimizer=model.optimizer).read(
-            os.path.join(args.out, "ckpt_0")).assert_consumed()
-        fit(model, 2, 2)
-        save(model, args.out, "resumed_ref")
+        reference(args.out)
         return
     from tfdist_opt.gradients import keras_binding, sharded_state
     from tfdist_opt.gradients.options import GradientOptions
