@@ -266,9 +266,17 @@ def _write_all(distribution, gathered, spec):
 
 
 def _write(var, gathered, lay, start, length, offset):
-    """Writes every replica's piece `[start, start + length)` of `var`'s shard."""
+    """Writes every replica's piece `[start, start + length)` of `var`'s shard.
+
+    A variable whose whole shard is in this bucket is written with one
+    `assign` of the reassembled value (no larger than the bucket): a
+    strided-slice assign per row range copies the whole variable first
+    whenever the step still holds a read of it (TF's copy-on-write), which
+    made the mlp's step ~35% slower. Only a variable split across buckets
+    is written by row ranges.
+    """
     rows = tf.reshape(gathered, [lay.n, -1])
-    if not lay.in_place:  # one piece: the whole shard of every replica
+    if not lay.in_place or (start == 0 and length >= lay.s):  # the whole shard
         flat = tf.reshape(rows[:, offset:offset + lay.s], [-1])[:lay.size]
         return var.assign(tf.reshape(flat, lay.shape))
     ops = []
