@@ -20,6 +20,18 @@ def _is_xdist_controller(config) -> bool:
     return bool(workers) and not hasattr(config, "workerinput")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Files that start real clusters first (stable; a file stays whole).
+
+    With `--dist loadfile` xdist hands out whole files in collection order;
+    the long cluster files first and the many short ones last keeps both
+    processes busy to the end instead of one finishing a 60 s file alone.
+    """
+    heavy = {item.path for item in items
+             if item.get_closest_marker("multiworker") or item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in heavy)
+
+
 def pytest_configure(config):
     if _is_xdist_controller(config):
         return  # each xdist worker process sets up its own runtime
