@@ -16,6 +16,8 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -161,3 +163,20 @@ def finish_launch(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate(timeout=10)
+
+
+def sgd_reference(epochs: int) -> np.ndarray:
+    """The weights the saving scripts' Dense(1) reaches (w0, w1, bias).
+
+    From zeros, SGD(0.1) on the mean squared error, global batch 8, over the
+    16 examples the scripts use, `epochs` times.
+    """
+    x = np.arange(32, dtype="float64").reshape(16, 2) / 16.0
+    y = x @ np.array([[1.5], [-2.0]]) + 0.25
+    w, b = np.zeros((2, 1)), 0.0
+    for _ in range(epochs):
+        for s in (slice(0, 8), slice(8, 16)):
+            err = x[s] @ w + b - y[s]
+            w = w - 0.1 * 2 * x[s].T @ err / 8
+            b = b - 0.1 * 2 * err.mean()
+    return np.concatenate([w.ravel(), [b]])

@@ -22,19 +22,6 @@ SCRIPT = "tests/multiworker/scripts/guide_saving.py"
 FILES = {"backup", "ckpt", "m.keras", "weights"}
 
 
-def _sgd_reference(epochs: int) -> np.ndarray:
-    """Dense(1) from zeros, SGD(0.1) on the mean squared error, global batch 8."""
-    x = np.arange(32, dtype="float64").reshape(16, 2) / 16.0
-    y = x @ np.array([[1.5], [-2.0]]) + 0.25
-    w, b = np.zeros((2, 1)), 0.0
-    for _ in range(epochs):
-        for s in (slice(0, 8), slice(8, 16)):
-            err = x[s] @ w + b - y[s]
-            w = w - 0.1 * 2 * x[s].T @ err / 8
-            b = b - 0.1 * 2 * err.mean()
-    return np.concatenate([w.ravel(), [b]])
-
-
 def _run(shared, hosts, mode, tmp, expect_rc):
     results = harness.run_workers(2, [SCRIPT, shared, hosts, mode], timeout_s=150,
                                   extra_env={"TMPDIR": str(tmp)})
@@ -72,7 +59,7 @@ def _listing(d):
 def _check(res, restored, start_epoch, epochs):
     assert res["restored"] == restored            # make_or_restore_model
     assert res["start_epoch"] == start_epoch      # Keras's BackupAndRestore
-    np.testing.assert_allclose(res["w"], _sgd_reference(epochs), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(res["w"], harness.sgd_reference(epochs), rtol=1e-5, atol=1e-6)
     assert res["newest_weights"] == "w-4.weights.h5"
     np.testing.assert_allclose(res["w_loaded_weights"], res["w"], rtol=1e-6)
     np.testing.assert_allclose(res["w_load_model"], res["w"], rtol=1e-6)

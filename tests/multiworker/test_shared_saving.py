@@ -53,19 +53,6 @@ def test_every_worker_saves_to_shared_dir_only_chief_writes(tmp_path):
 CALLBACKS_SCRIPT = "tests/multiworker/scripts/keras_callbacks_shared.py"
 
 
-def _sgd_reference(epochs: int) -> np.ndarray:
-    """Dense(1) from zeros, SGD(0.1) on the mean squared error, global batch 8."""
-    x = np.arange(32, dtype="float64").reshape(16, 2) / 16.0
-    y = x @ np.array([[1.5], [-2.0]]) + 0.25
-    w, b = np.zeros((2, 1)), 0.0
-    for _ in range(epochs):
-        for s in (slice(0, 8), slice(8, 16)):
-            err = x[s] @ w + b - y[s]
-            w = w - 0.1 * 2 * x[s].T @ err / 8
-            b = b - 0.1 * 2 * err.mean()
-    return np.concatenate([w.ravel(), [b]])
-
-
 def _results(results, expect_rc):
     got = {}
     for r in results:
@@ -114,7 +101,7 @@ def test_keras_callbacks_on_shared_dir_and_backup_restart_resumes(tmp_path):
     assert (tmp_path / "own0" / "backup" / "latest.weights.h5").exists()
 
     got = _results(restart, 0)
-    expected = _sgd_reference(epochs=4)
+    expected = harness.sgd_reference(epochs=4)
     for res in got.values():
         assert res["start_epoch"] == 2          # resumed from Keras's backup
         assert res["classes"][:3] == ["BackupAndRestore", "ModelCheckpoint", "CSVLogger"]

@@ -37,6 +37,7 @@ import keras
 import tensorflow as tf
 
 from tfdist_opt import _class_swap
+from tfdist_opt.parameter_server import variables as variables_lib
 
 
 def lock_adam_updates(optimizer) -> bool:
@@ -74,7 +75,7 @@ class _LockedAdam:
 
     def update_step(self, gradient, variable, learning_rate):
         index = self._get_variable_index(variable)
-        var = _tf_variable(variable)
+        var = variables_lib.raw(variable)
         dtype = var.dtype
         if isinstance(gradient, tf.IndexedSlices):
             gradient = tf.convert_to_tensor(gradient)
@@ -84,8 +85,8 @@ class _LockedAdam:
         beta_2 = tf.cast(self.beta_2, dtype)
         args = dict(
             var=var.handle,
-            m=_tf_variable(self._momentums[index]).handle,
-            v=_tf_variable(self._velocities[index]).handle,
+            m=variables_lib.raw(self._momentums[index]).handle,
+            v=variables_lib.raw(self._velocities[index]).handle,
             beta1_power=tf.pow(beta_1, local_step),
             beta2_power=tf.pow(beta_2, local_step),
             lr=tf.cast(learning_rate, dtype), beta1=beta_1, beta2=beta_2,
@@ -93,9 +94,5 @@ class _LockedAdam:
             use_locking=True)
         if self.amsgrad:
             return tf.raw_ops.ResourceApplyAdamWithAmsgrad(
-                vhat=_tf_variable(self._velocity_hats[index]).handle, **args)
+                vhat=variables_lib.raw(self._velocity_hats[index]).handle, **args)
         return tf.raw_ops.ResourceApplyAdam(use_nesterov=False, **args)
-
-
-def _tf_variable(variable):
-    return variable.value if isinstance(variable, keras.Variable) else variable

@@ -1,14 +1,14 @@
 """Worker script: trains one small model under several gradient settings.
 
-Usage: python tests/multiworker/scripts/grad_train.py --out DIR [--reference]
+Usage: python tests/multiworker/scripts/grad_train.py --out DIR
 
 As a worker (TF_CONFIG set) it builds `opt_strategy(grad_accum=4,
 bytes_per_pack="auto")` (accumulation wired through configuration, the
 pack size autotuned on the real shapes) and trains variant "accum"; then it
 re-attaches other `GradientOptions` to the same strategy and trains
-"plain" (TF defaults), "pack" (auto packing) and "bf16". With --reference
-(no TF_CONFIG) it trains the single-process references "big" (one step at
-the accumulated batch) and "plain". Weights and the optimizer's iteration
+"plain" (TF defaults), "pack" (auto packing) and "bf16". The test calls
+`reference(DIR)` in its own process for the single-process references
+"big" (one step at the accumulated batch) and "plain". Weights and the optimizer's iteration
 count go to DIR/<variant>_<task>.npz.
 """
 
@@ -65,7 +65,7 @@ def train(strategy, global_batch, out, name, task):
 
 
 def reference(out):
-    """The single-process references (also called in-process by the test)."""
+    """The single-process references (run in the test's own process)."""
     from tfdist_opt.strategy.build import opt_strategy
 
     strategy = opt_strategy(mode="one_device")
@@ -76,14 +76,10 @@ def reference(out):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
-    ap.add_argument("--reference", action="store_true")
     args = ap.parse_args()
     sys.path.insert(0, os.getcwd())
     from tfdist_opt.strategy.build import opt_strategy
 
-    if args.reference:
-        reference(args.out)
-        return
     from tfdist_opt.gradients import keras_binding
     from tfdist_opt.gradients.options import GradientOptions
 

@@ -1,15 +1,16 @@
 """Worker script: sharded vs unsharded optimizer state on one cluster.
 
-Usage: python tests/multiworker/scripts/zero_train.py --out DIR [--reference]
+Usage: python tests/multiworker/scripts/zero_train.py --out DIR
 
 As a worker (TF_CONFIG set) it builds `opt_strategy(shard_optimizer_state=
 True)` and trains Adam ("adam_sharded") and SGD+momentum ("sgd_sharded"),
 writing a tf.train.Checkpoint of the sharded Adam run after 2 of 4 steps;
 then re-attaches unsharded `GradientOptions` to the same strategy and
 trains "adam_plain" and "sgd_plain". Weights go to DIR/<name>_<task>.npz,
-the optimizer-state bytes per replica to DIR/bytes_<task>.json. With
---reference (no TF_CONFIG) it restores the chief's checkpoint into one
-unsharded replica and trains the last 2 steps ("resumed_ref").
+the optimizer-state bytes per replica to DIR/bytes_<task>.json. The test
+calls `reference(DIR)` in its own process: it restores the chief's
+checkpoint into one unsharded replica and trains the last 2 steps
+("resumed_ref").
 """
 
 import argparse
@@ -63,7 +64,7 @@ def save(model, out, name):
 
 def reference(out):
     """Resumes the chief's sharded checkpoint in one unsharded, one-device
-    process (also called in-process by the test, saving a TF start-up)."""
+    process (the test's own: no TF start-up of its own)."""
     import tensorflow as tf
     from tfdist_opt.strategy.build import opt_strategy
 
@@ -77,15 +78,11 @@ def reference(out):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
-    ap.add_argument("--reference", action="store_true")
     args = ap.parse_args()
     sys.path.insert(0, os.getcwd())
     import tensorflow as tf
     from tfdist_opt.strategy.build import opt_strategy
 
-    if args.reference:
-        reference(args.out)
-        return
     from tfdist_opt.gradients import keras_binding, sharded_state
     from tfdist_opt.gradients.options import GradientOptions
 
