@@ -223,7 +223,8 @@ def define_strategy_flags() -> Callable[[], Any]:
                "mixed_precision": config_lib.MIXED_PRECISION,
                "compression": config_lib.COMPRESSION,
                "powersgd_wire": powersgd.WIRES,
-               "storage_sharing": config_lib.STORAGE_SHARING}
+               "storage_sharing": config_lib.STORAGE_SHARING,
+               "cpu_split": config_lib.CPU_SPLIT}
     config_flag = flags.DEFINE_string(
         "config", None, "StrategyConfig file (.json/.toml) or preset name from "
         "configs/ (e.g. multi_worker_ring_cpu).")

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests.multiworker import harness
+from tfdist_opt.strategy import cpu_split
 
 pytestmark = [pytest.mark.multiworker, pytest.mark.slow]
 
@@ -76,6 +77,23 @@ def _assert_equal_training(single, w0, w1):
 
 def test_keras3_fit_two_workers_equals_one_process(keras3):
     _assert_equal_training(*_load_pair(keras3, "plain"))
+
+
+def test_workers_on_one_host_split_its_cpus(keras3):
+    """cpu_split="auto": each local worker runs on its own slice of the CPUs,
+    with TF's pools sized to it (the reference process is not split)."""
+    _, w0, w1 = _load_pair(keras3, "plain")
+    affinity = sorted(os.sched_getaffinity(0))
+    for rank, w in enumerate((w0, w1)):
+        want = cpu_split.plan("auto", affinity, os.cpu_count(), 2, rank, os.environ)
+        if want.cpus is not None:
+            assert tuple(w["cpus"].tolist()) == want.cpus
+        else:
+            assert w["cpus"].tolist() == affinity
+        assert int(w["intra_op"]) == (want.intra_op or 0)
+        assert int(w["inter_op"]) == (want.inter_op or 0)
+    if len(affinity) >= 2 and len(affinity) == os.cpu_count():
+        assert not set(w0["cpus"].tolist()) & set(w1["cpus"].tolist())
 
 
 def test_keras3_dict_dataset_and_steps_per_epoch(keras3):

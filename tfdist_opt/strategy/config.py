@@ -22,6 +22,7 @@ from tfdist_opt import config_files
 from tfdist_opt import validation
 from tfdist_opt.gradients import powersgd
 from tfdist_opt.gradients import zero_plan
+from tfdist_opt.strategy import cpu_split
 from tfdist_opt.strategy import kind_names
 from tfdist_opt.strategy import storage_sharing
 
@@ -34,6 +35,7 @@ ALL_REDUCE = ("auto", "nccl", "ring", "hierarchical_copy", "reduce_to_one")
 MIXED_PRECISION = ("off", "mixed_float16", "mixed_bfloat16")
 COMPRESSION = ("none", "fp16", "bf16", "powersgd")
 STORAGE_SHARING = storage_sharing.MODES
+CPU_SPLIT = cpu_split.MODES
 
 
 
@@ -117,6 +119,13 @@ class StrategyConfig(validation.ConfigFields):
             bytes, each written into the weights before the next starts
             (bounds the step's transient memory); `0`: one bucket per dtype.
             Defaults to `32 MiB`.
+        cpu_split: str. Multi-worker: when several training tasks run on
+            one host, `"auto"` pins each to its own equal slice of the
+            host's CPUs and sizes TF's thread pools to it (left alone when
+            something already restricted the process's CPUs); `"threads"`
+            only sizes the pools (CPUs / tasks); `"off"` keeps TF's
+            defaults (every task's pools sized to every CPU). See
+            `tfdist_opt.strategy.cpu_split`. Defaults to `"auto"`.
     """
 
     mode: str = "auto"
@@ -141,6 +150,7 @@ class StrategyConfig(validation.ConfigFields):
     powersgd_wire: str = "none"
     shard_optimizer_state: bool = False
     shard_bucket_bytes: int = 32 << 20
+    cpu_split: str = "auto"
 
     def __post_init__(self):
         validation.check_choice("mode", self.mode, MODES)
@@ -170,6 +180,7 @@ class StrategyConfig(validation.ConfigFields):
         if self.shard_optimizer_state:
             zero_plan.check_combination(self.compression, self.grad_accum)
         validation.check_int("shard_bucket_bytes", self.shard_bucket_bytes, minimum=0)
+        validation.check_choice("cpu_split", self.cpu_split, CPU_SPLIT)
 
     # ------------------------------------------------------------ loading
     @classmethod

@@ -119,6 +119,10 @@ def train(strategy, out, use_dict, steps_per_epoch, legacy):
              eval_loss=np.array(evaluation["loss"]),
              eval_accuracy=np.array(evaluation["accuracy"]),
              replicas=np.array(strategy.num_replicas_in_sync),
+             # What cpu_split did to this process (checked by the test).
+             cpus=np.array(sorted(os.sched_getaffinity(0))),
+             intra_op=np.array(tf.config.threading.get_intra_op_parallelism_threads()),
+             inter_op=np.array(tf.config.threading.get_inter_op_parallelism_threads()),
              **result)
     print(json.dumps({"role": role, "replicas": strategy.num_replicas_in_sync,
                       "loss": history.history["loss"]}), flush=True)

@@ -68,6 +68,7 @@ def build(config, plan, topology):
     from tfdist_opt.cluster import faults
     from tfdist_opt.cluster import launcher
     from tfdist_opt.cluster import startup_guard
+    from tfdist_opt.strategy import cpu_split
     from tfdist_opt.strategy import host_memory
     from tfdist_opt.strategy import keras_compat
     from tfdist_opt.strategy.kinds import _server
@@ -81,6 +82,11 @@ def build(config, plan, topology):
     # instead of as a gRPC bind error deep inside TF.
     launcher.check_own_port(topology.tf_config)
     faults.install_excepthook(topology.tf_config, config.collective_timeout_s)
+    # Before TF's runtime starts: the pools are sized when it does.
+    split = cpu_split.detect(config.cpu_split, topology.tf_config)
+    missed = cpu_split.apply(split)
+    _logging.log_once(f"tfdist_opt: CPU threads: {split.reason}"
+                      + (f" (not applied: {'; '.join(missed)})" if missed else ""))
     if config.tune_malloc and host_memory.tune_for_collectives():
         _logging.log_once(
             "tfdist_opt: glibc malloc tuned for collectives (mmap threshold "
