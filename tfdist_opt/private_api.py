@@ -88,6 +88,12 @@ ENTRIES: tuple[PrivateName, ...] = (
                 "finds a variable's Adam slots (`_momentums`, `_velocities`, "
                 "`_velocity_hats`, set in build(); tests/parameter_server/"
                 "test_locked_updates.py uses them) for the fused locked update"),
+    PrivateName(_TF_OPTIMIZER, "_get_variable_index",
+                "tfdist_opt.gradients.fused_updates",
+                "finds a variable's SGD momentum / Adam slots (`momentums`; "
+                "`_momentums`, `_velocities`, `_velocity_hats`, set in build(); "
+                "tests/gradients/test_fused_updates.py uses them) for the fused "
+                "update kernel (Keras has no fused-update option)"),
     PrivateName(_TF_OPTIMIZER, "_apply_weight_decay", "tfdist_opt.gradients.accumulation",
                 "weight decay applied once per update under accumulation"),
     PrivateName(_TF_OPTIMIZER, "_backend_update_step", "tfdist_opt.gradients.sharded_state",

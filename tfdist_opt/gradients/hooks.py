@@ -37,6 +37,8 @@ What the overrides do (the upstream methods they rely on are checked by
   optimizer reports, and learning-rate schedules see, updates
   (`_iterations // k`), so Adam's bias correction and schedules advance
   once per k micro-steps, as one big-batch step would.
+* `update_step` (`fused_updates`, on by default): Keras's own SGD and
+  Adam steps as one fused TF kernel per variable (`fused_updates`).
 * `save_own_variables` / `load_own_variables` (Keras's `model.save` /
   `.keras` path): per-replica state (ZeRO slot shards, PowerSGD error
   buffers) saves and loads through `replica_slots`, not `numpy()`.
@@ -52,6 +54,7 @@ import tensorflow as tf
 
 from tfdist_opt.gradients import accumulation
 from tfdist_opt.gradients import allreduce
+from tfdist_opt.gradients import fused_updates
 from tfdist_opt.gradients import lowrank
 from tfdist_opt.gradients import replica_slots
 from tfdist_opt.gradients import sharded_state
@@ -85,6 +88,7 @@ class GradientHooks:
     """Mixin in front of a Keras 3 TF optimizer class; see the module doc."""
 
     _tfdist_hooked = True
+    _tfdist_mixin = True
 
     def build(self, variables):
         super().build(variables)
@@ -114,6 +118,13 @@ class GradientHooks:
             [g for g, _ in grads_and_vars], state.options,
             self._distribution_strategy, tuned=state.tuned_bytes_per_pack)
         return [(r, v) for r, (_, v) in zip(reduced, grads_and_vars)]
+
+    def update_step(self, gradient, variable, learning_rate):
+        state = state_of(self)
+        if not (state is not None and state.options.fused_updates
+                and fused_updates.apply_fused(self, gradient, variable,
+                                              learning_rate)):
+            super().update_step(gradient, variable, learning_rate)
 
     def _backend_apply_gradients(self, grads, trainable_variables):
         state = state_of(self)

@@ -78,6 +78,9 @@ class GradientOptions:
         shard_bucket_bytes: int. Bound on one gather bucket of updated
             shards (`zero_plan.gather_plan`); 0: one per dtype. Defaults to
             `32 MiB`.
+        fused_updates: bool. Keras's own SGD and Adam update steps run as
+            one fused TF kernel per variable (`fused_updates`) in the
+            optimizers this path hooks. Defaults to `True`.
 
     Raises:
         ValueError: a value outside the ranges above.
@@ -97,6 +100,7 @@ class GradientOptions:
     powersgd_seed: int = 0
     shard_optimizer_state: bool = False
     shard_bucket_bytes: int = 32 << 20
+    fused_updates: bool = True
 
     def __post_init__(self):
         bpp = self.bytes_per_pack
@@ -157,4 +161,5 @@ class GradientOptions:
                    shard_optimizer_state=getattr(
                        config, "shard_optimizer_state", False),
                    shard_bucket_bytes=getattr(
-                       config, "shard_bucket_bytes", 32 << 20))
+                       config, "shard_bucket_bytes", 32 << 20),
+                   fused_updates=getattr(config, "fused_updates", True))

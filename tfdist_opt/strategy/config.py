@@ -126,6 +126,11 @@ class StrategyConfig(validation.ConfigFields):
             only sizes the pools (CPUs / tasks); `"off"` keeps TF's
             defaults (every task's pools sized to every CPU). See
             `tfdist_opt.strategy.cpu_split`. Defaults to `"auto"`.
+        fused_updates: bool. Where tfdist_opt's gradient path hooks the
+            optimizer (any of `compression`, `grad_accum > 1`,
+            `bytes_per_pack="auto"`, `shard_optimizer_state`), Keras's own
+            SGD and Adam steps run as one fused TF kernel per variable
+            (`tfdist_opt.gradients.fused_updates`). Defaults to `True`.
     """
 
     mode: str = "auto"
@@ -151,6 +156,7 @@ class StrategyConfig(validation.ConfigFields):
     shard_optimizer_state: bool = False
     shard_bucket_bytes: int = 32 << 20
     cpu_split: str = "auto"
+    fused_updates: bool = True
 
     def __post_init__(self):
         validation.check_choice("mode", self.mode, MODES)
@@ -181,6 +187,7 @@ class StrategyConfig(validation.ConfigFields):
             zero_plan.check_combination(self.compression, self.grad_accum)
         validation.check_int("shard_bucket_bytes", self.shard_bucket_bytes, minimum=0)
         validation.check_choice("cpu_split", self.cpu_split, CPU_SPLIT)
+        validation.check_bool("fused_updates", self.fused_updates)
 
     # ------------------------------------------------------------ loading
     @classmethod
