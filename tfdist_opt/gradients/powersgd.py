@@ -14,16 +14,20 @@ the kernel multiplies its input patches):
     P   = SUM_i M_i Q                    (all P's of a step: ONE collective)
     P^  = orthonormal basis of P         (Householder QR)
     Q_i = M_i^T P^
-    E_i = M_i - P^ Q_i^T                 (local residual, kept per replica)
     Q   = SUM_i Q_i                      (all Q's of a step: ONE collective)
     out = P^ Q^T  = SUM_i P^ P^^T M_i    (a SUM, as the uncompressed path)
+    E_i = M_i - out / n                  (residual, kept per replica)
 
 Q starts from a normal draw every replica makes from the same seed and is
 warm-started (the next step starts from this step's Q, orthonormalised).
-The residual is the paper's local one (Algorithm 2: each worker keeps
-M_i minus its own decompressed contribution); PyTorch keeps M_i minus the
-averaged approximation instead: both residuals sum to the same total, so
-`sum(applied) + sum_i E_i == sum(true gradients)` holds either way.
+The residual is PyTorch's (M_i minus the averaged approximation), not the
+paper's local one (Algorithm 2: M_i minus its own decompressed
+contribution P^ Q_i^T): both sum to the same total, so `sum(applied) +
+sum_i E_i == sum(true gradients)` holds either way, and PyTorch's is one
+fused in-place update from the approximation the step returns anyway,
+where the local one needs a per-replica outer product and a second pass.
+At full rank the local residuals are 0 and PyTorch's are M_i - mean(M),
+which sum to 0: the next step's SUM, hence training, is the same.
 
 Householder QR (not Gram-Schmidt with an epsilon) always returns
 orthonormal columns, even for a rank-deficient P, and P = Q^ R puts every
