@@ -6,9 +6,9 @@ the same host (`tfdist-opt launch -n k` on one machine, several tasks per
 node), k processes then run k x (intra + inter) compute threads on the same
 CPUs: Eigen's pools spin and preempt each other, and a step waits on
 whichever worker the scheduler starved. On the 2-core benchmark host, 2
-workers of the comm-light mlp step (PowerSGD rank 4) ran 931-1186 ex/s
-with TF's pools and 1344-1515 ex/s with each worker pinned to its own core
-(3 alternated pairs, README "Gradient communication").
+workers of the comm-light mlp step (PowerSGD rank 4) ran 1281 / 1257 ex/s
+with TF's pools and 1674 / 1877 ex/s with each worker pinned to its own
+core (2 alternated pairs, README "Gradient communication").
 
 `plan()` is pure: from this process's CPU affinity, the machine's CPU count,
 TF_CONFIG's cluster and this task, it decides
