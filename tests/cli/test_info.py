@@ -15,6 +15,7 @@ import pytest
 
 from tests.multiworker.harness import REPO_ROOT
 from tfdist_opt import cli
+from tfdist_opt.strategy import cpu_split
 
 
 def _info(*args, env_extra=None):
@@ -64,6 +65,9 @@ def test_info_text_with_cluster_role_and_preset(info_here):
     assert "TF_CONFIG    : worker:1 of 2 task(s)" in out
     assert "multi_worker over /cpu:0 (2 replica(s) in sync)" in out
     assert "collectives  : ring" in out
+    # Both workers on this host: what cpu_split does to this one.
+    want = cpu_split.detect("auto", cfg).reason
+    assert f"cpu threads  : {want} (cpu_split)" in out
 
 
 def test_info_reports_bad_config_and_fails(info_here):

@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from tfdist_opt.strategy import config as config_lib
+from tfdist_opt.strategy import cpu_split
 from tfdist_opt.strategy import plan as plan_lib
 from tfdist_opt.strategy import topology as topology_lib
 
@@ -55,6 +56,8 @@ def collect(config_path: str | None = None) -> dict[str, Any]:
             "collective_implementation": plan.all_reduce,
             "why": list(plan.reasons), "warnings": list(plan.warnings),
             "settings": dict(plan.settings)}
+        if plan.kind == "multi_worker":
+            out["cpu_split"] = cpu_split.detect(cfg.cpu_split, topo.tf_config).reason
     except ValueError as e:
         out["error"] = str(e)
     return out
@@ -106,6 +109,8 @@ def format_text(info: dict[str, Any]) -> str:
     grads = _gradients_line(info.get("config") or {})
     if grads:
         lines.append(f"gradients    : {grads}")
+    if info.get("cpu_split"):
+        lines.append(f"cpu threads  : {info['cpu_split']} (cpu_split)")
     if (info.get("config") or {}).get("shard_optimizer_state"):
         lines.append(f"optimizer    : state sharded, 1/{s['replicas_in_sync']} of "
                      "each slot per replica (shard_optimizer_state)")
