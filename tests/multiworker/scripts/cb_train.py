@@ -2,15 +2,21 @@
 
 Usage: python cb_train.py OUT_DIR BACKUP_DIR
 Env: CB_KILL_AT_STEP=N makes every worker `os._exit(9)` right after
-optimizer step N completes (a hard kill: no callback cleanup runs).
+optimizer step N completes (a hard kill: no callback cleanup runs). The
+workers meet at a file barrier in OUT_DIR first: a RING all-reduce can
+complete on one worker while its peer is still pulling the last chunk
+from it, so a worker that exits at once can make its peer's step N fail
+("a peer became unreachable") instead of both dying after step N.
 CB_BSF=1: after training, the same workers run scripts/cb_bsf.py's
 BatchSizeFinder cases (one cluster start for both).
 Writes OUT_DIR/<task>.json (weights, lr trace, history, summaries).
 """
 
+import glob
 import json
 import os
 import sys
+import time
 
 import tfdist_opt  # noqa: E402
 
@@ -33,9 +39,10 @@ WARMUP = 16
 class Recorder(keras.callbacks.Callback):
     """Records the rate used by each update, and kills on request."""
 
-    def __init__(self, kill_at):
+    def __init__(self, kill_at, out_dir):
         super().__init__()
         self.kill_at = kill_at
+        self.out_dir = out_dir
         self.lrs = {}
 
     def on_train_batch_begin(self, batch, logs=None):
@@ -47,8 +54,20 @@ class Recorder(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         step = int(self.model.optimizer.iterations.numpy())
         if self.kill_at and step == self.kill_at:
+            _barrier(self.out_dir, f"killed_at_{step}", timeout_s=60)
             sys.stdout.flush()
             os._exit(9)
+
+
+def _barrier(out_dir, name, timeout_s):
+    """Waits until every worker has written OUT_DIR/<name>.<task>."""
+    open(os.path.join(out_dir, f"{name}.{_common.task_tag()}"), "w").close()
+    want = strategy.num_replicas_in_sync  # one CPU replica per worker here
+    deadline = time.monotonic() + timeout_s
+    while len(glob.glob(os.path.join(out_dir, f"{name}.*"))) < want:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"barrier {name}: peers did not arrive in {timeout_s} s")
+        time.sleep(0.05)
 
 
 def main(out_dir, backup_dir):
@@ -72,7 +91,7 @@ def main(out_dir, backup_dir):
     scaled = cbs.ScaledLearningRate(BASE_LR, BASE_BATCH, GLOBAL_BATCH,
                                     warmup_steps=WARMUP, momentum_correction=True)
     backup = cbs.DistributedBackupAndRestore(backup_dir, save_freq=2)
-    recorder = Recorder(kill_at)
+    recorder = Recorder(kill_at, out_dir)
     history = model.fit(ds, epochs=EPOCHS, verbose=0, callbacks=cbs.ordered(
         [recorder, monitor, profiler, scaled, backup]))
     result = {
