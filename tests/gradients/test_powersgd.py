@@ -163,6 +163,28 @@ def test_a_step_is_two_collectives_with_the_rest_in_the_p_pack(strategy, monkeyp
     assert calls == {"batch_reduce_to": [4, 2], "all_reduce": 0}
 
 
+def test_skinny_products_run_through_xla_on_cpu(strategy, monkeypatch):
+    # P = M Q and P^ Q^T of every replica go through the XLA-compiled
+    # matmul on CPU devices (oneDNN runs these rank-r products far below
+    # memory bandwidth); the result is the same product.
+    devices = []
+    xla = lowrank._xla_matmul
+
+    def counting(a, b, transpose_b=False):
+        devices.append(a.device)
+        return xla(a, b, transpose_b=transpose_b)
+
+    monkeypatch.setattr(lowrank, "_xla_matmul", counting)
+    _fit(strategy, _psgd(powersgd_rank=2), steps=1)
+    # 2 matrices x (P, P^ Q^T) x each replica, traced once.
+    assert len(devices) == 4 * strategy.num_replicas_in_sync
+    a = tf.random.stateless_normal((300, 4), [1, 2])
+    b = tf.random.stateless_normal((200, 4), [3, 4])
+    np.testing.assert_allclose(lowrank._skinny(a, b, "/device:CPU:0", transpose_b=True),
+                               tf.matmul(a, b, transpose_b=True), rtol=1e-5, atol=1e-5)
+    assert not lowrank._is_cpu("/job:worker/task:0/device:GPU:0")
+
+
 def test_full_rank_with_grad_accum_compresses_once_per_update(strategy):
     ref = _fit(strategy, GradientOptions(grad_accum=2), k=2)
     model = _fit(strategy, _psgd(powersgd_rank=8, powersgd_start_step=1, grad_accum=2), k=2)
