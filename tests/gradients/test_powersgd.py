@@ -180,7 +180,7 @@ def test_skinny_products_run_through_xla_on_cpu(strategy, monkeypatch):
     assert len(devices) == 4 * strategy.num_replicas_in_sync
     a = tf.random.stateless_normal((300, 4), [1, 2])
     b = tf.random.stateless_normal((200, 4), [3, 4])
-    np.testing.assert_allclose(lowrank._skinny(a, b, "/device:CPU:0", transpose_b=True),
+    np.testing.assert_allclose(lowrank.skinny_matmul(a, b, "/device:CPU:0", transpose_b=True),
                                tf.matmul(a, b, transpose_b=True), rtol=1e-5, atol=1e-5)
     assert not lowrank._is_cpu("/job:worker/task:0/device:GPU:0")
 

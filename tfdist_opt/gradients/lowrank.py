@@ -253,7 +253,7 @@ def _powersgd_step(distribution, devices, local, entries, options,
     temporary (on one core, 9.0-9.5 ms instead of 11.4-12.1 ms for the
     benchmark mlp's three matrices). Q_i is computed as (P^T M)^T, which
     reads M row by row (faster on CPU than M^T P for these skinny
-    products). P = M Q and P^ Q^T run through XLA on CPU (`_skinny`).
+    products). P = M Q and P^ Q^T run through XLA on CPU (`skinny_matmul`).
     """
     nd, count = len(devices), len(entries)
     inv_n = 1.0 / distribution.num_replicas_in_sync
@@ -267,7 +267,7 @@ def _powersgd_step(distribution, devices, local, entries, options,
                 m = tf.reshape(err.assign_add(g, read_value=True),
                                [e.matrix.rows, e.matrix.cols])
                 ms[d][j] = m
-                ps.append(_skinny(m, _orthonormal(q.read_value()), dev))
+                ps.append(skinny_matmul(m, _orthonormal(q.read_value()), dev))
             ps.extend(rest_local[i][d] for i in range(len(rest_local)))
     summed = _reduce(distribution, devices, ps, count + len(rest_local),
                      options)
@@ -287,7 +287,7 @@ def _powersgd_step(distribution, devices, local, entries, options,
                 q_var.assign(q_sum[d][j])
                 err = distribution.experimental_local_results(e.error.value)[d]
                 approx = tf.reshape(
-                    _skinny(p_hat[d][j], q_sum[d][j], dev, transpose_b=True),
+                    skinny_matmul(p_hat[d][j], q_sum[d][j], dev, transpose_b=True),
                     err.shape)
                 tf.raw_ops.ResourceApplyGradientDescent(
                     var=err.handle, alpha=tf.constant(inv_n, err.dtype),
@@ -337,30 +337,30 @@ def _reduce(distribution, devices, values, count, options, packing=_ONE_PACK,
     return out
 
 
+_XLA_DTYPES = (tf.float32, tf.float64)
+
+
 @tf.function(jit_compile=True)
 def _xla_matmul(a, b, transpose_b=False):
     return tf.matmul(a, b, transpose_b=transpose_b)
 
 
-def _skinny(a, b, device, transpose_b=False) -> tf.Tensor:
+def skinny_matmul(a, b, device, transpose_b=False) -> tf.Tensor:
     """`a @ b` (or `a @ b^T`) where one side has only `rank` columns.
 
     On a CPU device float32/float64 products go through XLA: TF's oneDNN
-    matmul runs these rank-4 products far below memory bandwidth (one core,
-    the benchmark mlp's three matrices: P = M Q 3.1-3.5 ms with oneDNN,
-    1.3 ms with XLA; P Q^T 2.8 -> 1.5 ms). Elsewhere (GPU, 16-bit) TF's own.
+    matmul runs these rank-4 products far below memory bandwidth
+    (`benchmarks/powersgd_products.py` times both on the benchmark mlp's
+    matrices). Elsewhere (GPU, 16-bit) TF's own.
     """
     if a.dtype in _XLA_DTYPES and _is_cpu(device):
         return _xla_matmul(a, b, transpose_b=transpose_b)
     return tf.matmul(a, b, transpose_b=transpose_b)
 
 
-_XLA_DTYPES = (tf.float32, tf.float64)
-
-
-def _is_cpu(device) -> bool:
-    kind = tf.DeviceSpec.from_string(str(device or "")).device_type
-    return kind == "CPU" or (kind is None and not tf.config.list_logical_devices("GPU"))
+def _is_cpu(device: str) -> bool:
+    # `device` is one of `extended.worker_devices`: always fully named.
+    return tf.DeviceSpec.from_string(device).device_type == "CPU"
 
 
 def _orthonormal(x: tf.Tensor) -> tf.Tensor:
