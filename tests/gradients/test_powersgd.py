@@ -164,9 +164,9 @@ def test_a_step_is_two_collectives_with_the_rest_in_the_p_pack(strategy, monkeyp
 
 
 def test_skinny_products_run_through_xla_on_cpu(strategy, monkeypatch):
-    # P = M Q and P^ Q^T of every replica go through the XLA-compiled
-    # matmul on CPU devices (oneDNN runs these rank-r products far below
-    # memory bandwidth); the result is the same product.
+    # P = M Q, Q_i = (P^^T M)^T and P^ Q^T of every replica go through the
+    # XLA-compiled matmul on CPU devices (oneDNN runs these rank-r products
+    # far below memory bandwidth); the result is the same product.
     devices = []
     xla = lowrank._xla_matmul
 
@@ -176,12 +176,15 @@ def test_skinny_products_run_through_xla_on_cpu(strategy, monkeypatch):
 
     monkeypatch.setattr(lowrank, "_xla_matmul", counting)
     _fit(strategy, _psgd(powersgd_rank=2), steps=1)
-    # 2 matrices x (P, P^ Q^T) x each replica, traced once.
-    assert len(devices) == 4 * strategy.num_replicas_in_sync
+    # 2 matrices x (P, Q_i, P^ Q^T) x each replica, traced once.
+    assert len(devices) == 6 * strategy.num_replicas_in_sync
     a = tf.random.stateless_normal((300, 4), [1, 2])
     b = tf.random.stateless_normal((200, 4), [3, 4])
+    m = tf.random.stateless_normal((300, 200), [5, 6])
     np.testing.assert_allclose(lowrank.skinny_matmul(a, b, "/device:CPU:0", transpose_b=True),
                                tf.matmul(a, b, transpose_b=True), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(lowrank.skinny_matmul(a, m, "/device:CPU:0", transpose_a=True),
+                               tf.matmul(a, m, transpose_a=True), rtol=1e-5, atol=1e-4)
     assert not lowrank._is_cpu("/job:worker/task:0/device:GPU:0")
 
 

@@ -253,7 +253,7 @@ def _powersgd_step(distribution, devices, local, entries, options,
     temporary (on one core, 9.0-9.5 ms instead of 11.4-12.1 ms for the
     benchmark mlp's three matrices). Q_i is computed as (P^T M)^T, which
     reads M row by row (faster on CPU than M^T P for these skinny
-    products). P = M Q and P^ Q^T run through XLA on CPU (`skinny_matmul`).
+    products). All three products run through XLA on CPU (`skinny_matmul`).
     """
     nd, count = len(devices), len(entries)
     inv_n = 1.0 / distribution.num_replicas_in_sync
@@ -277,7 +277,8 @@ def _powersgd_step(distribution, devices, local, entries, options,
             for j in range(count):
                 ph = _orthonormal(summed[d][j])
                 p_hat[d][j] = ph
-                qs.append(tf.transpose(tf.matmul(ph, ms[d][j], transpose_a=True)))
+                qs.append(tf.transpose(
+                    skinny_matmul(ph, ms[d][j], dev, transpose_a=True)))
     q_sum = _reduce(distribution, devices, qs, count, options)
     flat = [None] * ((count + len(rest_local)) * nd)
     for d, dev in enumerate(devices):
@@ -345,17 +346,23 @@ def _xla_matmul(a, b, transpose_b=False):
     return tf.matmul(a, b, transpose_b=transpose_b)
 
 
-def skinny_matmul(a, b, device, transpose_b=False) -> tf.Tensor:
-    """`a @ b` (or `a @ b^T`) where one side has only `rank` columns.
+def skinny_matmul(a, b, device, transpose_a=False,
+                  transpose_b=False) -> tf.Tensor:
+    """`op(a) @ op(b)` where one side has only `rank` columns.
 
     On a CPU device float32/float64 products go through XLA: TF's oneDNN
     matmul runs these rank-4 products far below memory bandwidth
     (`benchmarks/powersgd_products.py` times both on the benchmark mlp's
-    matrices). Elsewhere (GPU, 16-bit) TF's own.
+    matrices). A transposed `a` (the thin P^ of Q_i = P^^T M) is transposed
+    before XLA: XLA's CPU dot is several times slower with the transpose
+    inside it, and fast on the materialised (rank x n) operand. Elsewhere
+    (GPU, 16-bit) TF's own.
     """
     if a.dtype in _XLA_DTYPES and _is_cpu(device):
+        if transpose_a:
+            a = tf.transpose(a)
         return _xla_matmul(a, b, transpose_b=transpose_b)
-    return tf.matmul(a, b, transpose_b=transpose_b)
+    return tf.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
 
 
 def _is_cpu(device: str) -> bool:
