@@ -172,6 +172,11 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName("tensorflow.python.framework.errors", "AlreadyExistsError",
                 "tfdist_opt.cluster.kv_store",
                 "raised by set_config_key_value for an existing key"),
+    PrivateName("tensorflow.python.eager.context.Context", "wait_at_barrier",
+                "tfdist_opt.cluster.kv_store",
+                "the coordination service's barrier (no tf.* export): a repeated "
+                "opt_strategy() re-runs enable_collective_ops, and a peer's early "
+                "collective otherwise reaches the replaced executor and hangs"),
     PrivateName("tensorflow.python.eager.context", "context",
                 "tfdist_opt.callbacks.restore_agreement",
                 "the restored-step agreement at on_train_begin posts and reads "

@@ -4,11 +4,14 @@ TF's coordination service (on by default under `MultiWorkerMirroredStrategy`)
 keeps a key-value store every task reaches: `set_config_key_value` (raises
 `AlreadyExistsError` for an existing key) and `get_config_key_value` (blocks
 until the key exists, raising `DeadlineExceededError` after its timeout).
-They have no `tf.*` export, so this module is the one place that calls them.
-Users: the preemption agreement and the restore agreement
-(`tfdist_opt.callbacks`), and the storage probe that decides who writes a
-file (`tfdist_opt.strategy.storage_sharing`). Tests pass a dict-backed fake
-with the same two methods.
+It also has a barrier (`wait_at_barrier`: returns once every task reached the
+same id, raises `DeadlineExceededError` after its timeout). They have no
+`tf.*` export, so this module is the one place that calls them. Users: the
+preemption agreement and the restore agreement (`tfdist_opt.callbacks`), the
+storage probe that decides who writes a file
+(`tfdist_opt.strategy.storage_sharing`), and the rendezvous after a second
+multi-worker strategy (`tfdist_opt.strategy.kinds.multi_worker`). Tests pass
+a dict-backed fake with the same two methods.
 """
 
 from __future__ import annotations
@@ -49,3 +52,11 @@ class TFKeyValueStore:
                 key, max(1, int(timeout_s * 1000)))
         except self._errors.DeadlineExceededError:
             return None
+
+    def barrier(self, barrier_id: str, timeout_s: float) -> bool:
+        """Waits until every task reached `barrier_id`; False on timeout."""
+        try:
+            self._context.wait_at_barrier(barrier_id, max(1, int(timeout_s * 1000)))
+            return True
+        except self._errors.DeadlineExceededError:
+            return False

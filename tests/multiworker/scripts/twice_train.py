@@ -7,6 +7,7 @@ linear model trained full-batch with SGD under it.
 
 import json
 import os
+import time
 
 import numpy as np
 
@@ -19,6 +20,12 @@ LR, EPOCHS = 0.1, 3
 
 def main():
     first = tfdist_opt.opt_strategy()
+    index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    # TWICE_TRAIN_LAG_S: this many seconds on task 0 between the two calls,
+    # so that task 1 builds its second strategy (and reaches the first
+    # collective) while task 0 still runs the first one.
+    if index == 0:
+        time.sleep(float(os.environ.get("TWICE_TRAIN_LAG_S", "0")))
     second = tfdist_opt.opt_strategy()
     import keras
     import tensorflow as tf

@@ -7,6 +7,15 @@ later `opt_strategy()` with the same TF_CONFIG must therefore skip the
 second `MultiWorkerMirroredStrategy`, which upstream allows and which
 all-reduces correctly. A different TF_CONFIG cannot work in this process
 and is refused here, before TensorFlow fails with a less clear error.
+
+The second strategy re-runs TF's `enable_collective_ops`, which gives the
+process a new collective executor with empty group tables. A peer that is
+already past its own second strategy may send its first collective's group
+request to this task's *old* executor meanwhile: it is recorded there, the
+new one never sees it, and both tasks wait forever in their first
+collective (reproduced: task 0 five seconds late, 2 in 2 runs; 1 in ~10
+suite-like runs under load). So every second (third...) strategy ends at a
+barrier of all tasks (`rendezvous_id` names it), before any collective.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from typing import Mapping
 
 _LOCK = threading.Lock()
 _STARTED: dict | None = None   # {"cluster": ..., "task": ...} of the running server
+_REUSES = 0                     # strategies built on the running server so far
 
 
 def _key(cfg: Mapping) -> dict:
@@ -51,7 +61,20 @@ def mark_started(cfg: Mapping) -> None:
         _STARTED = _key(cfg)
 
 
+def rendezvous_id() -> str:
+    """The barrier id of the next strategy built on the running server.
+
+    Every task builds its strategies in the same order, so the n-th reuse
+    has the same id on every task: `tfdist_opt/strategy_reuse/<n>`.
+    """
+    global _REUSES
+    with _LOCK:
+        _REUSES += 1
+        return f"tfdist_opt/strategy_reuse/{_REUSES}"
+
+
 def _reset_for_tests() -> None:
-    global _STARTED
+    global _STARTED, _REUSES
     with _LOCK:
         _STARTED = None
+        _REUSES = 0

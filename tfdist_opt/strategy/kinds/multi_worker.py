@@ -75,9 +75,13 @@ def build(config, plan, topology):
 
     if _server.already_running(topology.tf_config):
         # Our own server from an earlier opt_strategy(): its port is taken
-        # by us and its peers are up; a second strategy reuses it.
-        return keras_compat.KerasMultiWorkerMirroredStrategy(
+        # by us and its peers are up; a second strategy reuses it, then waits
+        # for every task's (see _server: a peer's early collective otherwise
+        # hangs both tasks).
+        strategy = keras_compat.KerasMultiWorkerMirroredStrategy(
             communication_options=communication_options(config, plan))
+        _rendezvous(_server.rendezvous_id(), config.startup_timeout_s)
+        return strategy
     # Pre-flight: a taken port fails here, naming the port and the task,
     # instead of as a gRPC bind error deep inside TF.
     launcher.check_own_port(topology.tf_config)
@@ -106,3 +110,14 @@ def build(config, plan, topology):
                 "building a multi-worker strategy (collective ops are "
                 f"configured at program startup). TensorFlow said: {e}") from e
         raise
+
+
+def _rendezvous(barrier_id: str, timeout_s: float) -> None:
+    from tfdist_opt.cluster import kv_store
+
+    if not kv_store.TFKeyValueStore().barrier(barrier_id, timeout_s):
+        raise RuntimeError(
+            f"A repeated opt_strategy() waited {timeout_s:g} s "
+            f"(startup_timeout_s) at barrier {barrier_id!r} for the other "
+            "tasks' matching call. Expected every task of the cluster to build "
+            "the same number of strategies, in the same order.")
