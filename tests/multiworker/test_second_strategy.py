@@ -28,14 +28,7 @@ def _expected_weights():
 
 @pytest.mark.multiworker
 def test_second_strategy_same_tf_config_trains_correctly():
-    results = harness.run_workers(2, [SCRIPT], timeout_s=120)
-    for r in results:
-        assert r.returncode == 0, r.output[-3000:]
-        line = [l for l in r.output.splitlines() if l.startswith("RESULT ")][-1]
-        got = json.loads(line[len("RESULT "):])
-        assert got["replicas"] == 2 and got["first"] == 2
-        assert got["sum"] == 3.0
-        np.testing.assert_allclose(got["w"], _expected_weights(), rtol=1e-5, atol=1e-6)
+    _check_trained(harness.run_workers(2, [SCRIPT], timeout_s=120))
 
 
 @pytest.mark.multiworker
@@ -44,12 +37,16 @@ def test_second_strategy_waits_for_a_late_peer():
     # reaches its first collective. Without the rendezvous both tasks hung
     # in that collective (task 1's group request reached task 0's replaced
     # collective executor): 2 runs in 2 timed out.
-    results = harness.run_workers(2, [SCRIPT], timeout_s=60,
-                                  extra_env={"TWICE_TRAIN_LAG_S": "5"})
+    _check_trained(harness.run_workers(2, [SCRIPT], timeout_s=60,
+                                       extra_env={"TWICE_TRAIN_LAG_S": "5"}))
+
+
+def _check_trained(results):
     for r in results:
         assert r.returncode == 0, r.output[-3000:]
         line = [l for l in r.output.splitlines() if l.startswith("RESULT ")][-1]
         got = json.loads(line[len("RESULT "):])
+        assert got["replicas"] == 2 and got["first"] == 2
         assert got["sum"] == 3.0
         np.testing.assert_allclose(got["w"], _expected_weights(), rtol=1e-5, atol=1e-6)
 
