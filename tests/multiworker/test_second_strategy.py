@@ -68,3 +68,27 @@ def test_other_tf_config_in_same_process_is_refused():
             _server.already_running(_cfg(0, ports=(1111, 3333)))
     finally:
         _server._reset_for_tests()
+
+
+def test_rendezvous_ids_count_the_reuses_and_a_timeout_is_named(monkeypatch):
+    from tfdist_opt.cluster import kv_store
+    from tfdist_opt.strategy.kinds import multi_worker
+
+    _server._reset_for_tests()
+    try:
+        assert [_server.rendezvous_id() for _ in range(2)] == [
+            "tfdist_opt/strategy_reuse/1", "tfdist_opt/strategy_reuse/2"]
+    finally:
+        _server._reset_for_tests()
+    waited = []
+
+    class Store:
+        def barrier(self, barrier_id, timeout_s):
+            waited.append((barrier_id, timeout_s))
+            return False
+
+    monkeypatch.setattr(kv_store, "TFKeyValueStore", Store)
+    with pytest.raises(RuntimeError, match=r"waited 7 s \(startup_timeout_s\) at barrier "
+                                           r"'tfdist_opt/strategy_reuse/3'.*same number"):
+        multi_worker._rendezvous("tfdist_opt/strategy_reuse/3", 7.0)
+    assert waited == [("tfdist_opt/strategy_reuse/3", 7.0)]
