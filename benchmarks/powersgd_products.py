@@ -4,14 +4,15 @@ A PowerSGD step multiplies each gradient matrix M (n x m) by thin factors:
 P = M Q (m x r), Q_i = (P^T M)^T and the approximation P Q^T. On CPU, TF's
 oneDNN matmul runs these products well below memory bandwidth, so
 `tfdist_opt.gradients.lowrank.skinny_matmul` runs all three through an
-XLA-compiled matmul instead (for Q_i with P^ transposed before XLA: XLA's
-CPU dot with the transpose inside it is several times slower). This binary
+XLA-compiled matmul instead (for Q_i with P^ transposed before XLA: the
+`xla_inner` variant times the transpose inside the dot). This binary
 times each product over `--shapes` both ways, the variants alternated call
 by call, in one thread (`--threads`), and reports the median milliseconds of
 one call over all shapes.
 
 Summary: `p_tf_ms`, `p_xla_ms`, `p_speedup` (tf / xla), the same for `q_`
-(Q_i) and `approx_` (P Q^T).
+(Q_i) and `approx_` (P Q^T), and `q_xla_inner_ms`: Q_i through XLA with the
+transpose inside the dot, the form `skinny_matmul` avoids.
 
 Example:
     taskset -c 0 python benchmarks/powersgd_products.py \
@@ -20,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import sys
@@ -88,8 +90,23 @@ def products(shapes, rank: int):
         "q": {"tf": each(lambda m, q, p: tf.transpose(
             tf.matmul(p, m, transpose_a=True))),
               "xla": each(lambda m, q, p: tf.transpose(lowrank.skinny_matmul(
-                  p, m, cpu, transpose_a=True)))},
+                  p, m, cpu, transpose_a=True))),
+              # What skinny_matmul avoids: the transpose inside the XLA dot.
+              "xla_inner": each(lambda m, q, p: tf.transpose(
+                  _xla_transposed_a(p, m)))},
     }
+
+
+@functools.cache
+def _xla_transposed_a_fn():
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    return tf.function(lambda a, b: tf.matmul(a, b, transpose_a=True),
+                       jit_compile=True)
+
+
+def _xla_transposed_a(a, b):
+    return _xla_transposed_a_fn()(a, b)
 
 
 def measure(calls, steps: int, warmup: int, clock=time.perf_counter) -> dict:
@@ -97,14 +114,11 @@ def measure(calls, steps: int, warmup: int, clock=time.perf_counter) -> dict:
     flat = [(name, variant, fn) for name, variants in calls.items()
             for variant, fn in variants.items()]
     for _, _, fn in flat:
-        for _ in range(warmup):
-            fn()
+        common.time_steps(fn, 0, warmup)
     times = {(name, variant): [] for name, variant, _ in flat}
     for _ in range(steps):
         for name, variant, fn in flat:
-            start = clock()
-            fn()
-            times[(name, variant)].append(clock() - start)
+            times[(name, variant)] += common.time_steps(fn, 1, clock=clock)
     return {key: 1e3 * statistics.median(ts) for key, ts in times.items()}
 
 
@@ -125,6 +139,7 @@ def main(argv):
         tf_ms, xla_ms = medians[(name, "tf")], medians[(name, "xla")]
         summary.update({f"{name}_tf_ms": tf_ms, f"{name}_xla_ms": xla_ms,
                         f"{name}_speedup": tf_ms / xla_ms})
+    summary["q_xla_inner_ms"] = medians[("q", "xla_inner")]
     for row in rows:
         print(f"{row['product']:>7s} {row['variant']:>4s}: {row['median_ms']:.2f} ms",
               flush=True)

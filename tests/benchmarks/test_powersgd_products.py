@@ -29,3 +29,5 @@ def test_tf_and_xla_variants_compute_the_same_products():
     for name in ("p", "q", "approx"):
         np.testing.assert_allclose(calls[name]["tf"](), calls[name]["xla"](),
                                    rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(calls["q"]["tf"](), calls["q"]["xla_inner"](),
+                               rtol=1e-5, atol=1e-6)
