@@ -28,6 +28,7 @@ import contextlib
 import tensorflow as tf
 
 from tfdist_opt.strategy import chief_saving
+from tfdist_opt.strategy import log_packing
 
 
 def _rank(value) -> int | None:
@@ -63,12 +64,41 @@ class KerasMultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy
         finally:
             chief_saving.adopt_models(self)
 
+    def run(self, fn, args=(), kwargs=None, options=None):
+        """The upstream `run`; its scalar outputs are then reduced packed.
+
+        See `log_packing`: Keras reduces each logged value with its own
+        collective; the first reduce of one of these outputs reduces all of
+        them in one.
+        """
+        outputs = super().run(fn, args=args, kwargs=kwargs, options=options)
+        if self._pack_log_reductions:
+            self._log_packer.remember(outputs)
+        return outputs
+
+    @property
+    def _log_packer(self):
+        packer = self.__dict__.get("_log_packer_instance")
+        if packer is None:
+            upstream = super().reduce
+            packer = log_packing.LogPacker(
+                lambda op, value: upstream(op, value, axis=None))
+            self.__dict__["_log_packer_instance"] = packer
+        return packer
+
+    # Off only to compare with the one-collective-per-value path in tests.
+    _pack_log_reductions = True
+
     def reduce(self, reduce_op, value, axis=None):
         # keras-team/keras#20585: Keras 3 passes nests (fix 1) and axis=0 for
         # scalars (fix 2); see the module docstring.
         if not tf.nest.is_nested(value):
             if axis is not None and _rank(value) == 0:
                 axis = None
+            if axis is None and self._pack_log_reductions:
+                packed = self._log_packer.lookup(reduce_op, value)
+                if packed is not None:
+                    return packed
             return super().reduce(reduce_op, value, axis=axis)
         return tf.nest.map_structure(
             lambda v: self.reduce(reduce_op, v, axis=axis), value)

@@ -1,0 +1,71 @@
+"""Keras logs under 2 workers, reduced packed and one value at a time.
+
+Prints one JSON line per mode ("packed", "per_value"): the per-step logs of
+a 3-metric classifier fitted from the same initial weights on the same
+data, the final weights, and the collective ops one traced Keras train step
+holds (Keras's own `reduce_per_replica`, counted in the step's graph and
+every function it calls).
+"""
+
+import json
+
+import numpy as np
+import tensorflow as tf
+import keras
+from keras.src.backend.tensorflow import trainer as keras_trainer
+
+import tfdist_opt
+
+strategy = tfdist_opt.opt_strategy()
+rank = strategy.cluster_resolver.task_id
+rng = np.random.default_rng(0)
+x = rng.normal(size=(64, 8)).astype("float32")
+y = rng.integers(0, 3, size=(64,)).astype("int64")
+
+
+def build():
+    keras.utils.set_random_seed(1)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(3, activation="softmax")])
+        model.compile(optimizer=keras.optimizers.SGD(0.1),
+                      loss="sparse_categorical_crossentropy",
+                      metrics=["sparse_categorical_accuracy",
+                               keras.metrics.SparseTopKCategoricalAccuracy(k=2),
+                               keras.metrics.SparseCategoricalCrossentropy()])
+    return model
+
+
+def count_collectives(model):
+    ds = strategy.experimental_distribute_dataset(
+        tf.data.Dataset.from_tensor_slices((x, y)).batch(16))
+
+    @tf.function
+    def step(data):
+        out = strategy.run(model.train_step, args=(data,))
+        return keras_trainer.reduce_per_replica(out, strategy, reduction="auto")
+
+    graph_def = step.get_concrete_function(next(iter(ds))).graph.as_graph_def()
+    nodes = list(graph_def.node)
+    for fn in graph_def.library.function:
+        nodes.extend(fn.node_def)
+    return sum(1 for n in nodes if n.op.startswith("CollectiveReduce"))
+
+
+class Logs(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.steps = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps.append({k: float(v) for k, v in sorted(logs.items())})
+
+
+for mode, packed in (("per_value", False), ("packed", True)):
+    type(strategy)._pack_log_reductions = packed
+    model = build()
+    logs = Logs()
+    model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0, callbacks=[logs])
+    out = {"mode": mode, "logs": logs.steps,
+           "weights": [w.tolist() for w in model.get_weights()],
+           "collectives": count_collectives(build())}
+    print("RESULT " + json.dumps(out), flush=True)

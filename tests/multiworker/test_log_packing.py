@@ -1,0 +1,47 @@
+"""Keras's logged values cross workers in one collective a step, unchanged.
+
+2 real workers fit a classifier with the loss and 3 metrics twice, from the
+same weights: logs reduced one value at a time (upstream Keras's path) and
+packed. The per-step logs must be equal bit for bit, and the traced step
+must hold 3 collectives fewer (4 log reductions become 1).
+"""
+
+import json
+
+import pytest
+
+from tests.multiworker import harness
+
+pytestmark = pytest.mark.multiworker
+
+SCRIPT = "tests/multiworker/scripts/log_pack.py"
+
+
+@pytest.fixture(scope="module")
+def runs():
+    results = harness.run_workers(2, [SCRIPT], timeout_s=180)
+    out = []
+    for r in results:
+        assert r.returncode == 0, r.output[-3000:]
+        lines = [l for l in r.output.splitlines() if l.startswith("RESULT ")]
+        out.append({d["mode"]: d for d in (json.loads(l[7:]) for l in lines)})
+    return out
+
+
+def test_packed_logs_equal_the_per_value_logs_every_step(runs):
+    for worker in runs:
+        per_value, packed = worker["per_value"]["logs"], worker["packed"]["logs"]
+        assert len(packed) == 8  # 2 epochs x 4 steps
+        assert set(packed[0]) == {"loss", "sparse_categorical_accuracy",
+                                  "sparse_top_k_categorical_accuracy",
+                                  "sparse_categorical_crossentropy"}
+        assert packed == per_value
+        assert worker["packed"]["weights"] == worker["per_value"]["weights"]
+    assert runs[0]["packed"]["logs"] == runs[1]["packed"]["logs"]
+
+
+def test_four_log_reductions_become_one_collective(runs):
+    for worker in runs:
+        per_value = worker["per_value"]["collectives"]
+        packed = worker["packed"]["collectives"]
+        assert per_value - packed == 3, (per_value, packed)
