@@ -22,6 +22,16 @@ table says what each one buys. Summary keys: `speedup` (opt / baseline
 examples/sec), `opt_eps`, `baseline_eps`, and `speedup_<setting>` for
 ablation rows.
 
+`--compare=scaling` measures ours on N workers against one process on the
+same cores with the same model, compile and global batch (the limit data
+parallelism on one host chases), alternated round by round like the peers.
+Summary keys `fraction_of_one_process` (ours / one process),
+`one_process_eps`, and `round_spread_<role>` (slowest / fastest round).
+
+`--metrics=accuracy[,...]` compiles every model of the run with these Keras
+metrics (ours, the baseline, the peers, the one process); the custom-loop
+peer updates them each step like a loop's author would.
+
 `--compare=peer` measures ours against what a TF 2.21 user runs instead
 (tf_keras + plain MultiWorkerMirroredStrategy, and Keras 3 + plain MWMS + a
 custom training loop), each in a fresh local cluster per round, because the
@@ -108,7 +118,8 @@ _COMPARE = flags.DEFINE_enum(
     "tf.distribute defaults in the same run; ablation: baseline, each "
     "optimisation alone, then all; peer: against tf_keras + plain MWMS and "
     "Keras 3 + plain MWMS + a custom loop, each in its own local cluster per "
-    "round (see train_lib/peer_compare.py).")
+    "round (see train_lib/peer_compare.py); scaling: ours against one "
+    "process on the same cores with the same global batch, alternated.")
 _PEER_ROLE = flags.DEFINE_enum(
     "peer_role", None, ["ours", *peers.PEERS],
     "Internal, set by --compare=peer: train as this role for one round.")
@@ -123,6 +134,10 @@ _TRACE_DIR = flags.DEFINE_string(
 _PEER_WORKERS = flags.DEFINE_integer(
     "peer_workers", 2, "--compare=peer without TF_CONFIG: workers per local "
     "cluster (under `tfdist-opt launch -n N`: N).")
+_METRICS = flags.DEFINE_list(
+    "metrics", [], "Keras metrics every model of the run compiles with, "
+    "e.g. accuracy or accuracy,top_k_categorical_accuracy (default: the loss "
+    "only).")
 _ROUNDS = flags.DEFINE_integer(
     "rounds", 2, "With --compare: split --num_batches into this many rounds; "
     "each round runs every setting in turn (load changes on a shared machine "
@@ -155,8 +170,8 @@ def main(argv):
                     rounds=_ROUNDS.value, display_every=_DISPLAY_EVERY.value,
                     peer_workers=_PEER_WORKERS.value)
     if inputs_lib.parse_data(_DATA.value)[0] != "synthetic" and (
-            compare == "peer" or role):
-        raise app.UsageError("Invalid value for `--data` with --compare=peer: "
+            compare in ("peer", "scaling") or role):
+        raise app.UsageError(f"Invalid value for `--data` with --compare={compare}: "
                              f"expected synthetic. Received: --data={_DATA.value}")
     settings = settings_lib.plan_settings(cfg, compare)
     args = settings_lib.RunArgs.build(
@@ -164,8 +179,9 @@ def main(argv):
         num_classes=_NUM_CLASSES.value, seed=_SEED.value,
         learning_rate=_LEARNING_RATE.value, compare=compare,
         display_every=_DISPLAY_EVERY.value, image_size=_IMAGE_SIZE.value,
-        rounds=_ROUNDS.value, warmup=_WARMUP.value, batches=_NUM_BATCHES.value)
-    if compare == "peer":
+        rounds=_ROUNDS.value, warmup=_WARMUP.value, batches=_NUM_BATCHES.value,
+        metrics=_METRICS.value)
+    if compare in ("peer", "scaling"):
         return _peer_main(cfg, args, started)
     if role in peers.PEERS:
         return _peer_child(role, args)
@@ -242,12 +258,17 @@ def _peer_main(cfg, args, started):
         csv_path=common.CSV.value, plot_path=common.PLOT.value,
         plot=common.PlotSpec(x="setting", ys=("median",),
                              ylabel="images/sec (global)",
-                             title=f"{args.model}: ours vs peers"))
+                             title=f"{args.model}: ours vs {args.compare}"))
     for row in rows:
         printer(f"{row['setting']:>18}: {row['median']:10.2f} images/sec "
-                f"(rounds: {row['round_medians']})")
-    printer(f"speedup_vs_peer (ours / faster peer): "
-            f"{summary['speedup_vs_peer']:.2f}x")
+                f"(rounds: {row['round_medians']}, slowest/fastest "
+                f"{row['round_spread'] or 0:.2f})")
+    if "fraction_of_one_process" in summary:
+        printer(f"fraction_of_one_process (ours / one process): "
+                f"{summary['fraction_of_one_process']:.2f}")
+    else:
+        printer(f"speedup_vs_peer (ours / faster peer): "
+                f"{summary['speedup_vs_peer']:.2f}x")
     printer(f"total wall time {time.perf_counter() - started:.1f} s")
     logging.info("summary: %s", summary)
 

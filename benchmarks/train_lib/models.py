@@ -71,3 +71,21 @@ def build_model(name: str, image_size: int, num_classes: int, keras=None):
         raise ValueError(f"Unrecognized model: {name!r}. Expected one of: "
                          f"{', '.join(table)}.")
     return table[name]()
+
+
+def metric_objects(names, keras=None) -> list:
+    """Metric objects for a custom loop, as `compile(metrics=names)` makes them.
+
+    "accuracy"/"acc" become `SparseCategoricalAccuracy` (the benchmark's labels
+    are class indices, its outputs logits), as `compile` resolves them.
+    """
+    if keras is None:
+        import keras  # pylint: disable=g-import-not-at-top,redefined-outer-name
+
+    out = []
+    for name in names:
+        if name in ("accuracy", "acc"):
+            out.append(keras.metrics.SparseCategoricalAccuracy(name=name))
+        else:
+            out.append(keras.metrics.get(name))
+    return out

@@ -1,4 +1,4 @@
-"""`--compare=peer`: ours against the peers, one fresh local cluster per run.
+"""`--compare=peer|scaling`: ours against others, a fresh local cluster per run.
 
 The Keras flavour is fixed when TensorFlow is imported and a process holds
 one MultiWorkerMirroredStrategy, so no process can run both ours and a peer.
@@ -14,13 +14,22 @@ N is the launch's worker count under `tfdist-opt launch -n N` (worker 0
 coordinates and keeps its TF port open so the launcher counts it as joined;
 the other workers exit at once) or `--peer_workers` without TF_CONFIG.
 
-Summary keys: `opt_eps`, `peer_tf_keras_eps`, `peer_keras3_ctl_eps`,
+`--compare=scaling` runs the same way with two roles: ours on N workers,
+and `one_process`: this binary in one process on the same cores (no
+TF_CONFIG, no StrategyConfig flags: plain one-device Keras `fit`) with a
+per-replica batch N times larger, so the global batch, model, data and
+compile are the same. It is the limit data parallelism on one host chases.
+
+Summary keys, peer: `opt_eps`, `peer_tf_keras_eps`, `peer_keras3_ctl_eps`,
 `speedup_vs_tf_keras`, `speedup_vs_keras3_ctl`, and `speedup_vs_peer` (ours
-over the faster peer); `overlap_fraction` when ours measured it.
+over the faster peer); `overlap_fraction` when ours measured it. Scaling:
+`opt_eps`, `one_process_eps`, `fraction_of_one_process` (ours / one
+process). Both: `round_spread_<role>` (slowest / fastest round median).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -35,6 +44,38 @@ from benchmarks import common
 from benchmarks.train_lib import peers
 
 ROLES = ("ours",) + peers.PEERS
+
+
+@dataclasses.dataclass(frozen=True)
+class Role:
+    """One measured run kind: which child, on how many workers, which flags."""
+
+    name: str  # the row's role
+    peer_role: str  # the child's --peer_role
+    workers: int
+    extra_flags: tuple = ()
+    strategy_flags: bool = True  # forward the StrategyConfig flags
+
+
+def roles_for(compare: str, n: int, batch_size: int) -> list[Role]:
+    """The roles a comparison alternates (lookup table; unknown names listed)."""
+    table = {
+        "peer": lambda: [Role(r, r, n) for r in ROLES],
+        "scaling": lambda: [
+            Role("ours", "ours", n),
+            Role("one_process", "ours", 1, (f"--batch_size={batch_size * n}",),
+                 strategy_flags=False)],
+    }
+    if compare not in table:
+        raise ValueError(f"Unrecognized comparison: {compare!r}. Expected one "
+                         f"of {sorted(table)}.")
+    return table[compare]()
+
+
+def _strategy_flag_names() -> set[str]:
+    from tfdist_opt.strategy import config as config_lib  # pylint: disable=g-import-not-at-top
+
+    return {"config"} | {f.name for f in dataclasses.fields(config_lib.StrategyConfig)}
 # Flags the coordinator sets per child (or that only it reads).
 _NOT_FORWARDED = {"compare", "rounds", "num_batches", "output_json", "csv",
                   "plot", "peer_role", "peer_workers"}
@@ -43,12 +84,23 @@ _LAUNCH_ENV = ("TF_CONFIG", "TFDIST_LAUNCH_RESTART_COUNT",
                "TF_USE_LEGACY_KERAS")
 
 
-def forwarded_flags() -> list[str]:
-    """Every flag the user set, serialized, except the coordinator's own."""
+def forwarded_flags(strategy_flags: bool = True,
+                    overridden: tuple = ()) -> list[str]:
+    """Every flag the user set, serialized, except the coordinator's own.
+
+    Args:
+        strategy_flags: bool. Also forward `--config` and the StrategyConfig
+            flags. Defaults to `True`.
+        overridden: flags the caller passes itself (`--name=value`); any
+            user value of those names is dropped.
+    """
+    skip = set(_NOT_FORWARDED) | {f[2:].split("=", 1)[0] for f in overridden}
+    if not strategy_flags:
+        skip |= _strategy_flag_names()
     seen, out = set(), []
     for name in list(flags.FLAGS):
         flag = flags.FLAGS[name]
-        if id(flag) in seen or flag.name in _NOT_FORWARDED or not flag.present:
+        if id(flag) in seen or flag.name in skip or not flag.present:
             continue
         seen.add(id(flag))
         out.append(flag.serialize())
@@ -89,44 +141,54 @@ def coordinate(args, *, peer_workers: int, printer, binary: str,
     """Runs every role once per round; returns (rows, summary, config)."""
     from tfdist_opt.cluster import launcher  # pylint: disable=g-import-not-at-top
 
-    if args.model == "transformer":
+    compare = getattr(args, "compare", "peer")
+    if compare == "peer" and args.model == "transformer":
         raise app.UsageError("Invalid value for `--model` with --compare=peer: "
                              "the tf_keras peer cannot build it (keras.ops). "
                              "Expected mlp, cnn_small or resnet50. "
                              "Received: --model=transformer")
     n = cluster_size(peer_workers)
     if not common.is_chief():
-        print("--compare=peer: worker 0 runs the clusters; nothing to do here",
-              flush=True)
+        print(f"--compare={compare}: worker 0 runs the clusters; nothing to do "
+              "here", flush=True)
         return None
+    roles = roles_for(compare, n, getattr(args, "batch_size", 0))
+    names = tuple(role.name for role in roles)
     held = _hold_own_port(os.environ)
     base_env = {k: v for k, v in os.environ.items() if k not in _LAUNCH_ENV}
     tmp = tempfile.mkdtemp(prefix="tfdist_peer_")
-    flags_out = forwarded_flags()
-    durations = {role: [] for role in ROLES}
-    last_rows, wall, round_medians = {}, dict.fromkeys(ROLES, 0.0), {
-        role: [] for role in ROLES}
-    loads = {role: [] for role in ROLES}  # 1-min load average after each run
+    durations = {role: [] for role in names}
+    last_rows, wall, round_medians = {}, dict.fromkeys(names, 0.0), {
+        role: [] for role in names}
+    loads = {role: [] for role in names}  # 1-min load average after each run
     try:
         for r in range(args.rounds):
-            order = ROLES[r % len(ROLES):] + ROLES[:r % len(ROLES)]
-            for role in order:
+            order = roles[r % len(roles):] + roles[:r % len(roles)]
+            for spec in order:
+                role = spec.name
                 out = os.path.join(tmp, f"{role}_{r}.json")
                 log_path = os.path.join(tmp, f"{role}_{r}.log")
-                argv = [sys.executable, binary, *flags_out,
-                        f"--peer_role={role}", f"--num_batches={args.per_round}",
+                argv = [sys.executable, binary,
+                        *forwarded_flags(spec.strategy_flags, spec.extra_flags),
+                        *spec.extra_flags,
+                        f"--peer_role={spec.peer_role}",
+                        f"--num_batches={args.per_round}",
                         f"--output_json={out}"]
-                printer(f"round {r + 1}/{args.rounds}: {role} on {n} worker(s)")
+                printer(f"round {r + 1}/{args.rounds}: {role} on "
+                        f"{spec.workers} worker(s)")
+                env = {k: v for k, v in base_env.items() if spec.strategy_flags
+                       or not k.startswith("TFDIST_OPT_")}
                 with open(log_path, "w") as log:
                     result = launcher.run_local(
-                        argv, n, env={**base_env, **peers.env_for(role)},
+                        argv, spec.workers,
+                        env={**env, **peers.env_for(spec.peer_role)},
                         stdout=log, stderr=log, startup_timeout=startup_timeout_s)
                 if result.returncode != 0:
                     with open(log_path) as log:
                         tail = log.read()[-6000:]
-                    raise RuntimeError(f"--compare=peer: the {role} run of round "
-                                       f"{r + 1} failed ({result.message}); its "
-                                       f"output ends:\n{tail}")
+                    raise RuntimeError(f"--compare={compare}: the {role} run of "
+                                       f"round {r + 1} failed ({result.message}); "
+                                       f"its output ends:\n{tail}")
                 with open(out) as f:
                     child = json.load(f)
                 row = child["results"][0]
@@ -141,7 +203,7 @@ def coordinate(args, *, peer_workers: int, printer, binary: str,
             held.close()
         shutil.rmtree(tmp, ignore_errors=True)
     rows, medians = [], {}
-    for role in ROLES:
+    for role in names:
         row = last_rows[role]
         stats = common.summarize(durations[role], row["global_batch"]
                                  * row["window_batches"])
@@ -149,15 +211,42 @@ def coordinate(args, *, peer_workers: int, printer, binary: str,
                    timed_batches=args.per_round * args.rounds,
                    round_medians=round_medians[role],
                    load_avg_1m_rounds=loads[role],
-                   peer=peers.DOC.get(role, "tfdist_opt.opt_strategy() + fit"))
+                   round_spread=round_spread(round_medians[role]),
+                   peer=_DOC.get(role, peers.DOC.get(role)))
+        row["setting"] = {"one_process": "one_process"}.get(role, row["setting"])
         medians[role] = stats.median
         rows.append(row)
-    summary = peer_summary(medians, rows[0].get("overlap_fraction"))
-    config = {"peers": peers.DOC, "comparison": (
-        f"one fresh local cluster of {n} worker(s) per setting per round; "
+    if compare == "scaling":
+        summary = scaling_summary(medians)
+    else:
+        summary = peer_summary(medians, rows[0].get("overlap_fraction"))
+    summary.update({f"round_spread_{row_role}": row["round_spread"]
+                    for row_role, row in zip(names, rows)})
+    sizes = ", ".join(f"{s.name}: {s.workers} worker(s)" for s in roles)
+    config = {"peers": {r: _DOC.get(r, peers.DOC.get(r)) for r in names},
+              "comparison": (
+        f"one fresh local cluster per setting per round ({sizes}); "
         f"{args.rounds} round(s) of {args.per_round} timed batches each (after "
         f"{args.warmup} warm-up batches), the order rotated every round")}
     return rows, summary, config
+
+
+_DOC = {"ours": "tfdist_opt.opt_strategy() + fit",
+        "one_process": "the same model, data, compile and global batch in one "
+                       "process on the same cores: plain Keras fit, no "
+                       "TF_CONFIG, StrategyConfig defaults"}
+
+
+def round_spread(round_medians: list[float]) -> float | None:
+    """Slowest over fastest round median (1.0: steady), None without rounds."""
+    if not round_medians or max(round_medians) <= 0:
+        return None
+    return min(round_medians) / max(round_medians)
+
+
+def scaling_summary(medians: dict[str, float]) -> dict[str, float]:
+    return {"opt_eps": medians["ours"], "one_process_eps": medians["one_process"],
+            "fraction_of_one_process": medians["ours"] / medians["one_process"]}
 
 
 def peer_summary(medians: dict[str, float], overlap=None) -> dict[str, float]:

@@ -113,7 +113,8 @@ class PeerRun:
         with self.strategy.scope():
             self.model.compile(
                 optimizer=self.optimizer,
-                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                metrics=list(args.metrics) or None)
         timer = runner.step_timer(args.warmup, 1, 0, keras=keras)
         self.model.fit(self._dataset(), epochs=1,
                        steps_per_epoch=args.warmup + batches, verbose=0,
@@ -127,16 +128,22 @@ class PeerRun:
         strategy, global_batch = self.strategy, self.inputs.global_batch
         with strategy.scope():
             optimizer.build(model.trainable_variables)
+            # What a loop's author writes: metric state updated each step,
+            # read (and reduced) when reported, not every step.
+            metrics = models.metric_objects(self.args.metrics, keras)
         loss_fn = keras.losses.SparseCategoricalCrossentropy(
             from_logits=True, reduction="none")
 
         def replica_step(x, y):
             with tf.GradientTape() as tape:
-                per_example = loss_fn(y, model(x, training=True))
+                logits = model(x, training=True)
+                per_example = loss_fn(y, logits)
                 loss = tf.nn.compute_average_loss(
                     per_example, global_batch_size=global_batch)
             grads = tape.gradient(loss, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            for metric in metrics:
+                metric.update_state(y, logits)
             return loss
 
         @tf.function

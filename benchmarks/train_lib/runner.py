@@ -98,7 +98,7 @@ class SettingRun:
                 optimizer=keras.optimizers.SGD(args.learning_rate,
                                                momentum=0.9),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                jit_compile=False)
+                metrics=list(args.metrics) or None, jit_compile=False)
 
     def run_chunk(self, batches: int) -> None:
         """Trains `batches` timed batches (plus the warm-up of this chunk)."""

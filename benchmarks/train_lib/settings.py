@@ -12,7 +12,7 @@ import math
 MODELS = ("mlp", "cnn_small", "resnet50", "transformer")
 DEFAULT_IMAGE_SIZE = {"mlp": 16, "cnn_small": 32, "resnet50": 224,
                       "transformer": 32}
-COMPARES = ("none", "baseline", "ablation", "peer")
+COMPARES = ("none", "baseline", "ablation", "peer", "scaling")
 
 BASELINE_DOC = (
     "same process and strategy object ({strategy}; with several workers "
@@ -74,12 +74,13 @@ class RunArgs:
     rounds: int
     warmup: int
     batches: int
+    metrics: tuple = ()  # compile(metrics=...) in every run and peer
 
     @classmethod
     def build(cls, *, settings, model: str, batch_size: int, num_classes: int,
               seed: int, learning_rate: float, compare: str,
               display_every: int, image_size: int | None, rounds: int,
-              warmup: int, batches: int) -> "RunArgs":
+              warmup: int, batches: int, metrics=()) -> "RunArgs":
         window = max(s.grad_accum for s in settings)
         return cls(model=model, batch_size=batch_size, num_classes=num_classes,
                    seed=seed, learning_rate=learning_rate, compare=compare,
@@ -89,7 +90,8 @@ class RunArgs:
                    rounds=rounds if compare != "none" else 1,
                    # Whole accumulation cycles: warm-up ends on a boundary.
                    warmup=window * math.ceil(warmup / window),
-                   batches=window * math.ceil(batches / window))
+                   batches=window * math.ceil(batches / window),
+                   metrics=tuple(metrics))
 
     @property
     def per_round(self) -> int:
@@ -126,7 +128,7 @@ def plan_settings(cfg, compare: str, multi_worker: bool | None = None
     if multi_worker is None:
         multi_worker = is_multi_worker()
     opt = opt_setting(cfg, multi_worker)
-    if compare in ("none", "peer"):  # peers run in their own processes
+    if compare in ("none", "peer", "scaling"):  # their own processes
         return [opt]
     base = Setting("baseline", "naive", powersgd=_powersgd(cfg))
     settings = [base]

@@ -78,7 +78,8 @@ def test_coordinator_rotates_the_order_and_pools_every_round(monkeypatch):
 
     monkeypatch.setattr(launcher, "run_local", fake_run_local)
     monkeypatch.delenv("TF_CONFIG", raising=False)
-    args = types.SimpleNamespace(model="mlp", rounds=2, per_round=2, warmup=1)
+    args = types.SimpleNamespace(model="mlp", rounds=2, per_round=2, warmup=1,
+                                 compare="peer", batch_size=4)
     printed = []
     rows, summary, config = peer_compare.coordinate(
         args, peer_workers=3, printer=printed.append, binary=BINARY)
