@@ -93,7 +93,9 @@ def config_table(dotted: str) -> str:
             _LOG.warning("%s.%s has no entry in the class docstring's Args: "
                          "section; document it there (the configuration "
                          "reference is generated from it).", cls.__name__, field.name)
-        type_ = str(field.type).replace("|", "\\|")
+        type_ = getattr(field.type, "__name__", str(field.type)) if isinstance(
+            field.type, type) else str(field.type)
+        type_ = type_.replace("|", "\\|")
         rows.append(f"| `{field.name}` | `{type_}` | {_default(field)} | "
                     f"`{prefix}{field.name.upper()}` | {_meaning(args.get(field.name, ''))} |")
     return "\n".join(rows)
