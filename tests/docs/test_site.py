@@ -160,3 +160,12 @@ def test_no_file_speaks_of_work_sessions_stops_or_helpers():
         cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode in (0, 1), out.stderr  # 1: no match
     assert out.stdout == "", out.stdout
+
+
+def test_results_folder_holds_exactly_the_files_the_benchmarks_page_cites():
+    page = (DOCS / "benchmarks.md").read_text()
+    section = page.split("## Result files", 1)[1].split("\n## ", 1)[0]
+    cited = set(re.findall(r"`([\w.-]+\.(?:json|csv|png|txt))`", section))
+    folder = {p.name for p in (ROOT / "benchmarks" / "results").iterdir()}
+    assert folder == cited, {"not cited": sorted(folder - cited),
+                             "missing": sorted(cited - folder)}
