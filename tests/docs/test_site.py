@@ -66,8 +66,9 @@ _BREAKAGES = {
     "broken_link": ("docs/guides/memory.md", "(model-parallel.md)", "(model-paralel.md)",
                     "model-paralel.md"),
     "missing_page": ("mkdocs.yml", "      - Callbacks: guides/callbacks.md\n",
-                     "      - Callbacks: guides/callbacks.md\n      - Stalls: guides/stalls.md\n",
-                     "guides/stalls.md"),
+                     "      - Callbacks: guides/callbacks.md\n"
+                     "      - Nowhere: guides/no-such-page.md\n",
+                     "guides/no-such-page.md"),
     "unresolved_reference": ("docs/reference/api.md", "::: tfdist_opt.strategy.build.opt_strategy",
                              "::: tfdist_opt.strategy.build.opt_strategy_typo",
                              "opt_strategy_typo"),
