@@ -97,6 +97,11 @@ setuptools.setup(
             _TENSORBOARD,
             "matplotlib>=3.8",
             "pyyaml>=6",  # tests read `tfdist-opt k8s` manifests back
+            # tests/docs builds the site with `mkdocs build --strict`.
+            "mkdocs==1.6.1",
+            "mkdocs-material==9.8.2",
+            "mkdocstrings[python]==1.0.8",
+            "mkdocstrings-python==2.0.11",
         ],
         "legacy": [_TF_KERAS],
         "plot": ["matplotlib>=3.8"],

@@ -86,7 +86,7 @@ _AUTOTUNE_CSV = flags.DEFINE_string(
     "autotune_csv", None, "Also write the autotune trials to this CSV (chief).")
 
 
-# ------------------------------------------------------------- helpers
+# ------------------------------------------------------ building blocks
 def _all_sum(strategy, values):
     from tfdist_opt.gradients import timing
 

@@ -1,4 +1,4 @@
-"""Helpers shared by the benchmark binaries.
+"""Functions shared by the benchmark binaries.
 
 What every binary under `benchmarks/` needs, in one place:
 
@@ -13,7 +13,7 @@ What every binary under `benchmarks/` needs, in one place:
   the result rows and (when asked) a PNG plot.
 
 Library code in `tfdist_opt` never reads flags; binaries read them at the top
-of `main`, and pass plain values to these helpers (which take no flags
+of `main`, and pass plain values to these functions (which take no flags
 themselves except `flag_config()`, which reports them).
 
 Example (inside a binary's `main`):

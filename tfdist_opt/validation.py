@@ -66,7 +66,7 @@ def check_known_keys(values: Mapping[str, Any], known: Iterable[str],
 
 
 class ConfigFields:
-    """Mapping and copy helpers for a frozen config dataclass.
+    """Mapping and copy methods for a frozen config dataclass.
 
     Shared by `StrategyConfig` and `PipelineOptions`: unknown keys are
     refused with the valid field names listed, and `replace` re-runs the

@@ -8,6 +8,7 @@ server), saving a TensorFlow start-up each.
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -34,8 +35,6 @@ def info_here(monkeypatch, capsys):
         for k in list(os.environ):
             if k == "TF_CONFIG" or k.startswith("TFDIST_OPT_"):
                 monkeypatch.delenv(k)
-        # `info` setdefaults TF_CPP_MIN_LOG_LEVEL: set it here so it is restored.
-        monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
         for k, v in (env_extra or {}).items():
             monkeypatch.setenv(k, v)
         capsys.readouterr()
@@ -54,6 +53,24 @@ def test_info_json_on_this_machine():
     assert info["strategy"]["kind"] == "one_device"
     assert info["tf_config_role"] is None
     assert any(p.endswith("cpu_test.json") for p in info["presets"])
+
+
+def test_info_answers_without_tensorflow_startup_noise():
+    """As a person runs it (no TF_CPP_MIN_LOG_LEVEL set): the answer, nothing else."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TF_CONFIG", "TF_CPP_MIN_LOG_LEVEL") and not k.startswith("TFDIST_OPT_")}
+    run = lambda *a: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "tfdist_opt", "info", *a], env=env, cwd=REPO_ROOT,
+        capture_output=True, text=True, timeout=180)
+    p = run()
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stderr == "", p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith("tfdist_opt   : Python "), p.stdout
+    assert all(re.match(r"^[a-zA-Z_ ]{13}: ", ln) for ln in lines), p.stdout
+    verbose = run("--verbose")  # everything TF prints, as `launch --verbose`
+    assert verbose.returncode == 0 and verbose.stdout == p.stdout
+    assert "absl::InitializeLog()" in verbose.stderr, verbose.stderr
 
 
 def test_info_text_with_cluster_role_and_preset(info_here):

@@ -1,4 +1,4 @@
-"""The one timing-and-agree helper (autotune, benchmarks, CommunicationProfiler)."""
+"""The one timing-and-agree function (autotune, benchmarks, CommunicationProfiler)."""
 
 import pytest
 import tensorflow as tf

@@ -45,7 +45,7 @@ def test_every_worker_saves_to_shared_dir_only_chief_writes(tmp_path):
     np.testing.assert_allclose(got[False]["inside_predict"], got[True]["inside_predict"],
                                rtol=1e-6)
     # Reloaded outside: Keras gives it the default strategy, the workers diverge
-    # (README "What is different": load inside `with strategy.scope():`).
+    # (docs/guides/multi-worker.md, "What is different": load inside `with strategy.scope():`).
     assert got[True]["outside_strategy"] == "_DefaultDistributionStrategy"
     assert not np.allclose(got[False]["outside_w"], got[True]["outside_w"])
 

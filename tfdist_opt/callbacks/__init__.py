@@ -1,6 +1,6 @@
 """Keras callbacks for distributed training (`tfdist_opt.callbacks`).
 
-One callback per module; the TF-free helpers (`lr_math`, `stats`,
+One callback per module; the TF-free modules (`lr_math`, `stats`,
 `ordering`) import without TensorFlow, so the callback classes load on
 first use:
 

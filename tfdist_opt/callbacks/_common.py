@@ -1,4 +1,4 @@
-"""Helpers shared by the callbacks: role, step completion, ordering check."""
+"""Shared by the callbacks: role, step completion, ordering check."""
 
 from __future__ import annotations
 

@@ -256,7 +256,7 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
                 and self._writes):
             delete_backups(self.backup_dir)
 
-    # ----------------------------------------------------------- helpers
+    # ------------------------------------------------------- internals
     @property
     def restored(self) -> dict | None:
         """The metadata of the backup restored by the last `fit`, or None."""

@@ -176,7 +176,7 @@ class CommunicationProfiler(keras.callbacks.Callback):
         if self.trace_path and self._chief:
             self.export_trace(self.trace_path)
 
-    # ----------------------------------------------------------- helpers
+    # ------------------------------------------------------- internals
     def _values(self) -> dict:
         return {"comm_fraction": self.comm_fraction, "comm_time": self._comm_time,
                 "step_time": self.step_time}

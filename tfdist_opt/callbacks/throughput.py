@@ -201,7 +201,7 @@ class ThroughputMonitor(keras.callbacks.Callback):
                                                    sort_keys=True))
         return path
 
-    # ----------------------------------------------------------- helpers
+    # ------------------------------------------------------- internals
     def _figures(self, examples_per_sec: float, step_times) -> dict:
         return {
             "examples_per_sec": examples_per_sec,

@@ -2,6 +2,16 @@
 
 Builds nothing and starts no server: it runs the same pure decision
 (`plan_strategy`) that `opt_strategy()` runs, on this process's environment.
+
+Quiet by default, as `tfdist-opt launch` is: TensorFlow prints about six C++
+lines when it starts (oneDNN, cuda stubs, absl's pre-init notice, a failed
+cuInit on a host without an NVIDIA driver), some before it reads
+`TF_CPP_MIN_LOG_LEVEL`. So `info` runs itself once more as a child with
+`--verbose` and the launcher's quiet environment, and passes the child's
+stderr through the launcher's filter (`tfdist_opt.cluster.log_filter`);
+stdout, tracebacks and warnings pass unchanged. `--verbose` (or a process
+that already imported TensorFlow, which prints nothing more) runs in this
+process, unfiltered.
 """
 
 from __future__ import annotations
@@ -10,9 +20,11 @@ import argparse
 import json
 import os
 import platform
+import subprocess
 import sys
 from typing import Any
 
+from tfdist_opt.cluster import log_filter
 from tfdist_opt.strategy import config as config_lib
 from tfdist_opt.strategy import cpu_split
 from tfdist_opt.strategy import plan as plan_lib
@@ -141,11 +153,34 @@ def main(argv: list[str]) -> int:
                     "opt_strategy() would build here, and why.")
     parser.add_argument("--config", help="config file or preset name (configs/)")
     parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--verbose", action="store_true",
+                        help="also show TensorFlow's C++ start-up lines")
     args = parser.parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if not args.verbose and "tensorflow" not in sys.modules:
+        return _run_quiet(list(argv))
     info = collect(args.config)
     print(json.dumps(info, indent=2) if args.json else format_text(info))
     return 1 if "error" in info else 0
+
+
+def _run_quiet(argv: list[str], timeout_s: float = 300.0) -> int:
+    """`info ARGV --verbose` in a child, its start-up noise filtered out."""
+    env, _ = log_filter.quiet_env(os.environ)
+    keep = log_filter.StartupNoiseFilter(log_filter.min_log_level(env))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tfdist_opt", "info", *argv, "--verbose"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        err += f"tfdist-opt info: no answer within {timeout_s:g} s; stopped.\n"
+    sys.stdout.write(out)
+    sys.stderr.write("".join(line for line in err.splitlines(keepends=True)
+                             if keep(line)))
+    sys.stdout.flush()
+    return proc.returncode if proc.returncode is not None else 1
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Commands for real clusters: the `srun` line, per-host command lines.
 
 The local launcher runs processes itself; on a real cluster the scheduler
-(or the user) starts one process per host. These pure helpers produce those
+(or the user) starts one process per host. These pure functions produce those
 command lines, each with the task's TF_CONFIG; `exec_slurm_task` is what each
 `srun` task runs to derive its own TF_CONFIG from SLURM's variables.
 """

@@ -8,7 +8,7 @@ tensor (TF's `CollectiveReplicaLauncher.batch_all_reduce`); smaller packs
 pipeline better and start as soon as their gradients exist, too small ones
 pay a per-collective latency, so the time per step has a broad minimum at
 a few MiB per pack on a RING (measured by `benchmarks/allreduce.py`, the
-`autotune` rows; figures in benchmarks/results and the README).
+`autotune` rows; figures in docs/benchmarks.md).
 
 Policies:
 

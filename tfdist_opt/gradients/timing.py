@@ -1,4 +1,4 @@
-"""Time a collective, then agree on the figure across workers: one helper.
+"""Time a collective, then agree on the figure across workers: one function.
 
 Used by the pack-size autotune (`autotune`), the all-reduce benchmark
 (`benchmarks/allreduce.py`) and `callbacks.CommunicationProfiler`. Every

@@ -49,7 +49,8 @@ class StrategyConfig(validation.ConfigFields):
 
     Args:
         mode: str. `"auto"` (decide from TF_CONFIG and devices),
-            `"one_device"`, `"mirrored"` or `"multi_worker"`.
+            `"one_device"`, `"mirrored"`, `"multi_worker"` or
+            `"parameter_server"`.
             Defaults to `"auto"`.
         all_reduce: str. Cross-replica reduction: `"auto"` (NCCL on GPUs,
             RING otherwise), `"nccl"`, `"ring"`, `"hierarchical_copy"` or

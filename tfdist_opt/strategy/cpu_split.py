@@ -8,7 +8,7 @@ CPUs: Eigen's pools spin and preempt each other, and a step waits on
 whichever worker the scheduler starved. On the 2-core benchmark host, 2
 workers of the comm-light mlp step (PowerSGD rank 4) ran 1281 / 1257 ex/s
 with TF's pools and 1674 / 1877 ex/s with each worker pinned to its own
-core (2 alternated pairs, README "Gradient communication").
+core (2 alternated pairs, docs/benchmarks.md "PowerSGD").
 
 `plan()` is pure: from this process's CPU affinity, the machine's CPU count,
 TF_CONFIG's cluster and this task, it decides

@@ -9,8 +9,8 @@ workers' CPU time in the kernel. Raising the mmap threshold to glibc's
 maximum (32 MiB on 64-bit) and the trim threshold keeps freed buffers in
 the heap for reuse. Buffers above 32 MiB are still mmapped whatever the
 setting, so keep gradient packs <= 16 MiB (ring chunks are pack / workers).
-What it buys is measured by `benchmarks/allreduce.py` (README, "Benchmark
-results").
+What it buys is measured by `benchmarks/allreduce.py` (docs/benchmarks.md,
+"All-reduce on CPU hosts").
 
 `mallopt` is process-wide and changeable at any time (later allocations
 follow it), so benchmarks can switch it per measured setting. Pure Python

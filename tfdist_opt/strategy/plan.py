@@ -67,7 +67,7 @@ def plan_strategy(config, topology) -> StrategyPlan:
     return kinds_lib.module(kind).plan(config, topology, reasons)
 
 
-# ------------------------------------------- helpers shared by the kinds
+# ------------------------------------------- shared by the kinds
 def refuse_cluster(kind: Kind, topology) -> None:
     """Raises when TF_CONFIG names several tasks: a local kind would train alone."""
     if topology.is_multi_worker:

@@ -44,7 +44,7 @@ def main():
                 implementation=impl))
     else:
         # Before any other TF op. This script saves on the chief only
-        # (`if topo.is_chief: model.save(...)`): README "Still different"
+        # (`if topo.is_chief: model.save(...)`): docs/guides/multi-worker.md, "Still different"
         # gives storage_sharing="shared" as the fix (no probe to wait for).
         strategy = tfdist_opt.opt_strategy(storage_sharing="shared")
     runs = [(args.out, args.dict, args.steps_per_epoch)] if args.out else []

@@ -1,4 +1,4 @@
-"""Test-side helpers for test_restart_resume.py and test_preemption.py.
+"""Test-side functions for test_restart_resume.py and test_preemption.py.
 
 `start()` runs `tfdist-opt launch -n 2 ... -- python rel_train.py` in its own
 process group (127.0.0.1, free ports, a timeout on every wait); `finish()`

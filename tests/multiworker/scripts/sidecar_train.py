@@ -1,6 +1,6 @@
 """One script for every task: 2 workers train, the `evaluator` task evaluates.
 
-The README pattern: `opt_strategy()` first on every task, the model built
+The pattern of docs/guides/evaluation.md: `opt_strategy()` first on every task, the model built
 and compiled in its scope, then the evaluator runs `SidecarEvaluator` on the
 ModelCheckpoint files while the workers `fit`. The evaluator writes
 `{out}/evaluator.json` (every evaluation: checkpoint name, step, metrics);
