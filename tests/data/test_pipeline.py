@@ -162,6 +162,7 @@ def test_cache_memory_and_file(tmp_path):
     assert any(f.startswith("cache_worker0") for f in os.listdir(tmp_path))
 
 
+@pytest.mark.gpu
 def test_dataset_options_applied(tmp_path):
     opts = data.PipelineOptions(private_threadpool_size=3,
                                 autotune_ram_budget=1 << 28, deterministic=False)
@@ -178,6 +179,7 @@ def test_dataset_options_applied(tmp_path):
         .experimental_per_replica_buffer_size == (2 if has_gpu else 1)
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("gpus", [[], ["/physical_device:GPU:0"]])
 def test_device_prefetch_follows_the_gpu_list(monkeypatch, gpus):
     # Both branches on any host: the builder reads the device list here.

@@ -51,7 +51,9 @@ def test_env_and_preset_reach_the_strategy(monkeypatch):
     assert tfdist_opt.opt_strategy("cpu_test", cpu_replicas=3).num_replicas_in_sync == 3
 
 
-def test_nccl_on_cpu_is_a_clear_error():
+@pytest.mark.gpu
+def test_nccl_on_cpu_is_a_clear_error(fake_gpus):
+    fake_gpus(0)  # the no-GPU branch on any host (the GPU one: test_plan.py)
     with pytest.raises(ValueError, match="NCCL needs GPUs and this host has none"):
         tfdist_opt.opt_strategy(cpu_replicas=2, all_reduce="nccl")
 
