@@ -25,10 +25,20 @@ def _no_tf_config(monkeypatch):
             monkeypatch.delenv(name)
 
 
-def test_auto_on_cpu_is_one_device():
+@pytest.mark.gpu
+def test_auto_is_one_device_on_cpu_and_mirrors_2_gpus():
+    from tests.conftest import host_gpus
+    gpus = host_gpus()
     s = tfdist_opt.opt_strategy()
-    assert isinstance(s, tf.distribute.OneDeviceStrategy)
-    assert s.num_replicas_in_sync == 1
+    if len(gpus) >= 2:  # README: 2+ GPUs -> MirroredStrategy over them, NCCL
+        assert isinstance(s, tf.distribute.MirroredStrategy)
+        assert s.num_replicas_in_sync == len(gpus)
+        assert isinstance(s.extended._cross_device_ops, tf.distribute.NcclAllReduce)
+    else:  # CPU, or 1 GPU: OneDeviceStrategy
+        assert isinstance(s, tf.distribute.OneDeviceStrategy)
+        assert s.num_replicas_in_sync == 1
+        assert s.extended.worker_devices[0].endswith(
+            "device:GPU:0" if gpus else "device:CPU:0")
 
 
 def test_cpu_replicas_give_mirrored():
