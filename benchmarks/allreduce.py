@@ -108,10 +108,6 @@ def _scalar(outs):
     return tf.add_n([tf.cast(tf.reshape(o, [-1])[0], tf.float32) for o in outs])
 
 
-def _bus_factor(n):
-    return 2 * (n - 1) / n if n > 1 else 1.0
-
-
 # --------------------------------------------------------------- sweep
 def _sweep(strategy, n):
     """TF's plain all-reduce per size, under glibc's malloc and under ours."""
@@ -139,10 +135,10 @@ def _sweep(strategy, n):
             algbw = size / res["time_s"]
             rows.append({"section": "sweep", "setting": setting, "bytes": size,
                          **res, "algbw_gbps": algbw / 1e9,
-                         "busbw_gbps": algbw * _bus_factor(n) / 1e9})
+                         "busbw_gbps": algbw * common.bus_factor(n) / 1e9})
             logging.info("sweep %-30s %10d B  %8.3f ms  algbw %.3f GB/s  busbw %.3f GB/s",
                          setting, size, 1e3 * res["time_s"], algbw / 1e9,
-                         algbw * _bus_factor(n) / 1e9)
+                         algbw * common.bus_factor(n) / 1e9)
             bar.done(f"sweep {setting} {size} B")
             size *= 4
     allreduce_transport.no_mmap(False)
@@ -183,7 +179,7 @@ def _model(strategy, n, is_chief):
     def row(setting, res, **extra):
         algbw = nbytes / res["time_s"]
         r = {"section": "model", "setting": setting, "bytes": nbytes, **res,
-             "algbw_gbps": algbw / 1e9, "busbw_gbps": algbw * _bus_factor(n) / 1e9,
+             "algbw_gbps": algbw / 1e9, "busbw_gbps": algbw * common.bus_factor(n) / 1e9,
              **extra}
         logging.info("model %-28s %8.2f ms  busbw %.3f GB/s", setting,
                      1e3 * res["time_s"], r["busbw_gbps"])
@@ -217,7 +213,7 @@ def _model(strategy, n, is_chief):
         rows.append({"section": "autotune", "setting": f"bytes_per_pack={t['bytes_per_pack']}",
                      "bytes": nbytes, "time_s": t["median_s"], "bytes_per_pack":
                      t["bytes_per_pack"], "num_packs": t["num_packs"], "chosen": t["chosen"],
-                     "busbw_gbps": nbytes / t["median_s"] * _bus_factor(n) / 1e9})
+                     "busbw_gbps": nbytes / t["median_s"] * common.bus_factor(n) / 1e9})
     tuned = row("ours_autotuned_fp32", _timer(
         strategy, ours(GradientOptions(bytes_per_pack=best)), iters, warmup),
         bytes_per_pack=best)

@@ -137,6 +137,26 @@ def time_steps(step_fn: Callable[[], Any], steps: int, warmup: int = 0,
 
 
 # ----------------------------------------------------------- environment
+def bus_factor(num_ranks: int) -> float:
+    """The all-reduce bus-bandwidth factor: busbw = algbw x 2(n-1)/n.
+
+    nccl-tests' convention (NVIDIA/nccl-tests doc/PERFORMANCE.md): a ring
+    all-reduce moves 2(n-1)/n bytes per byte of payload over each link, so
+    busbw is comparable across rank counts. 1 at n = 2 (and for one rank).
+
+    Args:
+        num_ranks: int. Replicas taking part.
+
+    Returns:
+        float.
+
+    Example:
+        >>> bus_factor(4)
+        1.5
+    """
+    return 2 * (num_ranks - 1) / num_ranks if num_ranks > 1 else 1.0
+
+
 def is_chief(environ: Mapping[str, str] | None = None) -> bool:
     """True without TF_CONFIG, for the `chief` task, or worker 0 without one."""
     from tfdist_opt.strategy.topology import Topology  # pylint: disable=g-import-not-at-top

@@ -29,6 +29,7 @@ Summary keys: `speedup_ps_vs_allreduce` (PS examples/sec / all-reduce
 examples/sec), `loss_ratio_ps_vs_allreduce` (held-out loss, PS / all-reduce;
 below 1: PS reached a lower loss), `examples_per_sec_ps`,
 `examples_per_sec_allreduce`, `bytes_per_step_ps`, `bytes_per_step_allreduce`.
+Each run's row also holds its training loss per epoch (`train_loss_epochs`).
 """
 
 from __future__ import annotations
@@ -155,6 +156,7 @@ def run_role(role):
         "examples_per_sec_epochs": rates, "epoch_times_s": times,
         "steps_per_epoch": steps, "iterations": iterations,
         "final_train_loss": float(hist.history["loss"][-1]),
+        "train_loss_epochs": [float(v) for v in hist.history["loss"]],
         "test_loss": float(test_loss),
         "bytes_per_step": bytes_per_step(role, _BATCH.value, _DIM.value, _FIELDS.value,
                                          _HIDDEN.value, workers),

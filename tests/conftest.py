@@ -13,6 +13,27 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 NUM_VIRTUAL_CPUS = 4
 
+# GPUs. The suite checks CPU behaviour: virtual CPU devices, RING
+# collectives, float32 sums compared bit for bit between processes. On a
+# host with GPUs they are hidden from this session and from every process it
+# starts (set before TensorFlow is imported; subprocesses inherit it), so
+# `pytest` there checks the same thing. With TFDIST_OPT_TEST_GPUS=1 the GPUs
+# stay visible and only the tests marked `gpu` (which assert the GPU
+# behaviour where GPUs are visible) run; the others skip, saying why.
+TEST_GPUS = os.environ.get("TFDIST_OPT_TEST_GPUS") == "1"
+if not TEST_GPUS:
+    os.environ["CUDA_VISIBLE_DEVICES"] = "-1"
+_GPU_SKIP = ("TFDIST_OPT_TEST_GPUS=1 keeps the GPUs visible, and this test checks "
+             "CPU behaviour (virtual CPU devices, RING, exact float32 sums); "
+             "run it without the variable (GPUs hidden)")
+
+
+def pytest_report_header(config):
+    if TEST_GPUS:
+        return "tfdist_opt: GPUs visible (TFDIST_OPT_TEST_GPUS=1): only `gpu` tests run"
+    return ("tfdist_opt: GPUs hidden (CUDA_VISIBLE_DEVICES=-1); "
+            "TFDIST_OPT_TEST_GPUS=1 runs the `gpu` tests on them")
+
 
 def _is_xdist_controller(config) -> bool:
     """True in pytest-xdist's controller, which runs no test (its workers do)."""
@@ -30,6 +51,11 @@ def pytest_collection_modifyitems(config, items):
     heavy = {item.path for item in items
              if item.get_closest_marker("multiworker") or item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in heavy)
+    if TEST_GPUS:
+        skip = pytest.mark.skip(reason=_GPU_SKIP)
+        for item in items:
+            if not item.get_closest_marker("gpu"):
+                item.add_marker(skip)
 
 
 def pytest_configure(config):
@@ -49,6 +75,35 @@ def pytest_configure(config):
 
 
 import pytest  # noqa: E402
+
+
+@pytest.fixture
+def fake_gpus(monkeypatch):
+    """`fake_gpus(n)`: TensorFlow's physical device list reports n GPUs.
+
+    What the product reads to detect GPUs (`tf.config.list_physical_devices`),
+    so a test can take its GPU branch on a host without one (for code that
+    only plans or reports; nothing can run on a fake GPU).
+    """
+    import tensorflow as tf
+
+    real = tf.config.list_physical_devices
+
+    def install(n):
+        fakes = [tf.config.PhysicalDevice(name=f"/physical_device:GPU:{i}",
+                                          device_type="GPU") for i in range(n)]
+        monkeypatch.setattr(
+            tf.config, "list_physical_devices",
+            lambda device_type=None: fakes if device_type == "GPU" else real(device_type))
+        return [d.name for d in fakes]
+    return install
+
+
+def host_gpus() -> list:
+    """The GPUs this session sees (none unless TFDIST_OPT_TEST_GPUS=1)."""
+    import tensorflow as tf
+
+    return [d.name for d in tf.config.list_physical_devices("GPU")]
 
 
 @pytest.fixture(autouse=True)

@@ -174,38 +174,39 @@ def test_chief_tensorboard_of_ours_is_left_alone(tmp_path):
     assert type(tb) is ChiefTensorBoard
 
 
+def _scan_while_a_tuple_is_filled(scan):
+    """Runs `scan()` in the middle of a `tuple(generator)` and keeps what it
+    returned until the tuple is complete: deterministically, what a scan in
+    another thread does when the scheduler switches there mid-tuple."""
+    held = []
+
+    def fill():
+        yield 0
+        held.append(scan())
+        yield 1
+    return tuple(fill()), held[0]
+
+
 def test_heap_scan_leaves_tuples_other_threads_are_filling_alone():
     # gc.get_objects() made a parameter-server coordinator thread fail with
-    # "SystemError: Objects/tupleobject.c:927: bad argument to internal function".
-    import threading
-    import time
+    # "SystemError: Objects/tupleobject.c:927: bad argument to internal
+    # function": the scan's list held a second reference to a tuple being
+    # filled, and `tuple()`'s final _PyTuple_Resize needs the only one.
+    import gc
     strategy = types.SimpleNamespace()
     with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
         model = _model()
     model._distribute_strategy = strategy
-    errors, stop = [], threading.Event()
 
-    def fill():
-        def slow():
-            for i in range(20):
-                time.sleep(0)  # lets the scan run mid-tuple
-                yield i
-        while not stop.is_set():
-            try:
-                tuple(slow())
-            except SystemError as e:
-                errors.append(e)
-
-    thread = threading.Thread(target=fill)
-    thread.start()
-    try:
-        found = 0
-        for _ in range(20):
-            found += model in chief_saving._holders(strategy)
-    finally:
-        stop.set()
-        thread.join()
-    assert errors == [] and found == 20
+    # Negative control: the old scan (every object, gc.get_objects) fails.
+    with pytest.raises(SystemError, match="bad argument to internal function"):
+        _scan_while_a_tuple_is_filled(gc.get_objects)
+    filled, found = _scan_while_a_tuple_is_filled(
+        lambda: chief_saving._holders(strategy))
+    assert filled == (0, 1) and model in found
+    # And adopt_models, which scans with it, adopts the model.
+    assert chief_saving.adopt_models(strategy) == 1
+    assert isinstance(model, chief_saving.ChiefSaving)
 
 
 def test_non_chief_on_its_own_storage_writes_every_route(tmp_path, private_tmp):

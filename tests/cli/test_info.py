@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from tests.conftest import host_gpus
 from tests.multiworker.harness import REPO_ROOT
 from tfdist_opt import cli
 from tfdist_opt.strategy import cpu_split
@@ -43,14 +44,21 @@ def info_here(monkeypatch, capsys):
     return run
 
 
+def _kind_for(gpus):
+    # No TF_CONFIG: 2+ GPUs mirror over them, else one device (/gpu:0 or CPU).
+    return "mirrored" if len(gpus) >= 2 else "one_device"
+
+
+@pytest.mark.gpu
 def test_info_json_on_this_machine():
-    p = _info("--json")
+    p = _info("--json")  # the same GPU visibility as this session
     assert p.returncode == 0, p.stderr[-2000:]
     info = json.loads(p.stdout)
     assert info["tensorflow"].startswith("2.21")
     assert info["keras"].startswith("keras 3.")
-    assert info["devices"]["GPU"] == []
-    assert info["strategy"]["kind"] == "one_device"
+    gpus = host_gpus()
+    assert info["devices"]["GPU"] == gpus
+    assert info["strategy"]["kind"] == _kind_for(gpus)
     assert info["tf_config_role"] is None
     assert any(p.endswith("cpu_test.json") for p in info["presets"])
 
@@ -87,11 +95,33 @@ def test_info_text_with_cluster_role_and_preset(info_here):
     assert f"cpu threads  : {want} (cpu_split)" in out
 
 
-def test_info_reports_bad_config_and_fails(info_here):
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [0, 1, 2])
+def test_info_follows_the_gpu_list(info_here, fake_gpus, n):
+    """The GPU branch without a GPU: `info` only plans, from the device list."""
+    gpus = fake_gpus(n)
+    code, out = info_here("--json")
+    assert code == 0, out
+    info = json.loads(out)
+    assert info["devices"]["GPU"] == gpus
+    assert info["strategy"]["kind"] == _kind_for(gpus)
+    assert info["strategy"]["devices"] == (
+        [f"/gpu:{i}" for i in range(n)] if n else ["/cpu:0"])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [0, 2])
+def test_info_reports_bad_config_and_fails(info_here, fake_gpus, n):
+    # all_reduce=nccl is refused without a GPU, and is what 2 GPUs use.
+    fake_gpus(n)
     code, out = info_here(env_extra={"TFDIST_OPT_ALL_REDUCE": "nccl",
                                      "TFDIST_OPT_CPU_REPLICAS": "2"})
-    assert code == 1
-    assert "NCCL needs GPUs" in out
+    if n:
+        assert code == 0, out
+        assert "collectives  : nccl" in out
+    else:
+        assert code == 1
+        assert "NCCL needs GPUs" in out
 
 
 def test_cli_usage_and_unknown_command():

@@ -162,6 +162,7 @@ def test_cache_memory_and_file(tmp_path):
     assert any(f.startswith("cache_worker0") for f in os.listdir(tmp_path))
 
 
+@pytest.mark.gpu
 def test_dataset_options_applied(tmp_path):
     opts = data.PipelineOptions(private_threadpool_size=3,
                                 autotune_ram_budget=1 << 28, deterministic=False)
@@ -172,8 +173,23 @@ def test_dataset_options_applied(tmp_path):
     assert got.threading.private_threadpool_size == 3
     assert got.autotune.ram_budget == 1 << 28
     assert got.deterministic is False
+    # Per-replica device prefetch: 2 batches where a GPU exists, else 1.
+    has_gpu = bool(tf.config.list_physical_devices("GPU"))
     assert pipeline._input_options(data.PipelineOptions()) \
-        .experimental_per_replica_buffer_size == 1  # no GPU here
+        .experimental_per_replica_buffer_size == (2 if has_gpu else 1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("gpus", [[], ["/physical_device:GPU:0"]])
+def test_device_prefetch_follows_the_gpu_list(monkeypatch, gpus):
+    # Both branches on any host: the builder reads the device list here.
+    real = tf.config.list_physical_devices
+    monkeypatch.setattr(tf.config, "list_physical_devices",
+                        lambda kind=None: gpus if kind == "GPU" else real(kind))
+    assert pipeline._input_options(data.PipelineOptions()) \
+        .experimental_per_replica_buffer_size == (2 if gpus else 1)
+    assert pipeline._input_options(data.PipelineOptions(device_prefetch=3)) \
+        .experimental_per_replica_buffer_size == 3
 
 
 def test_dataset_fn_source_is_per_worker_and_batched_for_us(strategy):
@@ -227,6 +243,17 @@ def test_fit_on_tfrecords_with_map_and_augment(tmp_path, strategy):
     ds = data.build_dataset(str(tmp_path / "*.tfrecord"), strategy, 8,
                             map_fn=lambda s: to_xy(parse_id(s)),
                             augment_fn=augment)
+    # Without augment_fn, x == (id, id) / 32 and y == x0 + x1 exactly; with
+    # it, each coordinate carries its own noise in [0, 1e-3), after map_fn.
+    noise = []
+    for x, y in ds:
+        for xl, yl in zip(strategy.experimental_local_results(x),
+                          strategy.experimental_local_results(y)):
+            noise.append(xl.numpy() - yl.numpy() / 2.0)
+    noise = np.concatenate(noise)
+    assert noise.shape == (32, 2)
+    assert np.all(noise >= -1e-6) and np.all(noise < 1e-3 + 1e-6)
+    assert np.count_nonzero(noise[:, 0] != noise[:, 1]) > 16  # applied
     with strategy.scope():
         model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
         model.compile("sgd", "mse")

@@ -4,7 +4,8 @@ Each format the chief can write is produced by a real `fit` (our
 `DistributedBackupAndRestore`, Keras's `BackupAndRestore` and
 `ModelCheckpoint`, `tf.train.CheckpointManager`), then evaluated into a
 freshly initialised model: the last evaluation equals `model.evaluate` of
-the trained model. A truncated `.weights.h5` is skipped, and its completed
+the trained model, and the first equals `evaluate` of the first
+checkpoint's model. A truncated `.weights.h5` is skipped, and its completed
 version is evaluated.
 """
 
@@ -36,21 +37,29 @@ def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("ckpts")
     dirs = {k: str(root / k) for k in ("backup", "keras_backup", "keras_file", "tf")}
     model = _model(1)
+    after_epoch_1 = []
+    record = keras.callbacks.LambdaCallback(
+        on_epoch_end=lambda epoch, logs: epoch or after_epoch_1.append(model.get_weights()))
     model.fit(X, Y, batch_size=16, epochs=2, verbose=0, callbacks=[
         tfdist_opt.DistributedBackupAndRestore(dirs["backup"], delete_on_end=False),
-        keras.callbacks.ModelCheckpoint(os.path.join(dirs["keras_file"], "m.{epoch:02d}.keras"))])
+        keras.callbacks.ModelCheckpoint(os.path.join(dirs["keras_file"], "m.{epoch:02d}.keras")),
+        record])
     manager = tf.train.CheckpointManager(
         tf.train.Checkpoint(model=model, optimizer=model.optimizer), dirs["tf"], 3)
     manager.save()
     manager.save()
     expected = model.evaluate(VAL, verbose=0, return_dict=True)
+    first = _model(3)
+    first.set_weights(after_epoch_1[0])
+    expected_epoch_1 = first.evaluate(VAL, verbose=0, return_dict=True)
+    assert expected_epoch_1["loss"] != pytest.approx(expected["loss"], rel=1e-3)
     # Keras's BackupAndRestore cannot share a fit with ours (refused): the
     # same training again, seeded, gives the same final weights.
     again = _model(1)
     again.fit(X, Y, batch_size=16, epochs=2, verbose=0, callbacks=[
         keras.callbacks.BackupAndRestore(dirs["keras_backup"], delete_checkpoint=False)])
     np.testing.assert_array_equal(again.get_weights()[0], model.get_weights()[0])
-    return model, dirs, expected
+    return model, dirs, {"final": expected, "epoch 1": expected_epoch_1}
 
 
 def _evaluate(directory, on_sleep=None, timeout=5.0, data=VAL, **kwargs):
@@ -66,14 +75,15 @@ def _evaluate(directory, on_sleep=None, timeout=5.0, data=VAL, **kwargs):
     return evaluator, metrics
 
 
-@pytest.mark.parametrize("fmt,names", [
-    ("backup", ["backup-4", "backup-8"]),
-    ("keras_backup", ["latest.weights.h5"]),
-    ("keras_file", ["m.01.keras", "m.02.keras"]),
-    ("tf", ["ckpt-1", "ckpt-2"]),
+@pytest.mark.parametrize("fmt,names,first", [
+    ("backup", ["backup-4", "backup-8"], "epoch 1"),          # 4 steps an epoch
+    ("keras_backup", ["latest.weights.h5"], "final"),
+    ("keras_file", ["m.01.keras", "m.02.keras"], "epoch 1"),
+    ("tf", ["ckpt-1", "ckpt-2"], "final"),                    # both saved after fit
 ])
-def test_every_format_evaluates_to_the_trained_model(trained, fmt, names):
-    _, dirs, expected = trained
+def test_every_format_evaluates_to_the_trained_model(trained, fmt, names, first):
+    _, dirs, expected_at = trained
+    expected = expected_at["final"]
     data = (X[:32], Y[:32]) if fmt == "tf" else VAL  # arrays as (x, y) too
     evaluator, metrics = _evaluate(dirs[fmt], data=data,
                                    log_dir=os.path.join(dirs[fmt] + "_tb"))
@@ -81,12 +91,17 @@ def test_every_format_evaluates_to_the_trained_model(trained, fmt, names):
     assert evaluator.outcome.reason == "timeout" and not evaluator.outcome.skipped
     assert metrics["accuracy"] == expected["accuracy"]
     assert metrics["loss"] == pytest.approx(expected["loss"], rel=1e-6)
+    # The first evaluation is `evaluate` of the first checkpoint's model.
+    got_first = evaluator.outcome.evaluations[0].metrics
+    assert got_first["accuracy"] == expected_at[first]["accuracy"]
+    assert got_first["loss"] == pytest.approx(expected_at[first]["loss"], rel=1e-6)
     assert os.listdir(dirs[fmt] + "_tb")  # the TensorBoard event file
 
 
 @pytest.mark.parametrize("suffix", [".weights.h5", ".keras"])
 def test_a_half_written_file_is_never_evaluated(trained, tmp_path, suffix):
-    model, _, expected = trained
+    model, _, expected_at = trained
+    expected = expected_at["final"]
     full = str(tmp_path / f"full{suffix}")
     (model.save_weights if suffix == ".weights.h5" else model.save)(full)
     target = tmp_path / "ckpt" / f"w{suffix}"

@@ -74,6 +74,7 @@ def test_per_host_disks_each_keep_a_copy_and_a_restart_resumes(runs):
         assert after_crash[i][1]["epoch"] == 2
         # Restart: both restore ckpt-2, resume at epoch 2, end at the math.
         _check(resumed[("host", i)], "ckpt-2.keras", 2, 4)
+        assert resumed[("host", i)]["scratch"] == []   # each wrote its own disk
         host = root / f"host{i}"
         assert set(os.listdir(host)) == FILES - {"backup"}   # deleted at the end
         assert sorted(os.listdir(host / "ckpt")) == [f"ckpt-{e}.keras" for e in range(1, 5)]
@@ -89,6 +90,16 @@ def test_shared_storage_one_copy_and_every_worker_reads_it_back(runs):
     for i in (0, 1):
         _check(crashed[("shared", i)], None, 0, 4)           # a new model
         _check(resumed[("shared", i)], "ckpt-4.keras", 0, 8)  # restored, 4 more
+    # The writer, named: worker 0 saved nothing elsewhere; each save of
+    # worker 1 (per epoch a .keras file and weights, then m.keras) went into
+    # its own temporary directory, in both runs.
+    expected = [[f"ckpt/{name}-{e}.{ext}"] for e in range(1, 5)
+                for name, ext in (("ckpt", "keras"), ("w", "weights.h5"))] + [["m.keras"]]
+    for run in (crashed, resumed):
+        assert run[("shared", 0)]["scratch"] == []
+        scratch = run[("shared", 1)]["scratch"]
+        assert [sorted(e["files"]) for e in scratch] == expected
+        assert all(os.path.dirname(e["dir"]) == str(root / "tmp") for e in scratch)
     assert set(os.listdir(shared)) == FILES - {"backup"}
     assert sorted(os.listdir(shared / "ckpt")) == [f"ckpt-{e}.keras" for e in range(1, 5)]
     assert sorted(os.listdir(shared / "weights")) == [f"w-{e}.weights.h5" for e in range(1, 5)]

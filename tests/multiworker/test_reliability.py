@@ -109,19 +109,40 @@ def test_peer_crash_mid_training_stops_survivor_naming_lost_task():
     assert elapsed < 60
 
 
+def _slope(points):
+    """Least-squares slope of [(x, y), ...]."""
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    return (sum((x - mx) * (y - my) for x, y in points)
+            / sum((x - mx) ** 2 for x, _ in points))
+
+
 @pytest.mark.slow
 def test_soak_300_steps_no_leak():
+    """RSS and OS threads (from /proc/self/status) every 10 steps of 300.
+
+    After a 100-step warm-up the RSS slope (a least-squares line) must stay
+    under 16 KB/step (measured: 3.6-3.7 KB/step, still falling) and the
+    thread count must not rise. Run with no collective timeout: TensorFlow
+    starts one OS thread per collective that sleeps out `timeout_seconds`
+    (tensorflow/core/common_runtime/base_collective_executor.cc, "TODO:
+    Share the timeout watchdog thread among collectives"), measured at 4
+    threads per step of this model, up to 4 x steps-per-timeout.
+    """
     results = harness.run_workers(
-        2, [SCRIPT, "--steps", "300", "--soak"], timeout_s=240,
-        extra_env={"TFDIST_OPT_COLLECTIVE_TIMEOUT_S": "60"})
-    import json
+        2, [SCRIPT, "--steps", "300", "--soak"], timeout_s=240)
     for r in results:
         assert r.returncode == 0, r.output[-3000:]
         line = [l for l in r.output.splitlines() if l.startswith("RESULT ")][-1]
         res = json.loads(line[len("RESULT "):])
         assert res["steps"] == 300
-        samples = res["samples"]  # (step, rss_mb, threads) every 50 steps
-        first_rss, last_rss = samples[1][1], samples[-1][1]  # after warm-up
-        assert last_rss - first_rss < 50, samples  # MB over 250 steps
-        assert samples[-1][2] <= samples[1][2] + 2, samples  # no thread leak
-        print("soak", r.index, samples)
+        # (step, rss_mb, os_threads) every 10 steps, then once after fit.
+        samples = res["samples"]
+        assert [s[0] for s in samples] == list(range(0, 300, 10)) + [300]
+        after = [s for s in samples if s[0] >= 100]
+        slope_kb = _slope([(step, rss * 1024) for step, rss, _ in after])
+        print("soak", r.index, f"rss slope {slope_kb:.2f} KB/step", samples)
+        assert slope_kb < 16, samples
+        threads_at_warm = after[0][2]
+        assert max(t for _, _, t in after) <= threads_at_warm + 2, samples

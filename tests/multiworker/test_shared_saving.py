@@ -28,6 +28,17 @@ def test_every_worker_saves_to_shared_dir_only_chief_writes(tmp_path):
         assert res["class"].endswith(":True")
     assert sorted(os.listdir(shared)) == ["ckpt.keras", "export", "m.keras", "m.weights.h5"]
     assert "saved_model.pb" in os.listdir(shared / "export")
+    # The writer, named: the chief saved nothing elsewhere; every save of the
+    # non-chief (2 checkpoints, save, save_weights, export) went into its own
+    # temporary directory under TMPDIR, since removed.
+    assert got[True]["scratch"] == []
+    scratch = got[False]["scratch"]
+    assert [sorted(e["files"]) for e in scratch] == [
+        ["ckpt/ckpt.keras"], ["ckpt/ckpt.keras"], ["m.keras"], ["m.weights.h5"],
+        ["export/fingerprint.pb", "export/saved_model.pb",
+         "export/variables/variables.data-00000-of-00001",
+         "export/variables/variables.index"]]
+    assert all(os.path.dirname(e["dir"]) == str(tmp) for e in scratch)
     assert os.listdir(tmp) == []          # the non-chief's temp saves are gone
     import keras
     chief_w = np.array(got[True]["w"])

@@ -5,7 +5,8 @@ the training tasks `fit` with a ModelCheckpoint per epoch while the
 `evaluator` task runs `tfdist_opt.SidecarEvaluator` on the same directory.
 The evaluator evaluates every checkpoint in order, writes TensorBoard
 scalars, exits 0 once the chief has exited, and its metrics for the last
-checkpoint equal `model.evaluate` of the final weights.
+checkpoint equal `model.evaluate` of the final weights, and those for the
+first checkpoint the same metrics of the weights after epoch 1.
 """
 
 import json
@@ -35,6 +36,13 @@ def _run(tmp_path, n, options, epochs):
     assert last["name"] == f"weights.{epochs:02d}.weights.h5"
     assert last["metrics"]["accuracy"] == final["accuracy"]
     assert last["metrics"]["loss"] == pytest.approx(final["loss"], rel=1e-6)
+    # The first evaluation is of the first checkpoint's model (epoch 1).
+    first, epoch1 = result["evaluations"][0], json.loads(
+        (tmp_path / "epoch1.json").read_text())
+    assert first["name"] == "weights.01.weights.h5"
+    assert first["metrics"]["accuracy"] == pytest.approx(epoch1["accuracy"], abs=1e-6)
+    assert first["metrics"]["loss"] == pytest.approx(epoch1["loss"], rel=1e-5)
+    assert epoch1["loss"] != pytest.approx(final["loss"], rel=1e-3)
     return result
 
 

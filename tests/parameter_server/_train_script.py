@@ -57,9 +57,15 @@ def linear(strategy, out):
     h2 = ps.fit(model, x, y, batch_size=8, epochs=5, verbose=0, callbacks=[stop])
     out["early_stop_epochs"] = len(h2.history["loss"])
     path = os.path.join(d, "w.weights.h5")
-    ps.fit(model, x, y, batch_size=64, epochs=1, verbose=0,
+    before = [w.tolist() for w in model.get_weights()]
+    ps.fit(model, x, y + 1.0, batch_size=64, epochs=1, verbose=0,  # moves the bias
            callbacks=[keras.callbacks.ModelCheckpoint(path, save_weights_only=True)])
     out["checkpoint_written"] = os.path.exists(path)
+    plain = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])  # no strategy
+    plain.load_weights(path)
+    out["checkpoint"] = {"before": before,
+                         "after": [w.tolist() for w in model.get_weights()],
+                         "loaded": [w.tolist() for w in plain.get_weights()]}
     monitor = tfdist_opt.ThroughputMonitor(global_batch_size=8, warmup_steps=4, verbose=0)
     h4 = ps.fit(model, x, y, batch_size=8, epochs=2, verbose=0, callbacks=[monitor])
     out["monitor"] = monitor.summary()

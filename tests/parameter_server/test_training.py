@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from tests.multiworker import harness
@@ -85,6 +86,12 @@ def test_evaluate_and_predict_match_numpy(linear):
 def test_keras_callbacks(linear):
     assert linear["early_stop_epochs"] == 2
     assert linear["checkpoint_written"]
+    # The file holds the weights at the end of its fit (loaded into a plain
+    # model), not those before it (that fit's targets are shifted by 1).
+    ckpt = linear["checkpoint"]
+    for loaded, after in zip(ckpt["loaded"], ckpt["after"]):
+        np.testing.assert_allclose(loaded, after, rtol=1e-6, atol=0)
+    assert abs(ckpt["after"][1][0] - ckpt["before"][1][0]) > 0.1  # the bias moved
 
 
 def test_throughput_monitor_sees_completed_steps(linear):

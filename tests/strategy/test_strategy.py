@@ -25,10 +25,20 @@ def _no_tf_config(monkeypatch):
             monkeypatch.delenv(name)
 
 
-def test_auto_on_cpu_is_one_device():
+@pytest.mark.gpu
+def test_auto_is_one_device_on_cpu_and_mirrors_2_gpus():
+    from tests.conftest import host_gpus
+    gpus = host_gpus()
     s = tfdist_opt.opt_strategy()
-    assert isinstance(s, tf.distribute.OneDeviceStrategy)
-    assert s.num_replicas_in_sync == 1
+    if len(gpus) >= 2:  # README: 2+ GPUs -> MirroredStrategy over them, NCCL
+        assert isinstance(s, tf.distribute.MirroredStrategy)
+        assert s.num_replicas_in_sync == len(gpus)
+        assert isinstance(s.extended._cross_device_ops, tf.distribute.NcclAllReduce)
+    else:  # CPU, or 1 GPU: OneDeviceStrategy
+        assert isinstance(s, tf.distribute.OneDeviceStrategy)
+        assert s.num_replicas_in_sync == 1
+        assert s.extended.worker_devices[0].endswith(
+            "device:GPU:0" if gpus else "device:CPU:0")
 
 
 def test_cpu_replicas_give_mirrored():
@@ -51,7 +61,9 @@ def test_env_and_preset_reach_the_strategy(monkeypatch):
     assert tfdist_opt.opt_strategy("cpu_test", cpu_replicas=3).num_replicas_in_sync == 3
 
 
-def test_nccl_on_cpu_is_a_clear_error():
+@pytest.mark.gpu
+def test_nccl_on_cpu_is_a_clear_error(fake_gpus):
+    fake_gpus(0)  # the no-GPU branch on any host (the GPU one: test_plan.py)
     with pytest.raises(ValueError, match="NCCL needs GPUs and this host has none"):
         tfdist_opt.opt_strategy(cpu_replicas=2, all_reduce="nccl")
 

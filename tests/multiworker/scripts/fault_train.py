@@ -2,7 +2,9 @@
 
 Flags: --steps N (total steps, one epoch), --die_task I --die_at_step K
 (task I calls os._exit(1) at step K, like a crashed host), --steps_log PATH
-(append each finished step), --soak (print RSS / thread count at the end),
+(append each finished step), --soak (print, at the end, RSS and the
+process's thread count from /proc/self/status, sampled every 10 steps:
+TF's own threads included, which `threading` cannot see),
 --mark_step K (print "task I: reached step K" after step K).
 """
 
@@ -10,7 +12,6 @@ import argparse
 import json
 import os
 import sys
-import threading
 import time
 
 import numpy as np
@@ -55,25 +56,27 @@ def main():
                 os._exit(1)
             if batch + 1 == args.mark_step:
                 print(f"task {me}: reached step {batch + 1}", flush=True)
-            if args.soak and batch % 50 == 0:
-                samples.append((batch, _rss_mb(), threading.active_count()))
+            if args.soak and batch % 10 == 0:
+                samples.append((batch, *_status()))
 
     t0 = time.time()
     model.fit(ds, epochs=1, steps_per_epoch=args.steps, verbose=0, callbacks=[Faults()])
     result = {"task": me, "steps": int(model.optimizer.iterations.numpy()),
               "seconds": round(time.time() - t0, 2)}
     if args.soak:
-        samples.append((args.steps, _rss_mb(), threading.active_count()))
+        samples.append((args.steps, *_status()))
         result["samples"] = samples
     print("RESULT " + json.dumps(result), flush=True)
 
 
-def _rss_mb():
+def _status():
+    """(VmRSS in MB, Threads) of this process, from /proc/self/status."""
+    fields = {}
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    return -1.0
+            key, _, value = line.partition(":")
+            fields[key] = value.split()
+    return int(fields["VmRSS"][0]) / 1024.0, int(fields["Threads"][0])
 
 
 if __name__ == "__main__":

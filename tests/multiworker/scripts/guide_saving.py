@@ -15,7 +15,8 @@ their own disks), where MODE "crash" exits 3 right after epoch 2's saves and
 3. `model.save("m.keras")` then `keras.models.load_model("m.keras")`.
 
 Prints `RESULT shared|host {"restored", "start_epoch", "w", "newest_weights",
-"w_loaded_weights", "w_load_model"}` after each.
+"w_loaded_weights", "w_load_model", "scratch"}` after each; "scratch" lists
+the temporary directories this worker saved into instead (`scratch_log`).
 """
 
 import json
@@ -27,6 +28,7 @@ import numpy as np
 task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
 shared_dir, host_dir, mode = sys.argv[1], sys.argv[2].format(task=task), sys.argv[3]
 
+import scratch_log  # noqa: E402  (this script's directory)
 import tfdist_opt  # noqa: E402
 
 X = np.arange(32, dtype="float32").reshape(16, 2) / 16.0
@@ -90,10 +92,11 @@ def guide(strategy, crash):
     loaded = keras.models.load_model("m.keras")
     return {"restored": restored[0], "start_epoch": seen[0], "w": w,
             "w_loaded_weights": flat(model), "w_load_model": flat(loaded),
-            "newest_weights": newest}
+            "newest_weights": newest, "scratch": scratch_log.take()}
 
 
 def main():
+    scratch_log.install()
     strategy = tfdist_opt.opt_strategy()
     for label, workdir in (("shared", shared_dir), ("host", host_dir)):
         os.makedirs(workdir, exist_ok=True)

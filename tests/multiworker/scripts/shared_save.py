@@ -6,7 +6,9 @@ model.export(dir/export); then, after a barrier (evaluate), reload m.keras
 inside the scope and train it on per-worker data (it must all-reduce: both
 workers end equal) and predict, and reload it outside the scope and train
 the same way (Keras gives it the default strategy: the workers diverge).
-Prints `RESULT {"chief": bool, "class": name, "w": [...], ...}`.
+Prints `RESULT {"chief": bool, "class": name, "w": [...], "scratch": [...],
+...}`, "scratch" listing the temporary directories this worker saved into
+instead of the shared one, with their files (`scratch_log`).
 """
 
 import json
@@ -15,6 +17,7 @@ import sys
 
 import numpy as np
 
+import scratch_log  # this script's directory
 import tfdist_opt
 from tfdist_opt.strategy import chief_saving
 
@@ -24,6 +27,7 @@ Y = (X @ np.array([[1.5], [-2.0]], dtype="float32")) + 0.25
 
 def main():
     shared = sys.argv[1]
+    scratch_log.install()
     strategy = tfdist_opt.opt_strategy()
     import keras
     import tensorflow as tf
@@ -39,6 +43,7 @@ def main():
     model.export(os.path.join(shared, "export"), verbose=False)
     w = np.concatenate([v.numpy().ravel() for v in model.weights])
     model.evaluate(ds, verbose=0)  # a barrier: the chief's files are complete
+    scratch = scratch_log.take()  # where this worker's saves went instead
 
     task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
     local = tf.data.Dataset.from_tensor_slices((X * (1 + task), Y)).batch(8)
@@ -57,7 +62,8 @@ def main():
         "w": w.tolist(), "inside_w": flat(inside),
         "inside_predict": inside.predict(ds, verbose=0).ravel().tolist(),
         "outside_strategy": type(outside.distribute_strategy).__name__,
-        "outside_w": flat(outside)}), flush=True)
+        "outside_w": flat(outside), "pid": os.getpid(),
+        "scratch": scratch}), flush=True)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ and compiled in its scope, then the evaluator runs `SidecarEvaluator` on the
 ModelCheckpoint files while the workers `fit`. The evaluator writes
 `{out}/evaluator.json` (every evaluation: checkpoint name, step, metrics);
 the chief writes `{out}/final.json` (`model.evaluate` of the final weights
-on the same data).
+on the same data) and `{out}/epoch1.json` (the same metrics of the weights
+after epoch 1, what the first checkpoint holds, computed in numpy).
 """
 
 import argparse
@@ -60,19 +61,35 @@ def main():
     checkpoint = keras.callbacks.ModelCheckpoint(
         os.path.join(ckpt_dir, "weights.{epoch:02d}.weights.h5"),
         save_weights_only=True)
+    after_epoch_1 = []
+    record = keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: (
+        epoch or after_epoch_1.append(model.get_weights())))
     if tfdist_opt.task_type() == "chief":  # parameter servers: the coordinator
         from tfdist_opt import parameter_server as ps  # pylint: disable=g-import-not-at-top
 
         ps.fit(model, x, y, batch_size=16, epochs=args.epochs, verbose=0,
-               callbacks=[checkpoint])
+               callbacks=[checkpoint, record])
         final = ps.evaluate(model, x[:32], y[:32], batch_size=8, return_dict=True)
     else:
         train = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
-        model.fit(train, epochs=args.epochs, verbose=0, callbacks=[checkpoint])
+        model.fit(train, epochs=args.epochs, verbose=0, callbacks=[checkpoint, record])
         final = model.evaluate(val, verbose=0, return_dict=True)  # every worker
     if os.environ.get("TFDIST_LAUNCH_WORKER_INDEX", "0") == "0":
         with open(os.path.join(args.out, "final.json"), "w") as f:
             json.dump({k: float(v) for k, v in final.items()}, f)
+        with open(os.path.join(args.out, "epoch1.json"), "w") as f:
+            json.dump(_numpy_metrics(after_epoch_1[0], x[:32], y[:32]), f)
+
+
+def _numpy_metrics(weights, x, y):
+    """`evaluate` of the softmax layer `weights` on (x, y), in float64 numpy."""
+    import numpy as np  # pylint: disable=g-import-not-at-top
+
+    logits = x.astype("float64") @ weights[0] + weights[1]
+    logits -= logits.max(axis=1, keepdims=True)
+    log_p = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    return {"loss": float(-log_p[np.arange(len(y)), y].mean()),
+            "accuracy": float((log_p.argmax(axis=1) == y).mean())}
 
 
 if __name__ == "__main__":
