@@ -15,7 +15,7 @@ NUM_VIRTUAL_CPUS = 4
 
 # GPUs. The suite checks CPU behaviour: virtual CPU devices, RING
 # collectives, float32 sums compared bit for bit between processes. On a
-# host with GPUs they are hidden from this session and from every process it
+# host with GPUs they are hidden from this pytest run and from every process it
 # starts (set before TensorFlow is imported; subprocesses inherit it), so
 # `pytest` there checks the same thing. With TFDIST_OPT_TEST_GPUS=1 the GPUs
 # stay visible and only the tests marked `gpu` (which assert the GPU
@@ -100,7 +100,7 @@ def fake_gpus(monkeypatch):
 
 
 def host_gpus() -> list:
-    """The GPUs this session sees (none unless TFDIST_OPT_TEST_GPUS=1)."""
+    """The GPUs this pytest run sees (none unless TFDIST_OPT_TEST_GPUS=1)."""
     import tensorflow as tf
 
     return [d.name for d in tf.config.list_physical_devices("GPU")]

@@ -51,7 +51,7 @@ def _kind_for(gpus):
 
 @pytest.mark.gpu
 def test_info_json_on_this_machine():
-    p = _info("--json")  # the same GPU visibility as this session
+    p = _info("--json")  # the same GPU visibility as this pytest run
     assert p.returncode == 0, p.stderr[-2000:]
     info = json.loads(p.stdout)
     assert info["tensorflow"].startswith("2.21")
