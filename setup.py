@@ -19,6 +19,7 @@ _TF = "tensorflow==2.21.*"
 _KERAS = "keras==3.15.*"
 _TF_KERAS = "tf-keras==2.21.*"
 _TENSORBOARD = "tensorboard==2.21.*"
+_RAY_TRAIN = "ray[train]==2.60.*"  # Ray Train V2 (TensorflowTrainer)
 
 # Top-level folders shipped inside the wheel as tfdist_opt/_data/<folder>/
 # (found by tfdist_opt/resources.py): folder -> file patterns.
@@ -97,8 +98,10 @@ setuptools.setup(
             _TENSORBOARD,
             "matplotlib>=3.8",
             "pyyaml>=6",  # tests read `tfdist-opt k8s` manifests back
+            _RAY_TRAIN,  # tests/ray: Ray Train backend, launch --ray
         ],
         "legacy": [_TF_KERAS],
+        "ray": [_RAY_TRAIN],
         "plot": ["matplotlib>=3.8"],
         "tensorboard": [_TENSORBOARD],
     },

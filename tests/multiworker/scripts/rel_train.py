@@ -9,9 +9,9 @@ run must end bit-identical to an uninterrupted one.
 Flags:
   --out DIR, --backup DIR (`{index}` in DIR becomes the worker index: an
       unshared backup dir per worker, the usual multi-host mistake)
-  --crash-task I --crash-at-step K: task I `os._exit(1)`s right after
-      optimizer step K, on the first attempt only (TFDIST_LAUNCH_RESTART_COUNT
-      == 0), like a crashed host.
+  --crash-task I --crash-at-step K: task I `os._exit(1)`s (with
+      --crash-sigkill: SIGKILLs itself) right after optimizer step K, on the
+      first attempt only (TFDIST_LAUNCH_RESTART_COUNT == 0), like a crashed host.
   --die-in-save-step M --die-in-save-attempt A: on attempt A the chief
       `os._exit(1)`s inside the save of step M, after the backup is written
       and before it is committed (case 8).
@@ -31,6 +31,7 @@ so a test can signal a worker at a known phase and time what happened.
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 
@@ -41,6 +42,8 @@ def main():
     parser.add_argument("--backup", required=True)
     parser.add_argument("--crash-task", type=int, default=-1)
     parser.add_argument("--crash-at-step", type=int, default=-1)
+    parser.add_argument("--crash-sigkill", action="store_true",
+                        help="crash by SIGKILL to itself instead of os._exit(1)")
     parser.add_argument("--die-in-save-step", type=int, default=-1)
     parser.add_argument("--die-in-save-attempt", type=int, default=-1)
     parser.add_argument("--batch-sleep", type=float, default=0.0)
@@ -89,6 +92,8 @@ def main():
             if attempt == 0 and index == args.crash_task and step == args.crash_at_step:
                 print(f"task {index}: crashing after step {step}", flush=True)
                 _write(args.out, f"crash-{index}", repr(time.time()))
+                if args.crash_sigkill:
+                    os.kill(os.getpid(), signal.SIGKILL)
                 os._exit(1)
             if attempt == 0 and args.batch_sleep:
                 time.sleep(args.batch_sleep)
