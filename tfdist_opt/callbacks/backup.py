@@ -92,7 +92,10 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
     each backup is also reported to Ray (`ray.train.report` on every worker,
     the checkpoint from world rank 0 only: one stored copy per backup), and
     `fit` restores from `ray.train.get_checkpoint()` when Ray has one (a
-    restarted or resized worker group), else from `backup_dir`. No code
+    restarted or resized worker group) unless `backup_dir` holds a newer
+    backup (Ray registers a report only when its controller next polls the
+    workers, every 2 s by default, so a worker killed right after a save
+    can leave Ray one backup behind), else from `backup_dir`. No code
     changes: `FailureConfig(max_failures=N)` then resumes at the newest
     backup instead of step 0 (see `tfdist_opt.callbacks.ray_checkpoints`).
 
@@ -306,9 +309,13 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
                     if meta is None:
                         raise BackupError(f"Ray's newest checkpoint cannot be "
                                           f"restored: {why}")
-                    read(directory)
-                    self._skipped = []
-                    return meta
+                    local = store_lib.find_restorable(self.backup_dir).meta
+                    # Ray registers a report when its controller next polls
+                    # (every 2 s): a backup_dir may hold a newer one.
+                    if local is None or local["step"] <= meta["step"]:
+                        read(directory)
+                        self._skipped = []
+                        return meta
         meta, self._skipped = store_lib.restore_newest(
             self.backup_dir, read, (tf.errors.OpError, AssertionError, ValueError))
         return meta

@@ -52,6 +52,7 @@ import time
 import traceback
 from typing import IO, Mapping, Sequence
 
+from tfdist_opt.cluster.launch_checks import LaunchError
 from tfdist_opt.cluster.launcher import LaunchResult
 
 EXIT_LAUNCH_ERROR = 1
@@ -345,8 +346,14 @@ def run_ray(argv: Sequence[str], num_workers, *,
                      include_dashboard=False, log_to_driver=False,
                      configure_logging=False, runtime_env=runtime_env)
         else:
-            ray.init(address=address, log_to_driver=False,
-                     configure_logging=False, runtime_env=runtime_env)
+            try:
+                ray.init(address=address, log_to_driver=False,
+                         configure_logging=False, runtime_env=runtime_env)
+            except ConnectionError as e:
+                raise LaunchError(
+                    f"Cannot join the Ray cluster at `--ray {address}`: "
+                    f"{str(e).strip().splitlines()[-1]} (is it running, and "
+                    "does this process have its auth token?)") from e
         log(f"Ray {'local instance started' if address is None else 'joined at ' + address}"
             f" in {time.monotonic() - t0:.1f} s")
         logs = Queue()

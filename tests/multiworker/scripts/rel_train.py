@@ -8,7 +8,9 @@ run must end bit-identical to an uninterrupted one.
 
 Flags:
   --out DIR, --backup DIR (`{index}` in DIR becomes the worker index: an
-      unshared backup dir per worker, the usual multi-host mistake)
+      unshared backup dir per worker, the usual multi-host mistake;
+      `{attempt}` the attempt: a fresh directory after each restart, so only
+      Ray's stored checkpoint can resume the run)
   --crash-task I --crash-at-step K: task I `os._exit(1)`s (with
       --crash-sigkill: SIGKILLs itself) right after optimizer step K, on the
       first attempt only (TFDIST_LAUNCH_RESTART_COUNT == 0), like a crashed host.
@@ -52,7 +54,7 @@ def main():
 
     index = int(os.environ.get("TFDIST_LAUNCH_WORKER_INDEX", "0"))
     attempt = int(os.environ.get("TFDIST_LAUNCH_RESTART_COUNT", "0"))
-    args.backup = args.backup.format(index=index)
+    args.backup = args.backup.format(index=index, attempt=attempt)
     os.makedirs(args.out, exist_ok=True)
     _write(args.out, f"start-{index}-{attempt}", repr(time.time()))
     with open(os.path.join(args.out, f"pid-{index}"), "w") as f:
@@ -124,7 +126,8 @@ def main():
               "replicas": strategy.num_replicas_in_sync,
               "step": int(model.optimizer.iterations.numpy()),
               "weights": [w.tolist() for w in model.get_weights()],
-              "restored": backup.restored, "input_errors": input_errors}
+              "restored": backup.restored, "input_errors": input_errors,
+              "tf_config": os.environ.get("TF_CONFIG")}
     with open(os.path.join(args.out, f"attempt-{attempt}-worker-{index}.json"),
               "w") as f:
         json.dump(result, f)
