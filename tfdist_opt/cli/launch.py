@@ -81,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the workers on Ray (Ray Train): a local Ray started and "
              "stopped for the run, or the cluster at ADDRESS (auto, "
              "ray://host:10001, host:6379); needs tfdist_opt[ray]")
+    p.add_argument("--ray-resize-interval", type=float, default=None, metavar="S",
+                   help="with --ray -n MIN:MAX: how often Ray considers growing "
+                        "a healthy group (default: Ray's, 60 s)")
     p.add_argument("--ray-storage", metavar="PATH", default=None,
                    help="with --ray: Ray Train's checkpoint storage (shared by "
                         "all nodes; default: a temporary directory)")
@@ -147,9 +150,11 @@ def _run(args, command: list[str]) -> int:
         return 0  # not reached
     if args.ray is not None:
         return _run_ray(args, command)
-    if args.ray_storage is not None:
-        raise ValueError("`--ray-storage` needs --ray. Received: --ray-storage "
-                         f"{args.ray_storage} without --ray.")
+    for name, value in (("--ray-storage", args.ray_storage),
+                        ("--ray-resize-interval", args.ray_resize_interval)):
+        if value is not None:
+            raise ValueError(f"`{name}` needs --ray. Received: {name} {value} "
+                             "without --ray.")
     if isinstance(args.num_workers, str):
         raise ValueError("Invalid value for `-n`: MIN:MAX (elastic) needs --ray; "
                          f"a local launch runs a fixed N. Received: -n "
@@ -244,7 +249,7 @@ def _run_ray(args, command: list[str]) -> int:
     result = ray_launch.run_ray(
         command, args.num_workers, address=args.ray or None,
         max_restarts=args.max_restarts, storage_path=args.ray_storage,
-        quiet=not args.verbose)
+        resize_interval_s=args.ray_resize_interval, quiet=not args.verbose)
     return result.returncode
 
 

@@ -211,10 +211,19 @@ def _worker_loop(config: dict) -> None:
 
 
 # ------------------------------------------------------------- driver side
-def _attempts_actor():
+def _on_this_node():
+    """Scheduling strategy: this process's node (soft)."""
+    import ray  # pylint: disable=g-import-not-at-top
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # pylint: disable=g-import-not-at-top
+
+    return NodeAffinitySchedulingStrategy(
+        ray.get_runtime_context().get_node_id(), soft=True)
+
+
+def _attempts_actor(strategy):
     import ray  # pylint: disable=g-import-not-at-top
 
-    @ray.remote(num_cpus=0)
+    @ray.remote(num_cpus=0, scheduling_strategy=strategy)
     class Attempts:
         """Counts worker-group starts: the launcher's restart count."""
 
@@ -251,6 +260,7 @@ def run_ray(argv: Sequence[str], num_workers, *,
             address: str | None = None,
             max_restarts: int = 0,
             storage_path: str | None = None,
+            resize_interval_s: float | None = None,
             env: Mapping[str, str] | None = None,
             cwd: str | None = None,
             stdout: IO[str] | None = None,
@@ -270,6 +280,9 @@ def run_ray(argv: Sequence[str], num_workers, *,
             (`FailureConfig(max_failures=R)`). Defaults to `0`.
         storage_path: str or None. Ray Train's checkpoint storage; None: a
             temporary directory removed after the run (fine for one node).
+        resize_interval_s: float or None. With MIN:MAX, how often Ray
+            considers growing a healthy group (Ray's
+            `elastic_resize_monitor_interval_s`; None: Ray's default, 60 s).
         env: mapping or None. Variables set in each worker before the
             script runs (in addition to what Ray's workers inherit).
         cwd: str or None. Workers' working directory. Defaults to this
@@ -293,6 +306,14 @@ def run_ray(argv: Sequence[str], num_workers, *,
             or max_restarts < 0:
         raise ValueError("Invalid value for `--max-restarts`: expected an int "
                          f">= 0. Received: --max-restarts={max_restarts!r}")
+    if resize_interval_s is not None and (
+            isinstance(resize_interval_s, bool)
+            or not isinstance(resize_interval_s, (int, float))
+            or not resize_interval_s >= 0 or hi is None):
+        raise ValueError(
+            "Invalid value for `--ray-resize-interval`: expected seconds >= 0 "
+            "with an elastic -n MIN:MAX. Received: --ray-resize-interval="
+            f"{resize_interval_s!r} with -n {num_workers}")
     kind, target, args = python_target(argv)
     cwd = os.path.abspath(cwd or os.getcwd())
     if kind == "path":
@@ -356,8 +377,9 @@ def run_ray(argv: Sequence[str], num_workers, *,
                     "does this process have its auth token?)") from e
         log(f"Ray {'local instance started' if address is None else 'joined at ' + address}"
             f" in {time.monotonic() - t0:.1f} s")
-        logs = Queue()
-        attempts = _attempts_actor()
+        here = _on_this_node()  # a lost node must not take these along
+        logs = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
+        attempts = _attempts_actor(here)
         pump = _Pump(logs, out, err, lock)
         pump.start()
         workers = lo if hi is None else (lo, hi)
@@ -367,7 +389,10 @@ def run_ray(argv: Sequence[str], num_workers, *,
                                "quiet": quiet,
                                "target": target, "args": args, "logs": logs},
             tensorflow_config=ray_backend.TensorflowConfig(attempts=attempts),
-            scaling_config=ray_train.ScalingConfig(num_workers=workers),
+            scaling_config=ray_train.ScalingConfig(
+                num_workers=workers,
+                **({} if resize_interval_s is None else
+                   {"elastic_resize_monitor_interval_s": float(resize_interval_s)})),
             run_config=ray_train.RunConfig(
                 storage_path=storage, name="tfdist_opt_launch",
                 failure_config=ray_train.FailureConfig(max_failures=max_restarts)))

@@ -18,7 +18,8 @@ Flags:
       `os._exit(1)`s inside the save of step M, after the backup is written
       and before it is committed (case 8).
   --batch-sleep S: sleep S seconds after each batch on the first attempt
-      (so a test can send SIGTERM mid-training).
+      (so a test can send SIGTERM mid-training); --sleep-every-attempt: on
+      every attempt.
   --check-input-errors: before training, check with the real 2-worker
       strategy that an indivisible global batch and FILE sharding with fewer
       files than workers both raise ValueError before any step (case 10).
@@ -49,6 +50,8 @@ def main():
     parser.add_argument("--die-in-save-step", type=int, default=-1)
     parser.add_argument("--die-in-save-attempt", type=int, default=-1)
     parser.add_argument("--batch-sleep", type=float, default=0.0)
+    parser.add_argument("--sleep-every-attempt", action="store_true",
+                        help="--batch-sleep on every attempt, not the first only")
     parser.add_argument("--check-input-errors", action="store_true")
     args = parser.parse_args()
 
@@ -97,7 +100,7 @@ def main():
                 if args.crash_sigkill:
                     os.kill(os.getpid(), signal.SIGKILL)
                 os._exit(1)
-            if attempt == 0 and args.batch_sleep:
+            if (attempt == 0 or args.sleep_every_attempt) and args.batch_sleep:
                 time.sleep(args.batch_sleep)
 
     keras.utils.set_random_seed(1)
