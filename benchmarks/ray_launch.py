@@ -111,7 +111,8 @@ def _restart_seconds(ray: bool, tmp: str) -> float:
 
 
 def main(argv):
-    del argv
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     rows = []
     n = _ROUNDS.value
     prog = progress.Progress(2 * n + 2)

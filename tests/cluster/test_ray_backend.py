@@ -14,6 +14,7 @@ from tfdist_opt.callbacks import ray_checkpoints  # pylint: disable=g-import-not
 from tfdist_opt.cli import launch as launch_cli  # pylint: disable=g-import-not-at-top
 from tfdist_opt.cluster import ray_backend  # pylint: disable=g-import-not-at-top
 from tfdist_opt.cluster import ray_launch  # pylint: disable=g-import-not-at-top
+from tfdist_opt.cluster import ray_worker  # pylint: disable=g-import-not-at-top
 
 
 @pytest.mark.parametrize("text,want", [
@@ -97,3 +98,22 @@ def test_released_port_is_free_again():
     ray_backend.release_ports()
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))
+
+
+def test_exit_code_from_rays_error():
+    class Failed(Exception):
+        worker_failures = {0: RuntimeError("ActorDiedError: the actor died"),
+                           1: RuntimeError(str(ray_worker.WorkerExit(42, 1)))}
+    assert ray_launch._exit_code(Failed("x"))[:2] == (42, 1)  # pylint: disable=protected-access
+    Failed.worker_failures = {1: RuntimeError("ActorDiedError: the actor died")}
+    code, rank, message = ray_launch._exit_code(Failed("x"))  # pylint: disable=protected-access
+    assert (code, rank) == (1, 1) and "the actor died" in message
+
+
+@pytest.mark.parametrize("body,code", [
+    ("pass", 0), ("import sys; sys.exit(42)", 42), ("raise ValueError('x')", 1),
+    ("import sys; sys.exit('bad')", 1), ("import sys; sys.exit(None)", 0)])
+def test_run_target_exit_codes(tmp_path, body, code):
+    script = tmp_path / "s.py"
+    script.write_text(body + "\n")
+    assert ray_worker.run_target("path", str(script), [str(script)]) == code
