@@ -10,8 +10,13 @@ warm-up), so Ray's start-up is not in that figure; it is reported on its own.
 
     python benchmarks/ray_launch.py --rounds=3 --output_json=/tmp/ray_launch.json
 
+A third setting, `launch_omp1`, is the local launcher with
+`OMP_NUM_THREADS=1`, which Ray sets in every 1-CPU worker: it tells how much
+of a difference is that setting rather than the engine.
+
 Summary keys: `ray_over_launch` (median over rounds of the per-round ratio
-Ray eps / launch eps; the goal is >= 0.95), `launch_eps`, `ray_eps`
+Ray eps / launch eps; the goal is >= 0.95), `ray_over_launch_omp1` (the
+same against `launch_omp1`), `launch_eps`, `launch_omp1_eps`, `ray_eps`
 (medians), `launch_wall_s`, `ray_wall_s` (median whole-run seconds),
 `ray_startup_s` (median seconds for `ray.init` to start the local Ray),
 `ray_restart_s` and `launch_restart_s` (seconds from a worker's failing exit
@@ -49,6 +54,11 @@ _TRAIN_ARGS = flags.DEFINE_string(
 _TIMEOUT = flags.DEFINE_float("timeout_s", 600, "Seconds per run.")
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Ray starts each 1-CPU worker with OMP_NUM_THREADS=1 (ray._private.utils:
+# "Forcing OMP_NUM_THREADS=1 to avoid performance degradation with many
+# workers"); `launch_omp1` is the local launcher with the same setting.
+_OMP1 = {"OMP_NUM_THREADS": "1"}
+_BACKENDS = ("launch", "ray", "launch_omp1")
 _STARTUP_RE = re.compile(r"Ray local instance started in ([0-9.]+) s")
 _RESTART_SCRIPT = """
 import os, sys, time
@@ -72,11 +82,12 @@ def _env() -> dict:
     return env
 
 
-def _launch(ray: bool, workers: int, command: list[str], extra=()) -> tuple:
+def _launch(ray: bool, workers: int, command: list[str], extra=(),
+            env=None) -> tuple:
     cmd = [sys.executable, "-m", "tfdist_opt", "launch", *(["--ray"] if ray else []),
            "-n", str(workers), *extra, "--", *command]
     t0 = time.monotonic()
-    r = subprocess.run(cmd, env=_env(), cwd=_REPO, capture_output=True, text=True,
+    r = subprocess.run(cmd, env={**_env(), **(env or {})}, cwd=_REPO, capture_output=True, text=True,
                        timeout=_TIMEOUT.value)
     wall = time.monotonic() - t0
     if r.returncode not in (0,) and not extra:
@@ -85,15 +96,17 @@ def _launch(ray: bool, workers: int, command: list[str], extra=()) -> tuple:
     return r, wall
 
 
-def _train_run(ray: bool, tmp: str, tag: str) -> dict:
+def _train_run(backend: str, tmp: str, tag: str) -> dict:
+    ray = backend == "ray"
     out = os.path.join(tmp, f"{tag}.json")
     command = [sys.executable, "benchmarks/train.py", *_TRAIN_ARGS.value.split(),
                f"--output_json={out}"]
-    r, wall = _launch(ray, _WORKERS.value, command)
+    r, wall = _launch(ray, _WORKERS.value, command,
+                      env=_OMP1 if backend == "launch_omp1" else None)
     with open(out) as f:
         eps = json.load(f)["summary"]["opt_eps"]
     m = _STARTUP_RE.search(r.stderr)
-    return {"backend": "ray" if ray else "launch", "tag": tag, "eps": eps,
+    return {"backend": backend, "tag": tag, "eps": eps,
             "wall_s": wall, "ray_startup_s": float(m.group(1)) if m else None}
 
 
@@ -115,24 +128,27 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     rows = []
     n = _ROUNDS.value
-    prog = progress.Progress(2 * n + 2)
+    prog = progress.Progress(len(_BACKENDS) * n + 2)
     with tempfile.TemporaryDirectory(prefix="ray_launch_bench_") as tmp:
         for i in range(n):
-            order = (False, True) if i % 2 == 0 else (True, False)
-            for ray in order:
-                rows.append(dict(_train_run(ray, tmp, f"r{i}_{int(ray)}"), round=i))
-                prog.done(f"round {i + 1}/{n} {'ray' if ray else 'launch'}")
+            order = _BACKENDS[i % 3:] + _BACKENDS[:i % 3]  # rotate who goes first
+            for backend in order:
+                rows.append(dict(_train_run(backend, tmp, f"r{i}_{backend}"), round=i))
+                prog.done(f"round {i + 1}/{n} {backend}")
         restart = {}
         for ray in (False, True):
             restart["ray" if ray else "launch"] = _restart_seconds(ray, tmp)
             prog.done(f"restart {'ray' if ray else 'launch'}")
     by = lambda b, k: [r[k] for r in rows if r["backend"] == b]
-    ratios = [next(r["eps"] for r in rows if r["round"] == i and r["backend"] == "ray")
-              / next(r["eps"] for r in rows if r["round"] == i and r["backend"] == "launch")
-              for i in range(n)]
+    eps = lambda i, b: next(r["eps"] for r in rows if r["round"] == i and r["backend"] == b)
+    ratios = [eps(i, "ray") / eps(i, "launch") for i in range(n)]
+    ratios_omp1 = [eps(i, "ray") / eps(i, "launch_omp1") for i in range(n)]
     summary = {"ray_over_launch": statistics.median(ratios),
                "ray_over_launch_per_round": ratios,
+               "ray_over_launch_omp1": statistics.median(ratios_omp1),
+               "ray_over_launch_omp1_per_round": ratios_omp1,
                "launch_eps": statistics.median(by("launch", "eps")),
+               "launch_omp1_eps": statistics.median(by("launch_omp1", "eps")),
                "ray_eps": statistics.median(by("ray", "eps")),
                "launch_wall_s": statistics.median(by("launch", "wall_s")),
                "ray_wall_s": statistics.median(by("ray", "wall_s")),

@@ -24,26 +24,48 @@ pytestmark = [pytest.mark.multiworker, pytest.mark.slow]
 SCRIPT = "tests/multiworker/scripts/rel_train.py"
 
 
-def test_two_worker_backup_resumes_on_one_worker(tmp_path):
+# (opt_strategy kwargs, crash after this optimizer step, the backup resumed,
+#  optimizer steps in the whole run)
+CASES = {
+    "plain": ({}, 10, 8, 36),
+    # 3 micro-batches per step: the step-8-calls backup is 2 steps + 2 of 3
+    # micro-batches, its accumulators summed over the 2 replicas.
+    "grad_accum_mid_cycle": ({"grad_accum": 3}, 3, 2, 12),
+    # ZeRO-1: each worker holds half of every momentum slot; a backup holds
+    # the whole slot, re-split for 1 worker.
+    "zero": ({"shard_optimizer_state": True}, 10, 8, 36),
+    # PowerSGD rank 1 compresses the 4x8 kernel; its error-feedback residuals
+    # are per replica, saved per replica, restored as their sum spread over
+    # the new replica count (the compressed all-reduce only sees the sum).
+    "powersgd": ({"compression": "powersgd", "powersgd_rank": 1}, 10, 8, 36),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_two_worker_backup_resumes_on_one_worker(tmp_path, case):
+    kwargs, crash_step, resumed_step, steps = CASES[case]
+    extra = ["--strategy-kwargs", json.dumps(kwargs)]
     backup = tmp_path / "bk"
     p = harness.start_launch(2, [], [SCRIPT, "--out", str(tmp_path / "two"),
-                                     "--backup", str(backup),
-                                     "--crash-task", "1", "--crash-at-step", "10"])
+                                     "--backup", str(backup), *extra,
+                                     "--crash-task", "1",
+                                     "--crash-at-step", str(crash_step)])
     harness.finish_launch(p, timeout=240)
     assert p.returncode == 1
     assert (tmp_path / "two" / "crash-1").exists()
 
     p = harness.start_launch(1, [], [SCRIPT, "--out", str(tmp_path / "one"),
-                                     "--backup", str(backup)])
+                                     "--backup", str(backup), *extra])
     harness.finish_launch(p, timeout=240)
     assert p.returncode == 0
     with open(tmp_path / "one" / "attempt-0-worker-0.json") as f:
         resumed = json.load(f)
-    assert resumed["replicas"] == 1 and resumed["step"] == 36
-    assert resumed["restored"]["step"] == 8, resumed["restored"]
+    assert resumed["replicas"] == 1 and resumed["step"] == steps
+    assert resumed["restored"]["step"] == resumed_step, resumed["restored"]
 
     ref = harness.run_single([SCRIPT, "--out", str(tmp_path / "ref"),
-                              "--backup", str(tmp_path / "ref-bk")], timeout_s=180)
+                              "--backup", str(tmp_path / "ref-bk"), *extra],
+                             timeout_s=180)
     assert ref.returncode == 0, ref.output[-3000:]
     with open(tmp_path / "ref" / "attempt-0-worker-0.json") as f:
         want = json.load(f)

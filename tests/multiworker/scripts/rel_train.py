@@ -20,6 +20,8 @@ Flags:
   --batch-sleep S: sleep S seconds after each batch on the first attempt
       (so a test can send SIGTERM mid-training); --sleep-every-attempt: on
       every attempt.
+  --strategy-kwargs JSON: extra `opt_strategy()` arguments, e.g.
+      '{"grad_accum": 3}'.
   --check-input-errors: before training, check with the real 2-worker
       strategy that an indivisible global batch and FILE sharding with fewer
       files than workers both raise ValueError before any step (case 10).
@@ -53,6 +55,8 @@ def main():
     parser.add_argument("--sleep-every-attempt", action="store_true",
                         help="--batch-sleep on every attempt, not the first only")
     parser.add_argument("--check-input-errors", action="store_true")
+    parser.add_argument("--strategy-kwargs", default="{}",
+                        help="JSON object of extra opt_strategy() arguments")
     args = parser.parse_args()
 
     index = int(os.environ.get("TFDIST_LAUNCH_WORKER_INDEX", "0"))
@@ -65,7 +69,8 @@ def main():
 
     import tfdist_opt  # pylint: disable=g-import-not-at-top
 
-    strategy = tfdist_opt.opt_strategy(all_reduce="ring")
+    strategy = tfdist_opt.opt_strategy(all_reduce="ring",
+                                       **json.loads(args.strategy_kwargs))
 
     import keras  # pylint: disable=g-import-not-at-top
     import numpy as np  # pylint: disable=g-import-not-at-top
