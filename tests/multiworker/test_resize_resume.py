@@ -34,10 +34,6 @@ CASES = {
     # ZeRO-1: each worker holds half of every momentum slot; a backup holds
     # the whole slot, re-split for 1 worker.
     "zero": ({"shard_optimizer_state": True}, 10, 8, 36),
-    # PowerSGD rank 1 compresses the 4x8 kernel; its error-feedback residuals
-    # are per replica, saved per replica, restored as their sum spread over
-    # the new replica count (the compressed all-reduce only sees the sum).
-    "powersgd": ({"compression": "powersgd", "powersgd_rank": 1}, 10, 8, 36),
 }
 
 
