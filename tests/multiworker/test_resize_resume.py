@@ -8,7 +8,9 @@ calls of the epoch and the optimizer step, both size-independent, and the
 model and optimizer variables (SGD momentum: one copy, not per replica).
 So 2 workers crash after step 10, 1 worker resumes from the step-8 backup,
 and the result equals an uninterrupted run within 1e-5 (float32 additions
-in another order). This is what a Ray elastic restart at another size
+in another order). The same holds for per-replica optimizer state: a
+`grad_accum` cycle cut mid-way (accumulators saved as their sum, restored
+as sum / n) and ZeRO-1 momentum shards (saved whole, re-split). This is what a Ray elastic restart at another size
 (`launch --ray -n 1:2`) does after a lost node.
 """
 
