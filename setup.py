@@ -19,6 +19,7 @@ _TF = "tensorflow==2.21.*"
 _KERAS = "keras==3.15.*"
 _TF_KERAS = "tf-keras==2.21.*"
 _TENSORBOARD = "tensorboard==2.21.*"
+_RAY_TRAIN = "ray[train]==2.60.*"  # Ray Train V2 (TensorflowTrainer)
 
 # Top-level folders shipped inside the wheel as tfdist_opt/_data/<folder>/
 # (found by tfdist_opt/resources.py): folder -> file patterns.
@@ -102,8 +103,10 @@ setuptools.setup(
             "mkdocs-material==9.8.2",
             "mkdocstrings[python]==1.0.8",
             "mkdocstrings-python==2.0.11",
+            _RAY_TRAIN,  # Ray tests: the Ray Train backend, launch --ray
         ],
         "legacy": [_TF_KERAS],
+        "ray": [_RAY_TRAIN],
         "plot": ["matplotlib>=3.8"],
         "tensorboard": [_TENSORBOARD],
     },

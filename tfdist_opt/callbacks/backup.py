@@ -18,6 +18,7 @@ from tfdist_opt.strategy import topology as topology_lib
 from tfdist_opt.callbacks import _common
 from tfdist_opt.callbacks import backup_store as store_lib
 from tfdist_opt.callbacks import preemption as preemption_lib
+from tfdist_opt.callbacks import ray_checkpoints
 from tfdist_opt.callbacks import restore_agreement
 from tfdist_opt.callbacks.throughput import SKIPPING_ATTR
 
@@ -86,6 +87,17 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
     saved, and raise `SystemExit(preemption_exit_code)`. The backup just
     written is the newest; a rerun (e.g. `tfdist-opt launch
     --max-restarts R`) resumes from it.
+
+    Ray Train: in a Ray Train worker (`ray.train.get_context()` answers),
+    each backup is also reported to Ray (`ray.train.report` on every worker,
+    the checkpoint from world rank 0 only: one stored copy per backup), and
+    `fit` restores from `ray.train.get_checkpoint()` when Ray has one (a
+    restarted or resized worker group) unless `backup_dir` holds a newer
+    backup (Ray registers a report only when its controller next polls the
+    workers, every 2 s by default, so a worker killed right after a save
+    can leave Ray one backup behind), else from `backup_dir`. No code
+    changes: `FailureConfig(max_failures=N)` then resumes at the newest
+    backup instead of step 0 (see `tfdist_opt.callbacks.ray_checkpoints`).
 
     Ordering: none required (it writes nothing into `logs`). It cannot be
     combined with `keras.callbacks.BackupAndRestore`.
@@ -164,6 +176,8 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
         self._skipped = []
         self._train_calls = 0
         self._agreement = None
+        self._ray = None
+        self._last_loss = None
 
     # ------------------------------------------------------------- hooks
     def on_train_begin(self, logs=None):
@@ -171,6 +185,7 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
         self._reset()
         self._writes = file_writers.is_writer(
             getattr(self.model, "distribute_strategy", None), self.backup_dir)
+        self._ray = ray_checkpoints.train_context()
         optimizer = self.model.optimizer
         if not optimizer.built:
             optimizer.build(self.model.trainable_variables)
@@ -226,6 +241,7 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
         loss = (logs or {}).get("loss")
         if loss is not None and not math.isfinite(loss):
             self._saw_nonfinite = True
+        self._last_loss = loss
         preempted = (self._agreement is not None
                      and self._agreement.check(self._train_calls))
         if (not self._saw_nonfinite
@@ -286,6 +302,20 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
         def read(path):
             self._checkpoint.read(os.path.join(path, "state")).assert_consumed()
 
+        if self._ray is not None:
+            with ray_checkpoints.latest_checkpoint() as directory:
+                if directory is not None:
+                    meta, why = store_lib.verify(directory)
+                    if meta is None:
+                        raise BackupError(f"Ray's newest checkpoint cannot be "
+                                          f"restored: {why}")
+                    local = store_lib.find_restorable(self.backup_dir).meta
+                    # Ray registers a report when its controller next polls
+                    # (every 2 s): a backup_dir may hold a newer one.
+                    if local is None or local["step"] <= meta["step"]:
+                        read(directory)
+                        self._skipped = []
+                        return meta
         meta, self._skipped = store_lib.restore_newest(
             self.backup_dir, read, (tf.errors.OpError, AssertionError, ValueError))
         return meta
@@ -340,12 +370,16 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
         finally:
             if not self._writes:
                 shutil.rmtree(staging, ignore_errors=True)
-        if not self._writes:
-            return
         meta = {"name": f"{store_lib.PREFIX}{step}", "epoch": epoch,
                 "calls": calls, "step": step}
-        store_lib.commit(self.backup_dir, staging, meta, keep=self.keep,
-                         after_manifest=self._after_write)
+        final = None
+        if self._writes:
+            final = store_lib.commit(self.backup_dir, staging, meta, keep=self.keep,
+                                     after_manifest=self._after_write)
+        if self._ray is not None:  # every worker: Ray's report is a barrier
+            loss = self._last_loss
+            ray_checkpoints.report(self._ray, meta, final, None if loss is None
+                                   else {"loss": float(loss)})
 
 
 def read_latest(backup_dir: str) -> dict | None:

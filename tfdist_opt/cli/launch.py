@@ -11,12 +11,15 @@ Examples:
     tfdist-opt launch --workers h1:2222,h2:2222,h3:2222 --ps h4:2222 -- python train.py
     tfdist-opt launch -n 2 --evaluator -- python train.py  # + side-car evaluator
     tfdist-opt launch --workers h1:2222,h2:2222 --evaluator h3:2222 -- python train.py
+    tfdist-opt launch --ray -n 2 -- python train.py        # a local Ray, started and stopped
+    tfdist-opt launch --ray auto -n 2:4 --max-restarts 3 -- python train.py  # a Ray cluster
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -38,8 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
             "for each host."),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:" + __doc__.split("Examples:", 1)[1])
-    p.add_argument("-n", "--num-workers", type=int, default=None,
-                   help="local worker processes to start")
+    p.add_argument("-n", "--num-workers", type=_workers_arg, default=None,
+                   metavar="N|MIN:MAX",
+                   help="worker processes to start (MIN:MAX: elastic, with --ray)")
     p.add_argument("--cpu-replicas", type=int, default=None, metavar="K",
                    help="set TFDIST_OPT_CPU_REPLICAS=K in each worker (K > 1 "
                         "only with -n 1: one process, K virtual CPUs)")
@@ -72,6 +76,17 @@ def build_parser() -> argparse.ArgumentParser:
                               help="print the command for each host slot")
     remote_group.add_argument("--slurm-task", action="store_true",
                               help=argparse.SUPPRESS)
+    remote_group.add_argument(
+        "--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+        help="run the workers on Ray (Ray Train): a local Ray started and "
+             "stopped for the run, or the cluster at ADDRESS (auto, "
+             "ray://host:10001, host:6379); needs tfdist_opt[ray]")
+    p.add_argument("--ray-resize-interval", type=float, default=None, metavar="S",
+                   help="with --ray -n MIN:MAX: how often Ray considers growing "
+                        "a healthy group (default: Ray's, 60 s)")
+    p.add_argument("--ray-storage", metavar="PATH", default=None,
+                   help="with --ray: Ray Train's checkpoint storage (shared by "
+                        "all nodes; default: a temporary directory)")
     p.add_argument("--ps", metavar="K|H:P,H:P", default=None,
                    help="parameter-server training: a number starts a chief, the "
                         "workers and K ps tasks locally; with a --workers/--hostfile "
@@ -89,6 +104,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="first port per host for --slurm/--hostfile/--workers "
                         "(default: %(default)s)")
     return p
+
+
+def _workers_arg(text: str):
+    """`-n`: an int, or "MIN:MAX" (kept as text; only --ray takes it)."""
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    if re.fullmatch(r"\d+:\d+", text):
+        return text
+    raise argparse.ArgumentTypeError(
+        f"expected N or MIN:MAX (positive ints). Received: -n {text}")
 
 
 def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -113,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return _run(args, command)
-    except (ValueError, TypeError, launcher_lib.LaunchError) as e:
+    except (ValueError, TypeError, ImportError, launcher_lib.LaunchError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
 
@@ -122,6 +148,17 @@ def _run(args, command: list[str]) -> int:
     if args.slurm_task:
         remote.exec_slurm_task(command, port=args.port)
         return 0  # not reached
+    if args.ray is not None:
+        return _run_ray(args, command)
+    for name, value in (("--ray-storage", args.ray_storage),
+                        ("--ray-resize-interval", args.ray_resize_interval)):
+        if value is not None:
+            raise ValueError(f"`{name}` needs --ray. Received: {name} {value} "
+                             "without --ray.")
+    if isinstance(args.num_workers, str):
+        raise ValueError("Invalid value for `-n`: MIN:MAX (elastic) needs --ray; "
+                         f"a local launch runs a fixed N. Received: -n "
+                         f"{args.num_workers}")
     if args.slurm and args.evaluator is not None:
         raise ValueError("`--evaluator` with --slurm: launch gives every SLURM task "
                          "the worker role. Received: --slurm --evaluator. Expected: "
@@ -191,6 +228,28 @@ def _run(args, command: list[str]) -> int:
         num_ps=num_ps or 0,
         evaluator=_local_evaluator(args.evaluator),
         quiet=not args.verbose)
+    return result.returncode
+
+
+def _run_ray(args, command: list[str]) -> int:
+    """`--ray [ADDRESS]`: the Ray backend of the launcher contract."""
+    unsupported = [name for name, value in (
+        ("--ps", args.ps), ("--evaluator", args.evaluator),
+        ("--cpu-replicas", args.cpu_replicas), ("--base-port", args.base_port))
+        if value is not None]
+    if unsupported:
+        raise ValueError(f"`{unsupported[0]}` with --ray: Ray places the workers "
+                         "and picks their ports. Received: --ray "
+                         f"{' '.join(unsupported)}. Expected -n N|MIN:MAX, "
+                         "--max-restarts, --ray-storage.")
+    if args.num_workers is None:
+        raise ValueError("Missing `-n`: how many Ray workers? Pass -n N or -n "
+                         "MIN:MAX. Received: -n None")
+    from tfdist_opt.cluster import ray_launch  # pylint: disable=g-import-not-at-top
+    result = ray_launch.run_ray(
+        command, args.num_workers, address=args.ray or None,
+        max_restarts=args.max_restarts, storage_path=args.ray_storage,
+        resize_interval_s=args.ray_resize_interval, quiet=not args.verbose)
     return result.returncode
 
 

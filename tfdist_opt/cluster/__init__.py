@@ -2,6 +2,14 @@
 
 Pure Python: nothing here imports TensorFlow (the launcher runs TF only in
 its child processes).
+
+The launcher contract (`tfdist-opt launch`): given N (or MIN:MAX) workers
+and a command, place them, hand each its TF_CONFIG, stream `[worker i]`
+output, return one exit code (`LaunchResult`), restart the whole group up
+to R times, leave nothing running. Two backends keep it:
+`launcher.run_local` (local process groups) and `ray_launch.run_ray` (Ray
+Train workers, `--ray`; imports Ray, so it is not imported here). SLURM and
+Kubernetes (`slurm`, `k8s`) stay generators.
 """
 
 from tfdist_opt.cluster.launcher import LaunchResult

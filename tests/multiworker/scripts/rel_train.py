@@ -8,15 +8,20 @@ run must end bit-identical to an uninterrupted one.
 
 Flags:
   --out DIR, --backup DIR (`{index}` in DIR becomes the worker index: an
-      unshared backup dir per worker, the usual multi-host mistake)
-  --crash-task I --crash-at-step K: task I `os._exit(1)`s right after
-      optimizer step K, on the first attempt only (TFDIST_LAUNCH_RESTART_COUNT
-      == 0), like a crashed host.
+      unshared backup dir per worker, the usual multi-host mistake;
+      `{attempt}` the attempt: a fresh directory after each restart, so only
+      Ray's stored checkpoint can resume the run)
+  --crash-task I --crash-at-step K: task I `os._exit(1)`s (with
+      --crash-sigkill: SIGKILLs itself) right after optimizer step K, on the
+      first attempt only (TFDIST_LAUNCH_RESTART_COUNT == 0), like a crashed host.
   --die-in-save-step M --die-in-save-attempt A: on attempt A the chief
       `os._exit(1)`s inside the save of step M, after the backup is written
       and before it is committed (case 8).
   --batch-sleep S: sleep S seconds after each batch on the first attempt
-      (so a test can send SIGTERM mid-training).
+      (so a test can send SIGTERM mid-training); --sleep-every-attempt: on
+      every attempt.
+  --strategy-kwargs JSON: extra `opt_strategy()` arguments, e.g.
+      '{"grad_accum": 3}'.
   --check-input-errors: before training, check with the real 2-worker
       strategy that an indivisible global batch and FILE sharding with fewer
       files than workers both raise ValueError before any step (case 10).
@@ -31,6 +36,7 @@ so a test can signal a worker at a known phase and time what happened.
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 
@@ -41,15 +47,21 @@ def main():
     parser.add_argument("--backup", required=True)
     parser.add_argument("--crash-task", type=int, default=-1)
     parser.add_argument("--crash-at-step", type=int, default=-1)
+    parser.add_argument("--crash-sigkill", action="store_true",
+                        help="crash by SIGKILL to itself instead of os._exit(1)")
     parser.add_argument("--die-in-save-step", type=int, default=-1)
     parser.add_argument("--die-in-save-attempt", type=int, default=-1)
     parser.add_argument("--batch-sleep", type=float, default=0.0)
+    parser.add_argument("--sleep-every-attempt", action="store_true",
+                        help="--batch-sleep on every attempt, not the first only")
     parser.add_argument("--check-input-errors", action="store_true")
+    parser.add_argument("--strategy-kwargs", default="{}",
+                        help="JSON object of extra opt_strategy() arguments")
     args = parser.parse_args()
 
     index = int(os.environ.get("TFDIST_LAUNCH_WORKER_INDEX", "0"))
     attempt = int(os.environ.get("TFDIST_LAUNCH_RESTART_COUNT", "0"))
-    args.backup = args.backup.format(index=index)
+    args.backup = args.backup.format(index=index, attempt=attempt)
     os.makedirs(args.out, exist_ok=True)
     _write(args.out, f"start-{index}-{attempt}", repr(time.time()))
     with open(os.path.join(args.out, f"pid-{index}"), "w") as f:
@@ -57,7 +69,8 @@ def main():
 
     import tfdist_opt  # pylint: disable=g-import-not-at-top
 
-    strategy = tfdist_opt.opt_strategy(all_reduce="ring")
+    strategy = tfdist_opt.opt_strategy(all_reduce="ring",
+                                       **json.loads(args.strategy_kwargs))
 
     import keras  # pylint: disable=g-import-not-at-top
     import numpy as np  # pylint: disable=g-import-not-at-top
@@ -89,8 +102,10 @@ def main():
             if attempt == 0 and index == args.crash_task and step == args.crash_at_step:
                 print(f"task {index}: crashing after step {step}", flush=True)
                 _write(args.out, f"crash-{index}", repr(time.time()))
+                if args.crash_sigkill:
+                    os.kill(os.getpid(), signal.SIGKILL)
                 os._exit(1)
-            if attempt == 0 and args.batch_sleep:
+            if (attempt == 0 or args.sleep_every_attempt) and args.batch_sleep:
                 time.sleep(args.batch_sleep)
 
     keras.utils.set_random_seed(1)
@@ -119,7 +134,8 @@ def main():
               "replicas": strategy.num_replicas_in_sync,
               "step": int(model.optimizer.iterations.numpy()),
               "weights": [w.tolist() for w in model.get_weights()],
-              "restored": backup.restored, "input_errors": input_errors}
+              "restored": backup.restored, "input_errors": input_errors,
+              "tf_config": os.environ.get("TF_CONFIG")}
     with open(os.path.join(args.out, f"attempt-{attempt}-worker-{index}.json"),
               "w") as f:
         json.dump(result, f)

@@ -1,0 +1,119 @@
+"""The Ray backend's pure parts and its held ports (no Ray cluster started)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("ray.train")
+
+from tfdist_opt.callbacks import ray_checkpoints  # pylint: disable=g-import-not-at-top
+from tfdist_opt.cli import launch as launch_cli  # pylint: disable=g-import-not-at-top
+from tfdist_opt.cluster import ray_backend  # pylint: disable=g-import-not-at-top
+from tfdist_opt.cluster import ray_launch  # pylint: disable=g-import-not-at-top
+from tfdist_opt.cluster import ray_worker  # pylint: disable=g-import-not-at-top
+
+
+@pytest.mark.parametrize("text,want", [
+    ("2", (2, None)), (3, (3, None)), ("1:2", (1, 2)), (" 2 : 4 ", (2, 4))])
+def test_parse_workers(text, want):
+    assert ray_launch.parse_workers(text) == want
+
+
+@pytest.mark.parametrize("text", ["0", "2:1", "a", "1:", "-1", True])
+def test_parse_workers_rejects(text):
+    with pytest.raises(ValueError, match=r"Invalid value for `-n`.*Received: -n"):
+        ray_launch.parse_workers(text)
+
+
+def test_python_target():
+    assert ray_launch.python_target(["python", "t.py", "--x", "1"]) == (
+        "path", "t.py", ["t.py", "--x", "1"])
+    assert ray_launch.python_target([sys.executable, "-m", "pkg.mod", "a"]) == (
+        "module", "pkg.mod", ["pkg.mod", "a"])
+    for bad in (["bash", "t.sh"], ["python"], ["python", "-c", "print(1)"]):
+        with pytest.raises(ValueError, match="Invalid command for `--ray`"):
+            ray_launch.python_target(bad)
+
+
+def test_worker_environment():
+    env = ray_backend.worker_environment(["127.0.0.1:1", "127.0.0.1:2"], 1, 3)
+    assert json.loads(env.pop("TF_CONFIG")) == {
+        "cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
+        "task": {"type": "worker", "index": 1}}
+    assert env == {"TFDIST_LAUNCH_WORKER_INDEX": "1", "TFDIST_LAUNCH_NUM_WORKERS": "2",
+                   "TFDIST_LAUNCH_RESTART_COUNT": "3"}
+    one = ray_backend.worker_environment(["127.0.0.1:1"], 0)
+    assert one["TF_CONFIG"] == ""  # removed: one process, no server
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["-n", "2:3", "--", "python", "t.py"], "MIN:MAX (elastic) needs --ray"),
+    (["--ray", "-n", "2", "--ps", "1", "--", "python", "t.py"], "`--ps` with --ray"),
+    (["--ray", "--", "python", "t.py"], "Missing `-n`"),
+    (["--ray", "-n", "2", "--", "bash", "t.sh"], "Invalid command for `--ray`"),
+    (["--ray", "-n", "2", "--", "python", "no_such_script.py"], "no script"),
+    (["--ray-storage", "/x", "-n", "2", "--", "python", "t.py"], "needs --ray"),
+])
+def test_cli_errors_before_ray_starts(argv, message, capsys):
+    assert launch_cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err, err
+
+
+def test_train_context_is_none_outside_ray_train():
+    assert ray_checkpoints.train_context() is None
+
+
+def test_held_port_is_taken_by_no_other_bind_and_tf_binds_it():
+    """The pick-to-bind race is closed: while held, a port-0 bind never gets
+    the port and a plain bind of it fails; TF's server binds it anyway."""
+    code = """
+import socket, sys
+from tfdist_opt.cluster import ray_backend
+port = ray_backend.reserve_port()
+s = socket.socket()
+try:
+    s.bind(("127.0.0.1", port))
+    sys.exit("a plain bind took the held port")
+except OSError:
+    pass
+import tensorflow as tf
+server = tf.distribute.Server({"worker": [f"localhost:{port}"]}, job_name="worker",
+                              task_index=0, start=True)
+socket.create_connection(("127.0.0.1", port), timeout=5).close()
+print("OK", port)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env={**os.environ,
+                                         "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr[-2000:]
+
+
+def test_released_port_is_free_again():
+    port = ray_backend.reserve_port()
+    ray_backend.release_ports()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+
+
+def test_exit_code_from_rays_error():
+    class Failed(Exception):
+        worker_failures = {0: RuntimeError("ActorDiedError: the actor died"),
+                           1: RuntimeError(str(ray_worker.WorkerExit(42, 1)))}
+    assert ray_launch._exit_code(Failed("x"))[:2] == (42, 1)  # pylint: disable=protected-access
+    Failed.worker_failures = {1: RuntimeError("ActorDiedError: the actor died")}
+    code, rank, message = ray_launch._exit_code(Failed("x"))  # pylint: disable=protected-access
+    assert (code, rank) == (1, 1) and "the actor died" in message
+
+
+@pytest.mark.parametrize("body,code", [
+    ("pass", 0), ("import sys; sys.exit(42)", 42), ("raise ValueError('x')", 1),
+    ("import sys; sys.exit('bad')", 1), ("import sys; sys.exit(None)", 0)])
+def test_run_target_exit_codes(tmp_path, body, code):
+    script = tmp_path / "s.py"
+    script.write_text(body + "\n")
+    assert ray_worker.run_target("path", str(script), [str(script)]) == code

@@ -1,0 +1,105 @@
+"""A Ray head on 127.0.0.1 for tests, and teardown that leaves nothing running.
+
+Ray turns a loopback node address into the host's interface address on
+purpose; `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0` in the environment of every
+process that starts or joins Ray keeps it 127.0.0.1 (`PIN`). Every Ray
+process of a head started here carries its own temp dir in its command line
+(raylet, gcs_server, monitors); teardown kills those processes and their
+children (the `ray::` workers) by pid, and `leftovers()` lets a test assert
+that none is left.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import psutil
+
+from tests.multiworker import harness
+
+PIN = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+os.environ.update(PIN)  # this process, too, if it ever starts Ray
+RAY = os.path.join(os.path.dirname(sys.executable), "ray")
+
+
+def env(**extra) -> dict:
+    """The environment of a test process that starts or joins Ray."""
+    e = dict(os.environ, **PIN, TF_CPP_MIN_LOG_LEVEL="2",
+             RAY_USAGE_STATS_ENABLED="0",
+             # loopback only; Ray's default token check would need the
+             # token file of the head shared with each joining process
+             RAY_AUTH_MODE="disabled",
+             PYTHONPATH=harness.REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    e.pop("TF_CONFIG", None)
+    e.update(extra)
+    return e
+
+
+def _tagged(tag: str) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if p.pid != os.getpid() and any(tag in a for a in (p.info["cmdline"] or [])):
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
+def leftovers(tag: str) -> list[str]:
+    """Command lines of live processes whose arguments mention `tag`."""
+    out = []
+    for p in _tagged(tag):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                out.append(" ".join(p.cmdline())[:160])
+        except psutil.Error:
+            pass
+    return out
+
+
+def kill_tagged(tag: str) -> None:
+    """SIGKILLs every process mentioning `tag`, with all its children."""
+    procs = set()
+    for p in _tagged(tag):
+        procs.add(p)
+        try:
+            procs.update(p.children(recursive=True))
+        except psutil.Error:
+            pass
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(list(procs), timeout=15)
+
+
+class Head:
+    """`ray start --head` on 127.0.0.1 with a private temp dir; `stop()` kills it."""
+
+    def __init__(self, num_cpus: int = 2):
+        self.temp_dir = tempfile.mkdtemp(prefix="rt_", dir="/tmp")  # short: socket paths
+        # Ray's fixed defaults (dashboard 8265, agent 52365) would collide
+        # with another head on this host.
+        self.port, dashboard, agent = harness.free_ports(3)
+        self.address = f"127.0.0.1:{self.port}"
+        try:
+            subprocess.run(
+                [RAY, "start", "--head", f"--port={self.port}",
+                 f"--num-cpus={num_cpus}", "--include-dashboard=false",
+                 f"--dashboard-port={dashboard}",
+                 f"--dashboard-agent-listen-port={agent}",
+                 "--disable-usage-stats", f"--temp-dir={self.temp_dir}"],
+                env=env(), check=True, timeout=120, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        kill_tagged(self.temp_dir)
+        subprocess.run(["rm", "-rf", self.temp_dir], check=False, timeout=60)

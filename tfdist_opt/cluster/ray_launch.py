@@ -1,0 +1,350 @@
+"""The Ray backend of the launcher contract: `tfdist-opt launch --ray`.
+
+The contract (shared with `tfdist_opt.cluster.launcher.run_local`, the
+local-process backend): given N (or MIN:MAX) workers and a command, place
+them, hand each its TF_CONFIG, stream their output prefixed `[worker i]`,
+return one exit code (`LaunchResult`), restart the whole group up to R
+times, and leave nothing running. Here Ray's own pieces do the work: Ray
+Train V2's `TensorflowTrainer` places the workers (`ScalingConfig`),
+restarts the group (`FailureConfig(max_failures=R)`) and stores
+checkpoints (`RunConfig(storage_path=...)`); TF_CONFIG comes from
+`tfdist_opt.cluster.ray_backend.TensorflowConfig` (node addresses, held
+ports).
+
+The command must be a Python script or module (`python train.py ...`,
+`python -m pkg.train ...`): it runs inside each Ray Train worker process
+(`runpy`, with `sys.argv` set), so `opt_strategy()` and
+`DistributedBackupAndRestore` there see Ray Train and report backups to
+it. The script's exit code is its worker's: 0 ends the worker; any other
+code (42 after a preemption save) fails the attempt, and Ray restarts the
+group while restarts remain. A worker process that dies (SIGKILL, a lost
+node) fails the attempt the same way (exit code 1: Ray does not say which
+signal).
+
+Output: each worker's file descriptors 1 and 2 (Python and TF's C++ logs)
+are piped through a `ray.util.queue.Queue` to this process, which prints
+them prefixed `[worker i]` (world rank) to its stdout / stderr.
+Ray's own per-actor log forwarding is off (`log_to_driver=False`).
+
+Ray: with `address=None` a local Ray instance is started for the run and
+shut down after it (with `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, so every
+address is 127.0.0.1); with an address (`auto`, `ray://...`, `host:port`)
+the run joins that cluster and only disconnects at the end (its actors end
+with the job). Workers start in the launcher's working directory when it
+exists on their node; on a multi-node cluster, ship code with Ray's
+`runtime_env` (`RAY_RUNTIME_ENV` is not set here) and give a storage path
+all nodes share (`storage_path`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from typing import IO, Mapping, Sequence
+
+from tfdist_opt.cluster import ray_worker
+from tfdist_opt.cluster.launch_checks import LaunchError
+from tfdist_opt.cluster.launcher import LaunchResult
+
+EXIT_LAUNCH_ERROR = 1
+
+
+def parse_workers(text) -> tuple[int, int | None]:
+    """`-n N` or `-n MIN:MAX` → (N, None) or (MIN, MAX).
+
+    Raises:
+        ValueError: not a positive int / MIN:MAX with 1 <= MIN <= MAX.
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
+        text = str(text)
+    m = re.fullmatch(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?", str(text))
+    lo, hi = (int(m.group(1)), None if m.group(2) is None else int(m.group(2))) \
+        if m else (0, None)
+    if not m or lo < 1 or (hi is not None and hi < lo):
+        raise ValueError("Invalid value for `-n`: expected a positive int N or "
+                         f"MIN:MAX with 1 <= MIN <= MAX. Received: -n {text}")
+    return lo, hi
+
+
+def python_target(argv: Sequence[str]) -> tuple[str, str, list[str]]:
+    """`python script.py args` → ("path", script, sys.argv); `-m` → ("module", ...).
+
+    Raises:
+        ValueError: the command is not a Python script or module.
+    """
+    argv = list(argv)
+    exe = os.path.basename(argv[0]) if argv else ""
+    if not re.fullmatch(r"python[0-9.]*", exe) and (
+            not argv or os.path.realpath(argv[0]) != os.path.realpath(sys.executable)):
+        raise ValueError(
+            "Invalid command for `--ray`: workers run a Python script inside "
+            "Ray's worker process. Received: " + shlex.join(argv) +
+            ". Expected `python SCRIPT.py ARGS...` or `python -m MODULE ARGS...`.")
+    rest = argv[1:]
+    if rest[:1] == ["-m"] and len(rest) > 1:
+        return "module", rest[1], [rest[1], *rest[2:]]
+    if not rest or rest[0].startswith("-"):
+        raise ValueError(
+            "Invalid command for `--ray`: expected a script or `-m MODULE` after "
+            f"python. Received: {shlex.join(argv)}")
+    return "path", rest[0], list(rest)
+
+
+# ------------------------------------------------------------- driver side
+def _on_this_node():
+    """Scheduling strategy: this process's node (soft)."""
+    import ray  # pylint: disable=g-import-not-at-top
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # pylint: disable=g-import-not-at-top
+
+    return NodeAffinitySchedulingStrategy(
+        ray.get_runtime_context().get_node_id(), soft=True)
+
+
+def _attempts_actor(strategy):
+    import ray  # pylint: disable=g-import-not-at-top
+
+    @ray.remote(num_cpus=0, scheduling_strategy=strategy)
+    class Attempts:
+        """Counts worker-group starts: the launcher's restart count."""
+
+        def __init__(self):
+            self.n = -1
+
+        def next(self):
+            self.n += 1
+            return self.n
+
+        def count(self):
+            return self.n
+
+    return Attempts.remote()
+
+
+def _exit_code(error) -> tuple[int, int | None, str]:
+    """(exit code, failed worker, message) from Ray's training error."""
+    failures = getattr(error, "worker_failures", None) or {}
+    for rank, exc in sorted(failures.items()):
+        m = ray_worker.EXIT_RE.search(str(exc))
+        if m:
+            return int(m.group(1)), rank, f"worker {rank} exited with code {m.group(1)}"
+    if failures:
+        rank, exc = sorted(failures.items())[0]
+        first = str(exc).strip().splitlines()
+        return (EXIT_LAUNCH_ERROR, rank,
+                f"worker {rank} failed: {first[-1] if first else type(exc).__name__}")
+    text = str(error).strip().splitlines()
+    return EXIT_LAUNCH_ERROR, None, text[-1] if text else type(error).__name__
+
+
+def run_ray(argv: Sequence[str], num_workers, *,
+            address: str | None = None,
+            max_restarts: int = 0,
+            storage_path: str | None = None,
+            resize_interval_s: float | None = None,
+            env: Mapping[str, str] | None = None,
+            cwd: str | None = None,
+            stdout: IO[str] | None = None,
+            stderr: IO[str] | None = None,
+            quiet: bool = True,
+            handle_signals: bool = True) -> LaunchResult:
+    """Runs `python SCRIPT ...` as Ray Train workers; the launcher contract.
+
+    Args:
+        argv: sequence of str. `[python, script.py, args...]` or
+            `[python, -m, module, args...]`.
+        num_workers: int or str. N, or "MIN:MAX" (Ray elastic:
+            `ScalingConfig(num_workers=(MIN, MAX))`).
+        address: str or None. A Ray cluster to join; None starts a local
+            one for the run (stopped after it). Defaults to `None`.
+        max_restarts: int. Group restarts after a failure
+            (`FailureConfig(max_failures=R)`). Defaults to `0`.
+        storage_path: str or None. Ray Train's checkpoint storage; None: a
+            temporary directory removed after the run (fine for one node).
+        resize_interval_s: float or None. With MIN:MAX, how often Ray
+            considers growing a healthy group (Ray's
+            `elastic_resize_monitor_interval_s`; None: Ray's default, 60 s).
+        env: mapping or None. Variables set in each worker before the
+            script runs (in addition to what Ray's workers inherit).
+        cwd: str or None. Workers' working directory. Defaults to this
+            process's.
+        stdout: text stream for the workers' stdout. Defaults to sys.stdout.
+        stderr: text stream for the workers' stderr and `[launch]` lines.
+        quiet: bool. `TF_CPP_MIN_LOG_LEVEL=2` in workers unless `env` or
+            this environment sets it. Defaults to `True`.
+        handle_signals: bool. SIGINT / SIGTERM stop the run (main thread
+            only). Defaults to `True`.
+
+    Returns:
+        `LaunchResult`.
+
+    Raises:
+        ValueError: bad arguments, before Ray starts.
+        ImportError: Ray Train is not installed (`pip install tfdist_opt[ray]`).
+    """
+    lo, hi = parse_workers(num_workers)
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) \
+            or max_restarts < 0:
+        raise ValueError("Invalid value for `--max-restarts`: expected an int "
+                         f">= 0. Received: --max-restarts={max_restarts!r}")
+    if resize_interval_s is not None and (
+            isinstance(resize_interval_s, bool)
+            or not isinstance(resize_interval_s, (int, float))
+            or not resize_interval_s >= 0 or hi is None):
+        raise ValueError(
+            "Invalid value for `--ray-resize-interval`: expected seconds >= 0 "
+            "with an elastic -n MIN:MAX. Received: --ray-resize-interval="
+            f"{resize_interval_s!r} with -n {num_workers}")
+    kind, target, args = python_target(argv)
+    cwd = os.path.abspath(cwd or os.getcwd())
+    if kind == "path":
+        target = os.path.join(cwd, target)
+        if not os.path.isfile(target):
+            raise ValueError(f"Invalid command for `--ray`: no script {target}. "
+                             f"Received: {shlex.join(argv)}")
+    worker_env = dict(env or {})
+    if quiet and "TF_CPP_MIN_LOG_LEVEL" not in os.environ:
+        worker_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    worker_env.setdefault("PYTHONUNBUFFERED", "1")
+    # Ray Train V2 turns print() in workers into log records; the workers'
+    # output reaches this process through their file descriptors instead.
+    worker_env.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
+    runtime_env = {"env_vars": dict(worker_env)}
+    try:
+        import ray  # pylint: disable=g-import-not-at-top
+        from ray import train as ray_train  # pylint: disable=g-import-not-at-top
+        from ray.train.tensorflow import TensorflowTrainer  # pylint: disable=g-import-not-at-top
+        from ray.util.queue import Queue  # pylint: disable=g-import-not-at-top
+        from tfdist_opt.cluster import ray_backend  # pylint: disable=g-import-not-at-top
+    except ImportError as e:
+        raise ImportError("`tfdist-opt launch --ray` needs Ray Train: pip install "
+                          f"'tfdist_opt[ray]' ({e})") from e
+    out = stdout if stdout is not None else sys.stdout
+    err = stderr if stderr is not None else sys.stderr
+    lock = threading.Lock()
+
+    def log(message):
+        with lock:
+            err.write(f"[launch] {message}\n")
+            err.flush()
+
+    stop = {"signum": None}
+    old_handlers = {}
+    if handle_signals and threading.current_thread() is threading.main_thread():
+        def on_signal(signum, frame):
+            del frame
+            stop["signum"] = signum
+            raise KeyboardInterrupt
+        for s in (signal.SIGINT, signal.SIGTERM):
+            old_handlers[s] = signal.signal(s, on_signal)
+    own_storage = storage_path is None
+    storage = storage_path or tempfile.mkdtemp(prefix="tfdist_opt_ray_")
+    t0 = time.monotonic()
+    pump = None
+    try:
+        if address is None:
+            os.environ[ray_backend.PIN_LOOPBACK_ENV] = "0"
+            ray.init(num_cpus=max(hi or lo, os.cpu_count() or 1),
+                     include_dashboard=False, log_to_driver=False,
+                     configure_logging=False, runtime_env=runtime_env)
+        else:
+            try:
+                ray.init(address=address, log_to_driver=False,
+                         configure_logging=False, runtime_env=runtime_env)
+            except ConnectionError as e:
+                raise LaunchError(
+                    f"Cannot join the Ray cluster at `--ray {address}`: "
+                    f"{str(e).strip().splitlines()[-1]} (is it running, and "
+                    "does this process have its auth token?)") from e
+        log(f"Ray {'local instance started' if address is None else 'joined at ' + address}"
+            f" in {time.monotonic() - t0:.1f} s")
+        here = _on_this_node()  # a lost node must not take these along
+        logs = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
+        attempts = _attempts_actor(here)
+        pump = _Pump(logs, out, err, lock)
+        pump.start()
+        workers = lo if hi is None else (lo, hi)
+        trainer = TensorflowTrainer(
+            ray_worker.worker_loop,
+            train_loop_config={"env": worker_env, "cwd": cwd, "kind": kind,
+                               "quiet": quiet,
+                               "target": target, "args": args, "logs": logs},
+            tensorflow_config=ray_backend.TensorflowConfig(attempts=attempts),
+            scaling_config=ray_train.ScalingConfig(
+                num_workers=workers,
+                **({} if resize_interval_s is None else
+                   {"elastic_resize_monitor_interval_s": float(resize_interval_s)})),
+            run_config=ray_train.RunConfig(
+                storage_path=storage, name="tfdist_opt_launch",
+                failure_config=ray_train.FailureConfig(max_failures=max_restarts)))
+        log(f"starting {workers if hi is None else f'{lo}..{hi}'} Ray worker(s) "
+            f"(up to {max_restarts + 1} attempt(s)): {shlex.join(argv)}")
+        try:
+            trainer.fit()
+            code, failed, message = 0, None, "all Ray workers finished"
+        except KeyboardInterrupt:
+            signum = stop["signum"] or signal.SIGINT
+            code, failed = 128 + signum, None
+            message = f"got {signal.Signals(signum).name}; stopped the Ray workers"
+        except Exception as e:  # pylint: disable=broad-except
+            code, failed, message = _exit_code(e)
+        try:
+            restarts = max(0, int(ray.get(attempts.count.remote(), timeout=10)))
+        except Exception:  # pylint: disable=broad-except
+            restarts = 0
+        pump.stop()
+        log(f"{message} ({restarts} restart(s), {time.monotonic() - t0:.1f} s)")
+        return LaunchResult(code, restarts=restarts, failed_worker=failed,
+                            message=message)
+    finally:
+        if pump is not None:
+            pump.stop()
+        ray.shutdown()
+        if address is None:
+            os.environ.pop(ray_backend.PIN_LOOPBACK_ENV, None)
+        if own_storage:
+            shutil.rmtree(storage, ignore_errors=True)
+        for s, h in old_handlers.items():
+            signal.signal(s, h)
+
+
+class _Pump(threading.Thread):
+    """Prints the workers' queued lines prefixed `[worker i]`."""
+
+    def __init__(self, queue, out, err, lock):
+        super().__init__(daemon=True)
+        self.queue, self.out, self.err, self.lock = queue, out, err, lock
+        self._halt = threading.Event()
+
+    def run(self):
+        while not self._halt.is_set():
+            if not self._drain(0.2):
+                time.sleep(0.05)
+
+    def _drain(self, timeout) -> bool:
+        try:
+            items = [self.queue.get(timeout=timeout)]
+            items += self.queue.get_nowait_batch(self.queue.qsize())
+        except Exception:  # pylint: disable=broad-except
+            return False
+        with self.lock:
+            for index, fd, line in items:
+                stream = self.out if fd == 1 else self.err
+                stream.write(f"[worker {index}] {line}\n")
+            self.out.flush()
+            self.err.flush()
+        return True
+
+    def stop(self):
+        if self._halt.is_set():
+            return
+        self._halt.set()
+        self.join(timeout=5)
+        while self._drain(0.1):
+            pass
