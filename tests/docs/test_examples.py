@@ -21,7 +21,7 @@ EXAMPLES = pathlib.Path(harness.REPO_ROOT) / "docs" / "examples"
 TWO_CPUS = {"TFDIST_OPT_CPU_REPLICAS": "2"}
 _ONE_MACHINE = {"quickstart", "configuration", "gradients", "powersgd", "sharded_state",
                 "input_pipeline", "callbacks", "fault_tolerance", "model_parallel"}
-_WORKERS = {"multi_worker", "parameter_server", "sidecar_evaluation"}
+_WORKERS = {"multi_worker", "parameter_server", "sidecar_evaluation", "ray_trainer"}
 
 
 def _run(name, *args, extra_env=TWO_CPUS):
@@ -133,3 +133,27 @@ def test_sidecar_example_evaluates_every_checkpoint(tmp_path):
     for epoch in (1, 2, 3):
         assert f"evaluator: weights.0{epoch}.weights.h5 (step {epoch})" in out, out
     assert "[evaluator 0] evaluator: last metrics {'accuracy':" in out, out
+
+
+@pytest.mark.multiworker
+@pytest.mark.slow
+def test_ray_trainer_example_on_two_ray_workers():
+    pytest.importorskip("ray.train")
+    from tests.multiworker import ray_cluster  # pylint: disable=g-import-not-at-top
+
+    import shutil  # pylint: disable=g-import-not-at-top
+    import tempfile  # pylint: disable=g-import-not-at-top
+
+    tmp = tempfile.mkdtemp(prefix="rayex")  # short: Ray's socket paths live here
+    try:
+        r = harness.run_single([str(EXAMPLES / "ray_trainer.py")], timeout_s=240,
+                               extra_env=ray_cluster.env(RAY_TMPDIR=tmp))
+    finally:
+        left = ray_cluster.leftovers(tmp)
+        ray_cluster.kill_tagged(tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
+    assert not left, left
+    assert r.returncode == 0, r.output[-4000:]
+    losses = dict(re.findall(r"rank (\d): 2 replicas, loss ([\d.]+)", r.output))
+    assert sorted(losses) == ["0", "1"] and len(set(losses.values())) == 1, r.output[-4000:]
+    assert "error: None" in r.output
