@@ -84,6 +84,7 @@ def set_jit_fallback(strategy, jit_fallback: str) -> None:
 
 
 def jit_fallback_of(strategy) -> str:
+    """The strategy's `jit_fallback` (`"warn"` unless `opt_strategy()` set it)."""
     return getattr(strategy, _FALLBACK_ATTR, "warn")
 
 
@@ -147,13 +148,6 @@ class KerasSteps:
             return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
         with self.distribute_strategy.scope():
             self._symbolic_build(data_batch=first)
-
-
-def steps_class(cls: type) -> type:
-    """The cached `KerasSteps` subclass of Keras model class `cls`."""
-    from tfdist_opt import _class_swap
-
-    return _class_swap.cached_subclass(KerasSteps, cls)
 
 
 @contextlib.contextmanager

@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import traceback
 import warnings
 
@@ -48,7 +49,7 @@ def _model(keras, *, sync_bn=False, dict_inputs=False, two_outputs=False,
     h = keras.layers.Dense(16, activation="relu", kernel_initializer=init(1),
                            dtype=dtype)(h)
     if sync_bn:
-        h = keras.layers.BatchNormalization(synchronized=True)(h)
+        h = keras.layers.BatchNormalization(synchronized=True, name="sync_bn")(h)
     logits = keras.layers.Dense(CLASSES, kernel_initializer=init(2), dtype=dtype,
                                 name="logits")(h)
     if two_outputs:
@@ -152,7 +153,7 @@ def _cells(keras):
                       "fit_kwargs": {"steps_per_epoch": N // GLOBAL_BATCH}, "stages": ()},
         "py_dataset": {"fit_data": {"x": Batches()},
                        "fit_kwargs": {"steps_per_epoch": N // GLOBAL_BATCH}, "stages": ()},
-        "run_eagerly": {"compile_kwargs": {"run_eagerly": True}},
+        "run_eagerly": {"compile_kwargs": {"run_eagerly": True}, "stages": ()},
         "mixed_float16": {"policy": "mixed_float16"},
         "mixed_bfloat16": {"policy": "mixed_bfloat16"},
         "jit_compile": {"compile_kwargs": {"jit_compile": True}},
@@ -161,7 +162,8 @@ def _cells(keras):
                                        "stages": ("evaluate",)},
         "steps_per_execution": {"compile_kwargs": {"steps_per_execution": 4}},
         "steps_per_execution_jit": {"compile_kwargs": {"steps_per_execution": 4,
-                                                       "jit_compile": True}},
+                                                       "jit_compile": True},
+                                    "stages": ()},
     }
     return cells
 
@@ -230,6 +232,7 @@ def run_all(strategy, only):
     for name, fn in fns.items():
         if only and name not in only:
             continue
+        start = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
@@ -240,7 +243,9 @@ def run_all(strategy, only):
                                  "traceback": traceback.format_exc()[-3000:]}
         results[name]["warnings"] = [str(w.message)[:500] for w in caught
                                      if "tfdist_opt" in str(w.message)]
-        print(f"cell {name}: {results[name]['status']}", flush=True)
+        results[name]["seconds"] = round(time.perf_counter() - start, 2)
+        print(f"cell {name}: {results[name]['status']} "
+              f"({results[name]['seconds']} s)", flush=True)
     return results
 
 
