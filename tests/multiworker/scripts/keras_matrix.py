@@ -7,10 +7,11 @@ batch's mean gradient ends where one device ends. Every cell records its
 final weights, fit history, evaluate and predict results, or the error it
 raised (type and message).
 
-Usage: `python keras_matrix.py --out PATH --strategies none,one_device,mirrored`
-(one process: a 2-virtual-CPU Mirrored strategy, one device on `/cpu:0`,
-and `none`: plain Keras with no strategy, the reference) or, under a 2-worker TF_CONFIG, `--strategies multi_worker`
-(each worker writes `PATH.worker<i>.json`). `--cells a,b` runs a subset.
+Usage: `python keras_matrix.py --out PATH --strategies none,mirrored[,one_device]`
+(one process: `none` is plain Keras with no strategy, the reference;
+`mirrored` 2 virtual CPUs; `one_device` opt_strategy on `/cpu:0`) or, under
+a 2-worker TF_CONFIG, `--strategies multi_worker` (each worker writes
+`PATH.worker<i>.json`). `--cells a,b` runs a subset.
 """
 
 import argparse
@@ -210,7 +211,8 @@ def dict_cells(keras, strategy):
     def tuple_outputs():
         with strategy.scope():
             inputs = keras.Input((FEATURES,))
-            h = keras.layers.Dense(4, kernel_initializer=keras.initializers.GlorotUniform(seed=4))(inputs)
+            init = keras.initializers.GlorotUniform(seed=4)
+            h = keras.layers.Dense(4, kernel_initializer=init)(inputs)
             model = keras.Model(inputs, (h, keras.layers.Activation("tanh")(h)))
         predictions = model.predict(x, batch_size=GLOBAL_BATCH, verbose=0)
         return {"predict": _tolist(predictions),
@@ -223,7 +225,6 @@ def dict_cells(keras, strategy):
 
 def run_all(strategy, only):
     import keras
-    import tensorflow as tf
 
     results = {}
     fns = {name: (lambda kw=kw: standard(keras, strategy, **kw))
