@@ -4,7 +4,9 @@ A cell is one common `compile`/`fit`/`evaluate`/`predict` option (or a pair)
 on a small classifier: 64 examples, global batch 16, SGD from seeded
 initial weights, no shuffling, so any strategy that computes the global
 batch's mean gradient ends where one device ends. Every cell records its
-final weights, fit history, evaluate and predict results, or the error it
+final weights and fit history, the evaluate and predict results where the
+cell needs them (evaluate: baseline, metrics, jit, steps per execution;
+predict: wherever outputs or precision differ), or the error it
 raised (type and message).
 
 Usage: `python keras_matrix.py --out PATH --strategies none,mirrored[,one_device]`
@@ -74,10 +76,9 @@ def _tolist(value):
     return np.asarray(value, dtype="float64").tolist()
 
 
-def _outcome(model, history, evaluation, predictions):
+def _outcome(model, history, predictions):
     return {"weights": [_tolist(w) for w in model.get_weights()],
             "history": _tolist(history.history),
-            "evaluate": _tolist(evaluation),
             "predict": _tolist(predictions)}
 
 
@@ -145,7 +146,7 @@ def _cells(keras):
         "sample_weight": {"fit_kwargs": {"sample_weight": weights}, "stages": ()},
         "class_weight": {"fit_kwargs": {"class_weight": {0: 1.0, 1: 2.0, 2: 0.5}},
                          "stages": ()},
-        "sync_batchnorm": {"model_kwargs": {"sync_bn": True}, "stages": ("evaluate",)},
+        "sync_batchnorm": {"model_kwargs": {"sync_bn": True}, "stages": ()},
         "callbacks": {"callbacks": [
             keras.callbacks.EarlyStopping(monitor="loss", patience=0),
             keras.callbacks.ReduceLROnPlateau(monitor="loss", patience=0, factor=0.5)],
@@ -155,12 +156,12 @@ def _cells(keras):
         "py_dataset": {"fit_data": {"x": Batches()},
                        "fit_kwargs": {"steps_per_epoch": N // GLOBAL_BATCH}, "stages": ()},
         "run_eagerly": {"compile_kwargs": {"run_eagerly": True}, "stages": ()},
-        "mixed_float16": {"policy": "mixed_float16"},
-        "mixed_bfloat16": {"policy": "mixed_bfloat16"},
+        "mixed_float16": {"policy": "mixed_float16", "stages": ("predict",)},
+        "mixed_bfloat16": {"policy": "mixed_bfloat16", "stages": ("predict",)},
         "jit_compile": {"compile_kwargs": {"jit_compile": True}},
         "jit_compile_sync_batchnorm": {"compile_kwargs": {"jit_compile": True},
                                        "model_kwargs": {"sync_bn": True},
-                                       "stages": ("evaluate",)},
+                                       "stages": ()},
         "steps_per_execution": {"compile_kwargs": {"steps_per_execution": 4}},
         "steps_per_execution_jit": {"compile_kwargs": {"steps_per_execution": 4,
                                                        "jit_compile": True},
@@ -181,9 +182,7 @@ def dict_cells(keras, strategy):
             _compile(keras, model)
         history = model.fit(xd, y, batch_size=GLOBAL_BATCH, epochs=2,
                             shuffle=False, verbose=0)
-        evaluation = model.evaluate(xd, y, batch_size=GLOBAL_BATCH, verbose=0,
-                                    return_dict=True)
-        return _outcome(model, history, evaluation,
+        return _outcome(model, history,
                         model.predict(xd, batch_size=GLOBAL_BATCH, verbose=0))
 
     def dict_outputs(policy=None):
@@ -200,9 +199,7 @@ def dict_cells(keras, strategy):
             ys = {"logits": y, "aux": x[:, :1]}
             history = model.fit(x, ys, batch_size=GLOBAL_BATCH, epochs=2,
                                 shuffle=False, verbose=0)
-            evaluation = model.evaluate(x, ys, batch_size=GLOBAL_BATCH, verbose=0,
-                                        return_dict=True)
-            return _outcome(model, history, evaluation,
+            return _outcome(model, history,
                             model.predict(x, batch_size=GLOBAL_BATCH, verbose=0))
         finally:
             if policy:
