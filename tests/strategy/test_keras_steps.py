@@ -122,3 +122,17 @@ def test_generator_input_under_a_strategy_equals_plain_keras():
         model, hist, _ = _fit(strategy, data=batches(), steps=steps)
         _close(model, plain)
         np.testing.assert_allclose(hist["loss"], plain_hist["loss"], rtol=RTOL)
+
+
+def test_jit_with_loss_scaling_equals_no_jit():
+    """mixed_float16: the LossScaleOptimizer's apply runs outside XLA too."""
+    strategy = tfdist_opt.opt_strategy(cpu_replicas=2)
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        jit, _, _ = _fit(strategy, jit=True)
+        plain, _, _ = _fit(strategy)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert isinstance(jit.optimizer, keras.optimizers.LossScaleOptimizer)
+    assert int(jit.optimizer.iterations.numpy()) == 8
+    _close(jit, plain)
