@@ -244,7 +244,8 @@ def define_strategy_flags() -> Callable[[], Any]:
                "compression": config_lib.COMPRESSION,
                "powersgd_wire": powersgd.WIRES,
                "storage_sharing": config_lib.STORAGE_SHARING,
-               "cpu_split": config_lib.CPU_SPLIT}
+               "cpu_split": config_lib.CPU_SPLIT,
+               "jit_fallback": config_lib.JIT_FALLBACKS}
     config_flag = flags.DEFINE_string(
         "config", None, "StrategyConfig file (.json/.toml) or preset name from "
         "configs/ (e.g. multi_worker_ring_cpu).")

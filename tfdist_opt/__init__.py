@@ -19,6 +19,8 @@ from tfdist_opt.cluster.launcher import run_local
 from tfdist_opt.cluster.tf_config import apply_tf_config
 from tfdist_opt.cluster.tf_config import build_tf_config
 from tfdist_opt.strategy.config import StrategyConfig
+from tfdist_opt.strategy.keras_steps import UnsupportedCombinationError
+from tfdist_opt.strategy.keras_steps import XlaFallbackWarning
 from tfdist_opt.data.options import PipelineOptions
 from tfdist_opt.gradients.contract import check_batch_contract
 from tfdist_opt.gradients.options import GradientOptions
@@ -54,6 +56,8 @@ __all__ = [
     "StrategyPlan",
     "ThroughputMonitor",
     "Topology",
+    "UnsupportedCombinationError",
+    "XlaFallbackWarning",
     "apply_tf_config",
     "build_dataset",
     "build_input",

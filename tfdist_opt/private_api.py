@@ -209,6 +209,36 @@ ENTRIES: tuple[PrivateName, ...] = (
                 "tfdist_opt.parameter_server.training",
                 "the epoch Keras's own BackupAndRestore restored; the coordinator "
                 "loop starts there, as Keras's fit does (no public hook)"),
+    # ------------------------------------------- Keras steps (XLA, generators)
+    PrivateName("keras.Model", "_maybe_symbolic_build",
+                "tfdist_opt.strategy.keras_steps",
+                "overridden for Python-generator input: under a strategy Keras "
+                "pulls a batch to build the model, then resets the iterator, "
+                "and a generator cannot rewind (training started later than "
+                "without a strategy; no public hook)"),
+    PrivateName("keras.Model", "_symbolic_build",
+                "tfdist_opt.strategy.keras_steps",
+                "builds the model from the generator adapter's batch specs "
+                "instead of a consumed batch"),
+    PrivateName("keras.src.trainers.data_adapters.generator_data_adapter",
+                "GeneratorDataAdapter", "tfdist_opt.strategy.keras_steps",
+                "recognises Python-generator input (found as the epoch "
+                "iterator's `data_adapter` attribute); its `get_tf_dataset` "
+                "gives the specs of the batches it already peeked"),
+    PrivateName("keras.src.trainers.data_adapters.generator_data_adapter."
+                "GeneratorDataAdapter", "get_tf_dataset",
+                "tfdist_opt.strategy.keras_steps",
+                "element_spec of the peeked batches (nothing is consumed)"),
+    PrivateName("keras.src.backend.tensorflow.trainer", "reduce_per_replica",
+                "tfdist_opt.strategy.multi_step",
+                "reduces a step's per-replica logs exactly as Keras's own train "
+                "function does; the steps_per_execution loop is rebuilt with the "
+                "step inlined (Keras's nested tf.function fails multi-worker)"),
+    PrivateName("tensorflow.python.data.ops.optional_ops", "_OptionalImpl",
+                "tfdist_opt.strategy.multi_step",
+                "its `_element_spec`, set while the loop is traced, as Keras's "
+                "own multi_step_on_iterator does (the spec of an empty Optional "
+                "is known only after the step is traced)"),
     # ------------------------------------------------ benchmarks/ binaries
     PrivateName("tensorflow.python.eager.context.context()", "_config",
                 "benchmarks.allreduce_transport",

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from tfdist_opt import _logging
 from tfdist_opt.strategy import file_writers
+from tfdist_opt.strategy import keras_steps
 from tfdist_opt.strategy import kinds
 from tfdist_opt.strategy import plan as plan_lib
 from tfdist_opt.strategy import topology as topology_lib
@@ -46,8 +47,10 @@ def opt_strategy(config: StrategyConfig | str | os.PathLike | None = None,
         **overrides: `StrategyConfig` fields, e.g. `all_reduce="ring"`.
 
     Returns:
-        `tf.distribute.OneDeviceStrategy`, `tf.distribute.MirroredStrategy`
-        or `tfdist_opt.KerasMultiWorkerMirroredStrategy`.
+        `tfdist_opt.strategy.keras_compat.KerasOneDeviceStrategy`,
+        `KerasMirroredStrategy` (subclasses of `tf.distribute`'s
+        `OneDeviceStrategy` and `MirroredStrategy` whose models get
+        `keras_steps.KerasSteps`) or `tfdist_opt.KerasMultiWorkerMirroredStrategy`.
 
     Raises:
         ValueError: bad config value, or a request this host cannot satisfy.
@@ -80,6 +83,8 @@ def build_strategy(cfg: StrategyConfig, plan: plan_lib.StrategyPlan,
     gradient_binding.attach(strategy, GradientOptions.from_config(cfg))
     # Who writes saved files, per directory (tfdist_opt.strategy.file_writers).
     file_writers.attach(strategy, cfg.storage_sharing)
+    # What a model's jit_compile=True step does where XLA cannot compile it.
+    keras_steps.set_jit_fallback(strategy, cfg.jit_fallback)
     _logging.log_once(
         f"tfdist_opt: built {type(strategy).__name__} with "
         f"{strategy.num_replicas_in_sync} replica(s): {plan.describe()}. "

@@ -23,6 +23,7 @@ from tfdist_opt import validation
 from tfdist_opt.gradients import powersgd
 from tfdist_opt.gradients import zero_plan
 from tfdist_opt.strategy import cpu_split
+from tfdist_opt.strategy import keras_steps
 from tfdist_opt.strategy import kind_names
 from tfdist_opt.strategy import storage_sharing
 
@@ -36,6 +37,7 @@ MIXED_PRECISION = ("off", "mixed_float16", "mixed_bfloat16")
 COMPRESSION = ("none", "fp16", "bf16", "powersgd")
 STORAGE_SHARING = storage_sharing.MODES
 CPU_SPLIT = cpu_split.MODES
+JIT_FALLBACKS = keras_steps.JIT_FALLBACKS
 
 
 
@@ -132,6 +134,14 @@ class StrategyConfig(validation.ConfigFields):
             `bytes_per_pack="auto"`, `shard_optimizer_state`), Keras's own
             SGD and Adam steps run as one fused TF kernel per variable
             (`tfdist_opt.gradients.fused_updates`). Defaults to `True`.
+        jit_fallback: str. A Keras model compiled with `jit_compile=True`
+            runs each replica's step under XLA (`tfdist_opt.strategy.keras_steps`);
+            when a step cannot be compiled per replica (it runs a
+            cross-replica collective before the optimizer, e.g. synchronized
+            BatchNormalization), `"warn"` emits one `XlaFallbackWarning`
+            naming the stage and the op and runs that stage without XLA;
+            `"error"` raises `UnsupportedCombinationError` before any step.
+            Defaults to `"warn"`.
     """
 
     mode: str = "auto"
@@ -158,6 +168,7 @@ class StrategyConfig(validation.ConfigFields):
     shard_bucket_bytes: int = 32 << 20
     cpu_split: str = "auto"
     fused_updates: bool = True
+    jit_fallback: str = "warn"
 
     def __post_init__(self):
         validation.check_choice("mode", self.mode, MODES)
@@ -189,6 +200,7 @@ class StrategyConfig(validation.ConfigFields):
         validation.check_int("shard_bucket_bytes", self.shard_bucket_bytes, minimum=0)
         validation.check_choice("cpu_split", self.cpu_split, CPU_SPLIT)
         validation.check_bool("fused_updates", self.fused_updates)
+        validation.check_choice("jit_fallback", self.jit_fallback, JIT_FALLBACKS)
 
     # ------------------------------------------------------------ loading
     @classmethod

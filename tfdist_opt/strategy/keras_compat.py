@@ -16,9 +16,25 @@ arguments MWMS's cross-device ops do not accept:
 
 `KerasMultiWorkerMirroredStrategy.reduce` maps over the nest and reduces a
 rank-0 value across replicas without an axis (the same number
-`tf.reduce_mean(local_results, axis=0)` gives on a single host). Everything
-else is the upstream strategy. tf_keras (`TF_USE_LEGACY_KERAS=1`) never
-passes such arguments and is unaffected.
+`tf.reduce_mean(local_results, axis=0)` gives on a single host).
+
+3. `predict` concatenates every replica's outputs with `strategy.gather`
+   (`_multi_worker_concat`); TF's collective gather has no bfloat16 kernel,
+   so a `mixed_bfloat16` model's `predict` raised "DataType bfloat16 not in
+   list of allowed values". `gather` carries bfloat16 as float32 (exact:
+   every bfloat16 is a float32) and casts back.
+
+One change is for speed, not correctness: `run` remembers its outputs so
+that `reduce` sends every scalar Keras logs in one collective instead of one
+each (`log_packing`), with the same values.
+
+Everything else is the upstream strategy. tf_keras (`TF_USE_LEGACY_KERAS=1`)
+never passes such arguments and is unaffected.
+
+Models built in the scope of any strategy `opt_strategy()` returns
+(`KerasOneDeviceStrategy`, `KerasMirroredStrategy`, this one) get the
+`keras_steps.KerasSteps` step functions (XLA per replica, generator input);
+under this one also storage-aware saving (`chief_saving`).
 """
 
 from __future__ import annotations
@@ -28,7 +44,41 @@ import contextlib
 import tensorflow as tf
 
 from tfdist_opt.strategy import chief_saving
+from tfdist_opt.strategy import keras_steps
 from tfdist_opt.strategy import log_packing
+
+# Gathered as float32 by `gather` (fix 3): no collective gather kernel.
+_GATHER_AS_FLOAT32 = (tf.bfloat16,)
+
+
+class _MultiWorkerModel(keras_steps.KerasSteps, chief_saving.ChiefSaving):
+    """Both mixins a model built under our multi-worker strategy gets."""
+
+
+class _AdoptingScope:
+    """Strategy mixin: models built in `scope()` get `_MODEL_MIXIN`."""
+
+    _MODEL_MIXIN: type = keras_steps.KerasSteps
+
+    @contextlib.contextmanager
+    def scope(self):
+        chief_saving.adopt_models(self, self._MODEL_MIXIN)
+        try:
+            with super().scope(), tf.variable_creator_scope(chief_saving.count_variable):
+                yield self
+        finally:
+            chief_saving.adopt_models(self, self._MODEL_MIXIN)
+
+
+class KerasOneDeviceStrategy(_AdoptingScope, tf.distribute.OneDeviceStrategy):
+    """`OneDeviceStrategy` whose models get `keras_steps.KerasSteps`."""
+
+
+class KerasMirroredStrategy(_AdoptingScope, tf.distribute.MirroredStrategy):
+    """`MirroredStrategy` whose models get `keras_steps.KerasSteps`.
+
+    Construct it exactly like `tf.distribute.MirroredStrategy`.
+    """
 
 
 def _rank(value) -> int | None:
@@ -38,31 +88,25 @@ def _rank(value) -> int | None:
     return None if shape is None else shape.rank
 
 
-class KerasMultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
-    """`MultiWorkerMirroredStrategy` whose `reduce` accepts what Keras 3 sends.
+class KerasMultiWorkerMirroredStrategy(_AdoptingScope,
+                                       tf.distribute.MultiWorkerMirroredStrategy):
+    """`MultiWorkerMirroredStrategy` whose `reduce` and `gather` accept what Keras 3 sends.
 
     Construct it exactly like `tf.distribute.MultiWorkerMirroredStrategy`
     (normally through `tfdist_opt.opt_strategy()`).
+
+    Its `scope()` is the upstream scope; on entry and exit, every Keras model
+    whose `_distribute_strategy` is this strategy gets the `chief_saving`
+    subclass (issues 17, 23): one worker per shared storage writes
+    `model.save` / `save_weights` / `ModelCheckpoint` paths, and a worker on
+    its own disk its own copy; the same subclass carries
+    `keras_steps.KerasSteps`. Keras's `fit` enters this scope too, so a model
+    built and fitted in one block is covered before its first callback runs.
+    The scan runs only when a variable or Keras object was created since the
+    last one.
     """
 
-    @contextlib.contextmanager
-    def scope(self):
-        """The upstream scope; Keras models built in it save storage-aware.
-
-        On entry and exit, every Keras model whose `_distribute_strategy` is
-        this strategy gets the `chief_saving` subclass (issues 17, 23): one
-        worker per shared storage writes `model.save` / `save_weights` /
-        `ModelCheckpoint` paths, and a worker on its own disk its own copy.
-        Keras's `fit` enters this scope too, so a model built and fitted in
-        one block is covered before its first callback runs. The scan runs
-        only when a variable or Keras object was created since the last one.
-        """
-        chief_saving.adopt_models(self)
-        try:
-            with super().scope(), tf.variable_creator_scope(chief_saving.count_variable):
-                yield self
-        finally:
-            chief_saving.adopt_models(self)
+    _MODEL_MIXIN = _MultiWorkerModel
 
     def run(self, fn, args=(), kwargs=None, options=None):
         """The upstream `run`; its scalar outputs are then reduced packed.
@@ -102,3 +146,15 @@ class KerasMultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy
             return super().reduce(reduce_op, value, axis=axis)
         return tf.nest.map_structure(
             lambda v: self.reduce(reduce_op, v, axis=axis), value)
+
+    def gather(self, value, axis):
+        # Fix 3 (module docstring): Keras's predict gathers bfloat16 outputs.
+        def one(v):
+            dtype = (v.values[0] if isinstance(v, tf.distribute.DistributedValues)
+                     else v).dtype
+            if dtype not in _GATHER_AS_FLOAT32:
+                return super(KerasMultiWorkerMirroredStrategy, self).gather(v, axis)
+            as_float = self.run(lambda t: tf.cast(t, tf.float32), args=(v,))
+            return tf.cast(super(KerasMultiWorkerMirroredStrategy, self).gather(
+                as_float, axis), dtype)
+        return tf.nest.map_structure(one, value)

@@ -50,10 +50,12 @@ def plan(config, topology, reasons: list[str]) -> plan_lib.StrategyPlan:
 def build(config, plan, topology):
     import tensorflow as tf
 
+    from tfdist_opt.strategy import keras_compat
+
     if plan.all_reduce == "nccl":
         ops = tf.distribute.NcclAllReduce(num_packs=config.num_packs)
     elif plan.all_reduce == "hierarchical_copy":
         ops = tf.distribute.HierarchicalCopyAllReduce(num_packs=config.num_packs)
     else:
         ops = tf.distribute.ReductionToOneDevice()
-    return tf.distribute.MirroredStrategy(list(plan.devices), cross_device_ops=ops)
+    return keras_compat.KerasMirroredStrategy(list(plan.devices), cross_device_ops=ops)

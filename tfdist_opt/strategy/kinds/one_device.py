@@ -38,6 +38,6 @@ def plan(config, topology, reasons: list[str]) -> plan_lib.StrategyPlan:
 
 
 def build(config, plan, topology):
-    import tensorflow as tf
+    from tfdist_opt.strategy import keras_compat
 
-    return tf.distribute.OneDeviceStrategy(plan.devices[0])
+    return keras_compat.KerasOneDeviceStrategy(plan.devices[0])
