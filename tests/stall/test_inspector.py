@@ -187,8 +187,26 @@ def test_stopped_process_state_from_proc():
             time.sleep(0.02)
         assert stacks.unavailable_reason(p.pid, stacks.hostname(), 2.0) == (
             f"unavailable: process {p.pid} is stopped (state T: SIGSTOP), so it "
-            "cannot report its stack")
+            "cannot report its stack or its latest position")
         assert stacks.process_state(p.pid, "another-host") is None
     finally:
         p.kill()
         p.wait(timeout=10)
+
+
+def test_a_late_record_is_not_reported_as_a_stall():
+    store, clock = ThreadStore(), Clock()
+    chief, out, _ = make(0, store, clock)
+    w1, _, _ = make(1, store, clock)
+    chief.local.enter("callbacks", step=1)
+    chief.local.enter("step", step=2)
+    w1.local.enter("callbacks", step=1)
+    w1.tick()
+    chief.tick()
+    w1.local.enter("step", step=2)  # moved on; its record not yet republished
+    clock.t += 3.0
+    t = threading.Thread(target=lambda: (time.sleep(0.05), w1._follow()))
+    t.start()
+    chief.tick()
+    t.join()
+    assert out.getvalue() == ""

@@ -214,7 +214,9 @@ class Inspector:
         stall = policy_lib.assess(records, self.tasks, now)
         action = self.policy.update(stall, now)
         if action == policy_lib.WARN:
-            self._print(self.warning(stall))
+            message = self.warning(stall)
+            if message is not None:
+                self._print(message)
         elif action == policy_lib.ABORT:
             self._abort(stall)
 
@@ -224,8 +226,12 @@ class Inspector:
                        json.dumps({"n": self._verdict_n, **fields}))
         return self._verdict_n
 
-    def warning(self, stall: policy_lib.Stall) -> str:
-        """The chief's message: `describe` plus each worker-behind's stack."""
+    def warning(self, stall: policy_lib.Stall) -> str | None:
+        """The chief's message: `describe` plus each worker-behind's stack.
+
+        None when a worker behind answers from a later position: its record
+        was only late (a starved publisher), not stuck.
+        """
         text = policy_lib.describe(stall, self.names)
         behind = policy_lib.laggards(stall)
         if not behind:
@@ -234,13 +240,18 @@ class Inspector:
         records = {p.task: p for p in stall.behind}
         for t in behind:
             label = self.names.get(t, f"worker {t}")
-            stack = (self.stack_fn() if t == self.task
-                     else self._await_stack(t, n, records.get(t)))
+            if t == self.task:
+                stack = self.stack_fn()
+            else:
+                stack, seq = self._await_stack(t, n, records.get(t))
+                if seq is not None and t in records and seq != records[t].seq:
+                    return None
             text += f" {label}'s stack: " + (
                 "\n" + stack if "\n" in stack else stack)
         return text
 
-    def _await_stack(self, task: int, n: int, record) -> str:
+    def _await_stack(self, task: int, n: int, record) -> tuple[str, int | None]:
+        """(stack or why it is unavailable, the worker's seq when it answered)."""
         deadline = time.monotonic() + self.stack_wait_s
         while True:
             left = deadline - time.monotonic()
@@ -248,14 +259,14 @@ class Inspector:
             if text:
                 got = json.loads(text)
                 if got.get("n", 0) >= n:
-                    return got["text"]
+                    return got["text"], got.get("seq")
             if left <= 0:
                 break
             time.sleep(0.05)
         if record is None:
-            return "unavailable: it has not started fit"
+            return "unavailable: it has not started fit", None
         return stacks_lib.unavailable_reason(record.pid, record.host,
-                                             self.stack_wait_s)
+                                             self.stack_wait_s), None
 
     def _abort(self, stall: policy_lib.Stall) -> None:
         what = policy_lib.describe(stall, self.names)
@@ -287,7 +298,8 @@ class Inspector:
             self.exit_fn(STALL_EXIT_CODE)
         elif self.task in verdict.get("stack", ()):
             self.store.put(self._key("stack", self.task), json.dumps(
-                {"n": verdict["n"], "text": self.stack_fn()}))
+                {"n": verdict["n"], "seq": self.local.state[0],
+                 "text": self.stack_fn()}))
 
     def _print(self, message: str) -> None:
         self.messages.append(message)

@@ -114,6 +114,8 @@ def assess(records: Mapping[int, Progress], tasks: Sequence[int],
     low = min(p.key() for p in present)
     behind = tuple(p for p in present if p.key() == low)
     waiting = tuple(p for p in present if p.key() != low)
+    if waiting and all(p.phase == "done" for p in waiting):
+        return None  # the others left fit: nobody waits for the last one
     since = max(p.since for p in behind)
     return Stall(behind, waiting, (), since, now - since)
 

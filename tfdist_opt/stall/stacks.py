@@ -76,7 +76,7 @@ def unavailable_reason(pid: int, host: str, waited_s: float,
     state = process_state(pid, host, proc_root)
     if state is not None and state.startswith("stopped"):
         return (f"unavailable: process {pid} is {state}, so it cannot report "
-                "its stack")
+                "its stack or its latest position")
     where = f"process {pid} on {host}" + (f", {state}" if state else "")
     return (f"unavailable: none arrived within {waited_s:g} s ({where}; its "
             "Python threads may be blocked, e.g. by native code holding the GIL)")

@@ -16,8 +16,10 @@ arguments MWMS's cross-device ops do not accept:
 
 `KerasMultiWorkerMirroredStrategy.reduce` maps over the nest and reduces a
 rank-0 value across replicas without an axis (the same number
-`tf.reduce_mean(local_results, axis=0)` gives on a single host). Everything
-else is the upstream strategy. tf_keras (`TF_USE_LEGACY_KERAS=1`) never
+`tf.reduce_mean(local_results, axis=0)` gives on a single host). Its two
+dataset-distributing methods also make each worker's pipeline count its
+batches for the stall inspector (`tfdist_opt.stall`). Everything else is
+the upstream strategy. tf_keras (`TF_USE_LEGACY_KERAS=1`) never
 passes such arguments and is unaffected.
 """
 
@@ -27,6 +29,7 @@ import contextlib
 
 import tensorflow as tf
 
+from tfdist_opt.stall import keras_binding as stall_binding
 from tfdist_opt.strategy import chief_saving
 
 
@@ -62,6 +65,22 @@ class KerasMultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy
                 yield self
         finally:
             chief_saving.adopt_models(self)
+
+    def experimental_distribute_dataset(self, dataset, options=None):
+        """The upstream method; each worker's pipeline also counts its batches.
+
+        The count tells the stall inspector that a worker still waits for
+        its own input (`tfdist_opt.stall.keras_binding.count_inputs`): TF's
+        iterator agrees across workers on every batch in a collective, so
+        a worker waiting for a peer's input looks the same from outside.
+        """
+        return stall_binding.count_inputs(
+            self, super().experimental_distribute_dataset(dataset, options))
+
+    def distribute_datasets_from_function(self, dataset_fn, options=None):
+        """The upstream method; counted like `experimental_distribute_dataset`."""
+        return stall_binding.count_inputs(
+            self, super().distribute_datasets_from_function(dataset_fn, options))
 
     def reduce(self, reduce_op, value, axis=None):
         # keras-team/keras#20585: Keras 3 passes nests (fix 1) and axis=0 for
