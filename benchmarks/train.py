@@ -22,6 +22,11 @@ table says what each one buys. Summary keys: `speedup` (opt / baseline
 examples/sec), `opt_eps`, `baseline_eps`, and `speedup_<setting>` for
 ablation rows.
 
+`--compare=stall` runs the configured setup with the stall inspector off
+and on (`tfdist_opt.stall`: progress callbacks, a thread, a batch count in
+each worker's pipeline), alternated per round; summary key
+`stall_inspector_ratio` (on / off examples/sec).
+
 `--compare=peer` measures ours against what a TF 2.21 user runs instead
 (tf_keras + plain MultiWorkerMirroredStrategy, and Keras 3 + plain MWMS + a
 custom training loop), each in a fresh local cluster per round, because the
@@ -108,7 +113,9 @@ _COMPARE = flags.DEFINE_enum(
     "tf.distribute defaults in the same run; ablation: baseline, each "
     "optimisation alone, then all; peer: against tf_keras + plain MWMS and "
     "Keras 3 + plain MWMS + a custom loop, each in its own local cluster per "
-    "round (see train_lib/peer_compare.py).")
+    "round (see train_lib/peer_compare.py); stall: the configured setup with "
+    "the stall inspector off, then on, alternated per round "
+    "(multi-worker; summary key stall_inspector_ratio = on / off).")
 _PEER_ROLE = flags.DEFINE_enum(
     "peer_role", None, ["ours", *peers.PEERS],
     "Internal, set by --compare=peer: train as this role for one round.")

@@ -77,6 +77,8 @@ def test_input_stall_aborts_restarts_and_resumes_equal(tmp_path, reference):
             np.testing.assert_array_equal(np.array(a), np.array(b))
     t_stall = float(rel_launch.read(o, "stall-1"))
     restart = min(float(rel_launch.read(o, f"start-{i}-1")) for i in (0, 1)) - t_stall
+    print("\n".join(line for line in err.splitlines() if "tfdist_opt: stall:" in line
+                     or "exited with code 43" in line))
     print(f"input stall: named after {named.group(3)} s, aborted after "
           f"{aborted.group(1)} s, group restarted {restart:.1f} s after the stall "
           f"began, resumed from step {restored['step']}")
@@ -106,4 +108,6 @@ def test_sigstopped_worker_is_named_and_the_job_aborts(tmp_path):
     aborted = ABORTED.search(err)
     assert aborted and 6 <= int(aborted.group(1)) <= 6 + 10, err[-4000:]
     assert "[launch] worker 0 exited with code 43" in err
+    print("\n".join(line for line in err.splitlines() if "tfdist_opt: stall:" in line
+                     or "exited with code 43" in line))
     print(f"SIGSTOP: named after {named.group(3)} s, aborted after {aborted.group(1)} s")

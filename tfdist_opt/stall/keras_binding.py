@@ -103,6 +103,13 @@ def attach(strategy, config, tf_config) -> None:
                                            marker)
 
 
+def set_enabled(strategy, enabled: bool) -> None:
+    """Turns the inspector on or off for later `fit`s (a benchmark's A/B)."""
+    s = getattr(strategy, "_tfdist_stall", None)
+    if s is not None:
+        s.enabled = enabled
+
+
 def settings_of(strategy) -> StallSettings | None:
     s = getattr(strategy, "_tfdist_stall", None)
     return s if s is not None and s.enabled else None
@@ -117,7 +124,7 @@ def count_inputs(strategy, distributed):
     1 to the marker per element, in tf.data's own threads. Returns
     `distributed`.
     """
-    s = getattr(strategy, "_tfdist_stall", None)
+    s = settings_of(strategy)
     attr = next((a for a in ("_cloned_datasets", "_datasets")
                  if isinstance(getattr(distributed, a, None), list)), None)
     if s is None or attr is None:
