@@ -32,7 +32,7 @@ SCRIPT = "tests/multiworker/scripts/stall_train.py"
 WARN_S = 2
 STALL_S = 6
 PREFIX = "tfdist_opt: stall: "
-KINDS = ("tf.data", "tf.data unknown cardinality", "dataset function", "generator",
+KINDS = ("tf.data", "tf.data, inspector off", "tf.data unknown cardinality", "dataset function", "generator",
          "PyDataset", "build_dataset")
 
 
@@ -125,6 +125,7 @@ def test_uneven_inputs_end_every_epoch_together_for_every_kind(run):
     # The longest input sets the epoch (10 user batches, 2 steps each with
     # auto-sharding off, or 10 per-worker batches), on both workers.
     assert w0["tf.data"]["steps"] == [20, 20] and w0["PyDataset"]["steps"] == [10, 10]
+    assert w0["tf.data, inspector off"]["steps"] == [20, 20]
     warning = ("tfdist_opt: uneven inputs: batches per epoch: worker 0: 10, worker 1: 7. "
                "Each epoch runs until the last worker's input runs out")
     assert run[0].output.count(warning) == 1, run[0].output[-3000:]

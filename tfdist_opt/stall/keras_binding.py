@@ -4,7 +4,9 @@
 strategy (`attach`); `fit` of a model built in its scope
 (`tfdist_opt.strategy.chief_saving.ChiefSaving.fit`) calls `fit_session`,
 which adds two callbacks around the user's and starts one `Inspector`
-thread for that `fit`. No user code changes.
+thread for that `fit`. No user code changes. With the inspector off
+(`stall_warn_s` 0 or None) only the uneven-inputs agreement runs
+(`FitSession.agree_on_epoch_length`, `tfdist_opt.stall.uneven`).
 
 Phases (what `Progress.phase` means here):
 
@@ -57,16 +59,18 @@ class StallSettings:
     """What `attach` stores on a multi-worker strategy.
 
     Attributes:
-        warn_s: float. `StrategyConfig.stall_warn_s`.
+        warn_s: float or None. `StrategyConfig.stall_warn_s`; `0`/None: no
+            inspector (the uneven-inputs agreement still runs).
         abort_s: float or None. `StrategyConfig.stall_abort_s`.
         task: int. This worker's position among the chief and workers.
         names: dict. Position -> `chief 0` / `worker 1`.
-        marker: tf.Variable. Batches this worker's input pipeline produced.
+        marker: tf.Variable or None. Batches this worker's input pipeline
+            produced (None without the inspector).
         enabled: bool. Set False to skip the inspector for later `fit`s
             (`benchmarks/train.py --compare=stall` alternates it).
     """
 
-    warn_s: float
+    warn_s: float | None
     abort_s: float | None
     task: int
     names: dict
@@ -85,19 +89,21 @@ def group_names(tf_config) -> tuple[int, dict]:
 
 
 def attach(strategy, config, tf_config) -> None:
-    """Stores `StallSettings` on `strategy` when `config.stall_warn_s` is on.
+    """Stores `StallSettings` on a multi-worker `strategy`.
 
     Call outside any strategy scope (the marker must be a plain local
     variable, not a mirrored one).
     """
-    if not config.stall_warn_s or tf_config is None:
+    if tf_config is None:
         return
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     task, names = group_names(tf_config)
-    with tf.device("/cpu:0"):
-        marker = tf.Variable(0, dtype=tf.int64, trainable=False,
-                             name="tfdist_opt_input_marker")
+    marker = None
+    if config.stall_warn_s:
+        with tf.device("/cpu:0"):
+            marker = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                 name="tfdist_opt_input_marker")
     strategy._tfdist_stall = StallSettings(config.stall_warn_s,
                                            config.stall_abort_s, task, names,
                                            marker)
@@ -125,9 +131,11 @@ def count_inputs(strategy, distributed):
     `distributed`.
     """
     s = settings_of(strategy)
+    if s is None or s.marker is None:
+        return distributed
     attr = next((a for a in ("_cloned_datasets", "_datasets")
                  if isinstance(getattr(distributed, a, None), list)), None)
-    if s is None or attr is None:
+    if attr is None:
         return distributed
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -221,10 +229,27 @@ class _Back(keras.callbacks.Callback):
         self._s.local.enter("callbacks")
 
 
+class _Agree(keras.callbacks.Callback):
+    """The uneven-inputs agreement alone (inspector off)."""
+
+    async_safe = True
+
+    def __init__(self, session):
+        super().__init__()
+        self._s = session
+
+    def on_train_begin(self, logs=None):
+        self._s.agree_on_epoch_length(self.params.get("steps"))
+
+
 class FitSession:
     """One `fit`'s progress state, callbacks and inspector thread."""
 
     def __init__(self, strategy, settings: StallSettings, store=None, out=None):
+        self.task, self.names = settings.task, settings.names
+        self.tasks = sorted(self.names)
+        self.store = store or kv_store.TFKeyValueStore()
+        self.ns = inspector_lib.next_namespace()
         self.local = inspector_lib.LocalProgress()
         self.steps = 0  # train steps of this fit (Keras's count)
         self.real_steps = 0  # this epoch's that ran the train step (not skipped)
@@ -232,32 +257,34 @@ class FitSession:
         self.first_batch = 0
         self.replicas = max(1, len(strategy.extended.worker_devices))
         self.marker = settings.marker
-        self.rebase()
-        self.inspector = inspector_lib.Inspector(
-            self.local, settings.task, settings.names,
-            store or kv_store.TFKeyValueStore(), inspector_lib.next_namespace(),
-            settings.warn_s, settings.abort_s, input_pending=self._pending,
-            out=out)
-        self.callbacks = (_Front(self), _Back(self))
+        self.inspector = None
+        if settings.warn_s and self.marker is not None:
+            self.rebase()
+            self.inspector = inspector_lib.Inspector(
+                self.local, self.task, self.names, self.store, self.ns,
+                settings.warn_s, settings.abort_s, input_pending=self._pending,
+                out=out)
+            self.callbacks = (_Front(self), _Back(self))
+        else:
+            self.callbacks = (_Agree(self), None)
 
     def agree_on_epoch_length(self, steps) -> None:
         """Uneven inputs (`tfdist_opt.stall.uneven`): same epoch ends everywhere."""
-        insp = self.inspector
-        key = f"{insp.ns}/batches/"
-        insp.store.put(key + str(insp.task), "null" if steps is None else str(int(steps)))
+        key = f"{self.ns}/batches/"
+        self.store.put(key + str(self.task), "null" if steps is None else str(int(steps)))
         counts = {}
-        for t in insp.tasks:
-            text = insp.store.get(key + str(t), _AGREE_TIMEOUT_S)
+        for t in self.tasks:
+            text = self.store.get(key + str(t), _AGREE_TIMEOUT_S)
             if text is None:
                 return  # a peer never started fit: the inspector names it
             counts[t] = None if text == "null" else int(text)
-        warning = uneven.decide(counts, insp.names)
+        warning = uneven.decide(counts, self.names)
         if warning is None:
             return
         epoch_iterator = _fit_epoch_iterator()
         if epoch_iterator is not None:
             epoch_iterator._num_batches = None  # pylint: disable=protected-access
-        if insp.task == insp.tasks[0]:
+        if self.task == self.tasks[0]:
             _logging.log_once(warning, warning=True)
 
     def rebase(self) -> None:
@@ -269,13 +296,15 @@ class FitSession:
         return int(self.marker.numpy()) < self.goal
 
     def start(self) -> None:
-        _CURRENT[0] = self.local
-        self.inspector.start()
+        if self.inspector is not None:
+            _CURRENT[0] = self.local
+            self.inspector.start()
 
     def stop(self) -> None:
         if _CURRENT[0] is self.local:
             _CURRENT[0] = None
-        self.inspector.stop()
+        if self.inspector is not None:
+            self.inspector.stop()
 
 
 def _fit_epoch_iterator():
@@ -314,7 +343,7 @@ def fit_session(model, args: tuple, kwargs: dict):
         return args, kwargs, None  # a CallbackList: the caller's own container
     session = FitSession(model._distribute_strategy, settings)
     front, back = session.callbacks
-    wrapped = [front, *(user or ()), back]
+    wrapped = [front, *(user or ()), *([back] if back is not None else [])]
     if "callbacks" in kwargs or len(args) <= 5:
         kwargs = {**kwargs, "callbacks": wrapped}
     else:
