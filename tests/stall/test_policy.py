@@ -107,3 +107,8 @@ def test_waiting_phases_are_worded(phase, text):
     stall = policy.Stall((rec(1, 5, 3, "callbacks", 0.0),), (rec(0, 7, 3, phase, 0.0),),
                          (), 0.0, 10.0)
     assert text in policy.describe(stall, NAMES)
+
+
+def test_the_last_worker_in_fit_is_not_a_stall_when_the_others_left():
+    records = {0: rec(0, 90, 30, "callbacks", 0.0), 1: rec(1, 92, 30, "done", 0.0)}
+    assert policy.assess(records, [0, 1], now=100.0) is None
