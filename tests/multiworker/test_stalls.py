@@ -32,7 +32,8 @@ SCRIPT = "tests/multiworker/scripts/stall_train.py"
 WARN_S = 2
 STALL_S = 6
 PREFIX = "tfdist_opt: stall: "
-KINDS = ("tf.data", "tf.data, inspector off", "tf.data unknown cardinality", "dataset function", "generator",
+KINDS = ("tf.data", "tf.data, inspector off", "tf.data unknown cardinality",
+         "dataset function", "generator",
          "PyDataset", "build_dataset")
 
 

@@ -24,10 +24,6 @@ class Clock:
         return self.t
 
 
-class Exited(Exception):
-    pass
-
-
 def make(task, store, clock, pending=None, abort_s=None, stack="STACK"):
     out = io.StringIO()
     codes = []

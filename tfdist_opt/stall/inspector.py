@@ -32,7 +32,7 @@ import os
 import sys
 import threading
 import time
-from typing import Callable, Mapping, Sequence, TextIO
+from typing import Callable, Mapping, TextIO
 
 from tfdist_opt.stall import policy as policy_lib
 from tfdist_opt.stall import stacks as stacks_lib

@@ -311,7 +311,7 @@ def _fit_epoch_iterator():
     """The `EpochIterator` of the Keras `fit` calling us (its frame's local)."""
     import inspect  # pylint: disable=g-import-not-at-top
 
-    from keras.src.trainers.epoch_iterator import EpochIterator  # pylint: disable=g-import-not-at-top
+    from keras.src.trainers import epoch_iterator as ei  # pylint: disable=g-import-not-at-top
 
     frame = inspect.currentframe()
     try:
@@ -320,7 +320,7 @@ def _fit_epoch_iterator():
             if frame is None:
                 return None
             found = frame.f_locals.get("epoch_iterator")
-            if frame.f_code.co_name == "fit" and isinstance(found, EpochIterator):
+            if frame.f_code.co_name == "fit" and isinstance(found, ei.EpochIterator):
                 return found
         return None
     finally:

@@ -13,8 +13,9 @@ Each worker prints `STALL <kind> <wall time>` when its stall starts.
 
 Part 2: one 2-epoch `fit` per input kind, worker 1 holding 3 fewer batches
 than worker 0 (10 vs 7 per epoch): the user's `tf.data` (known and unknown
-cardinality; and known with the stall inspector off), a dataset function (`distribute_datasets_from_function`), a
-generator, a `keras.utils.PyDataset` and `tfdist_opt.build_dataset`.
+cardinality; and known with the stall inspector off), a dataset function
+(`distribute_datasets_from_function`), a generator, a `keras.utils.PyDataset`
+and `tfdist_opt.build_dataset`.
 Prints `UNEVEN <json>` per kind: the steps each epoch ran and seconds.
 """
 
