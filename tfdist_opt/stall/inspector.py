@@ -130,7 +130,7 @@ class Inspector:
         self.clock, self.out = clock, out
         self.exit_fn, self.stack_fn = exit_fn, stack_fn
         self.poll_s = poll_s or poll_interval(warn_s)
-        self.stack_wait_s = 2 * self.poll_s + 1.0
+        self.stack_wait_s = 2 * self.poll_s + 2.0  # a loaded host starves threads
         self.read_timeout_s = min(0.05, self.poll_s / 4)
         self.pid = os.getpid() if pid is None else pid
         self.host = stacks_lib.hostname() if host is None else host
