@@ -68,6 +68,8 @@ class StallSettings:
             produced (None without the inspector).
         enabled: bool. Set False to skip the inspector for later `fit`s
             (`benchmarks/train.py --compare=stall` alternates it).
+        counting: bool. False once a distributed dataset could not be
+            counted (TF moved its per-worker datasets): no `input` phase then.
     """
 
     warn_s: float | None
@@ -76,6 +78,7 @@ class StallSettings:
     names: dict
     marker: Any
     enabled: bool = True
+    counting: bool = True
 
 
 def group_names(tf_config) -> tuple[int, dict]:
@@ -136,6 +139,7 @@ def count_inputs(strategy, distributed):
     attr = next((a for a in ("_cloned_datasets", "_datasets")
                  if isinstance(getattr(distributed, a, None), list)), None)
     if attr is None:
+        s.counting = False
         return distributed
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -257,6 +261,7 @@ class FitSession:
         self.first_batch = 0
         self.replicas = max(1, len(strategy.extended.worker_devices))
         self.marker = settings.marker
+        self.settings = settings
         self.inspector = None
         if settings.warn_s and self.marker is not None:
             self.rebase()
@@ -293,7 +298,7 @@ class FitSession:
         self.goal = self.base + self.replicas
 
     def _pending(self) -> bool:
-        return int(self.marker.numpy()) < self.goal
+        return self.settings.counting and int(self.marker.numpy()) < self.goal
 
     def start(self) -> None:
         if self.inspector is not None:
