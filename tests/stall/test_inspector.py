@@ -206,3 +206,43 @@ def test_a_late_record_is_not_reported_as_a_stall():
     chief.tick()
     t.join()
     assert out.getvalue() == ""
+
+
+class MissRecordingStore(ThreadStore):
+    """Records reads of absent keys (they stay pending in TF's service)."""
+
+    def __init__(self):
+        super().__init__()
+        self.misses = []
+
+    def get(self, key, timeout_s):
+        if key not in self.values:
+            self.misses.append(key)
+        return super().get(key, timeout_s)
+
+
+def test_every_polled_key_exists_before_it_is_read():
+    store, clock = MissRecordingStore(), Clock()
+    chief, out, codes0 = make(0, store, clock, abort_s=6.0)
+    w1, _, codes1 = make(1, store, clock, abort_s=6.0)
+    for insp in (chief, w1):
+        insp.create_keys()
+    chief.local.enter("callbacks", step=1)
+    chief.local.enter("step", step=2)
+    w1.local.enter("callbacks", step=1)
+    for _ in range(2):
+        w1.tick()
+        chief.tick()
+    clock.t += 3.0  # warn: asks for worker 1's stack
+    t = threading.Thread(target=lambda: (time.sleep(0.05), w1.tick()))
+    t.start()
+    chief.tick()
+    t.join()
+    clock.t += 3.0  # abort: waits for worker 1's acknowledgement
+    t = threading.Thread(target=lambda: (time.sleep(0.05), w1.tick()))
+    t.start()
+    chief.tick()
+    t.join()
+    assert "worker 1's stack: STACK of 1" in out.getvalue()
+    assert codes0 == [43] and codes1 == [43]
+    assert store.misses == []

@@ -8,6 +8,8 @@ nanoseconds per event, no I/O); the thread does everything else, every
 
 - every worker writes its `Progress` record when it changed
   (`<ns>/progress/<task>`) and reads the chief's verdict (`<ns>/verdict`);
+  every key is written before anyone reads it (`create_keys`): a read of
+  an absent key would stay pending in the service after its timeout;
 - the chief reads every record, runs `policy.assess` and `StallPolicy`,
   and on a warning asks the workers behind for their stacks (in the
   verdict), waits up to `stack_wait_s` for them (`<ns>/stack/<task>`) and
@@ -80,6 +82,12 @@ class LocalProgress:
         return old
 
 
+def _stopped(record: policy_lib.Progress) -> bool:
+    """The worker's process is stopped (SIGSTOP), as far as this host can tell."""
+    state = stacks_lib.process_state(record.pid, record.host)
+    return state is not None and state.startswith("stopped")
+
+
 def _hard_exit(code: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -147,6 +155,20 @@ class Inspector:
         return f"{self.ns}/{kind}" + ("" if task is None else f"/{task}")
 
     # ---------------------------------------------------------- thread
+    def create_keys(self) -> None:
+        """Writes this worker's keys (and the verdict, first writer wins) before
+        any worker reads them.
+
+        A read of an absent key stays pending in the coordination service
+        after its timeout, so every key the thread polls exists first; call
+        on every worker before any `start` (`keras_binding` does, before the
+        epoch-length agreement every worker waits for).
+        """
+        self.store.set(self._key("verdict"), json.dumps({"n": 0}))
+        self.store.put(self._key("stack", self.task), json.dumps({"n": 0, "text": ""}))
+        self.store.put(self._key("ack", self.task), "0")
+        self.publish()
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name="tfdist_opt-stall-inspector")
@@ -252,6 +274,9 @@ class Inspector:
 
     def _await_stack(self, task: int, n: int, record) -> tuple[str, int | None]:
         """(stack or why it is unavailable, the worker's seq when it answered)."""
+        if record is not None and _stopped(record):
+            # Nothing to wait for (and TF's heartbeat ends the job ~10 s on).
+            return stacks_lib.unavailable_reason(record.pid, record.host, 0), None
         deadline = time.monotonic() + self.stack_wait_s
         while True:
             left = deadline - time.monotonic()
@@ -276,10 +301,12 @@ class Inspector:
                     f"code {STALL_EXIT_CODE}; `tfdist-opt launch --max-restarts "
                     "R` restarts the job from its newest backup.")
         deadline = time.monotonic() + self.stack_wait_s
-        waiting = [t for t in self.tasks if t != self.task]
+        stopped = {p.task for p in stall.behind if _stopped(p)}
+        waiting = [t for t in self.tasks if t != self.task and t not in stopped]
         while waiting and time.monotonic() < deadline:
             waiting = [t for t in waiting
-                       if not self.store.get(self._key("ack", t), 0.05)]
+                       if self.store.get(self._key("ack", t), 0.05) != "1"]
+            time.sleep(0.05)
         self.exit_fn(STALL_EXIT_CODE)
 
     def _follow(self) -> None:

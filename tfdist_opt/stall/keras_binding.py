@@ -274,15 +274,27 @@ class FitSession:
             self.callbacks = (_Agree(self), None)
 
     def agree_on_epoch_length(self, steps) -> None:
-        """Uneven inputs (`tfdist_opt.stall.uneven`): same epoch ends everywhere."""
+        """Uneven inputs (`tfdist_opt.stall.uneven`): same epoch ends everywhere.
+
+        Then starts the inspector thread: every worker has written its keys
+        (`Inspector.create_keys`) before it writes its epoch length here.
+        """
+        if self.inspector is not None:
+            self.inspector.create_keys()
         key = f"{self.ns}/batches/"
         self.store.put(key + str(self.task), "null" if steps is None else str(int(steps)))
         counts = {}
-        for t in self.tasks:
-            text = self.store.get(key + str(t), _AGREE_TIMEOUT_S)
-            if text is None:
-                return  # a peer never started fit: the inspector names it
-            counts[t] = None if text == "null" else int(text)
+        try:
+            for t in self.tasks:
+                text = self.store.get(key + str(t), _AGREE_TIMEOUT_S)
+                if text is None:
+                    return  # a peer never started fit: the inspector names it
+                counts[t] = None if text == "null" else int(text)
+        finally:
+            self.start()
+        self._uneven(counts)
+
+    def _uneven(self, counts) -> None:
         warning = uneven.decide(counts, self.names)
         if warning is None:
             return
@@ -301,7 +313,7 @@ class FitSession:
         return self.settings.counting and int(self.marker.numpy()) < self.goal
 
     def start(self) -> None:
-        if self.inspector is not None:
+        if self.inspector is not None and self.inspector._thread is None:  # pylint: disable=protected-access
             _CURRENT[0] = self.local
             self.inspector.start()
 
@@ -335,7 +347,8 @@ def _fit_epoch_iterator():
 def fit_session(model, args: tuple, kwargs: dict):
     """(args, kwargs, session or None): `fit`'s arguments with our callbacks.
 
-    The session's thread is running; call `session.stop()` after `fit`.
+    The session's thread starts at `on_train_begin`; call `session.stop()`
+    after `fit`.
     """
     settings = settings_of(getattr(model, "_distribute_strategy", None))
     if settings is None:
@@ -353,5 +366,4 @@ def fit_session(model, args: tuple, kwargs: dict):
         kwargs = {**kwargs, "callbacks": wrapped}
     else:
         args = (*args[:5], wrapped, *args[6:])
-    session.start()
     return args, kwargs, session
