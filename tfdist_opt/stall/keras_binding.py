@@ -2,11 +2,11 @@
 
 `opt_strategy()` (multi-worker kind) attaches `StallSettings` to the
 strategy (`attach`); `fit` of a model built in its scope
-(`tfdist_opt.strategy.chief_saving.ChiefSaving.fit`) calls `fit_session`,
+(`tfdist_opt.strategy.chief_saving.ChiefSaving.fit`) calls `watch_fit`,
 which adds two callbacks around the user's and starts one `Inspector`
 thread for that `fit`. No user code changes. With the inspector off
 (`stall_warn_s` 0 or None) only the uneven-inputs agreement runs
-(`FitSession.agree_on_epoch_length`, `tfdist_opt.stall.uneven`).
+(`FitWatch.agree_on_epoch_length`, `tfdist_opt.stall.uneven`).
 
 Phases (what `Progress.phase` means here):
 
@@ -174,9 +174,9 @@ class _Front(keras.callbacks.Callback):
 
     async_safe = True  # never turns Keras's async batch-end dispatch off
 
-    def __init__(self, session):
+    def __init__(self, watch):
         super().__init__()
-        self._s = session
+        self._s = watch
 
     def on_train_begin(self, logs=None):
         self._s.agree_on_epoch_length(self.params.get("steps"))
@@ -214,9 +214,9 @@ class _Back(keras.callbacks.Callback):
 
     async_safe = True
 
-    def __init__(self, session):
+    def __init__(self, watch):
         super().__init__()
-        self._s = session
+        self._s = watch
 
     def on_train_batch_begin(self, batch, logs=None):
         s = self._s
@@ -238,15 +238,15 @@ class _Agree(keras.callbacks.Callback):
 
     async_safe = True
 
-    def __init__(self, session):
+    def __init__(self, watch):
         super().__init__()
-        self._s = session
+        self._s = watch
 
     def on_train_begin(self, logs=None):
         self._s.agree_on_epoch_length(self.params.get("steps"))
 
 
-class FitSession:
+class FitWatch:
     """One `fit`'s progress state, callbacks and inspector thread."""
 
     def __init__(self, strategy, settings: StallSettings, store=None, out=None):
@@ -344,10 +344,10 @@ def _fit_epoch_iterator():
         del frame
 
 
-def fit_session(model, args: tuple, kwargs: dict):
-    """(args, kwargs, session or None): `fit`'s arguments with our callbacks.
+def watch_fit(model, args: tuple, kwargs: dict):
+    """(args, kwargs, watch or None): `fit`'s arguments with our callbacks.
 
-    The session's thread starts at `on_train_begin`; call `session.stop()`
+    The watch's thread starts at `on_train_begin`; call `watch.stop()`
     after `fit`.
     """
     settings = settings_of(getattr(model, "_distribute_strategy", None))
@@ -359,11 +359,11 @@ def fit_session(model, args: tuple, kwargs: dict):
         user = args[5]  # fit(x, y, batch_size, epochs, verbose, callbacks, ...)
     if user is not None and not isinstance(user, (list, tuple)):
         return args, kwargs, None  # a CallbackList: the caller's own container
-    session = FitSession(model._distribute_strategy, settings)
-    front, back = session.callbacks
+    watch = FitWatch(model._distribute_strategy, settings)
+    front, back = watch.callbacks
     wrapped = [front, *(user or ()), *([back] if back is not None else [])]
     if "callbacks" in kwargs or len(args) <= 5:
         kwargs = {**kwargs, "callbacks": wrapped}
     else:
         args = (*args[:5], wrapped, *args[6:])
-    return args, kwargs, session
+    return args, kwargs, watch

@@ -74,12 +74,12 @@ class ChiefSaving:
         chief_callbacks.adopt(callbacks)
         # The stall inspector (`tfdist_opt.stall`): progress callbacks around
         # the user's, one thread for this fit.
-        args, kwargs, session = stall_binding.fit_session(self, args, kwargs)
+        args, kwargs, watch = stall_binding.watch_fit(self, args, kwargs)
         try:
             return super().fit(*args, **kwargs)
         finally:
-            if session is not None:
-                session.stop()
+            if watch is not None:
+                watch.stop()
 
 
 def saving_class(cls: type) -> type:
