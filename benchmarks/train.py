@@ -32,6 +32,11 @@ Summary keys `fraction_of_one_process` (ours / one process),
 metrics (ours, the baseline, the peers, the one process); the custom-loop
 peer updates them each step like a loop's author would.
 
+`--compare=stall` runs the configured setup with the stall inspector off
+and on (`tfdist_opt.stall`: progress callbacks, a thread, a batch count in
+each worker's pipeline), alternated per round; summary key
+`stall_inspector_ratio` (on / off examples/sec).
+
 `--compare=peer` measures ours against what a TF 2.21 user runs instead
 (tf_keras + plain MultiWorkerMirroredStrategy, and Keras 3 + plain MWMS + a
 custom training loop), each in a fresh local cluster per round, because the
@@ -119,7 +124,10 @@ _COMPARE = flags.DEFINE_enum(
     "optimisation alone, then all; peer: against tf_keras + plain MWMS and "
     "Keras 3 + plain MWMS + a custom loop, each in its own local cluster per "
     "round (see train_lib/peer_compare.py); scaling: ours against one "
-    "process on the same cores with the same global batch, alternated.")
+    "process on the same cores with the same global batch, alternated; "
+    "stall: the configured setup with the stall inspector off, then on, "
+    "alternated per round (multi-worker; summary key stall_inspector_ratio "
+    "= on / off).")
 _PEER_ROLE = flags.DEFINE_enum(
     "peer_role", None, ["ours", *peers.PEERS],
     "Internal, set by --compare=peer: train as this role for one round.")

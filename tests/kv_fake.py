@@ -23,6 +23,11 @@ class ThreadStore:
             self.cond.notify_all()
             return True
 
+    def put(self, key, value):
+        with self.cond:
+            self.values[key] = value
+            self.cond.notify_all()
+
     def get(self, key, timeout_s):
         with self.cond:
             self.cond.wait_for(lambda: key in self.values, timeout=timeout_s)

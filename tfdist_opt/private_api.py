@@ -125,6 +125,13 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName("keras.optimizers.SGD()", "_distribution_strategy",
                 "tfdist_opt.gradients.keras_binding",
                 "the strategy Keras captured in __init__ (kept private)"),
+    PrivateName("keras.src.trainers.epoch_iterator", "EpochIterator",
+                "tfdist_opt.stall.keras_binding",
+                "found as `epoch_iterator` in fit's frame at on_train_begin; "
+                "its `_num_batches` (set from the input's length) is cleared "
+                "when workers' lengths differ, so every worker's epoch ends by "
+                "TF's cross-worker end agreement instead of a worker leaving "
+                "the epoch while the others wait in a collective (no public hook)"),
     PrivateName("keras.optimizers.SGD()", "_iterations",
                 "tfdist_opt.gradients.accumulation",
                 "the counter upstream apply() increments per call: the micro-step"),
@@ -159,6 +166,15 @@ ENTRIES: tuple[PrivateName, ...] = (
                 "tfdist_opt.data.pipeline",
                 "its `_cardinality` is set to per-replica steps so Keras does "
                 "not warn 'ran out of data' (TF reports per-replica batches)"),
+    PrivateName("tensorflow.python.distribute.input_lib", "DistributedDataset",
+                "tfdist_opt.stall.keras_binding",
+                "its per-worker datasets (`_cloned_datasets`, after TF's shard "
+                "and rebatch) get an identity map counting batches: the only "
+                "place a worker's own input is seen before the distributed "
+                "iterator's cross-worker agreement collective (no public hook)"),
+    PrivateName("tensorflow.python.distribute.input_lib",
+                "DistributedDatasetsFromFunction", "tfdist_opt.stall.keras_binding",
+                "the same count on its per-worker datasets (`_datasets`)"),
     # ---------------------------------------------------- model parallel
     PrivateName("keras.Model()", "_loss_tracker",
                 "tfdist_opt.model_parallel.model",
@@ -172,6 +188,13 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName("tensorflow.python.framework.errors", "AlreadyExistsError",
                 "tfdist_opt.cluster.kv_store",
                 "raised by set_config_key_value for an existing key"),
+    PrivateName("tensorflow.python.eager.context.Context", "delete_config_key_value",
+                "tfdist_opt.cluster.kv_store",
+                "the stall inspector overwrites its progress records: the "
+                "service has no overwrite, so delete then insert (no tf.* export)"),
+    PrivateName("tensorflow.python.framework.errors", "NotFoundError",
+                "tfdist_opt.cluster.kv_store",
+                "deleting a key that is not there"),
     PrivateName("tensorflow.python.eager.context.Context", "wait_at_barrier",
                 "tfdist_opt.cluster.kv_store",
                 "the coordination service's barrier (no tf.* export): a repeated "
@@ -195,6 +218,13 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName("keras.src.trainers.epoch_iterator.EpochIterator", "num_batches",
                 "tfdist_opt.gradients.fit_length",
                 "steps per epoch, or None until an input of unknown length ran out"),
+    PrivateName("keras.src.trainers.epoch_iterator", "EpochIterator",
+                "tfdist_opt.stall.keras_binding",
+                "found as `epoch_iterator` in fit's frame at on_train_begin; "
+                "its `_num_batches` (set from the input's length) is cleared "
+                "when workers' lengths differ, so every worker's epoch ends by "
+                "TF's cross-worker end agreement instead of a worker leaving "
+                "the epoch while the others wait in a collective (no public hook)"),
     PrivateName("keras.optimizers.SGD()", "_iterations",
                 "tfdist_opt.gradients.fit_length",
                 "micro-steps already accumulated (a restored cycle) when fit "

@@ -2,7 +2,8 @@
 
 Summary keys: `opt_eps`; with `--compare=baseline|ablation` also `speedup`
 (opt / baseline examples/sec), `baseline_eps` and `speedup_<setting>` for
-ablation rows.
+ablation rows; with `--compare=stall` `stall_off_eps` and
+`stall_inspector_ratio` (inspector on / off examples/sec).
 """
 
 from __future__ import annotations
@@ -96,6 +97,9 @@ def summarize(medians: dict[str, float], compare: str) -> dict[str, float]:
         for name, eps in medians.items():
             if name not in ("opt", "baseline"):
                 summary["speedup_" + name.lstrip("+").replace(".", "_")] = eps / base
+    if compare == "stall":
+        summary.update(stall_off_eps=medians["stall_off"],
+                       stall_inspector_ratio=medians["opt"] / medians["stall_off"])
     return summary
 
 

@@ -119,6 +119,9 @@ class SettingRun:
                 host_memory.tune_for_collectives()
             else:
                 host_memory.restore_defaults()
+        from tfdist_opt.stall import keras_binding as stall_binding  # pylint: disable=g-import-not-at-top
+
+        stall_binding.set_enabled(self.strategy, setting.stall_inspector)
         keras.mixed_precision.set_global_policy(
             "float32" if setting.mixed_precision == "off"
             else setting.mixed_precision)

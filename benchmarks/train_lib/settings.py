@@ -12,7 +12,7 @@ import math
 MODELS = ("mlp", "cnn_small", "resnet50", "transformer")
 DEFAULT_IMAGE_SIZE = {"mlp": 16, "cnn_small": 32, "resnet50": 224,
                       "transformer": 32}
-COMPARES = ("none", "baseline", "ablation", "peer", "scaling")
+COMPARES = ("none", "baseline", "ablation", "peer", "scaling", "stall")
 
 BASELINE_DOC = (
     "same process and strategy object ({strategy}; with several workers "
@@ -44,6 +44,9 @@ class Setting:
     tune_malloc: bool = False
     # compression="powersgd" only: (rank, start_step, min_compression, wire).
     powersgd: tuple = ()
+    # The stall inspector in multi-worker fit (cfg.stall_warn_s); off for
+    # --compare=stall's "stall_off" row.
+    stall_inspector: bool = True
 
     def describe(self) -> str:
         psgd = (f" {dict(zip(PSGD_FIELDS, self.powersgd))}"
@@ -51,7 +54,8 @@ class Setting:
         return (f"input={self.pipeline}, bytes_per_pack={self.bytes_per_pack}, "
                 f"compression={self.compression}{psgd}, grad_accum={self.grad_accum}, "
                 f"mixed_precision={self.mixed_precision}, "
-                f"jit_compile={self.jit_compile}, tune_malloc={self.tune_malloc}")
+                f"jit_compile={self.jit_compile}, tune_malloc={self.tune_malloc}"
+                + ("" if self.stall_inspector else ", stall inspector off"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,6 +134,8 @@ def plan_settings(cfg, compare: str, multi_worker: bool | None = None
     opt = opt_setting(cfg, multi_worker)
     if compare in ("none", "peer", "scaling"):  # their own processes
         return [opt]
+    if compare == "stall":  # the same setup, the stall inspector off / on
+        return [dataclasses.replace(opt, name="stall_off", stall_inspector=False), opt]
     base = Setting("baseline", "naive", powersgd=_powersgd(cfg))
     settings = [base]
     if compare == "ablation":

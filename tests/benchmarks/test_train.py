@@ -242,3 +242,16 @@ def test_two_workers_only_the_chief_writes(tmp_path):
         ["w0.json", "w0.csv"] + (["w0.png"] if HAVE_MPL else []))
     assert "KerasMultiWorkerMirroredStrategy" in outputs[0]
     assert "images/sec: " in outputs[0] and "images/sec: " not in outputs[1]
+
+
+def test_compare_stall_alternates_the_inspector_and_reports_the_ratio():
+    from benchmarks.train_lib import report
+    from benchmarks.train_lib import settings as settings_lib
+
+    rows = settings_lib.plan_settings(StrategyConfig(), "stall", multi_worker=True)
+    assert [(s.name, s.stall_inspector) for s in rows] == [("stall_off", False),
+                                                           ("opt", True)]
+    assert "stall inspector off" in rows[0].describe()
+    summary = report.summarize({"stall_off": 100.0, "opt": 98.0}, "stall")
+    assert summary["stall_inspector_ratio"] == pytest.approx(0.98)
+    assert summary["stall_off_eps"] == 100.0

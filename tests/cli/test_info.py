@@ -93,6 +93,12 @@ def test_info_text_with_cluster_role_and_preset(info_here):
     # Both workers on this host: what cpu_split does to this one.
     want = cpu_split.detect("auto", cfg).reason
     assert f"cpu threads  : {want} (cpu_split)" in out
+    assert ("stalls       : a worker behind for 60 s is named with its stack, every "
+            "60 s (stall_warn_s); never aborted (stall_abort_s off)") in out
+    code, out = info_here(env_extra={"TF_CONFIG": json.dumps(cfg),
+                                     "TFDIST_OPT_STALL_WARN_S": "20",
+                                     "TFDIST_OPT_STALL_ABORT_S": "300"})
+    assert "abort after 300 s, exit code 43 (stall_abort_s)" in out
 
 
 @pytest.mark.gpu

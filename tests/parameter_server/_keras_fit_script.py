@@ -116,6 +116,21 @@ exact("dataset_fn", lambda: linear.fit(
     epochs=2, steps_per_epoch=3, verbose=0), x, y, 6)
 exact("build_dataset", lambda: linear.fit(
     tfdist_opt.build_dataset((x, y), strategy, N), epochs=4, verbose=0), x, y, 4)
+# Uneven inputs: the dataset function runs once for the chief's copy (its
+# length, 10, sets the epoch) and once traced for the workers (TF runs that
+# one graph on every worker, each with input_pipeline_id 0): 7 batches. Each
+# worker repeats its own input, so none runs out and no step is lost.
+uneven_calls = []
+
+
+def uneven_fn(ctx):
+    n = (10, 7)[min(len(uneven_calls), 1)]
+    uneven_calls.append(n)
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(N).repeat(n)
+
+
+exact("uneven_dataset_fn", lambda: linear.fit(uneven_fn, epochs=2, verbose=0), x, y, 20)
+out["uneven_lengths"] = uneven_calls
 
 lap("datasets")
 # evaluate / predict: the same numbers as ps.evaluate / ps.predict and numpy.

@@ -62,6 +62,13 @@ def test_dataset_inputs_exact_under_two_workers(result, kind):
     _assert_exact(result[kind])
 
 
+def test_uneven_worker_inputs_never_hang(result):
+    # Issue 33, item 4: PS workers do not step together; each repeats its own
+    # input (7 batches here) while the chief's copy (10) sets the epoch.
+    assert result["uneven_lengths"] == [10, 7]
+    _assert_exact(result["uneven_dataset_fn"])
+
+
 def test_callbacks_get_the_calls_of_ps_fit(result):
     calls = result["fit_calls"]
     assert calls == result["ps_fit_calls"]

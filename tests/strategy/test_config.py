@@ -38,10 +38,32 @@ def test_frozen():
     ("grad_accum", 0, r"`grad_accum`: expected a positive int. Received: grad_accum=0"),
     ("ps_min_shard_bytes", 0, r"`ps_min_shard_bytes`: expected a positive int. Received: ps_min_shard_bytes=0"),
     ("ps_max_shards", -1, r"`ps_max_shards`: expected an int >= 0. Received: ps_max_shards=-1"),
+    ("stall_warn_s", -1, r"`stall_warn_s`: expected a positive number of seconds, or 0 or None \(off\). Received: stall_warn_s=-1"),
+    ("stall_warn_s", "60", r"Received: stall_warn_s='60'"),
+    ("stall_abort_s", float("inf"), r"`stall_abort_s`: expected a positive number.*Received: stall_abort_s=inf"),
+    ("stall_abort_s", 30, r"`stall_abort_s`: expected a number of seconds >= stall_warn_s \(60\), or 0 or None \(off\). Received: stall_abort_s=30"),
 ])
 def test_every_field_validated(field, value, match):
     with pytest.raises(ValueError, match=match):
         StrategyConfig(**{field: value})
+
+
+def test_stall_fields_defaults_env_and_off():
+    cfg = StrategyConfig()
+    assert (cfg.stall_warn_s, cfg.stall_abort_s) == (60.0, None)
+    cfg = StrategyConfig.from_env({"TFDIST_OPT_STALL_WARN_S": "3",
+                                   "TFDIST_OPT_STALL_ABORT_S": "8"})
+    assert (cfg.stall_warn_s, cfg.stall_abort_s) == (3.0, 8.0)
+    assert StrategyConfig.from_env({"TFDIST_OPT_STALL_WARN_S": "none"}).stall_warn_s is None
+    assert StrategyConfig(stall_warn_s=0).stall_warn_s == 0
+    with pytest.raises(ValueError, match=r"`stall_abort_s`: the abort needs the stall "
+                       r"inspector, and stall_warn_s=0.0 turns it off. Received: "
+                       r"stall_abort_s=5.*\(set by environment variable "
+                       r"TFDIST_OPT_STALL_ABORT_S\)"):
+        StrategyConfig.load(environ={"TFDIST_OPT_STALL_WARN_S": "0",
+                                     "TFDIST_OPT_STALL_ABORT_S": "5"})
+    with pytest.raises(ValueError, match=r"Received: TFDIST_OPT_STALL_WARN_S='soon'"):
+        StrategyConfig.load(environ={"TFDIST_OPT_STALL_WARN_S": "soon"})
 
 
 def test_unknown_keyword_listed():

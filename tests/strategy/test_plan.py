@@ -82,8 +82,10 @@ def test_cpu_replicas_with_multi_worker_refused():
 
 
 def test_settings_that_do_not_apply_are_said():
-    p = plan(cpu_replicas=2, bytes_per_pack=1024, collective_timeout_s=5.0, num_packs=2)
+    p = plan(cpu_replicas=2, bytes_per_pack=1024, collective_timeout_s=5.0, num_packs=2,
+             stall_abort_s=600)
     text = " | ".join(p.warnings)
+    assert "stall_abort_s=600 has no effect with mirrored" in text
     assert "bytes_per_pack=1024 has no effect with mirrored" in text
     assert "collective_timeout_s=5.0 has no effect" in text
     assert "num_packs=2 has no effect with mirrored/reduce_to_one" in text

@@ -13,6 +13,7 @@ from absl import logging
 import keras
 import tensorflow as tf
 
+from tfdist_opt.stall import keras_binding as stall_binding
 from tfdist_opt.strategy import file_writers
 from tfdist_opt.strategy import topology as topology_lib
 from tfdist_opt.callbacks import _common
@@ -357,6 +358,10 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
             delattr(self.model, SKIPPING_ATTR)
 
     def _save(self, epoch: int, calls: int) -> None:
+        with stall_binding.saving():  # the stall inspector's `saving` phase
+            self._save_unlabelled(epoch, calls)
+
+    def _save_unlabelled(self, epoch: int, calls: int) -> None:
         step = _common.complete_step(self.model)
         if self._writes:
             staging = os.path.join(self.backup_dir, f"{store_lib.STAGING}{step}")

@@ -123,6 +123,8 @@ def format_text(info: dict[str, Any]) -> str:
         lines.append(f"gradients    : {grads}")
     if info.get("cpu_split"):
         lines.append(f"cpu threads  : {info['cpu_split']} (cpu_split)")
+    if s["kind"] == "multi_worker":
+        lines.append(f"stalls       : {_stalls_line(info.get('config') or {})}")
     if (info.get("config") or {}).get("shard_optimizer_state"):
         lines.append(f"optimizer    : state sharded, 1/{s['replicas_in_sync']} of "
                      "each slot per replica (shard_optimizer_state)")
@@ -133,6 +135,19 @@ def format_text(info: dict[str, Any]) -> str:
     lines.append("presets      : " + (", ".join(
         os.path.basename(p) for p in info["presets"]) or "none"))
     return "\n".join(lines)
+
+
+def _stalls_line(cfg: dict[str, Any]) -> str:
+    """What the stall inspector does with this config (`tfdist_opt.stall`)."""
+    from tfdist_opt.stall import STALL_EXIT_CODE
+
+    warn, abort = cfg.get("stall_warn_s"), cfg.get("stall_abort_s")
+    if not warn:
+        return "inspector off (stall_warn_s=0 or None): a stuck worker hangs the job"
+    return (f"a worker behind for {warn:g} s is named with its stack, every "
+            f"{warn:g} s (stall_warn_s); "
+            + (f"abort after {abort:g} s, exit code {STALL_EXIT_CODE} "
+               "(stall_abort_s)" if abort else "never aborted (stall_abort_s off)"))
 
 
 def _gradients_line(cfg: dict[str, Any]) -> str | None:

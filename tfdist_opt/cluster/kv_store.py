@@ -9,9 +9,10 @@ same id, raises `DeadlineExceededError` after its timeout). They have no
 `tf.*` export, so this module is the one place that calls them. Users: the
 preemption agreement and the restore agreement (`tfdist_opt.callbacks`), the
 storage probe that decides who writes a file
-(`tfdist_opt.strategy.storage_sharing`), and the rendezvous after a second
-multi-worker strategy (`tfdist_opt.strategy.kinds.multi_worker`). Tests pass
-a dict-backed fake with the same two methods.
+(`tfdist_opt.strategy.storage_sharing`), the rendezvous after a second
+multi-worker strategy (`tfdist_opt.strategy.kinds.multi_worker`), and the
+stall inspector's progress records (`tfdist_opt.stall`, which overwrites
+keys with `put`). Tests pass a dict-backed fake with the same methods.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ class KeyValueStore(Protocol):
 
     def get(self, key: str, timeout_s: float) -> str | None:
         """The key's value, or None if absent after `timeout_s` seconds."""
+
+    def put(self, key: str, value: str) -> None:
+        """Writes a key, replacing its value (the stall inspector's records)."""
 
 
 class TFKeyValueStore:
@@ -52,6 +56,15 @@ class TFKeyValueStore:
                 key, max(1, int(timeout_s * 1000)))
         except self._errors.DeadlineExceededError:
             return None
+
+    def put(self, key: str, value: str) -> None:
+        # No overwrite in the service's API (TF 2.21): delete, then insert. A
+        # reader in between waits in `get` until the insert lands.
+        try:
+            self._context.delete_config_key_value(key)
+        except self._errors.NotFoundError:
+            pass
+        self.set(key, value)
 
     def barrier(self, barrier_id: str, timeout_s: float) -> bool:
         """Waits until every task reached `barrier_id`; False on timeout."""

@@ -35,6 +35,7 @@ import gc
 import os
 
 from tfdist_opt import _class_swap
+from tfdist_opt.stall import keras_binding as stall_binding
 from tfdist_opt.strategy import chief_callbacks
 from tfdist_opt.strategy import file_writers
 
@@ -46,10 +47,11 @@ def _write(model, method, filepath, args, kwargs):
     with file_writers.write_scope(model._distribute_strategy,
                                   os.path.dirname(os.path.abspath(path)),
                                   barrier=True) as scratch:
-        if scratch is None:
-            return method(filepath, *args, **kwargs)
-        name = os.path.basename(os.path.normpath(path))
-        return method(os.path.join(scratch, name), *args, **kwargs)
+        with stall_binding.saving():
+            if scratch is None:
+                return method(filepath, *args, **kwargs)
+            name = os.path.basename(os.path.normpath(path))
+            return method(os.path.join(scratch, name), *args, **kwargs)
 
 
 class ChiefSaving:
@@ -71,7 +73,14 @@ class ChiefSaving:
         if callbacks is None and len(args) > 5:
             callbacks = args[5]  # fit(x, y, batch_size, epochs, verbose, callbacks, ...)
         chief_callbacks.adopt(callbacks)
-        return super().fit(*args, **kwargs)
+        # The stall inspector (`tfdist_opt.stall`): progress callbacks around
+        # the user's, one thread for this fit.
+        args, kwargs, watch = stall_binding.watch_fit(self, args, kwargs)
+        try:
+            return super().fit(*args, **kwargs)
+        finally:
+            if watch is not None:
+                watch.stop()
 
 
 def saving_class(cls: type) -> type:

@@ -142,6 +142,21 @@ class StrategyConfig(validation.ConfigFields):
             naming the stage and the op and runs that stage without XLA;
             `"error"` raises `UnsupportedCombinationError` before any step.
             Defaults to `"warn"`.
+        stall_warn_s: float or None. Multi-worker `fit`: when one worker
+            has not advanced (step and phase: input, step, callbacks,
+            saving) for this many seconds while the others wait for it, the
+            chief prints one message naming it, where it is, for how long,
+            who waits where, and its Python stack; repeated at most every
+            `stall_warn_s` (`tfdist_opt.stall`). `None` or `0` turns the
+            stall inspector off. Defaults to `60` (Horovod's
+            `HOROVOD_STALL_CHECK_TIME_SECONDS`).
+        stall_abort_s: float or None. Multi-worker `fit`: after a stall of
+            this many seconds every worker exits with code
+            `tfdist_opt.stall.STALL_EXIT_CODE` (43) and a message naming the
+            stall, so `tfdist-opt launch --max-restarts R` restarts the job
+            (it resumes from the newest backup). Needs the inspector on and
+            a value >= `stall_warn_s`. `None` or `0`: never abort (a stall
+            may be a long but legitimate wait). Defaults to `None`.
     """
 
     mode: str = "auto"
@@ -169,6 +184,8 @@ class StrategyConfig(validation.ConfigFields):
     cpu_split: str = "auto"
     fused_updates: bool = True
     jit_fallback: str = "warn"
+    stall_warn_s: float | None = 60.0
+    stall_abort_s: float | None = None
 
     def __post_init__(self):
         validation.check_choice("mode", self.mode, MODES)
@@ -201,6 +218,7 @@ class StrategyConfig(validation.ConfigFields):
         validation.check_choice("cpu_split", self.cpu_split, CPU_SPLIT)
         validation.check_bool("fused_updates", self.fused_updates)
         validation.check_choice("jit_fallback", self.jit_fallback, JIT_FALLBACKS)
+        _check_stall(self.stall_warn_s, self.stall_abort_s)
 
     # ------------------------------------------------------------ loading
     @classmethod
@@ -266,3 +284,21 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
 def _check_number(name: str, value: Any) -> None:
     validation.check_number(name, value,
                             expected="a positive number of seconds or None")
+
+
+def _check_stall(warn_s: Any, abort_s: Any) -> None:
+    expected = "a positive number of seconds, or 0 or None (off)"
+    for name, value in (("stall_warn_s", warn_s), ("stall_abort_s", abort_s)):
+        if value is not None:
+            validation.check_number(name, value, allow_zero=True, expected=expected)
+    if abort_s and not warn_s:
+        raise ValueError(
+            "Invalid value for `stall_abort_s`: the abort needs the stall "
+            f"inspector, and stall_warn_s={warn_s!r} turns it off. Received: "
+            f"stall_abort_s={abort_s!r}. Expected stall_abort_s=None, or a "
+            "positive stall_warn_s <= stall_abort_s.")
+    if abort_s and abort_s < warn_s:
+        raise ValueError(
+            "Invalid value for `stall_abort_s`: expected a number of seconds "
+            f">= stall_warn_s ({warn_s:g}), or 0 or None (off). Received: "
+            f"stall_abort_s={abort_s!r}")

@@ -28,6 +28,9 @@ One change is for speed, not correctness: `run` remembers its outputs so
 that `reduce` sends every scalar Keras logs in one collective instead of one
 each (`log_packing`), with the same values.
 
+Its two dataset-distributing methods also make each worker's pipeline count
+its batches for the stall inspector (`tfdist_opt.stall`).
+
 Everything else is the upstream strategy. tf_keras (`TF_USE_LEGACY_KERAS=1`)
 never passes such arguments and is unaffected.
 
@@ -43,6 +46,7 @@ import contextlib
 
 import tensorflow as tf
 
+from tfdist_opt.stall import keras_binding as stall_binding
 from tfdist_opt.strategy import chief_saving
 from tfdist_opt.strategy import keras_steps
 from tfdist_opt.strategy import log_packing
@@ -132,6 +136,22 @@ class KerasMultiWorkerMirroredStrategy(_AdoptingScope,
 
     # Off only to compare with the one-collective-per-value path in tests.
     _pack_log_reductions = True
+
+    def experimental_distribute_dataset(self, dataset, options=None):
+        """The upstream method; each worker's pipeline also counts its batches.
+
+        The count tells the stall inspector that a worker still waits for
+        its own input (`tfdist_opt.stall.keras_binding.count_inputs`): TF's
+        iterator agrees across workers on every batch in a collective, so
+        a worker waiting for a peer's input looks the same from outside.
+        """
+        return stall_binding.count_inputs(
+            self, super().experimental_distribute_dataset(dataset, options))
+
+    def distribute_datasets_from_function(self, dataset_fn, options=None):
+        """The upstream method; counted like `experimental_distribute_dataset`."""
+        return stall_binding.count_inputs(
+            self, super().distribute_datasets_from_function(dataset_fn, options))
 
     def reduce(self, reduce_op, value, axis=None):
         # keras-team/keras#20585: Keras 3 passes nests (fix 1) and axis=0 for

@@ -121,4 +121,8 @@ def inapplicable(config, kind: Kind, all_reduce: str | None) -> list[str]:
         out.append(
             f"collective_timeout_s={config.collective_timeout_s} has no effect "
             f"with {kind}: it applies to multi-worker collectives")
+    if config.stall_abort_s and not multi:
+        out.append(
+            f"stall_abort_s={config.stall_abort_s} has no effect with {kind}: "
+            "the stall inspector watches multi-worker fit")
     return out

@@ -22,6 +22,11 @@ Flags:
       every attempt.
   --strategy-kwargs JSON: extra `opt_strategy()` arguments, e.g.
       '{"grad_accum": 3}'.
+  --stall-kind input|sigstop --stall-task I --stall-at-step K: on the
+      first attempt only, task I stalls: `input`: its `tf.data` input sleeps
+      10 minutes producing batch K (a `numpy_function` in `map`);
+      `sigstop`: it SIGSTOPs itself after optimizer step K. Writes
+      OUT/stall-<i> (wall time) when the stall starts.
   --check-input-errors: before training, check with the real 2-worker
       strategy that an indivisible global batch and FILE sharding with fewer
       files than workers both raise ValueError before any step (case 10).
@@ -57,6 +62,9 @@ def main():
     parser.add_argument("--check-input-errors", action="store_true")
     parser.add_argument("--strategy-kwargs", default="{}",
                         help="JSON object of extra opt_strategy() arguments")
+    parser.add_argument("--stall-kind", choices=["input", "sigstop"])
+    parser.add_argument("--stall-task", type=int, default=-1)
+    parser.add_argument("--stall-at-step", type=int, default=-1)
     args = parser.parse_args()
 
     index = int(os.environ.get("TFDIST_LAUNCH_WORKER_INDEX", "0"))
@@ -86,6 +94,24 @@ def main():
     x = rng.rand(96, 4).astype("float32")
     y = (x @ np.array([[1.0], [-2.0], [0.5], [3.0]], "float32")).astype("float32")
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+    stalls = attempt == 0 and index == args.stall_task
+    if stalls and args.stall_kind == "input":
+        produced = [0]
+
+        def sleep_at(batch):
+            produced[0] += 1
+            if produced[0] == args.stall_at_step:
+                _write(args.out, f"stall-{index}", repr(time.time()))
+                print(f"task {index}: input sleeps 600 s", flush=True)
+                time.sleep(600)
+            return batch
+
+        def slow(a, b):
+            a2 = tf.numpy_function(sleep_at, [a], tf.float32)
+            a2.set_shape(a.shape)
+            return a2, b
+
+        ds = ds.map(slow)
 
     class Faults(keras.callbacks.Callback):
         def on_train_begin(self, logs=None):
@@ -105,6 +131,10 @@ def main():
                 if args.crash_sigkill:
                     os.kill(os.getpid(), signal.SIGKILL)
                 os._exit(1)
+            if stalls and args.stall_kind == "sigstop" and step == args.stall_at_step:
+                print(f"task {index}: SIGSTOP after step {step}", flush=True)
+                _write(args.out, f"stall-{index}", repr(time.time()))
+                os.kill(os.getpid(), signal.SIGSTOP)
             if (attempt == 0 or args.sleep_every_attempt) and args.batch_sleep:
                 time.sleep(args.batch_sleep)
 

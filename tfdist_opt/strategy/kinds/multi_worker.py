@@ -68,6 +68,7 @@ def build(config, plan, topology):
     from tfdist_opt.cluster import faults
     from tfdist_opt.cluster import launcher
     from tfdist_opt.cluster import startup_guard
+    from tfdist_opt.stall import keras_binding as stall_binding
     from tfdist_opt.strategy import cpu_split
     from tfdist_opt.strategy import host_memory
     from tfdist_opt.strategy import keras_compat
@@ -81,6 +82,7 @@ def build(config, plan, topology):
         strategy = keras_compat.KerasMultiWorkerMirroredStrategy(
             communication_options=communication_options(config, plan))
         _rendezvous(_server.rendezvous_id(), config.startup_timeout_s)
+        stall_binding.attach(strategy, config, topology.tf_config)
         return strategy
     # Pre-flight: a taken port fails here, naming the port and the task,
     # instead of as a gRPC bind error deep inside TF.
@@ -102,6 +104,8 @@ def build(config, plan, topology):
             strategy = keras_compat.KerasMultiWorkerMirroredStrategy(
                 communication_options=communication_options(config, plan))
         _server.mark_started(topology.tf_config)
+        # The stall inspector's settings and input marker (tfdist_opt.stall).
+        stall_binding.attach(strategy, config, topology.tf_config)
         return strategy
     except RuntimeError as e:
         if "configured at program startup" in str(e) or "initialized" in str(e):

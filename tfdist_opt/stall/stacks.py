@@ -1,0 +1,82 @@
+"""A process's own Python stack (every thread), and a peer's state from /proc.
+
+`own_stacks()` is what a stuck worker's inspector thread publishes: the
+frames of every thread (`sys._current_frames`, the same source
+`faulthandler` reads), newest call last, innermost frames kept when long.
+A process that is not running (SIGSTOP, a debugger: state `T` / `t`) cannot
+report its own stack; `process_state()` reads that from `/proc` when the
+peer runs on this host, so the message can say why the stack is missing.
+
+Pure Python, no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+import traceback
+
+_MAX_FRAMES = 12  # innermost frames kept per thread
+_STATES = {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O (D)",
+           "T": "stopped (state T: SIGSTOP)", "t": "stopped by a debugger (state t)",
+           "Z": "a zombie (exited)", "X": "dead"}
+
+
+def own_stacks(max_frames: int = _MAX_FRAMES, skip_current: bool = True) -> str:
+    """Every thread's Python stack, main thread first.
+
+    Args:
+        max_frames: int. Innermost frames kept per thread.
+        skip_current: bool. Leave out the calling thread (the inspector).
+
+    Returns:
+        Text: one `Thread NAME (id):` header per thread, then its frames in
+        `traceback` format.
+    """
+    names = {t.ident: t.name for t in threading.enumerate()}
+    me = threading.get_ident()
+    main = threading.main_thread().ident
+    frames = sys._current_frames()  # pylint: disable=protected-access
+    order = sorted(frames, key=lambda ident: (ident != main, names.get(ident, "~")))
+    out = []
+    for ident in order:
+        if skip_current and ident == me:
+            continue
+        stack = traceback.extract_stack(frames[ident])
+        cut = len(stack) - max_frames
+        lines = [f"Thread {names.get(ident, '?')} ({ident}), innermost call last:"]
+        if cut > 0:
+            lines.append(f"  ... {cut} outer frame(s)")
+            stack = stack[cut:]
+        lines.extend(line.rstrip("\n") for line in traceback.format_list(stack))
+        out.append("\n".join(lines))
+    return "\n".join(out)
+
+
+def hostname() -> str:
+    return socket.gethostname()
+
+
+def process_state(pid: int, host: str, proc_root: str = "/proc") -> str | None:
+    """`stopped (state T: SIGSTOP)` etc. for a process on this host, else None."""
+    if not pid or host != hostname():
+        return None
+    try:
+        with open(f"{proc_root}/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        return "gone (no such process)"
+    return _STATES.get(state, f"in state {state}")
+
+
+def unavailable_reason(pid: int, host: str, waited_s: float,
+                       proc_root: str = "/proc") -> str:
+    """Why a worker's stack did not arrive, as precisely as this host can tell."""
+    state = process_state(pid, host, proc_root)
+    if state is not None and state.startswith("stopped"):
+        return (f"unavailable: process {pid} is {state}, so it cannot report "
+                "its stack or its latest position")
+    where = f"process {pid} on {host}" + (f", {state}" if state else "")
+    return (f"unavailable: none arrived within {waited_s:g} s ({where}; its "
+            "Python threads may be blocked, e.g. by native code holding the GIL)")
