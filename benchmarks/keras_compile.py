@@ -40,6 +40,7 @@ if __package__ in (None, ""):  # run as `python benchmarks/keras_compile.py`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import common  # pylint: disable=g-import-not-at-top
+from benchmarks.train_lib import compile_compare  # pylint: disable=g-import-not-at-top
 from benchmarks.train_lib import models  # pylint: disable=g-import-not-at-top
 
 COMPARES = {"jit": ("jit_compile=False", "jit_compile=True"),
@@ -58,15 +59,8 @@ _NUM_CLASSES = 10
 _strategy_config = common.define_strategy_flags()
 
 
-def compile_kwargs(compare: str, which: int, spe: int) -> dict:
-    """`compile` arguments of setting `which` (0 baseline, 1 candidate)."""
-    if compare == "jit":
-        return {"jit_compile": bool(which)}
-    return {"steps_per_execution": spe if which else 1}
-
-
-def steps_per_call(compare: str, which: int, spe: int) -> int:
-    return spe if compare == "steps_per_execution" and which else 1
+compile_kwargs = compile_compare.compile_kwargs
+steps_per_call = compile_compare.steps_per_call
 
 
 def main(argv):

@@ -10,6 +10,12 @@ different process set-up (tf_keras, multi-worker) run in subprocesses.
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Ray: keep every address on 127.0.0.1. Ray reads this when it is imported
+# (ray_constants) and otherwise turns a loopback node address into the host's
+# interface address on purpose; test modules import Ray at collection, so it
+# is set here, before any of them.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 NUM_VIRTUAL_CPUS = 4
 

@@ -84,8 +84,8 @@ _LAUNCH_ENV = ("TF_CONFIG", "TFDIST_LAUNCH_RESTART_COUNT",
                "TF_USE_LEGACY_KERAS")
 
 
-def forwarded_flags(strategy_flags: bool = True,
-                    overridden: tuple = ()) -> list[str]:
+def forwarded_flags(strategy_flags: bool = True, overridden: tuple = (),
+                    flag_values=None) -> list[str]:
     """Every flag the user set, serialized, except the coordinator's own.
 
     Args:
@@ -93,13 +93,15 @@ def forwarded_flags(strategy_flags: bool = True,
             flags. Defaults to `True`.
         overridden: flags the caller passes itself (`--name=value`); any
             user value of those names is dropped.
+        flag_values: absl `FlagValues`. Defaults to `flags.FLAGS`.
     """
+    fv = flags.FLAGS if flag_values is None else flag_values
     skip = set(_NOT_FORWARDED) | {f[2:].split("=", 1)[0] for f in overridden}
     if not strategy_flags:
         skip |= _strategy_flag_names()
     seen, out = set(), []
-    for name in list(flags.FLAGS):
-        flag = flags.FLAGS[name]
+    for name in list(fv):
+        flag = fv[name]
         if id(flag) in seen or flag.name in skip or not flag.present:
             continue
         seen.add(id(flag))
@@ -137,7 +139,7 @@ def _hold_own_port(environ) -> socket.socket | None:
 
 
 def coordinate(args, *, peer_workers: int, printer, binary: str,
-               startup_timeout_s: float = 600.0):
+               startup_timeout_s: float = 600.0, flag_values=None):
     """Runs every role once per round; returns (rows, summary, config)."""
     from tfdist_opt.cluster import launcher  # pylint: disable=g-import-not-at-top
 
@@ -169,7 +171,8 @@ def coordinate(args, *, peer_workers: int, printer, binary: str,
                 out = os.path.join(tmp, f"{role}_{r}.json")
                 log_path = os.path.join(tmp, f"{role}_{r}.log")
                 argv = [sys.executable, binary,
-                        *forwarded_flags(spec.strategy_flags, spec.extra_flags),
+                        *forwarded_flags(spec.strategy_flags, spec.extra_flags,
+                                         flag_values),
                         *spec.extra_flags,
                         f"--peer_role={spec.peer_role}",
                         f"--num_batches={args.per_round}",

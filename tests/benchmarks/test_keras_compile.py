@@ -2,7 +2,7 @@
 
 import json
 
-from benchmarks import keras_compile
+from benchmarks.train_lib import compile_compare as keras_compile
 from tests.multiworker import harness
 
 

@@ -15,7 +15,6 @@ import types
 import pytest
 from absl import flags
 
-from benchmarks import train as train_binary  # defines the binary's flags
 from benchmarks.train_lib import peer_compare
 from tfdist_opt.cluster import launcher
 from tests.multiworker.harness import REPO_ROOT
@@ -59,16 +58,20 @@ def test_one_process_gets_no_strategy_flags_nor_env(monkeypatch):
     monkeypatch.setattr(launcher, "run_local", fake_run_local)
     monkeypatch.delenv("TF_CONFIG", raising=False)
     monkeypatch.setenv("TFDIST_OPT_COMPRESSION", "bf16")
-    assert callable(train_binary.strategy_config)
-    flags.FLAGS(["train", "--compression=bf16", "--batch_size=4",
-                 "--metrics=accuracy"], known_only=True)
-    try:
-        args = types.SimpleNamespace(model="mlp", rounds=2, per_round=2, warmup=1,
-                                     compare="scaling", batch_size=4)
-        rows, summary, _ = peer_compare.coordinate(
-            args, peer_workers=2, printer=lambda line: None, binary=BINARY)
-    finally:
-        flags.FLAGS.unparse_flags()
+    # The binary's flags that matter here, in their own FlagValues (importing
+    # benchmarks/train.py would define them process-wide).
+    fv = flags.FlagValues()
+    flags.DEFINE_string("compression", None, "", flag_values=fv)
+    flags.DEFINE_integer("batch_size", 32, "", flag_values=fv)
+    flags.DEFINE_list("metrics", [], "", flag_values=fv)
+    flags.DEFINE_string("model", "cnn_small", "", flag_values=fv)
+    fv(["train", "--compression=bf16", "--batch_size=4", "--metrics=accuracy",
+        "--model=mlp"])
+    args = types.SimpleNamespace(model="mlp", rounds=2, per_round=2, warmup=1,
+                                 compare="scaling", batch_size=4)
+    rows, summary, _ = peer_compare.coordinate(
+        args, peer_workers=2, printer=lambda line: None, binary=BINARY,
+        flag_values=fv)
     assert [c[0] for c in calls] == [2, 1, 1, 2]  # rotated each round
     ours_argv = calls[0][1]
     one_argv, one_env = calls[1][1], calls[1][2]
@@ -78,6 +81,7 @@ def test_one_process_gets_no_strategy_flags_nor_env(monkeypatch):
     assert "TFDIST_OPT_COMPRESSION" in calls[0][2]
     assert one_argv.count("--batch_size=8") == 1 and "--batch_size=4" not in one_argv
     assert "--metrics=accuracy" in one_argv and "--metrics=accuracy" in ours_argv
+    assert "--model=mlp" in one_argv
     assert [r["setting"] for r in rows] == ["opt", "one_process"]
     assert summary["fraction_of_one_process"] == pytest.approx(0.8)
     assert summary["round_spread_ours"] == 1.0

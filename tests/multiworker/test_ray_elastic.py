@@ -58,6 +58,7 @@ def test_lose_a_node_continue_on_one_grow_back(tmp_path):
                           head_node_args={"num_cpus": 0, "include_dashboard": False})
         cluster.add_node(num_cpus=1)
         node2 = cluster.add_node(num_cpus=1)
+        assert cluster.address.startswith("127.0.0.1:"), cluster.address
         out, backup = tmp_path / "out", tmp_path / "bk"
         proc = subprocess.Popen(
             [sys.executable, "-m", "tfdist_opt", "launch", "--ray", cluster.address,

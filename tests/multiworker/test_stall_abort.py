@@ -32,7 +32,8 @@ NAMED = re.compile(r"\[worker 0\] tfdist_opt: stall: worker 1 has been at "
                    r"\((\w+)\) for (\d+) s; worker 0 waits in step (\d+)'s all-reduce\. "
                    r"worker 1's stack: (.*)")
 ABORTED = re.compile(r"\[worker 0\] tfdist_opt: stall: aborting after a stall of (\d+) s "
-                     r"\(stall_abort_s=(\d+)\): worker 1 has been at step \d+ \((\w+)\)")
+                     r"\(stall_abort_s=(\d+)\): worker 1 has been at "
+                     r"(?:step \d+|the start of fit) \((\w+)\)")
 
 
 @pytest.fixture(scope="module")

@@ -182,6 +182,15 @@ class Inspector:
         if self._thread is not None:
             self._thread.join(timeout=self.stack_wait_s + 2 * self.poll_s)
         self.local.enter("done")
+        # The store may be gone or frozen (a SIGSTOPped chief hosts the
+        # coordination service): a put would then block this process's exit
+        # forever, so it runs in a daemon thread with a bounded wait.
+        done = threading.Thread(target=self._publish_quietly, daemon=True,
+                                name="tfdist_opt-stall-done")
+        done.start()
+        done.join(timeout=self.poll_s + 2.0)
+
+    def _publish_quietly(self) -> None:
         try:
             self.publish()
         except Exception:  # pylint: disable=broad-except

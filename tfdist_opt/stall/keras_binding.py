@@ -145,6 +145,9 @@ def count_inputs(strategy, distributed):
 
     marker = s.marker
 
+    # No autograph: a converted function is written to the temp dir as
+    # `__autograph_generated_file*.py` (and this one needs no conversion).
+    @tf.autograph.experimental.do_not_convert
     def count(*element):
         with tf.control_dependencies([marker.assign_add(1)]):
             return tf.nest.map_structure(
