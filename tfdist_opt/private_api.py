@@ -218,13 +218,6 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName("keras.src.trainers.epoch_iterator.EpochIterator", "num_batches",
                 "tfdist_opt.gradients.fit_length",
                 "steps per epoch, or None until an input of unknown length ran out"),
-    PrivateName("keras.src.trainers.epoch_iterator", "EpochIterator",
-                "tfdist_opt.stall.keras_binding",
-                "found as `epoch_iterator` in fit's frame at on_train_begin; "
-                "its `_num_batches` (set from the input's length) is cleared "
-                "when workers' lengths differ, so every worker's epoch ends by "
-                "TF's cross-worker end agreement instead of a worker leaving "
-                "the epoch while the others wait in a collective (no public hook)"),
     PrivateName("keras.optimizers.SGD()", "_iterations",
                 "tfdist_opt.gradients.fit_length",
                 "micro-steps already accumulated (a restored cycle) when fit "
