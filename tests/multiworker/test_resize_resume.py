@@ -36,6 +36,14 @@ CASES = {
     # ZeRO-1: each worker holds half of every momentum slot; a backup holds
     # the whole slot, re-split for 1 worker.
     "zero": ({"shard_optimizer_state": True}, 10, 8, 36),
+    # A fixed replica count (`replicas=2`): 1 worker resumes with 2 logical
+    # CPU replicas, so PowerSGD's per-replica residuals (rank 1 from step 0:
+    # they matter) and what each step sends are those of the 2-worker run;
+    # a grad_accum cycle is cut mid-way too.
+    "replicas_powersgd_accum": (dict(
+        replicas=2, compression="powersgd", powersgd_rank=1,
+        powersgd_start_step=0, powersgd_min_compression=0, grad_accum=3),
+        3, 2, 12),
 }
 
 
@@ -58,7 +66,8 @@ def test_two_worker_backup_resumes_on_one_worker(tmp_path, case):
     assert p.returncode == 0
     with open(tmp_path / "one" / "attempt-0-worker-0.json") as f:
         resumed = json.load(f)
-    assert resumed["replicas"] == 1 and resumed["step"] == steps
+    assert resumed["replicas"] == kwargs.get("replicas", 1)
+    assert resumed["step"] == steps
     assert resumed["restored"]["step"] == resumed_step, resumed["restored"]
 
     ref = harness.run_single([SCRIPT, "--out", str(tmp_path / "ref"),
