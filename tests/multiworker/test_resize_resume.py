@@ -42,7 +42,8 @@ CASES = {
     # a grad_accum cycle is cut mid-way too.
     "replicas_powersgd_accum": (dict(
         replicas=2, compression="powersgd", powersgd_rank=1,
-        powersgd_start_step=0, powersgd_min_compression=0, grad_accum=3),
+        powersgd_start_step=0, powersgd_min_compression=0,
+        powersgd_wire="bf16", grad_accum=3),
         3, 2, 12),
 }
 

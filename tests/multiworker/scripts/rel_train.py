@@ -33,7 +33,8 @@ Flags:
 
 Writes OUT/attempt-<a>-worker-<i>.json when fit returns (weights, optimizer
 step, restored backup); OUT/start-<i>-<a> (wall time at process start),
-OUT/restored-<i>-<a> (the backup `fit` resumed from), OUT/crash-<i> (wall
+OUT/restored-<i>-<a> (the backup `fit` resumed from), OUT/replicas-<i>-<a>
+(the strategy's replica count), OUT/crash-<i> (wall
 time of a crash), OUT/pid-<i> and OUT/training-<i>-<a> (first batch done)
 so a test can signal a worker at a known phase and time what happened.
 """
@@ -80,6 +81,8 @@ def main():
     strategy = tfdist_opt.opt_strategy(all_reduce="ring",
                                        **json.loads(args.strategy_kwargs))
 
+    _write(args.out, f"replicas-{index}-{attempt}",
+           str(strategy.num_replicas_in_sync))
     import keras  # pylint: disable=g-import-not-at-top
     import numpy as np  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
