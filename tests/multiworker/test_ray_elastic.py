@@ -3,7 +3,9 @@
 `ray.cluster_utils.Cluster` runs a head (0 CPUs) and two 1-CPU nodes on
 127.0.0.1. `tfdist-opt launch --ray ADDRESS -n 1:2 --max-restarts 3` runs
 tests/multiworker/scripts/rel_train.py (global batch 8, 36 train calls, a
-backup every 4, 0.4 s per call so there is time to act) with a fixed
+backup every 4; 0.4 s per call on the first attempt and 2 s on the
+second, which the grow cuts short, so there is time to act; the reference
+process runs meanwhile) with a fixed
 replica count, `replicas=2`, PowerSGD (rank 1 from step 0: its per-replica
 residuals are live state) and `grad_accum=3` (the backups of train calls 4
 and 8 cut a cycle). Once the backup of train call 8 (optimizer step 2, 2 of 3
@@ -19,6 +21,7 @@ with PowerSGD or `grad_accum`; its resize is tested with launch
 (tests/multiworker/test_resize_resume.py).
 """
 
+import concurrent.futures
 import json
 import os
 import shutil
@@ -53,7 +56,10 @@ def _wait(predicate, proc, timeout, what):
             raise AssertionError(f"launch ended before {what} ({proc.returncode}):\n"
                                  f"{out[-2000:]}\n{err[-3000:]}")
         time.sleep(0.1)
-    raise AssertionError(f"no {what} within {timeout} s")
+    os.killpg(proc.pid, 9)  # its logs say why
+    out, err = proc.communicate(timeout=30)
+    raise AssertionError(f"no {what} within {timeout} s:\n{out[-2000:]}\n"
+                         f"{err[-3000:]}")
 
 
 def test_lose_a_node_continue_on_one_grow_back(tmp_path):
@@ -63,6 +69,7 @@ def test_lose_a_node_continue_on_one_grow_back(tmp_path):
     saved = {k: os.environ.get(k) for k in ("RAY_TMPDIR", "RAY_AUTH_MODE")}
     os.environ.update(RAY_TMPDIR=tag, RAY_AUTH_MODE="disabled", **ray_cluster.PIN)
     cluster = proc = None
+    pool = concurrent.futures.ThreadPoolExecutor(1)
     try:
         cluster = Cluster(initialize_head=True, shutdown_at_exit=False,
                           head_node_args={"num_cpus": 0, "include_dashboard": False})
@@ -75,11 +82,16 @@ def test_lose_a_node_continue_on_one_grow_back(tmp_path):
              "-n", "1:2", "--max-restarts", "3", "--ray-resize-interval", "3",
              "--ray-storage", str(tmp_path / "storage"), "--",
              "python", SCRIPT, "--out", str(out), "--backup", str(backup),
-             "--batch-sleep", "0.4", "--sleep-every-attempt",
+             "--batch-sleep", "0.4", "--sleep-attempts", "2",
+             "--later-batch-sleep", "2",
              "--strategy-kwargs", KWARGS],
             env=ray_cluster.env(RAY_TMPDIR=tag), cwd=harness.REPO_ROOT,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             start_new_session=True)
+        # The uninterrupted reference, while the Ray workers mostly sleep.
+        ref_run = pool.submit(harness.run_single, [
+            SCRIPT, "--out", str(tmp_path / "ref"), "--backup",
+            str(tmp_path / "ref-bk"), "--strategy-kwargs", KWARGS], timeout_s=240)
         # Backups are named by optimizer step: train call 8 is step 2.
         _wait(lambda: (backup / "backup-2").exists(), proc, 240,
               "the backup of train call 8")
@@ -104,9 +116,7 @@ def test_lose_a_node_continue_on_one_grow_back(tmp_path):
         assert [r["replicas"] for r in results] == [2, 2], logs
         # Attempt 1 ran on 1 worker with both replicas.
         assert (out / "replicas-0-1").read_text() == "2", logs
-        ref = harness.run_single([SCRIPT, "--out", str(tmp_path / "ref"),
-                                  "--backup", str(tmp_path / "ref-bk"),
-                                  "--strategy-kwargs", KWARGS], timeout_s=180)
+        ref = ref_run.result(timeout=300)
         assert ref.returncode == 0, ref.output[-3000:]
         with open(tmp_path / "ref" / "attempt-0-worker-0.json") as f:
             want = json.load(f)
@@ -118,6 +128,7 @@ def test_lose_a_node_continue_on_one_grow_back(tmp_path):
         if proc is not None and proc.poll() is None:
             os.killpg(proc.pid, 9)
             proc.communicate(timeout=30)
+        pool.shutdown(wait=True)  # run_single's own timeout bounds it
         if cluster is not None:
             cluster.shutdown()
         ray_cluster.kill_tagged(tag)

@@ -19,7 +19,8 @@ Flags:
       and before it is committed (case 8).
   --batch-sleep S: sleep S seconds after each batch on the first attempt
       (so a test can send SIGTERM mid-training); --sleep-every-attempt: on
-      every attempt.
+      every attempt; --sleep-attempts N: on the first N attempts;
+      --later-batch-sleep S2: S2 instead of S after the first attempt.
   --strategy-kwargs JSON: extra `opt_strategy()` arguments, e.g.
       '{"grad_accum": 3}'.
   --stall-kind input|sigstop --stall-task I --stall-at-step K: on the
@@ -60,6 +61,11 @@ def main():
     parser.add_argument("--batch-sleep", type=float, default=0.0)
     parser.add_argument("--sleep-every-attempt", action="store_true",
                         help="--batch-sleep on every attempt, not the first only")
+    parser.add_argument("--sleep-attempts", type=int, default=1,
+                        help="--batch-sleep on the first N attempts")
+    parser.add_argument("--later-batch-sleep", type=float, default=None,
+                        help="the sleep on attempts after the first "
+                        "(default: --batch-sleep)")
     parser.add_argument("--check-input-errors", action="store_true")
     parser.add_argument("--strategy-kwargs", default="{}",
                         help="JSON object of extra opt_strategy() arguments")
@@ -138,8 +144,10 @@ def main():
                 print(f"task {index}: SIGSTOP after step {step}", flush=True)
                 _write(args.out, f"stall-{index}", repr(time.time()))
                 os.kill(os.getpid(), signal.SIGSTOP)
-            if (attempt == 0 or args.sleep_every_attempt) and args.batch_sleep:
-                time.sleep(args.batch_sleep)
+            sleep = args.batch_sleep if attempt == 0 or (
+                args.later_batch_sleep is None) else args.later_batch_sleep
+            if (attempt < args.sleep_attempts or args.sleep_every_attempt) and sleep:
+                time.sleep(sleep)
 
     keras.utils.set_random_seed(1)
     with strategy.scope():

@@ -1,7 +1,8 @@
 """Kind `multi_worker`: `KerasMultiWorkerMirroredStrategy` over a TF_CONFIG cluster.
 
-One replica per GPU (or the CPU) on every chief/worker task; gradients are
-all-reduced with NCCL (GPUs) or RING (CPU) collectives. The strategy is
+One replica per GPU (or the CPU; with `replicas=R`, R / W logical CPU
+replicas, `tfdist_opt.strategy.worker_cpu_replicas`) on every chief/worker
+task; gradients are all-reduced with NCCL (GPUs) or RING (CPU) collectives. The strategy is
 TF's `MultiWorkerMirroredStrategy` with the `reduce` fix Keras 3 needs
 (`tfdist_opt.strategy.keras_compat`).
 """
@@ -43,7 +44,8 @@ def plan(config, topology, reasons: list[str]) -> plan_lib.StrategyPlan:
             "Invalid value for `cpu_replicas` with mode multi_worker: "
             "MultiWorkerMirroredStrategy runs one CPU replica per worker. "
             f"Received: cpu_replicas={config.cpu_replicas}. Expected 0 or 1 "
-            "(start more workers instead, e.g. `tfdist-opt launch -n N`).")
+            "(start more workers instead, e.g. `tfdist-opt launch -n N`, or "
+            "set `replicas`: a replica count split over the workers).")
     gpus = topology.num_gpus
     devices = tuple(f"/gpu:{i}" for i in range(gpus)) or tuple(
         f"/cpu:{i}" for i in range(local or 1))
