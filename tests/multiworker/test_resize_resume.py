@@ -9,8 +9,12 @@ model and optimizer variables (SGD momentum: one copy, not per replica).
 So 2 workers crash after step 10, 1 worker resumes from the step-8 backup,
 and the result equals an uninterrupted run within 1e-5 (float32 additions
 in another order). The same holds for per-replica optimizer state: a
-`grad_accum` cycle cut mid-way (accumulators saved as their sum, restored
-as sum / n) and ZeRO-1 momentum shards (saved whole, re-split). This is what a Ray elastic restart at another size
+`grad_accum` cycle cut mid-way (accumulators saved per replica, restored
+as their sum / n at another replica count) and ZeRO-1 momentum shards
+(saved whole, re-split). With a fixed replica count (`replicas=2`) the
+1-worker resume runs 2 logical CPU replicas: PowerSGD with a bf16 wire,
+whose rounding is per replica, and accumulators restored replica for
+replica. This is what a Ray elastic restart at another size
 (`launch --ray -n 1:2`) does after a lost node.
 """
 
@@ -38,8 +42,9 @@ CASES = {
     "zero": ({"shard_optimizer_state": True}, 10, 8, 36),
     # A fixed replica count (`replicas=2`): 1 worker resumes with 2 logical
     # CPU replicas, so PowerSGD's per-replica residuals (rank 1 from step 0:
-    # they matter) and what each step sends are those of the 2-worker run;
-    # a grad_accum cycle is cut mid-way too.
+    # they matter) and what each step sends (bf16: rounded per replica) are
+    # those of the 2-worker run; a grad_accum cycle is cut mid-way too.
+    # Without `replicas` this run ends 4.7e-4 away.
     "replicas_powersgd_accum": (dict(
         replicas=2, compression="powersgd", powersgd_rank=1,
         powersgd_start_step=0, powersgd_min_compression=0,

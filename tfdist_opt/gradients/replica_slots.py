@@ -1,8 +1,8 @@
 """Optimizer variables that keep a different value on each replica: saving.
 
-Two kinds of optimizer state hold a different value per replica in an
-`ON_READ` variable: ZeRO slot shards (`sharded_state`) and PowerSGD error
-buffers (`lowrank`). TF saves an `ON_READ` variable as one aggregate (the
+Three kinds of optimizer state hold a different value per replica in an
+`ON_READ` variable: ZeRO slot shards (`sharded_state`), PowerSGD error
+buffers (`lowrank`) and `grad_accum` accumulators (`accumulation`). TF saves an `ON_READ` variable as one aggregate (the
 first replica's value, or the SUM over replicas) and restores that to every
 replica (SUM: sum / n each; TF's `values_util.on_read_assign_cross_replica`),
 so each replica's own value is lost. A `SavedWhole` variable (its Keras
@@ -20,7 +20,8 @@ optimizer tracks it, so a deferred checkpoint restore (an optimizer built
 after `Checkpoint.restore`) reaches the swapped methods.
 
 `PerReplicaSum` is the mixin of a variable whose meaning is the SUM over
-replicas of per-replica values (PowerSGD's residuals): it saves every
+replicas of per-replica values (PowerSGD's residuals, `grad_accum`'s
+accumulators): it saves every
 replica's value stacked along a new leading axis of size n, in data-slot
 order (the slice of each global batch the replica trains on;
 `tfdist_opt.strategy.virtual_replicas.data_slot`: the replica id on one
