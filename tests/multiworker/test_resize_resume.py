@@ -37,9 +37,10 @@ CASES = {
     # 3 micro-batches per step: the step-8-calls backup is 2 steps + 2 of 3
     # micro-batches, its accumulators summed over the 2 replicas.
     "grad_accum_mid_cycle": ({"grad_accum": 3}, 3, 2, 12),
-    # ZeRO-1: each worker holds half of every momentum slot; a backup holds
-    # the whole slot, re-split for 1 worker.
-    "zero": ({"shard_optimizer_state": True}, 10, 8, 36),
+    # ZeRO-1 over `replicas=4`: 2 workers x 2 logical CPU replicas each
+    # hold a quarter of every momentum slot; a backup holds the whole slot,
+    # re-split for 1 worker x 4 replicas.
+    "zero_replicas4": ({"shard_optimizer_state": True, "replicas": 4}, 10, 8, 36),
     # A fixed replica count (`replicas=2`): 1 worker resumes with 2 logical
     # CPU replicas, so PowerSGD's per-replica residuals (rank 1 from step 0:
     # they matter) and what each step sends (bf16: rounded per replica) are
