@@ -48,6 +48,9 @@ batch; a generator cannot, so training began a few batches (the pulled one
 and what `tf.data` prefetched) later than without a strategy, and the
 weights differed. The mixin builds from the specs of the batches Keras's
 generator adapter already peeked instead, consuming nothing.
+
+`fit` first refuses a `tf.data` global batch the replicas in sync do not
+divide, before step 1 (`global_batch`).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 
+from tfdist_opt.strategy import global_batch
 from tfdist_opt.strategy import multi_step
 
 JIT_FALLBACKS = ("warn", "error")
@@ -114,6 +118,13 @@ class KerasSteps:
     """Mixin in front of a Keras Model class; see the module docstring."""
 
     _tfdist_keras_steps = True
+
+    def fit(self, *args, **kwargs):
+        # Before Keras builds anything: a tf.data global batch the replicas
+        # do not divide is refused (`global_batch`).
+        global_batch.check_fit_input(self.distribute_strategy,
+                                     args[0] if args else kwargs.get("x"))
+        return super().fit(*args, **kwargs)
 
     def make_train_function(self, force=False):
         if self.train_function is not None and not force:
