@@ -11,7 +11,9 @@ elastic, `tfdist-opt launch -n MIN:MAX`) with a batch the new size does not
 divide. So `fit` (`check_fit_input`, called by `keras_steps.KerasSteps.fit`
 before Keras builds anything) raises the `ValueError` of
 `tfdist_opt.data.per_replica_batch_size`, naming the global batch, the
-replica count and the worker count, before step 1.
+replica count and the worker count, before step 1 (with `grad_accum`,
+the batch contract's `ValueError`, `tfdist_opt.gradients.contract`, which
+states the same rule for the micro-batch).
 
 How the batch is found, without reading input:
 
@@ -42,6 +44,8 @@ import tensorflow as tf
 
 from tfdist_opt import _logging
 from tfdist_opt.data import shard_math
+from tfdist_opt.gradients import contract
+from tfdist_opt.gradients import keras_binding as gradient_binding
 
 
 def dataset_global_batch(dataset: tf.data.Dataset) -> int | None:
@@ -118,6 +122,11 @@ def check_fit_input(strategy, x) -> None:
             "or no `batch`), so its divisibility by the "
             f"{replicas} replicas is not checked; `batch` last, or "
             "`drop_remainder=True`, lets fit check it")
+        return
+    options = gradient_binding.options_of(strategy)
+    if options is not None and options.grad_accum > 1:
+        # The same rule, in the batch contract's terms (micro x replicas).
+        contract.micro_batch_from_dataset(batch, options.grad_accum, replicas)
         return
     workers = _num_workers(strategy)
     shard_math.per_replica_batch_size(
