@@ -66,7 +66,7 @@ def test_divisible_batch_trains_as_one_device(three):
 
 
 def test_last_partial_batch_trains(three):
-    # 22 = 9 + 9 + 4: the last batch (4, split 2, 1, 1) is not refused.
+    # 22 = 9 + 9 + 4: the last batch (4; TF splits it 2, 2, 0) is not refused.
     ds = tf.data.Dataset.from_tensor_slices(_data(22)).batch(9)
     model = _model(three)
     model.fit(ds, epochs=1, verbose=0)

@@ -24,9 +24,11 @@ How the batch is found, without reading input:
   graph up to its last `batch` / `padded_batch` and returns -1 when a
   transformation after it may change the batch, e.g. a `map`). It counts
   full batches only, so the last, partial batch of an epoch
-  (`drop_remainder=False`) is never refused: TF splits it as evenly as it
-  can (7 over 3 replicas: 3, 3, 1), as it documents; with
-  `drop_remainder=True` every step has exactly the global batch.
+  (`drop_remainder=False`) is never refused: TF splits it its own way
+  (7 over 3 replicas: 3, 3, 1; 4: 2, 2, 0), a replica possibly getting an
+  empty batch, as `experimental_distribute_dataset` documents, so that
+  last step weighs its examples unequally; with `drop_remainder=True`
+  every step has exactly the global batch.
 - unknown (-1; a `map` after the `batch`, a generator, no `batch`): not
   checked, logged once. A `tf.distribute.DistributedDataset` (from
   `distribute_datasets_from_function`, where the user batches per replica,
