@@ -29,8 +29,9 @@ Flags:
       `sigstop`: it SIGSTOPs itself after optimizer step K. Writes
       OUT/stall-<i> (wall time) when the stall starts.
   --check-input-errors: before training, check with the real 2-worker
-      strategy that an indivisible global batch and FILE sharding with fewer
-      files than workers both raise ValueError before any step (case 10).
+      strategy that an indivisible global batch (given to build_dataset, or
+      a plain tf.data batch given to fit) and FILE sharding with fewer
+      files than workers raise ValueError before any step (case 10).
 
 Writes OUT/attempt-<a>-worker-<i>.json when fit returns (weights, optimizer
 step, restored backup); OUT/start-<i>-<a> (wall time at process start),
@@ -211,6 +212,19 @@ def _check_input_errors(strategy, out_dir, index):
     except ValueError as e:
         found["too_few_files"] = str(e)
     found["seconds"] = round(time.monotonic() - t0, 3)
+    # A plain tf.data pipeline given to fit: refused by fit, before step 1.
+    import keras  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+        model.compile("sgd", "mse")
+    try:
+        model.fit(tf.data.Dataset.from_tensor_slices(
+            (np.zeros((16, 1), "float32"),) * 2).batch(5), verbose=0)
+    except ValueError as e:
+        found["fit_indivisible"] = str(e)
+    found["fit_iterations"] = int(model.optimizer.iterations.numpy())
     return found
 
 
