@@ -42,15 +42,15 @@ loss tracker, metrics sum over replicas, and `predict` concatenates).
 
 from __future__ import annotations
 
-import tensorflow as tf
-
 from tfdist_opt import _logging
 from tfdist_opt.data import shard_math
 from tfdist_opt.gradients import contract
-from tfdist_opt.gradients import keras_binding as gradient_binding
+
+# TensorFlow is imported where used: `keras_steps` imports this module, and
+# importing tfdist_opt does not load TensorFlow.
 
 
-def dataset_global_batch(dataset: tf.data.Dataset) -> int | None:
+def dataset_global_batch(dataset) -> int | None:
     """The batch `dataset` yields per step, full batches only, or None.
 
     Reads the dataset's structure only; no element is produced.
@@ -67,6 +67,8 @@ def dataset_global_batch(dataset: tf.data.Dataset) -> int | None:
         >>> dataset_global_batch(tf.data.Dataset.range(20).batch(8))
         8
     """
+    import tensorflow as tf
+
     dims = []
     for spec in tf.nest.flatten(dataset.element_spec):
         shape = getattr(spec, "shape", None)
@@ -109,6 +111,10 @@ def check_fit_input(strategy, x) -> None:
     Example:
         >>> check_fit_input(strategy, tf.data.Dataset.range(16).batch(8))
     """
+    import tensorflow as tf
+
+    from tfdist_opt.gradients import keras_binding as gradient_binding
+
     if not isinstance(x, tf.data.Dataset) or not isinstance(
             strategy, (tf.distribute.MirroredStrategy,
                        tf.distribute.MultiWorkerMirroredStrategy)):
