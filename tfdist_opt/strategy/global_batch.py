@@ -139,5 +139,5 @@ def check_fit_input(strategy, x) -> None:
     workers = _num_workers(strategy)
     shard_math.per_replica_batch_size(
         batch, replicas, num_workers=workers,
-        where="the batch of the tf.data dataset given to `fit` (each step's "
-              "global batch, split over the replicas in sync)")
+        where="the batch of the tf.data dataset given to `fit`: each step's "
+              "global batch, split over the replicas in sync")
