@@ -83,6 +83,7 @@ if __package__ in (None, ""):  # run as `python benchmarks/train.py`
 # pylint: disable=g-import-not-at-top
 from benchmarks import common
 from benchmarks import progress
+from benchmarks.train_lib import breakdown
 from benchmarks.train_lib import inputs as inputs_lib
 from benchmarks.train_lib import overlap
 from benchmarks.train_lib import peer_compare
@@ -136,6 +137,19 @@ _OVERLAP_STEPS = flags.DEFINE_integer(
     "timing, profile this many more steps (TF profiler) and report "
     "overlap_fraction, the share of all-reduce time before backprop ends "
     "(0: off).")
+_BREAKDOWN_STEPS = flags.DEFINE_integer(
+    "breakdown_steps", 0, "After timing, profile this many more steps (TF "
+    "profiler) and report `step_breakdown`: per step, the median ms of the "
+    "input wait, forward/loss/metrics, backward, the gradient arithmetic "
+    "(PowerSGD), XLA calls, each collective and the optimizer apply "
+    "(train_lib/breakdown.py); any worker count, also with --compare=scaling "
+    "(both roles) (0: off).")
+_EPOCHS = flags.DEFINE_integer(
+    "epochs", 1, "Run each round's timed batches as this many Keras epochs "
+    "(one fit call, --num_batches / rounds / epochs batches each, after a "
+    "separate warm-up fit) and report the slowest / fastest epoch "
+    "(`epoch_spread`; with --compare=scaling `epoch_spread_<role>` and "
+    "`epoch_spread_ratio` = ours / one process).")
 _TRACE_DIR = flags.DEFINE_string(
     "trace_dir", None, "Keep the --overlap_steps profile here (TensorBoard's "
     "profile plugin reads it); default: a temp dir, removed.")
@@ -176,7 +190,11 @@ def main(argv):
                              f"{_OVERLAP_STEPS.value}")
     _check_positive(batch_size=_BATCH.value, num_batches=_NUM_BATCHES.value,
                     rounds=_ROUNDS.value, display_every=_DISPLAY_EVERY.value,
-                    peer_workers=_PEER_WORKERS.value)
+                    peer_workers=_PEER_WORKERS.value, epochs=_EPOCHS.value)
+    if _BREAKDOWN_STEPS.value < 0:
+        raise app.UsageError("Invalid value for `--breakdown_steps`: expected "
+                             "an int >= 0. Received: --breakdown_steps="
+                             f"{_BREAKDOWN_STEPS.value}")
     if inputs_lib.parse_data(_DATA.value)[0] != "synthetic" and (
             compare in ("peer", "scaling") or role):
         raise app.UsageError(f"Invalid value for `--data` with --compare={compare}: "
@@ -188,7 +206,7 @@ def main(argv):
         learning_rate=_LEARNING_RATE.value, compare=compare,
         display_every=_DISPLAY_EVERY.value, image_size=_IMAGE_SIZE.value,
         rounds=_ROUNDS.value, warmup=_WARMUP.value, batches=_NUM_BATCHES.value,
-        metrics=_METRICS.value)
+        metrics=_METRICS.value, epochs=_EPOCHS.value)
     if compare in ("peer", "scaling"):
         return _peer_main(cfg, args, started)
     if role in peers.PEERS:
@@ -233,17 +251,34 @@ def main(argv):
             rows[-1].update(window_durations_s=run.window_durations,
                             keras="keras " + keras.__version__)
     summary = report.summarize(medians, compare)
-    if (_OVERLAP_STEPS.value > 0 and workers > 1
-            and not args.in_process_compare):
-        figures = overlap.measure(runs[-1].model, runs[-1].dataset,
-                                  _OVERLAP_STEPS.value, _TRACE_DIR.value,
-                                  profile=common.is_chief())
+    if runs[-1].epoch_eps:
+        spread = runs[-1].epoch_spread()
+        summary["epoch_spread"] = spread
+        rows[-1].update(epoch_eps=[round(e, 2) for e in runs[-1].epoch_eps],
+                        epoch_spread=spread)
+        printer(f"epochs: {len(runs[-1].epoch_eps)}, slowest/fastest "
+                f"{spread:.2f}")
+    overlap_steps = (_OVERLAP_STEPS.value if workers > 1
+                     and not args.in_process_compare else 0)
+    if overlap_steps or _BREAKDOWN_STEPS.value:
+        events = overlap.trace_events(
+            runs[-1].model, runs[-1].dataset,
+            max(overlap_steps, _BREAKDOWN_STEPS.value), _TRACE_DIR.value,
+            profile=common.is_chief())
+        figures = (overlap.overlap_from_events(events)
+                   if events is not None and overlap_steps else None)
         if figures:
             summary.update(figures)
             rows[-1].update(figures)
             printer(f"overlap_fraction: {figures['overlap_fraction']:.3f} "
                     f"(all-reduce time before backprop ends), first pack "
                     f"early in {figures['early_start_fraction']:.0%} of steps")
+        parts = (breakdown.breakdown_from_events(
+            events, runs[-1].model.optimizer.name)
+            if events is not None and _BREAKDOWN_STEPS.value else None)
+        if parts:
+            rows[-1]["step_breakdown"] = parts
+            printer(breakdown.format_breakdown(parts))
     report.write(rows, summary, cfg=cfg, strategy=strategy, settings=settings,
                  args=args, inputs=inputs, replicas=replicas, workers=workers,
                  printer=printer)

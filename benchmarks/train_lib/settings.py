@@ -79,12 +79,14 @@ class RunArgs:
     warmup: int
     batches: int
     metrics: tuple = ()  # compile(metrics=...) in every run and peer
+    epochs: int = 1  # Keras epochs per round's timed fit (epoch_spread)
 
     @classmethod
     def build(cls, *, settings, model: str, batch_size: int, num_classes: int,
               seed: int, learning_rate: float, compare: str,
               display_every: int, image_size: int | None, rounds: int,
-              warmup: int, batches: int, metrics=()) -> "RunArgs":
+              warmup: int, batches: int, metrics=(), epochs: int = 1
+              ) -> "RunArgs":
         window = max(s.grad_accum for s in settings)
         return cls(model=model, batch_size=batch_size, num_classes=num_classes,
                    seed=seed, learning_rate=learning_rate, compare=compare,
@@ -95,12 +97,16 @@ class RunArgs:
                    # Whole accumulation cycles: warm-up ends on a boundary.
                    warmup=window * math.ceil(warmup / window),
                    batches=window * math.ceil(batches / window),
-                   metrics=tuple(metrics))
+                   metrics=tuple(metrics), epochs=epochs)
 
     @property
     def per_round(self) -> int:
         """Timed batches per setting per round (whole windows)."""
-        return self.window * math.ceil(self.batches / (self.window * self.rounds))
+        per_round = self.window * math.ceil(self.batches / (self.window * self.rounds))
+        if self.epochs > 1:  # whole epochs of whole windows
+            step = self.window * self.epochs
+            per_round = step * math.ceil(per_round / step)
+        return per_round
 
     @property
     def in_process_compare(self) -> bool:
