@@ -128,7 +128,13 @@ _COMPARE = flags.DEFINE_enum(
     "process on the same cores with the same global batch, alternated; "
     "stall: the configured setup with the stall inspector off, then on, "
     "alternated per round (multi-worker; summary key stall_inspector_ratio "
-    "= on / off).")
+    "= on / off); fold: ours with Keras's logs folded into the gradient "
+    "collective (the default) against --fold_logs=false, each in its own "
+    "cluster per round (summary key fold_speedup = folded / not).")
+_FOLD_LOGS = flags.DEFINE_bool(
+    "fold_logs", True, "Multi-worker: Keras's logged values ride in the "
+    "step's gradient collective where eligible (tfdist_opt.gradients."
+    "log_fold); false: their own packed collective (for --compare=fold).")
 _PEER_ROLE = flags.DEFINE_enum(
     "peer_role", None, ["ours", *peers.PEERS],
     "Internal, set by --compare=peer: train as this role for one round.")
@@ -196,7 +202,7 @@ def main(argv):
                              "an int >= 0. Received: --breakdown_steps="
                              f"{_BREAKDOWN_STEPS.value}")
     if inputs_lib.parse_data(_DATA.value)[0] != "synthetic" and (
-            compare in ("peer", "scaling") or role):
+            compare in ("peer", "scaling", "fold") or role):
         raise app.UsageError(f"Invalid value for `--data` with --compare={compare}: "
                              f"expected synthetic. Received: --data={_DATA.value}")
     settings = settings_lib.plan_settings(cfg, compare)
@@ -207,7 +213,7 @@ def main(argv):
         display_every=_DISPLAY_EVERY.value, image_size=_IMAGE_SIZE.value,
         rounds=_ROUNDS.value, warmup=_WARMUP.value, batches=_NUM_BATCHES.value,
         metrics=_METRICS.value, epochs=_EPOCHS.value)
-    if compare in ("peer", "scaling"):
+    if compare in ("peer", "scaling", "fold"):
         return _peer_main(cfg, args, started)
     if role in peers.PEERS:
         return _peer_child(role, args)
@@ -216,6 +222,8 @@ def main(argv):
 
     strategy = tfdist_opt.opt_strategy(
         settings_lib.strategy_config_for(cfg, compare))
+    if not _FOLD_LOGS.value:
+        type(strategy)._fold_logs = False  # pylint: disable=protected-access
     replicas = strategy.num_replicas_in_sync
     workers = common.num_workers()
     printer = runner.Printer(common.is_chief())
@@ -309,6 +317,9 @@ def _peer_main(cfg, args, started):
     if "fraction_of_one_process" in summary:
         printer(f"fraction_of_one_process (ours / one process): "
                 f"{summary['fraction_of_one_process']:.2f}")
+    elif "fold_speedup" in summary:
+        printer(f"fold_speedup (logs folded / own collective): "
+                f"{summary['fold_speedup']:.3f}")
     else:
         printer(f"speedup_vs_peer (ours / faster peer): "
                 f"{summary['speedup_vs_peer']:.2f}x")

@@ -14,6 +14,9 @@ N is the launch's worker count under `tfdist-opt launch -n N` (worker 0
 coordinates and keeps its TF port open so the launcher counts it as joined;
 the other workers exit at once) or `--peer_workers` without TF_CONFIG.
 
+`--compare=fold` runs ours against ours with `--fold_logs=false` (the logs'
+own collective); summary key `fold_speedup`.
+
 `--compare=scaling` runs the same way with two roles: ours on N workers,
 and `one_process`: this binary in one process on the same cores (no
 TF_CONFIG, no StrategyConfig flags: plain one-device Keras `fit`) with a
@@ -69,6 +72,9 @@ def roles_for(compare: str, n: int, batch_size: int) -> list[Role]:
             Role("ours", "ours", n),
             Role("one_process", "ours", 1, (f"--batch_size={batch_size * n}",),
                  strategy_flags=False)],
+        "fold": lambda: [
+            Role("ours", "ours", n),
+            Role("no_fold", "ours", n, ("--fold_logs=false",))],
     }
     if compare not in table:
         raise ValueError(f"Unrecognized comparison: {compare!r}. Expected one "
@@ -231,11 +237,15 @@ def coordinate(args, *, peer_workers: int, printer, binary: str,
                        epoch_spread=round_spread(epoch_eps[role]))
         if parts[role]:
             row.update(step_breakdown_rounds=parts[role])
-        row["setting"] = {"one_process": "one_process"}.get(role, row["setting"])
+        row["setting"] = {"one_process": "one_process",
+                          "no_fold": "no_fold"}.get(role, row["setting"])
         medians[role] = stats.median
         rows.append(row)
     if compare == "scaling":
         summary = scaling_summary(medians)
+    elif compare == "fold":
+        summary = {"opt_eps": medians["ours"], "no_fold_eps": medians["no_fold"],
+                   "fold_speedup": medians["ours"] / medians["no_fold"]}
     else:
         summary = peer_summary(medians, rows[0].get("overlap_fraction"))
     summary.update({f"round_spread_{row_role}": row["round_spread"]
@@ -251,6 +261,8 @@ def coordinate(args, *, peer_workers: int, printer, binary: str,
 
 
 _DOC = {"ours": "tfdist_opt.opt_strategy() + fit",
+        "no_fold": "ours with --fold_logs=false: Keras's logs in their own "
+                   "packed collective",
         "one_process": "the same model, data, compile and global batch in one "
                        "process on the same cores: plain Keras fit, no "
                        "TF_CONFIG, StrategyConfig defaults"}

@@ -203,6 +203,22 @@ def state_of(optimizer) -> OptimizerState | None:
     return getattr(optimizer, STATE_ATTR, None)
 
 
+def can_fold_logs(optimizer) -> bool:
+    """Whether `optimizer`'s hooks sum offered log values (`log_fold`).
+
+    They do when every step all-reduces (`grad_accum == 1`, no sharded
+    state) in float32 (`compression="none"`, or PowerSGD with
+    `powersgd_wire="none"`).
+    """
+    state = state_of(optimizer)
+    if state is None or not is_hooked(optimizer):
+        return False
+    options = state.options
+    if options.grad_accum != 1 or options.shard_optimizer_state:
+        return False
+    return options.wire_dtype is None
+
+
 def _grad_accum(optimizer) -> int:
     state = state_of(optimizer)
     return 1 if state is None else state.grad_accum

@@ -41,12 +41,16 @@ import tensorflow as tf
 _OFFER_ATTR = "_tfdist_log_offer"
 
 
-def eligible(model) -> bool:
-    """Whether `model`'s train step may carry its logs in a gradient pack."""
+def eligible(model, optimizer_folds) -> bool:
+    """Whether `model`'s train step may carry its logs in a gradient pack.
+
+    Args:
+        model: a Keras 3 model under our strategy.
+        optimizer_folds: Callable. `optimizer -> bool`: whether its gradient
+            hooks sum offered logs (`hooks.can_fold_logs`).
+    """
     from keras.src.backend.tensorflow import trainer as tf_trainer  # pylint: disable=g-import-not-at-top
     from keras.src.trainers import trainer as base_trainer  # pylint: disable=g-import-not-at-top
-
-    from tfdist_opt.gradients import hooks  # pylint: disable=g-import-not-at-top
 
     strategy = model.distribute_strategy
     if model.run_eagerly or not getattr(strategy, "_fold_logs", False) or not getattr(
@@ -61,14 +65,7 @@ def eligible(model) -> bool:
             or getattr(cls.compute_metrics, "__code__", None)
             is not base_trainer.Trainer.compute_metrics.__code__):
         return False
-    optimizer = model.optimizer
-    state = hooks.state_of(optimizer) if optimizer is not None else None
-    if state is None or not hooks.is_hooked(optimizer):
-        return False
-    options = state.options
-    if options.grad_accum != 1 or options.shard_optimizer_state:
-        return False
-    return options.wire_dtype in (None, "float32")
+    return model.optimizer is not None and optimizer_folds(model.optimizer)
 
 
 def train_step(model):

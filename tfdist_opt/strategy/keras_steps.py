@@ -55,6 +55,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 
+from tfdist_opt.gradients import hooks
 from tfdist_opt.gradients import log_fold
 from tfdist_opt.strategy import multi_step
 
@@ -122,7 +123,8 @@ class KerasSteps:
         step = type(self).train_step.__get__(self)
         if needs_per_replica_xla(self):
             step = _compiled_train_step(self, step)
-        elif not needs_inlined_steps(self) and log_fold.eligible(self):
+        elif not needs_inlined_steps(self) and log_fold.eligible(
+                self, hooks.can_fold_logs):
             step = log_fold.train_step(self)
         return self._tfdist_make("train", step, force)
 
