@@ -12,13 +12,13 @@ category (each a union of intervals clipped to the step, in ms):
   time from its start to its completion on the collective executor,
   which includes waiting for the slowest peer, and its start within the
   step), plus their union `collective_wait`;
-- `optimizer_apply`: the optimizer's own update ops (under its
-  `update_<i>` scopes, e.g. `ResourceApplyKerasMomentum`);
-- `gradient_arithmetic`: every other op under the optimizer's scope that
-  is not a collective (and its iteration counter, a few microseconds):
-  with PowerSGD the error feedback, the factor
-  products (XLA), the QR and the residual update; with plain all-reduce
-  the packing's concatenation and split;
+- `gradient_arithmetic`: ops under the optimizer's scope that transform
+  gradients before the update: PowerSGD's step (its `powersgd` name scope:
+  error feedback, QR, residual update) and the packs' concatenation and
+  split;
+- `optimizer_apply`: every other non-collective op under the optimizer's
+  scope: the update itself (`ResourceApplyKerasMomentum`, or Keras's
+  unfused `Mul`/`Sub`/`AssignAdd` in one process) and its counter;
 - `xla`: XLA-compiled calls (`CpuExecutable` runs): PowerSGD's factor
   products (and, with `--jit_compile`, the compiled step);
 - `forward_loss_metrics`: every other op (the forward pass, the loss, the
@@ -44,6 +44,8 @@ CATEGORIES = ("input", "forward_loss_metrics", "backward", "gradient_arithmetic"
 _XLA_RUN = "CpuExecutable::ExecuteAsyncOnStream"
 _GET_NEXT_RUN = "IteratorGetNextOp::DoCompute"
 _COLLECTIVE_PREFIX = "Collective"
+POWERSGD_SCOPE = "powersgd"  # tfdist_opt.gradients.lowrank's name scope
+_PACKING_OPS = ("ConcatV2", "SplitV", "Split", "Pack", "Unpack")
 _CALL_PREFIX = "StatefulPartitionedCall/"
 
 
@@ -79,9 +81,9 @@ def categorize(name: str, optimizer_scope: str) -> str | None:
     parts = path.lower().split("/")
     if scope in parts:
         inner = parts[parts.index(scope) + 1:]
-        if inner and inner[0].startswith("update_"):
-            return "optimizer_apply"
-        return "gradient_arithmetic"
+        if POWERSGD_SCOPE in inner or kind in _PACKING_OPS:
+            return "gradient_arithmetic"
+        return "optimizer_apply"
     return "forward_loss_metrics"
 
 

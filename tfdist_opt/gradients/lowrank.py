@@ -248,8 +248,9 @@ def apply(distribution, grads, entries, update: tf.Tensor,
     logs_local = [distribution.experimental_local_results(v) for v in logs]
 
     def compressed():
-        return _powersgd_step(distribution, devices, local, entries, options,
-                              rest_local, logs_local)
+        with tf.name_scope("powersgd"):  # names the step's ops in profiles
+            return _powersgd_step(distribution, devices, local, entries,
+                                  options, rest_local, logs_local)
 
     def uncompressed():
         return _plain_step(distribution, devices,
