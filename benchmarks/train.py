@@ -130,7 +130,8 @@ _COMPARE = flags.DEFINE_enum(
     "alternated per round (multi-worker; summary key stall_inspector_ratio "
     "= on / off); fold: ours with Keras's logs folded into the gradient "
     "collective (the default) against --fold_logs=false, each in its own "
-    "cluster per round (summary key fold_speedup = folded / not).")
+    "cluster per round (summary key fold_speedup = folded / not); "
+    "cpu_split: scaling plus ours with --cpu_split=threads (no pinning).")
 _FOLD_LOGS = flags.DEFINE_bool(
     "fold_logs", True, "Multi-worker: Keras's logged values ride in the "
     "step's gradient collective where eligible (tfdist_opt.gradients."
@@ -202,7 +203,7 @@ def main(argv):
                              "an int >= 0. Received: --breakdown_steps="
                              f"{_BREAKDOWN_STEPS.value}")
     if inputs_lib.parse_data(_DATA.value)[0] != "synthetic" and (
-            compare in ("peer", "scaling", "fold") or role):
+            compare in ("peer", "scaling", "fold", "cpu_split") or role):
         raise app.UsageError(f"Invalid value for `--data` with --compare={compare}: "
                              f"expected synthetic. Received: --data={_DATA.value}")
     settings = settings_lib.plan_settings(cfg, compare)
@@ -213,7 +214,7 @@ def main(argv):
         display_every=_DISPLAY_EVERY.value, image_size=_IMAGE_SIZE.value,
         rounds=_ROUNDS.value, warmup=_WARMUP.value, batches=_NUM_BATCHES.value,
         metrics=_METRICS.value, epochs=_EPOCHS.value)
-    if compare in ("peer", "scaling", "fold"):
+    if compare in ("peer", "scaling", "fold", "cpu_split"):
         return _peer_main(cfg, args, started)
     if role in peers.PEERS:
         return _peer_child(role, args)

@@ -14,6 +14,10 @@ N is the launch's worker count under `tfdist-opt launch -n N` (worker 0
 coordinates and keeps its TF port open so the launcher counts it as joined;
 the other workers exit at once) or `--peer_workers` without TF_CONFIG.
 
+`--compare=cpu_split` is `scaling` with a third role, ours with
+`--cpu_split=threads` (no pinning); summary key
+`fraction_of_one_process_threads`.
+
 `--compare=fold` runs ours against ours with `--fold_logs=false` (the logs'
 own collective); summary key `fold_speedup`.
 
@@ -70,6 +74,11 @@ def roles_for(compare: str, n: int, batch_size: int) -> list[Role]:
         "peer": lambda: [Role(r, r, n) for r in ROLES],
         "scaling": lambda: [
             Role("ours", "ours", n),
+            Role("one_process", "ours", 1, (f"--batch_size={batch_size * n}",),
+                 strategy_flags=False)],
+        "cpu_split": lambda: [
+            Role("ours", "ours", n),
+            Role("ours_threads", "ours", n, ("--cpu_split=threads",)),
             Role("one_process", "ours", 1, (f"--batch_size={batch_size * n}",),
                  strategy_flags=False)],
         "fold": lambda: [
@@ -238,11 +247,15 @@ def coordinate(args, *, peer_workers: int, printer, binary: str,
         if parts[role]:
             row.update(step_breakdown_rounds=parts[role])
         row["setting"] = {"one_process": "one_process",
+                          "ours_threads": "ours_threads",
                           "no_fold": "no_fold"}.get(role, row["setting"])
         medians[role] = stats.median
         rows.append(row)
-    if compare == "scaling":
+    if compare in ("scaling", "cpu_split"):
         summary = scaling_summary(medians)
+        if "ours_threads" in medians:
+            summary["fraction_of_one_process_threads"] = (
+                medians["ours_threads"] / medians["one_process"])
     elif compare == "fold":
         summary = {"opt_eps": medians["ours"], "no_fold_eps": medians["no_fold"],
                    "fold_speedup": medians["ours"] / medians["no_fold"]}
@@ -261,6 +274,8 @@ def coordinate(args, *, peer_workers: int, printer, binary: str,
 
 
 _DOC = {"ours": "tfdist_opt.opt_strategy() + fit",
+        "ours_threads": "ours with --cpu_split=threads: pools sized to a "
+                        "share of the cores, no pinning",
         "no_fold": "ours with --fold_logs=false: Keras's logs in their own "
                    "packed collective",
         "one_process": "the same model, data, compile and global batch in one "
@@ -288,9 +303,12 @@ def extra_summary(names, rows) -> dict[str, float]:
         if row.get("step_breakdown_rounds"):
             out[f"breakdown_step_ms_{role}"] = statistics.median(
                 b["step_ms"] for b in row["step_breakdown_rounds"])
-    if out.get("epoch_spread_one_process") and "epoch_spread_ours" in out:
-        out["epoch_spread_ratio"] = (out["epoch_spread_ours"]
-                                     / out["epoch_spread_one_process"])
+    if out.get("epoch_spread_one_process"):
+        for role in names:
+            if role != "one_process" and f"epoch_spread_{role}" in out:
+                suffix = "" if role == "ours" else "_" + role.removeprefix("ours_")
+                out["epoch_spread_ratio" + suffix] = (
+                    out[f"epoch_spread_{role}"] / out["epoch_spread_one_process"])
     return out
 
 

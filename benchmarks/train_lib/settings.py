@@ -12,7 +12,7 @@ import math
 MODELS = ("mlp", "cnn_small", "resnet50", "transformer")
 DEFAULT_IMAGE_SIZE = {"mlp": 16, "cnn_small": 32, "resnet50": 224,
                       "transformer": 32}
-COMPARES = ("none", "baseline", "ablation", "peer", "scaling", "stall", "fold")
+COMPARES = ("none", "baseline", "ablation", "peer", "scaling", "stall", "fold", "cpu_split")
 
 BASELINE_DOC = (
     "same process and strategy object ({strategy}; with several workers "
@@ -138,7 +138,7 @@ def plan_settings(cfg, compare: str, multi_worker: bool | None = None
     if multi_worker is None:
         multi_worker = is_multi_worker()
     opt = opt_setting(cfg, multi_worker)
-    if compare in ("none", "peer", "scaling", "fold"):  # their own processes
+    if compare in ("none", "peer", "scaling", "fold", "cpu_split"):  # their own processes
         return [opt]
     if compare == "stall":  # the same setup, the stall inspector off / on
         return [dataclasses.replace(opt, name="stall_off", stall_inspector=False), opt]
