@@ -131,7 +131,8 @@ _COMPARE = flags.DEFINE_enum(
     "= on / off); fold: ours with Keras's logs folded into the gradient "
     "collective (the default) against --fold_logs=false, each in its own "
     "cluster per round (summary key fold_speedup = folded / not); "
-    "cpu_split: scaling plus ours with --cpu_split=threads (no pinning).")
+    "cpu_split: scaling plus ours with --cpu_split=pin (each worker pinned "
+    "to its own cores).")
 _FOLD_LOGS = flags.DEFINE_bool(
     "fold_logs", True, "Multi-worker: Keras's logged values ride in the "
     "step's gradient collective where eligible (tfdist_opt.gradients."

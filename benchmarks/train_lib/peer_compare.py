@@ -15,8 +15,8 @@ coordinates and keeps its TF port open so the launcher counts it as joined;
 the other workers exit at once) or `--peer_workers` without TF_CONFIG.
 
 `--compare=cpu_split` is `scaling` with a third role, ours with
-`--cpu_split=threads` (no pinning); summary key
-`fraction_of_one_process_threads`.
+`--cpu_split=pin` (each worker pinned to its own cores); summary keys
+`fraction_of_one_process_pin`, `epoch_spread_ratio_pin`.
 
 `--compare=fold` runs ours against ours with `--fold_logs=false` (the logs'
 own collective); summary key `fold_speedup`.
@@ -78,7 +78,7 @@ def roles_for(compare: str, n: int, batch_size: int) -> list[Role]:
                  strategy_flags=False)],
         "cpu_split": lambda: [
             Role("ours", "ours", n),
-            Role("ours_threads", "ours", n, ("--cpu_split=threads",)),
+            Role("ours_pin", "ours", n, ("--cpu_split=pin",)),
             Role("one_process", "ours", 1, (f"--batch_size={batch_size * n}",),
                  strategy_flags=False)],
         "fold": lambda: [
@@ -247,15 +247,15 @@ def coordinate(args, *, peer_workers: int, printer, binary: str,
         if parts[role]:
             row.update(step_breakdown_rounds=parts[role])
         row["setting"] = {"one_process": "one_process",
-                          "ours_threads": "ours_threads",
+                          "ours_pin": "ours_pin",
                           "no_fold": "no_fold"}.get(role, row["setting"])
         medians[role] = stats.median
         rows.append(row)
     if compare in ("scaling", "cpu_split"):
         summary = scaling_summary(medians)
-        if "ours_threads" in medians:
-            summary["fraction_of_one_process_threads"] = (
-                medians["ours_threads"] / medians["one_process"])
+        if "ours_pin" in medians:
+            summary["fraction_of_one_process_pin"] = (
+                medians["ours_pin"] / medians["one_process"])
     elif compare == "fold":
         summary = {"opt_eps": medians["ours"], "no_fold_eps": medians["no_fold"],
                    "fold_speedup": medians["ours"] / medians["no_fold"]}
@@ -274,8 +274,8 @@ def coordinate(args, *, peer_workers: int, printer, binary: str,
 
 
 _DOC = {"ours": "tfdist_opt.opt_strategy() + fit",
-        "ours_threads": "ours with --cpu_split=threads: pools sized to a "
-                        "share of the cores, no pinning",
+        "ours_pin": "ours with --cpu_split=pin: each worker pinned to its "
+                    "own slice of the cores, pools sized to it",
         "no_fold": "ours with --fold_logs=false: Keras's logs in their own "
                    "packed collective",
         "one_process": "the same model, data, compile and global batch in one "

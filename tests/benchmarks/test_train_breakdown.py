@@ -78,6 +78,14 @@ def test_epoch_and_breakdown_summary_keys():
     out = peer_compare.extra_summary(("ours", "one_process"), rows)
     assert out == {"epoch_spread_ours": 0.5, "breakdown_step_ms_ours": 34.0,
                    "epoch_spread_one_process": 0.625, "epoch_spread_ratio": 0.8}
+    out = peer_compare.extra_summary(("ours", "ours_pin", "one_process"), [
+        {"epoch_spread": 0.6}, {"epoch_spread": 0.2}, {"epoch_spread": 0.5}])
+    assert (out["epoch_spread_ratio"], out["epoch_spread_ratio_pin"]) == (
+        pytest.approx(1.2), pytest.approx(0.4))
+    pin = peer_compare.roles_for("cpu_split", 2, 32)
+    assert [(r.name, r.workers, r.extra_flags) for r in pin] == [
+        ("ours", 2, ()), ("ours_pin", 2, ("--cpu_split=pin",)),
+        ("one_process", 1, ("--batch_size=64",))]
     fold = peer_compare.roles_for("fold", 2, 32)
     assert [(r.name, r.extra_flags) for r in fold] == [
         ("ours", ()), ("no_fold", ("--fold_logs=false",))]

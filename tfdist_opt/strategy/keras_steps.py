@@ -41,6 +41,11 @@ Keras's `"auto"` keeps its own rule: it turns XLA off on CPU-only hosts and
 under any `tf.distribute` strategy (`Trainer._resolve_auto_jit_compile`), so
 only an explicit `jit_compile=True` takes this path.
 
+Logs: under our multi-worker strategy, where `log_fold.eligible`, the
+train step is Keras's own with the metrics computed before
+`apply_gradients`, so its logged values ride in the gradient collective
+(`tfdist_opt.gradients.log_fold`); the values are unchanged.
+
 Python generators: under any strategy, Keras's `fit` pulls one batch from a
 fresh iterator to build the model (`_maybe_symbolic_build`) and then resets
 the iterator. Arrays, datasets and `PyDataset`s restart from their first
