@@ -134,12 +134,13 @@ class StrategyConfig(validation.ConfigFields):
             (bounds the step's transient memory); `0`: one bucket per dtype.
             Defaults to `32 MiB`.
         cpu_split: str. Multi-worker: when several training tasks run on
-            one host, `"auto"` pins each to its own equal slice of the
-            host's CPUs and sizes TF's thread pools to it (left alone when
-            something already restricted the process's CPUs); `"threads"`
-            only sizes the pools (CPUs / tasks); `"off"` keeps TF's
-            defaults (every task's pools sized to every CPU). See
-            `tfdist_opt.strategy.cpu_split`. Defaults to `"auto"`.
+            one host, `"auto"` (= `"threads"`) sizes each task's TF thread
+            pools to its share of the CPUs (CPUs / tasks), unpinned;
+            `"pin"` also pins each to its own equal slice of the host's
+            CPUs (left alone when something already restricted the
+            process's CPUs); `"off"` keeps TF's defaults (every task's
+            pools sized to every CPU). See `tfdist_opt.strategy.cpu_split`.
+            Defaults to `"auto"`.
         fused_updates: bool. Where tfdist_opt's gradient path hooks the
             optimizer (any of `compression`, `grad_accum > 1`,
             `bytes_per_pack="auto"`, `shard_optimizer_state`), Keras's own

@@ -41,6 +41,11 @@ Keras's `"auto"` keeps its own rule: it turns XLA off on CPU-only hosts and
 under any `tf.distribute` strategy (`Trainer._resolve_auto_jit_compile`), so
 only an explicit `jit_compile=True` takes this path.
 
+Logs: under our multi-worker strategy, where `log_fold.eligible`, the
+train step is Keras's own with the metrics computed before
+`apply_gradients`, so its logged values ride in the gradient collective
+(`tfdist_opt.gradients.log_fold`); the values are unchanged.
+
 Python generators: under any strategy, Keras's `fit` pulls one batch from a
 fresh iterator to build the model (`_maybe_symbolic_build`) and then resets
 the iterator. Arrays, datasets and `PyDataset`s restart from their first
@@ -58,6 +63,8 @@ from __future__ import annotations
 import contextlib
 import warnings
 
+from tfdist_opt.gradients import hooks
+from tfdist_opt.gradients import log_fold
 from tfdist_opt.strategy import global_batch
 from tfdist_opt.strategy import multi_step
 
@@ -132,6 +139,9 @@ class KerasSteps:
         step = type(self).train_step.__get__(self)
         if needs_per_replica_xla(self):
             step = _compiled_train_step(self, step)
+        elif not needs_inlined_steps(self) and log_fold.eligible(
+                self, hooks.can_fold_logs):
+            step = log_fold.train_step(self)
         return self._tfdist_make("train", step, force)
 
     def make_test_function(self, force=False):
