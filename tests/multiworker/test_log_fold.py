@@ -8,7 +8,6 @@ packed uncompressed all-reduce. Per-step logs and final weights must be
 equal bit for bit, and the folded step must issue no log collective.
 """
 
-import json
 
 import pytest
 
@@ -21,13 +20,7 @@ SCRIPT = "tests/multiworker/scripts/log_fold.py"
 
 @pytest.fixture(scope="module", params=["powersgd", "packed"])
 def runs(request):
-    results = harness.run_workers(2, [SCRIPT, request.param], timeout_s=240)
-    out = []
-    for r in results:
-        assert r.returncode == 0, r.output[-3000:]
-        lines = [l for l in r.output.splitlines() if l.startswith("RESULT ")]
-        out.append({d["mode"]: d for d in (json.loads(l[7:]) for l in lines)})
-    return out
+    return harness.results_by_mode(harness.run_workers(2, [SCRIPT, request.param], timeout_s=240))
 
 
 def test_folded_logs_equal_upstream_logs_every_step(runs):

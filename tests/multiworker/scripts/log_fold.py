@@ -17,6 +17,7 @@ import numpy as np
 import keras
 
 import tfdist_opt
+from tests.multiworker.scripts.step_logs import Logs
 
 CONFIGS = {
     "powersgd": dict(compression="powersgd", powersgd_rank=2,
@@ -41,15 +42,6 @@ def build():
                                keras.metrics.SparseTopKCategoricalAccuracy(k=2),
                                keras.metrics.SparseCategoricalCrossentropy()])
     return model
-
-
-class Logs(keras.callbacks.Callback):
-    def __init__(self):
-        super().__init__()
-        self.steps = []
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.steps.append({k: float(v) for k, v in sorted(logs.items())})
 
 
 for mode, fold in (("upstream", False), ("folded", True)):
