@@ -47,69 +47,16 @@ def _is_xdist_controller(config) -> bool:
     return bool(workers) and not hasattr(config, "workerinput")
 
 
-# Seconds a file took under `pytest` on 2 cores (setup + call + teardown of
-# its tests; from `--durations` of full runs), for ordering only: a wrong or
-# missing entry costs time, never a result. Files not listed are estimated
-# by `_estimated_seconds`.
-FILE_SECONDS = {
-    "tests/multiworker/test_ray.py": 210,
-    "tests/multiworker/test_ray_elastic.py": 155,
-    "tests/multiworker/test_keras_matrix.py": 100,
-    "tests/multiworker/test_resize_resume.py": 80,
-    "tests/parameter_server/test_faults.py": 70,
-    "tests/multiworker/test_per_host_saving.py": 70,
-    "tests/parameter_server/test_launch_ps.py": 65,
-    "tests/multiworker/test_callbacks.py": 60,
-    "tests/benchmarks/test_train.py": 60,
-    "tests/multiworker/test_stalls.py": 55,
-    "tests/gradients/test_accum_steps.py": 55,
-    "tests/multiworker/test_reliability.py": 55,
-    "tests/docs/test_worker_examples.py": 100,
-    "tests/docs/test_examples.py": 70,
-    "tests/multiworker/test_stall_abort.py": 50,
-    "tests/gradients/test_keras_gradients.py": 50,
-    "tests/gradients/test_fused_updates.py": 45,
-    "tests/multiworker/test_restart_resume.py": 45,
-    "tests/benchmarks/test_ps.py": 40,
-    "tests/multiworker/test_gradients_multiworker.py": 35,
-    "tests/multiworker/test_log_packing.py": 35,
-    "tests/multiworker/test_keras_fit.py": 35,
-    "tests/callbacks/test_throughput.py": 35,
-    "tests/parameter_server/test_keras_fit.py": 30,
-    "tests/parameter_server/test_training.py": 30,
-    "tests/multiworker/test_powersgd_multiworker.py": 30,
-    "tests/benchmarks/test_train_peer.py": 30,
-    "tests/gradients/test_powersgd.py": 30,
-    "tests/multiworker/test_launch.py": 25,
-    "tests/multiworker/test_data_sharding.py": 25,
-    "tests/multiworker/test_shared_saving.py": 20,
-    "tests/multiworker/test_sidecar_evaluator.py": 20,
-    "tests/multiworker/test_second_strategy.py": 20,
-    "tests/multiworker/test_frozen_chief.py": 20,
-}
-
-
-def _estimated_seconds(path: str, items) -> float:
-    if path in FILE_SECONDS:
-        return FILE_SECONDS[path]
-    # ~8 s for a test that starts processes, ~0.4 s for one that does not
-    return sum(8.0 if i.get_closest_marker("multiworker") else 0.4 for i in items)
-
-
 def pytest_collection_modifyitems(config, items):
-    """Longest files first (a file stays whole, its tests in file order).
+    """Files that start real clusters first (stable; a file stays whole).
 
-    With `--dist loadfile` xdist hands out whole files in collection order
-    (pytest.ini turns off its reordering by test count): the longest first
-    and the many short ones last keeps both processes busy to the end,
-    instead of one finishing a 150 s Ray file alone (longest processing time
-    first, the classic greedy schedule).
+    With `--dist loadfile` xdist hands out whole files in collection order;
+    the long cluster files first and the many short ones last keeps both
+    processes busy to the end instead of one finishing a 60 s file alone.
     """
-    by_file: dict[str, list] = {}
-    for item in items:
-        by_file.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
-    cost = {path: _estimated_seconds(path, its) for path, its in by_file.items()}
-    items.sort(key=lambda item: -cost[item.nodeid.split("::", 1)[0]])  # stable
+    heavy = {item.path for item in items
+             if item.get_closest_marker("multiworker") or item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in heavy)
     if TEST_GPUS:
         skip = pytest.mark.skip(reason=_GPU_SKIP)
         for item in items:
