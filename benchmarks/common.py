@@ -256,7 +256,7 @@ def define_strategy_flags() -> Callable[[], Any]:
             holders[name] = flags.DEFINE_enum(name, None, list(choices[name]), doc)
         elif kind == "bool":
             holders[name] = flags.DEFINE_boolean(name, None, doc)
-        elif kind == "int":
+        elif kind in ("int", "int | None"):  # replicas: None is unset
             holders[name] = flags.DEFINE_integer(name, None, doc)
         elif kind in ("float | None", "float"):
             holders[name] = flags.DEFINE_float(name, None, doc)

@@ -83,6 +83,7 @@ if __package__ in (None, ""):  # run as `python benchmarks/train.py`
 # pylint: disable=g-import-not-at-top
 from benchmarks import common
 from benchmarks import progress
+from benchmarks.train_lib import breakdown
 from benchmarks.train_lib import inputs as inputs_lib
 from benchmarks.train_lib import overlap
 from benchmarks.train_lib import peer_compare
@@ -127,7 +128,15 @@ _COMPARE = flags.DEFINE_enum(
     "process on the same cores with the same global batch, alternated; "
     "stall: the configured setup with the stall inspector off, then on, "
     "alternated per round (multi-worker; summary key stall_inspector_ratio "
-    "= on / off).")
+    "= on / off); fold: ours with Keras's logs folded into the gradient "
+    "collective (the default) against --fold_logs=false, each in its own "
+    "cluster per round (summary key fold_speedup = folded / not); "
+    "cpu_split: scaling plus ours with --cpu_split=pin (each worker pinned "
+    "to its own cores).")
+_FOLD_LOGS = flags.DEFINE_bool(
+    "fold_logs", True, "Multi-worker: Keras's logged values ride in the "
+    "step's gradient collective where eligible (tfdist_opt.gradients."
+    "log_fold); false: their own packed collective (for --compare=fold).")
 _PEER_ROLE = flags.DEFINE_enum(
     "peer_role", None, ["ours", *peers.PEERS],
     "Internal, set by --compare=peer: train as this role for one round.")
@@ -136,6 +145,19 @@ _OVERLAP_STEPS = flags.DEFINE_integer(
     "timing, profile this many more steps (TF profiler) and report "
     "overlap_fraction, the share of all-reduce time before backprop ends "
     "(0: off).")
+_BREAKDOWN_STEPS = flags.DEFINE_integer(
+    "breakdown_steps", 0, "After timing, profile this many more steps (TF "
+    "profiler) and report `step_breakdown`: per step, the median ms of the "
+    "input wait, forward/loss/metrics, backward, the gradient arithmetic "
+    "(PowerSGD), XLA calls, each collective and the optimizer apply "
+    "(train_lib/breakdown.py); any worker count, also with --compare=scaling "
+    "(both roles) (0: off).")
+_EPOCHS = flags.DEFINE_integer(
+    "epochs", 1, "Run each round's timed batches as this many Keras epochs "
+    "(one fit call, --num_batches / rounds / epochs batches each, after a "
+    "separate warm-up fit) and report the slowest / fastest epoch "
+    "(`epoch_spread`; with --compare=scaling `epoch_spread_<role>` and "
+    "`epoch_spread_ratio` = ours / one process).")
 _TRACE_DIR = flags.DEFINE_string(
     "trace_dir", None, "Keep the --overlap_steps profile here (TensorBoard's "
     "profile plugin reads it); default: a temp dir, removed.")
@@ -176,9 +198,13 @@ def main(argv):
                              f"{_OVERLAP_STEPS.value}")
     _check_positive(batch_size=_BATCH.value, num_batches=_NUM_BATCHES.value,
                     rounds=_ROUNDS.value, display_every=_DISPLAY_EVERY.value,
-                    peer_workers=_PEER_WORKERS.value)
+                    peer_workers=_PEER_WORKERS.value, epochs=_EPOCHS.value)
+    if _BREAKDOWN_STEPS.value < 0:
+        raise app.UsageError("Invalid value for `--breakdown_steps`: expected "
+                             "an int >= 0. Received: --breakdown_steps="
+                             f"{_BREAKDOWN_STEPS.value}")
     if inputs_lib.parse_data(_DATA.value)[0] != "synthetic" and (
-            compare in ("peer", "scaling") or role):
+            compare in ("peer", "scaling", "fold", "cpu_split") or role):
         raise app.UsageError(f"Invalid value for `--data` with --compare={compare}: "
                              f"expected synthetic. Received: --data={_DATA.value}")
     settings = settings_lib.plan_settings(cfg, compare)
@@ -188,8 +214,8 @@ def main(argv):
         learning_rate=_LEARNING_RATE.value, compare=compare,
         display_every=_DISPLAY_EVERY.value, image_size=_IMAGE_SIZE.value,
         rounds=_ROUNDS.value, warmup=_WARMUP.value, batches=_NUM_BATCHES.value,
-        metrics=_METRICS.value)
-    if compare in ("peer", "scaling"):
+        metrics=_METRICS.value, epochs=_EPOCHS.value)
+    if compare in ("peer", "scaling", "fold", "cpu_split"):
         return _peer_main(cfg, args, started)
     if role in peers.PEERS:
         return _peer_child(role, args)
@@ -198,6 +224,8 @@ def main(argv):
 
     strategy = tfdist_opt.opt_strategy(
         settings_lib.strategy_config_for(cfg, compare))
+    if not _FOLD_LOGS.value:
+        type(strategy)._fold_logs = False  # pylint: disable=protected-access
     replicas = strategy.num_replicas_in_sync
     workers = common.num_workers()
     printer = runner.Printer(common.is_chief())
@@ -233,17 +261,34 @@ def main(argv):
             rows[-1].update(window_durations_s=run.window_durations,
                             keras="keras " + keras.__version__)
     summary = report.summarize(medians, compare)
-    if (_OVERLAP_STEPS.value > 0 and workers > 1
-            and not args.in_process_compare):
-        figures = overlap.measure(runs[-1].model, runs[-1].dataset,
-                                  _OVERLAP_STEPS.value, _TRACE_DIR.value,
-                                  profile=common.is_chief())
+    if runs[-1].epoch_eps:
+        spread = runs[-1].epoch_spread()
+        summary["epoch_spread"] = spread
+        rows[-1].update(epoch_eps=[round(e, 2) for e in runs[-1].epoch_eps],
+                        epoch_spread=spread)
+        printer(f"epochs: {len(runs[-1].epoch_eps)}, slowest/fastest "
+                f"{spread:.2f}")
+    overlap_steps = (_OVERLAP_STEPS.value if workers > 1
+                     and not args.in_process_compare else 0)
+    if overlap_steps or _BREAKDOWN_STEPS.value:
+        events = overlap.trace_events(
+            runs[-1].model, runs[-1].dataset,
+            max(overlap_steps, _BREAKDOWN_STEPS.value), _TRACE_DIR.value,
+            profile=common.is_chief())
+        figures = (overlap.overlap_from_events(events)
+                   if events is not None and overlap_steps else None)
         if figures:
             summary.update(figures)
             rows[-1].update(figures)
             printer(f"overlap_fraction: {figures['overlap_fraction']:.3f} "
                     f"(all-reduce time before backprop ends), first pack "
                     f"early in {figures['early_start_fraction']:.0%} of steps")
+        parts = (breakdown.breakdown_from_events(
+            events, runs[-1].model.optimizer.name)
+            if events is not None and _BREAKDOWN_STEPS.value else None)
+        if parts:
+            rows[-1]["step_breakdown"] = parts
+            printer(breakdown.format_breakdown(parts))
     report.write(rows, summary, cfg=cfg, strategy=strategy, settings=settings,
                  args=args, inputs=inputs, replicas=replicas, workers=workers,
                  printer=printer)
@@ -274,6 +319,9 @@ def _peer_main(cfg, args, started):
     if "fraction_of_one_process" in summary:
         printer(f"fraction_of_one_process (ours / one process): "
                 f"{summary['fraction_of_one_process']:.2f}")
+    elif "fold_speedup" in summary:
+        printer(f"fold_speedup (logs folded / own collective): "
+                f"{summary['fold_speedup']:.3f}")
     else:
         printer(f"speedup_vs_peer (ours / faster peer): "
                 f"{summary['speedup_vs_peer']:.2f}x")

@@ -162,6 +162,18 @@ ENTRIES: tuple[PrivateName, ...] = (
                 "the CompileMetrics object whose state steps return statelessly, "
                 "so async workers never race on metric variables"),
     # --------------------------------------------------------------- data
+    PrivateName("tensorflow.python.distribute.collective_all_reduce_strategy",
+                "CollectiveAllReduceExtended", "tfdist_opt.strategy.worker_cpu_replicas",
+                "MultiWorkerMirroredStrategy's extended class: subclassed to run "
+                "several CPU replicas per worker (`replicas`); TF has no public "
+                "way to choose a worker's local devices (a CPU-only worker "
+                "always gets one replica)"),
+    PrivateName("tensorflow.python.distribute.collective_all_reduce_strategy."
+                "CollectiveAllReduceExtended", "_initialize_local_devices",
+                "tfdist_opt.strategy.worker_cpu_replicas",
+                "the one method that picks a worker's replica devices "
+                "(always CPU:0 without accelerators); overridden to return "
+                "replicas / workers logical CPUs"),
     PrivateName("tensorflow.python.distribute.input_lib", "DistributedDataset",
                 "tfdist_opt.data.pipeline",
                 "its `_cardinality` is set to per-replica steps so Keras does "

@@ -95,9 +95,13 @@ def read_trace(logdir: str):
     return space
 
 
-def measure(model, dataset, steps: int, trace_dir: str | None,
-            profile: bool) -> dict | None:
-    """Trains `steps` more steps (every worker), profiled where `profile`."""
+def trace_events(model, dataset, steps: int, trace_dir: str | None,
+                 profile: bool):
+    """Trains `steps` more steps (every worker); the events where `profile`.
+
+    Returns (name, start_ps, end_ps) of every traced event, or None on a
+    worker that does not profile.
+    """
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     logdir = trace_dir or tempfile.mkdtemp(prefix="tfdist_overlap_")
@@ -110,7 +114,14 @@ def measure(model, dataset, steps: int, trace_dir: str | None,
         finally:
             if profile:
                 tf.profiler.experimental.stop()
-        return overlap_from_events(_events(read_trace(logdir))) if profile else None
+        return _events(read_trace(logdir)) if profile else None
     finally:
         if trace_dir is None:
             shutil.rmtree(logdir, ignore_errors=True)
+
+
+def measure(model, dataset, steps: int, trace_dir: str | None,
+            profile: bool) -> dict | None:
+    """Trains `steps` more steps (every worker), profiled where `profile`."""
+    events = trace_events(model, dataset, steps, trace_dir, profile)
+    return overlap_from_events(events) if events is not None else None

@@ -14,6 +14,13 @@ N is the launch's worker count under `tfdist-opt launch -n N` (worker 0
 coordinates and keeps its TF port open so the launcher counts it as joined;
 the other workers exit at once) or `--peer_workers` without TF_CONFIG.
 
+`--compare=cpu_split` is `scaling` with a third role, ours with
+`--cpu_split=pin` (each worker pinned to its own cores); summary keys
+`fraction_of_one_process_pin`, `epoch_spread_ratio_pin`.
+
+`--compare=fold` runs ours against ours with `--fold_logs=false` (the logs'
+own collective); summary key `fold_speedup`.
+
 `--compare=scaling` runs the same way with two roles: ours on N workers,
 and `one_process`: this binary in one process on the same cores (no
 TF_CONFIG, no StrategyConfig flags: plain one-device Keras `fit`) with a
@@ -24,7 +31,11 @@ Summary keys, peer: `opt_eps`, `peer_tf_keras_eps`, `peer_keras3_ctl_eps`,
 `speedup_vs_tf_keras`, `speedup_vs_keras3_ctl`, and `speedup_vs_peer` (ours
 over the faster peer); `overlap_fraction` when ours measured it. Scaling:
 `opt_eps`, `one_process_eps`, `fraction_of_one_process` (ours / one
-process). Both: `round_spread_<role>` (slowest / fastest round median).
+process). Both: `round_spread_<role>` (slowest / fastest round median);
+with `--epochs` > 1 `epoch_spread_<role>` (slowest / fastest epoch over all
+rounds) and, scaling, `epoch_spread_ratio` (ours / one process); with
+`--breakdown_steps` each row's `step_breakdown_rounds` (train_lib/breakdown.py)
+and `breakdown_step_ms_<role>`.
 """
 
 from __future__ import annotations
@@ -65,6 +76,14 @@ def roles_for(compare: str, n: int, batch_size: int) -> list[Role]:
             Role("ours", "ours", n),
             Role("one_process", "ours", 1, (f"--batch_size={batch_size * n}",),
                  strategy_flags=False)],
+        "cpu_split": lambda: [
+            Role("ours", "ours", n),
+            Role("ours_pin", "ours", n, ("--cpu_split=pin",)),
+            Role("one_process", "ours", 1, (f"--batch_size={batch_size * n}",),
+                 strategy_flags=False)],
+        "fold": lambda: [
+            Role("ours", "ours", n),
+            Role("no_fold", "ours", n, ("--fold_logs=false",))],
     }
     if compare not in table:
         raise ValueError(f"Unrecognized comparison: {compare!r}. Expected one "
@@ -163,6 +182,8 @@ def coordinate(args, *, peer_workers: int, printer, binary: str,
     last_rows, wall, round_medians = {}, dict.fromkeys(names, 0.0), {
         role: [] for role in names}
     loads = {role: [] for role in names}  # 1-min load average after each run
+    epoch_eps = {role: [] for role in names}  # --epochs > 1
+    parts = {role: [] for role in names}  # --breakdown_steps, per round
     try:
         for r in range(args.rounds):
             order = roles[r % len(roles):] + roles[:r % len(roles)]
@@ -197,6 +218,10 @@ def coordinate(args, *, peer_workers: int, printer, binary: str,
                 row = child["results"][0]
                 loads[role].append(child["environment"]["load_avg_1m"])
                 durations[role] += row.pop("window_durations_s")
+                epoch_eps[role] += row.pop("epoch_eps", None) or []
+                row.pop("epoch_spread", None)
+                if row.get("step_breakdown"):
+                    parts[role].append(row["step_breakdown"])
                 wall[role] += row["wall_s"]
                 round_medians[role].append(round(row["median"], 2))
                 printer(f"  {row['setting']}: {row['median']:.1f} images/sec")
@@ -216,15 +241,29 @@ def coordinate(args, *, peer_workers: int, printer, binary: str,
                    load_avg_1m_rounds=loads[role],
                    round_spread=round_spread(round_medians[role]),
                    peer=_DOC.get(role, peers.DOC.get(role)))
-        row["setting"] = {"one_process": "one_process"}.get(role, row["setting"])
+        if epoch_eps[role]:
+            row.update(epoch_eps=epoch_eps[role],
+                       epoch_spread=round_spread(epoch_eps[role]))
+        if parts[role]:
+            row.update(step_breakdown_rounds=parts[role])
+        row["setting"] = {"one_process": "one_process",
+                          "ours_pin": "ours_pin",
+                          "no_fold": "no_fold"}.get(role, row["setting"])
         medians[role] = stats.median
         rows.append(row)
-    if compare == "scaling":
+    if compare in ("scaling", "cpu_split"):
         summary = scaling_summary(medians)
+        if "ours_pin" in medians:
+            summary["fraction_of_one_process_pin"] = (
+                medians["ours_pin"] / medians["one_process"])
+    elif compare == "fold":
+        summary = {"opt_eps": medians["ours"], "no_fold_eps": medians["no_fold"],
+                   "fold_speedup": medians["ours"] / medians["no_fold"]}
     else:
         summary = peer_summary(medians, rows[0].get("overlap_fraction"))
     summary.update({f"round_spread_{row_role}": row["round_spread"]
                     for row_role, row in zip(names, rows)})
+    summary.update(extra_summary(names, rows))
     sizes = ", ".join(f"{s.name}: {s.workers} worker(s)" for s in roles)
     config = {"peers": {r: _DOC.get(r, peers.DOC.get(r)) for r in names},
               "comparison": (
@@ -235,6 +274,10 @@ def coordinate(args, *, peer_workers: int, printer, binary: str,
 
 
 _DOC = {"ours": "tfdist_opt.opt_strategy() + fit",
+        "ours_pin": "ours with --cpu_split=pin: each worker pinned to its "
+                    "own slice of the cores, pools sized to it",
+        "no_fold": "ours with --fold_logs=false: Keras's logs in their own "
+                   "packed collective",
         "one_process": "the same model, data, compile and global batch in one "
                        "process on the same cores: plain Keras fit, no "
                        "TF_CONFIG, StrategyConfig defaults"}
@@ -245,6 +288,28 @@ def round_spread(round_medians: list[float]) -> float | None:
     if not round_medians or max(round_medians) <= 0:
         return None
     return min(round_medians) / max(round_medians)
+
+
+def extra_summary(names, rows) -> dict[str, float]:
+    """`epoch_spread_<role>` (and `epoch_spread_ratio`: ours over one
+    process) with `--epochs` > 1; `breakdown_step_ms_<role>` (median traced
+    step over rounds) with `--breakdown_steps`."""
+    import statistics  # pylint: disable=g-import-not-at-top
+
+    out = {}
+    for role, row in zip(names, rows):
+        if row.get("epoch_spread") is not None:
+            out[f"epoch_spread_{role}"] = row["epoch_spread"]
+        if row.get("step_breakdown_rounds"):
+            out[f"breakdown_step_ms_{role}"] = statistics.median(
+                b["step_ms"] for b in row["step_breakdown_rounds"])
+    if out.get("epoch_spread_one_process"):
+        for role in names:
+            if role != "one_process" and f"epoch_spread_{role}" in out:
+                suffix = "" if role == "ours" else "_" + role.removeprefix("ours_")
+                out["epoch_spread_ratio" + suffix] = (
+                    out[f"epoch_spread_{role}"] / out["epoch_spread_one_process"])
+    return out
 
 
 def scaling_summary(medians: dict[str, float]) -> dict[str, float]:

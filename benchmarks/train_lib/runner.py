@@ -25,7 +25,8 @@ def step_timer(warmup: int, window: int, first_step: int, keras=None):
     """Keras callback: batch-end to batch-end durations, summed per window.
 
     The first `warmup` batches of the `fit` call are dropped; the rest are
-    summed in windows of `window` batches (`window_durations`). `keras`:
+    summed in windows of `window` batches (`window_durations`), and per
+    Keras epoch (`epoch_sums`: (timed batches, seconds) per epoch). `keras`:
     the Keras whose `fit` is timed (default Keras 3; `tf.keras` for tf_keras).
     """
     if keras is None:
@@ -39,6 +40,10 @@ def step_timer(warmup: int, window: int, first_step: int, keras=None):
             self._last = None
             self._window_sum = 0.0
             self._step = 0
+            self.epoch_sums: list[list] = []
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch_sums.append([0, 0.0])
 
         def on_train_batch_begin(self, batch, logs=None):
             if self._last is None:
@@ -50,6 +55,9 @@ def step_timer(warmup: int, window: int, first_step: int, keras=None):
             self._step += 1
             if self._step <= warmup:
                 return
+            if self.epoch_sums:
+                self.epoch_sums[-1][0] += 1
+                self.epoch_sums[-1][1] += duration
             self._window_sum += duration
             if (self._step - warmup) % window == 0:
                 self.window_durations.append(self._window_sum)
@@ -81,6 +89,7 @@ class SettingRun:
         self.dataset = None
         self.window_durations: list[float] = []
         self.round_medians: list[float] = []
+        self.epoch_eps: list[float] = []  # with args.epochs > 1
         self.wall_s = 0.0
         self.items_per_window = inputs.global_batch * args.window
 
@@ -131,12 +140,22 @@ class SettingRun:
                 self._build()
             printer(f"Running warm up ({setting.name}: {setting.describe()})"
                     if first else f"Running {setting.name} (next round)")
-            timer = step_timer(warmup, args.window,
+            epochs = args.epochs
+            if epochs > 1:  # warm up apart: every timed epoch is whole
+                self.model.fit(self.dataset, epochs=1, steps_per_epoch=warmup,
+                               verbose=0, shuffle=False)
+            timer = step_timer(0 if epochs > 1 else warmup, args.window,
                                 len(self.window_durations) * args.window)
             started = time.perf_counter()
-            self.model.fit(self.dataset, epochs=1, steps_per_epoch=warmup + batches,
-                           verbose=0, shuffle=False, callbacks=[timer])
+            self.model.fit(
+                self.dataset, epochs=epochs,
+                steps_per_epoch=(batches // epochs if epochs > 1
+                                 else warmup + batches),
+                verbose=0, shuffle=False, callbacks=[timer])
             self.wall_s += time.perf_counter() - started
+            if epochs > 1:
+                self.epoch_eps += [n * self.inputs.global_batch / s
+                                   for n, s in timer.epoch_sums if s > 0]
         finally:
             keras.mixed_precision.set_global_policy("float32")
             tf.config.optimizer.set_jit(False)
@@ -155,6 +174,12 @@ class SettingRun:
                 printer(f"{step}\t{s.format('images/sec')}\t{loss:.3f}")
         self.round_medians.append(common.summarize(
             timer.window_durations, self.items_per_window).median)
+
+    def epoch_spread(self) -> float | None:
+        """Slowest over fastest epoch (examples/sec), None without epochs."""
+        if not self.epoch_eps:
+            return None
+        return min(self.epoch_eps) / max(self.epoch_eps)
 
     def stats(self):
         return common.summarize(self.window_durations, self.items_per_window)

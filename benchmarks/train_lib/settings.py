@@ -12,7 +12,7 @@ import math
 MODELS = ("mlp", "cnn_small", "resnet50", "transformer")
 DEFAULT_IMAGE_SIZE = {"mlp": 16, "cnn_small": 32, "resnet50": 224,
                       "transformer": 32}
-COMPARES = ("none", "baseline", "ablation", "peer", "scaling", "stall")
+COMPARES = ("none", "baseline", "ablation", "peer", "scaling", "stall", "fold", "cpu_split")
 
 BASELINE_DOC = (
     "same process and strategy object ({strategy}; with several workers "
@@ -79,12 +79,14 @@ class RunArgs:
     warmup: int
     batches: int
     metrics: tuple = ()  # compile(metrics=...) in every run and peer
+    epochs: int = 1  # Keras epochs per round's timed fit (epoch_spread)
 
     @classmethod
     def build(cls, *, settings, model: str, batch_size: int, num_classes: int,
               seed: int, learning_rate: float, compare: str,
               display_every: int, image_size: int | None, rounds: int,
-              warmup: int, batches: int, metrics=()) -> "RunArgs":
+              warmup: int, batches: int, metrics=(), epochs: int = 1
+              ) -> "RunArgs":
         window = max(s.grad_accum for s in settings)
         return cls(model=model, batch_size=batch_size, num_classes=num_classes,
                    seed=seed, learning_rate=learning_rate, compare=compare,
@@ -95,12 +97,16 @@ class RunArgs:
                    # Whole accumulation cycles: warm-up ends on a boundary.
                    warmup=window * math.ceil(warmup / window),
                    batches=window * math.ceil(batches / window),
-                   metrics=tuple(metrics))
+                   metrics=tuple(metrics), epochs=epochs)
 
     @property
     def per_round(self) -> int:
         """Timed batches per setting per round (whole windows)."""
-        return self.window * math.ceil(self.batches / (self.window * self.rounds))
+        per_round = self.window * math.ceil(self.batches / (self.window * self.rounds))
+        if self.epochs > 1:  # whole epochs of whole windows
+            step = self.window * self.epochs
+            per_round = step * math.ceil(per_round / step)
+        return per_round
 
     @property
     def in_process_compare(self) -> bool:
@@ -132,7 +138,7 @@ def plan_settings(cfg, compare: str, multi_worker: bool | None = None
     if multi_worker is None:
         multi_worker = is_multi_worker()
     opt = opt_setting(cfg, multi_worker)
-    if compare in ("none", "peer", "scaling"):  # their own processes
+    if compare in ("none", "peer", "scaling", "fold", "cpu_split"):  # their own processes
         return [opt]
     if compare == "stall":  # the same setup, the stall inspector off / on
         return [dataclasses.replace(opt, name="stall_off", stall_inspector=False), opt]

@@ -89,6 +89,19 @@ def run_workers(n: int, argv: list[str], timeout_s: float = 240,
             _kill(p)
 
 
+def results_by_mode(results) -> list[dict]:
+    """Each worker's `RESULT {json}` lines keyed by their "mode" field.
+
+    Asserts every worker exited 0 (its output's tail in the message).
+    """
+    out = []
+    for r in results:
+        assert r.returncode == 0, r.output[-3000:]
+        lines = [l for l in r.output.splitlines() if l.startswith("RESULT ")]
+        out.append({d["mode"]: d for d in (json.loads(l[7:]) for l in lines)})
+    return out
+
+
 def run_single(argv: list[str], timeout_s: float = 240,
                extra_env: dict | None = None) -> WorkerResult:
     """Runs `python argv...` once with no TF_CONFIG."""

@@ -83,9 +83,10 @@ class Head:
 
     def __init__(self, num_cpus: int = 2):
         self.temp_dir = tempfile.mkdtemp(prefix="rt_", dir="/tmp")  # short: socket paths
-        # Ray's fixed defaults (dashboard 8265, agent 52365) would collide
-        # with another head on this host.
-        self.port, dashboard, agent = harness.free_ports(3)
+        # Ray's fixed defaults (dashboard 8265, agent 52365, Ray Client
+        # 10001) would collide with another head on this host (the suite
+        # starts its longest files, the Ray ones, side by side).
+        self.port, dashboard, agent, client = harness.free_ports(4)
         self.address = f"127.0.0.1:{self.port}"
         try:
             subprocess.run(
@@ -93,6 +94,7 @@ class Head:
                  f"--num-cpus={num_cpus}", "--include-dashboard=false",
                  f"--dashboard-port={dashboard}",
                  f"--dashboard-agent-listen-port={agent}",
+                 f"--ray-client-server-port={client}",
                  "--disable-usage-stats", f"--temp-dir={self.temp_dir}"],
                 env=env(), check=True, timeout=120, stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT)

@@ -6,7 +6,6 @@ packed. The per-step logs must be equal bit for bit, and the traced step
 must hold 3 collectives fewer (4 log reductions become 1).
 """
 
-import json
 
 import pytest
 
@@ -19,13 +18,7 @@ SCRIPT = "tests/multiworker/scripts/log_pack.py"
 
 @pytest.fixture(scope="module")
 def runs():
-    results = harness.run_workers(2, [SCRIPT], timeout_s=180)
-    out = []
-    for r in results:
-        assert r.returncode == 0, r.output[-3000:]
-        lines = [l for l in r.output.splitlines() if l.startswith("RESULT ")]
-        out.append({d["mode"]: d for d in (json.loads(l[7:]) for l in lines)})
-    return out
+    return harness.results_by_mode(harness.run_workers(2, [SCRIPT], timeout_s=180))
 
 
 def test_packed_logs_equal_the_per_value_logs_every_step(runs):

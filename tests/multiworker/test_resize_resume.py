@@ -9,8 +9,12 @@ model and optimizer variables (SGD momentum: one copy, not per replica).
 So 2 workers crash after step 10, 1 worker resumes from the step-8 backup,
 and the result equals an uninterrupted run within 1e-5 (float32 additions
 in another order). The same holds for per-replica optimizer state: a
-`grad_accum` cycle cut mid-way (accumulators saved as their sum, restored
-as sum / n) and ZeRO-1 momentum shards (saved whole, re-split). This is what a Ray elastic restart at another size
+`grad_accum` cycle cut mid-way (accumulators saved per replica, restored
+as their sum / n at another replica count) and ZeRO-1 momentum shards
+(saved whole, re-split). With a fixed replica count (`replicas=2`) the
+1-worker resume runs 2 logical CPU replicas: PowerSGD with a bf16 wire,
+whose rounding is per replica, and accumulators restored replica for
+replica. This is what a Ray elastic restart at another size
 (`launch --ray -n 1:2`) does after a lost node.
 """
 
@@ -33,9 +37,20 @@ CASES = {
     # 3 micro-batches per step: the step-8-calls backup is 2 steps + 2 of 3
     # micro-batches, its accumulators summed over the 2 replicas.
     "grad_accum_mid_cycle": ({"grad_accum": 3}, 3, 2, 12),
-    # ZeRO-1: each worker holds half of every momentum slot; a backup holds
-    # the whole slot, re-split for 1 worker.
-    "zero": ({"shard_optimizer_state": True}, 10, 8, 36),
+    # ZeRO-1 over `replicas=4`: 2 workers x 2 logical CPU replicas each
+    # hold a quarter of every momentum slot; a backup holds the whole slot,
+    # re-split for 1 worker x 4 replicas.
+    "zero_replicas4": ({"shard_optimizer_state": True, "replicas": 4}, 10, 8, 36),
+    # A fixed replica count (`replicas=2`): 1 worker resumes with 2 logical
+    # CPU replicas, so PowerSGD's per-replica residuals (rank 1 from step 0:
+    # they matter) and what each step sends (bf16: rounded per replica) are
+    # those of the 2-worker run; a grad_accum cycle is cut mid-way too.
+    # Without `replicas` this run ends 4.7e-4 away.
+    "replicas_powersgd_accum": (dict(
+        replicas=2, compression="powersgd", powersgd_rank=1,
+        powersgd_start_step=0, powersgd_min_compression=0,
+        powersgd_wire="bf16", grad_accum=3),
+        3, 2, 12),
 }
 
 
@@ -58,7 +73,8 @@ def test_two_worker_backup_resumes_on_one_worker(tmp_path, case):
     assert p.returncode == 0
     with open(tmp_path / "one" / "attempt-0-worker-0.json") as f:
         resumed = json.load(f)
-    assert resumed["replicas"] == 1 and resumed["step"] == steps
+    assert resumed["replicas"] == kwargs.get("replicas", 1)
+    assert resumed["step"] == steps
     assert resumed["restored"]["step"] == resumed_step, resumed["restored"]
 
     ref = harness.run_single([SCRIPT, "--out", str(tmp_path / "ref"),

@@ -82,6 +82,10 @@ def test_input_errors_come_before_step_one_on_real_workers(reference):
     for w in reference["workers"]:
         errors = w["input_errors"]
         assert "Received: global_batch_size=5, num_replicas=2" in errors["indivisible"]
+        assert ("global_batch_size=5 (the batch of the tf.data dataset given "
+                "to `fit`" in errors["fit_indivisible"]
+                and "num_replicas=2, num_workers=2" in errors["fit_indivisible"])
+        assert errors["fit_iterations"] == 0
         assert ("1 file(s) for 2 workers" in errors["too_few_files"]
                 and "NO FILES" in errors["too_few_files"])
         assert errors["seconds"] < 5  # both raised while building, no step ran

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -38,10 +39,35 @@ def _run(*scenarios: str) -> dict:
     return results
 
 
+# gRPC's server-side message when it cannot read a request's bytes into the
+# protocol buffer (grpcpp/server_interface.h: no payload, or parsing failed),
+# before TensorFlow's handler runs. Seen once in a full suite run: the
+# chief's first `RunComponentFunction` to worker 1 at the first `schedule`
+# of `ps.fit` ("linear"); "sharded" then trained on the same servers and
+# ports in the same process (so no other process held that port), the
+# module passed at once on a rerun, and no code of ours builds or parses
+# that request.
+_TRANSPORT_FLAKE = "Unable to parse request"
+
+
 @pytest.fixture(scope="module")
 def results():
-    """Both scenarios in one subprocess, on one cluster (one TF start-up)."""
-    return _run("linear", "sharded")
+    """Both scenarios in one subprocess, on one cluster (one TF start-up).
+
+    A scenario that failed with `_TRANSPORT_FLAKE` (gRPC could not read a
+    request, below TensorFlow) runs again once, on a fresh cluster in a fresh
+    process, with a warning saying why; any other error, or the same one
+    twice, fails its tests.
+    """
+    results = _run("linear", "sharded")
+    flaky = sorted(name for name, r in results.items()
+                   if _TRANSPORT_FLAKE in r.get("error", ""))
+    if flaky:
+        first = results[flaky[0]]["error"].strip().splitlines()
+        warnings.warn(f"{flaky} failed in gRPC ({_TRANSPORT_FLAKE!r}; "
+                      f"{first[-1][:300]}); rerun once on a fresh cluster")
+        results.update(_run(*flaky))
+    return results
 
 
 @pytest.fixture(scope="module")

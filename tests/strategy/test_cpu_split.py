@@ -34,13 +34,22 @@ def test_chief_comes_first_and_other_roles_are_not_split():
     (8, 3, [(0, 1, 2), (3, 4, 5), (6, 7)]),
     (16, 4, [tuple(range(i * 4, i * 4 + 4)) for i in range(4)]),
 ])
-def test_auto_pins_each_task_to_its_own_contiguous_slice(cpus, tasks, want):
-    got = [cpu_split.plan("auto", list(range(cpus)), cpus, tasks, r, {})
+def test_pin_pins_each_task_to_its_own_contiguous_slice(cpus, tasks, want):
+    got = [cpu_split.plan("pin", list(range(cpus)), cpus, tasks, r, {})
            for r in range(tasks)]
     assert [g.cpus for g in got] == want
     assert [g.intra_op for g in got] == [len(w) for w in want]
     assert [g.inter_op for g in got] == [max(2, len(w)) for w in want]
     assert sorted(c for g in got for c in g.cpus) == list(range(cpus))
+
+
+def test_auto_sizes_pools_without_pinning():
+    # Pinned tasks could not leave a core another process was using (the
+    # benchmark's epoch spread; docs/benchmarks.md "Steadiness").
+    for r in range(2):
+        split = cpu_split.plan("auto", [0, 1], 2, 2, r, {})
+        assert (split.cpus, split.intra_op, split.inter_op) == (None, 1, 2)
+        assert "cpu_split=auto" in split.reason
 
 
 def test_one_task_or_off_changes_nothing():
@@ -51,10 +60,10 @@ def test_one_task_or_off_changes_nothing():
 
 
 def test_more_tasks_than_cpus_or_restricted_affinity_only_sizes_pools():
-    crowded = cpu_split.plan("auto", [0, 1], 2, 4, 3, {})
+    crowded = cpu_split.plan("pin", [0, 1], 2, 4, 3, {})
     assert (crowded.cpus, crowded.intra_op, crowded.inter_op) == (None, 1, 2)
     # Someone (taskset, SLURM --cpu-bind, a cpuset) already restricted us.
-    bound = cpu_split.plan("auto", [4, 5, 6, 7], 16, 2, 0, {})
+    bound = cpu_split.plan("pin", [4, 5, 6, 7], 16, 2, 0, {})
     assert (bound.cpus, bound.intra_op, bound.inter_op) == (None, 2, 2)
     assert "already restricted" in bound.reason
     threads = cpu_split.plan("threads", list(range(8)), 8, 2, 0, {})
@@ -62,14 +71,14 @@ def test_more_tasks_than_cpus_or_restricted_affinity_only_sizes_pools():
 
 
 def test_pool_sizes_the_user_set_are_kept():
-    split = cpu_split.plan("auto", [0, 1], 2, 2, 0, {"TF_NUM_INTRAOP_THREADS": "2"})
+    split = cpu_split.plan("pin", [0, 1], 2, 2, 0, {"TF_NUM_INTRAOP_THREADS": "2"})
     assert (split.cpus, split.intra_op, split.inter_op) == ((0,), None, 2)
     assert "TF_NUM_INTRAOP_THREADS" in split.reason
 
 
 def test_bad_mode_is_a_named_error():
-    with pytest.raises(ValueError, match=r"cpu_split.*'pin'"):
-        StrategyConfig(cpu_split="pin")
+    with pytest.raises(ValueError, match=r"cpu_split.*'pinned'"):
+        StrategyConfig(cpu_split="pinned")
     with pytest.raises(ValueError, match="cpu_split"):
-        cpu_split.plan("pin", [0, 1], 2, 2, 0, {})
+        cpu_split.plan("pinned", [0, 1], 2, 2, 0, {})
     assert StrategyConfig.load(environ={"TFDIST_OPT_CPU_SPLIT": "off"}).cpu_split == "off"

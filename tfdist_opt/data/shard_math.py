@@ -20,12 +20,18 @@ from tfdist_opt import validation
 UNEVEN = ("drop", "error")
 
 
-def per_replica_batch_size(global_batch_size: int, num_replicas: int) -> int:
+def per_replica_batch_size(global_batch_size: int, num_replicas: int,
+                           num_workers: int | None = None,
+                           where: str | None = None) -> int:
     """The per-replica batch for a global batch, refusing a remainder.
 
     Args:
         global_batch_size: int. Examples per step over all replicas.
         num_replicas: int. Replicas in sync (all workers together).
+        num_workers: int or None. Workers the replicas run on, named in the
+            error when given. Defaults to `None`.
+        where: str or None. Where the global batch comes from, named in the
+            error when given. Defaults to `None`.
 
     Returns:
         `global_batch_size // num_replicas`.
@@ -44,11 +50,16 @@ def per_replica_batch_size(global_batch_size: int, num_replicas: int) -> int:
         lower = global_batch_size - global_batch_size % num_replicas
         upper = lower + num_replicas
         hint = f"{lower} or {upper}" if lower else f"{upper}"
+        source = f" ({where})" if where else ""
+        workers = ("" if num_workers is None
+                   else f", num_workers={num_workers}")
         raise ValueError(
             f"Invalid value for `global_batch_size`: expected a multiple of "
-            f"the number of replicas in sync ({num_replicas}). Received: "
-            f"global_batch_size={global_batch_size}, num_replicas={num_replicas}"
-            f". Use e.g. {hint}.")
+            f"the number of replicas in sync ({num_replicas}), so that every "
+            "replica gets the same number of examples and each example "
+            "weighs the same in the step. Received: "
+            f"global_batch_size={global_batch_size}{source}, num_replicas="
+            f"{num_replicas}{workers}. Use e.g. {hint}.")
     return global_batch_size // num_replicas
 
 

@@ -38,11 +38,15 @@ State: the micro-step counter is the optimizer's own `_iterations` (upstream
 and the accumulators are optimizer variables (`add_variable_from_reference`,
 so `optimizer.variables`, `tf.train.Checkpoint(optimizer=...)` and
 `model.save` hold them) created `synchronization=ON_READ, aggregation=SUM`:
-each replica updates its own copy with no communication. A checkpoint reads
-an ON_READ SUM variable as the sum over replicas, and restoring assigns
-sum / n to every replica (TF's `on_read_assign_cross_replica`), so the sum
-that the next update all-reduces is what it was: a checkpoint taken
-mid-cycle resumes mid-cycle (equal up to float32 summation order). A
+each replica updates its own copy with no communication. A checkpoint
+holds every replica's accumulator (`replica_slots.PerReplicaSum`: stacked,
+one slice per replica), restored replica for replica at the same replica
+count (so a compressed wire, which rounds each replica's value, sends what
+it would have: `StrategyConfig.replicas` keeps the count across a resize);
+at another count (or from a checkpoint holding their sum) every replica
+gets sum / n, so the sum that the next update all-reduces is what it was:
+a checkpoint taken mid-cycle resumes mid-cycle (equal up to float32
+summation order). A
 partial cycle left at the end of `fit` stays in the accumulators.
 
 Limits: per-tensor `clipnorm`/`clipvalue` are applied to the mean
@@ -60,6 +64,7 @@ import tensorflow as tf
 
 from tfdist_opt.gradients import allreduce
 from tfdist_opt.gradients import lowrank
+from tfdist_opt.gradients import replica_slots
 
 ACCUMULATORS_ATTR = "_tfdist_accumulators"
 ACCUMULATOR_NAME = "tfdist_accumulator"
@@ -84,9 +89,11 @@ def create_accumulators(optimizer, variables) -> list:
     with tf.init_scope():
         scope = (strategy.scope() if tf.distribute.get_strategy() is not strategy
                  else contextlib.nullcontext())
-        with scope, tf.variable_creator_scope(_on_read_sum):
-            accumulators = [optimizer.add_variable_from_reference(
-                v, name=ACCUMULATOR_NAME) for v in variables]
+        with scope:
+            accumulators = [replica_slots.add_slot(
+                optimizer, v, ACCUMULATOR_NAME, v.shape, "zeros", _on_read_sum,
+                replica_slots.PerReplicaSum, _tfdist_strategy=strategy)
+                for v in variables]
     setattr(optimizer, ACCUMULATORS_ATTR, accumulators)
     return accumulators
 

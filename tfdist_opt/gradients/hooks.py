@@ -21,7 +21,8 @@ What the overrides do (the upstream methods they rely on are checked by
 
 * `_all_reduce_sum_gradients`: compression + packing
   (`allreduce.all_reduce_sum`) in place of one plain
-  `ReplicaContext.all_reduce`.
+  `ReplicaContext.all_reduce`; Keras's log values offered by the step
+  (`log_fold`) are summed in the same packs.
 * `build`: upstream `build`, then the accumulators (`grad_accum > 1`),
   the PowerSGD state (`compression="powersgd"`, `lowrank.init`) and the
   pack-size autotune (`bytes_per_pack="auto"`, multi-worker).
@@ -55,6 +56,7 @@ import tensorflow as tf
 from tfdist_opt.gradients import accumulation
 from tfdist_opt.gradients import allreduce
 from tfdist_opt.gradients import fused_updates
+from tfdist_opt.gradients import log_fold
 from tfdist_opt.gradients import lowrank
 from tfdist_opt.gradients import replica_slots
 from tfdist_opt.gradients import sharded_state
@@ -114,9 +116,15 @@ class GradientHooks:
             return lowrank.all_reduce_sum(self, grads_and_vars,
                                           lowrank.state_of(self),
                                           tuned=state.tuned_bytes_per_pack)
+        strategy = self._distribution_strategy
+        logs = log_fold.take(strategy)
+        if state.options.wire_dtype is not None:
+            logs = None  # they would travel cast: their own collective
+        grads = [g for g, _ in grads_and_vars] + list(logs or [])
         reduced = allreduce.all_reduce_sum(
-            [g for g, _ in grads_and_vars], state.options,
-            self._distribution_strategy, tuned=state.tuned_bytes_per_pack)
+            grads, state.options, strategy, tuned=state.tuned_bytes_per_pack)
+        if logs:
+            log_fold.answer(strategy, logs, reduced[len(grads_and_vars):])
         return [(r, v) for r, (_, v) in zip(reduced, grads_and_vars)]
 
     def update_step(self, gradient, variable, learning_rate):
@@ -193,6 +201,22 @@ def is_hooked(optimizer) -> bool:
 def state_of(optimizer) -> OptimizerState | None:
     """The optimizer's `OptimizerState`, or None."""
     return getattr(optimizer, STATE_ATTR, None)
+
+
+def can_fold_logs(optimizer) -> bool:
+    """Whether `optimizer`'s hooks sum offered log values (`log_fold`).
+
+    They do when every step all-reduces (`grad_accum == 1`, no sharded
+    state) in float32 (`compression="none"`, or PowerSGD with
+    `powersgd_wire="none"`).
+    """
+    state = state_of(optimizer)
+    if state is None or not is_hooked(optimizer):
+        return False
+    options = state.options
+    if options.grad_accum != 1 or options.shard_optimizer_state:
+        return False
+    return options.wire_dtype is None
 
 
 def _grad_accum(optimizer) -> int:

@@ -52,6 +52,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdist_opt.gradients import allreduce
+from tfdist_opt.gradients import log_fold
 from tfdist_opt.gradients import powersgd
 from tfdist_opt.gradients import replica_slots
 from tfdist_opt.gradients.options import GradientOptions
@@ -184,23 +185,42 @@ def all_reduce_sum(optimizer, grads_and_vars, state: PowerSGDState,
     if selected or dense_rest:
         entries = [state.entries[index[k]] for k in selected]
         counter = optimizer._iterations
+        logs = _foldable_logs(strategy, state.options, grads, selected)
 
-        def cross_replica(distribution, values, rest):
+        def cross_replica(distribution, values, rest, log_values):
             return apply(distribution, list(values), entries,
                          tf.convert_to_tensor(counter), state.options,
-                         rest=list(rest), tuned=tuned)
+                         rest=list(rest), tuned=tuned, logs=list(log_values))
 
         reduced = tf.distribute.get_replica_context().merge_call(
             cross_replica, args=(
                 tuple(tf.convert_to_tensor(grads[k]) for k in selected),
-                tuple(tf.convert_to_tensor(grads[k]) for k in dense_rest)))
+                tuple(tf.convert_to_tensor(grads[k]) for k in dense_rest),
+                tuple(logs)))
         for k, r in zip(selected + dense_rest, reduced):
             out[k] = r
+        if logs:
+            log_fold.answer(strategy, logs, reduced[len(selected + dense_rest):])
     return [(r, v) for r, (_, v) in zip(out, grads_and_vars)]
 
 
+def _foldable_logs(strategy, options, grads, selected) -> list:
+    """The step's offered log values, if they can ride in the Q pack.
+
+    They travel in float32 with the Q factors (and, before the start step,
+    in the uncompressed packs), so only with a float32 wire and float32
+    compressed gradients (`log_fold`).
+    """
+    logs = log_fold.take(strategy)
+    if not logs or options.powersgd_wire != "none" or any(
+            grads[k].dtype != tf.float32 for k in selected):
+        return []
+    return logs
+
+
 def apply(distribution, grads, entries, update: tf.Tensor,
-          options: GradientOptions, rest=(), tuned: int | None = None) -> list:
+          options: GradientOptions, rest=(), tuned: int | None = None,
+          logs=()) -> list:
     """The PowerSGD step on the selected gradients (cross-replica context).
 
     Args:
@@ -214,22 +234,27 @@ def apply(distribution, grads, entries, update: tf.Tensor,
             cast to the wire and summed in the same collective as the P
             factors (before the start step: packed with the selected ones).
         tuned: int or None. Autotuned pack size for the uncompressed step.
+        logs: list of per-replica float32 scalars (Keras's logged values,
+            `log_fold`): summed in the Q factors' collective (before the
+            start step: in the uncompressed packs).
 
     Returns:
         List of per-replica values: the SUM over replicas of each of `grads`,
-        then of each of `rest`.
+        then of each of `rest`, then of each of `logs`.
     """
     devices = distribution.extended.worker_devices
     local = [distribution.experimental_local_results(g) for g in grads]
     rest_local = [distribution.experimental_local_results(g) for g in rest]
+    logs_local = [distribution.experimental_local_results(v) for v in logs]
 
     def compressed():
-        return _powersgd_step(distribution, devices, local, entries, options,
-                              rest_local)
+        with tf.name_scope("powersgd"):  # names the step's ops in profiles
+            return _powersgd_step(distribution, devices, local, entries,
+                                  options, rest_local, logs_local)
 
     def uncompressed():
-        return _plain_step(distribution, devices, local + rest_local, options,
-                           tuned)
+        return _plain_step(distribution, devices,
+                           local + rest_local + logs_local, options, tuned)
 
     start = options.powersgd_start_step
     if not entries or start == 0:
@@ -238,11 +263,11 @@ def apply(distribution, grads, entries, update: tf.Tensor,
         flat = tf.cond(update >= start, compressed, uncompressed)
     nd = len(devices)
     return [_per_replica(distribution, flat[j * nd:(j + 1) * nd])
-            for j in range(len(grads) + len(rest))]
+            for j in range(len(grads) + len(rest) + len(logs))]
 
 
 def _powersgd_step(distribution, devices, local, entries, options,
-                   rest_local) -> list:
+                   rest_local, logs_local=()) -> list:
     """One power-iteration step; returns the flat (tensor-major) results.
 
     The error buffer holds M = g + e in place (`assign_add`); after the Q
@@ -279,8 +304,10 @@ def _powersgd_step(distribution, devices, local, entries, options,
                 p_hat[d][j] = ph
                 qs.append(tf.transpose(
                     skinny_matmul(ph, ms[d][j], dev, transpose_a=True)))
-    q_sum = _reduce(distribution, devices, qs, count, options)
-    flat = [None] * ((count + len(rest_local)) * nd)
+            qs.extend(logs_local[i][d] for i in range(len(logs_local)))
+    q_sum = _reduce(distribution, devices, qs, count + len(logs_local), options)
+    nr = count + len(rest_local)
+    flat = [None] * ((nr + len(logs_local)) * nd)
     for d, dev in enumerate(devices):
         with tf.device(dev):
             for j, e in enumerate(entries):
@@ -297,6 +324,8 @@ def _powersgd_step(distribution, devices, local, entries, options,
                 flat[j * nd + d] = tf.cast(tf.reshape(approx, tf.shape(g)), g.dtype)
             for i in range(len(rest_local)):
                 flat[(count + i) * nd + d] = summed[d][count + i]
+            for i in range(len(logs_local)):
+                flat[(nr + i) * nd + d] = q_sum[d][count + i]
     return flat
 
 

@@ -1,8 +1,8 @@
 """Optimizer variables that keep a different value on each replica: saving.
 
-Two kinds of optimizer state hold a different value per replica in an
-`ON_READ` variable: ZeRO slot shards (`sharded_state`) and PowerSGD error
-buffers (`lowrank`). TF saves an `ON_READ` variable as one aggregate (the
+Three kinds of optimizer state hold a different value per replica in an
+`ON_READ` variable: ZeRO slot shards (`sharded_state`), PowerSGD error
+buffers (`lowrank`) and `grad_accum` accumulators (`accumulation`). TF saves an `ON_READ` variable as one aggregate (the
 first replica's value, or the SUM over replicas) and restores that to every
 replica (SUM: sum / n each; TF's `values_util.on_read_assign_cross_replica`),
 so each replica's own value is lost. A `SavedWhole` variable (its Keras
@@ -20,9 +20,15 @@ optimizer tracks it, so a deferred checkpoint restore (an optimizer built
 after `Checkpoint.restore`) reaches the swapped methods.
 
 `PerReplicaSum` is the mixin of a variable whose meaning is the SUM over
-replicas of per-replica values (PowerSGD's residuals): it saves every
-replica's value stacked along a new leading axis of size n, in replica-id
-order, and restores each replica its own slice, bit for bit. A checkpoint
+replicas of per-replica values (PowerSGD's residuals, `grad_accum`'s
+accumulators): it saves every
+replica's value stacked along a new leading axis of size n, in data-slot
+order (the slice of each global batch the replica trains on;
+`tfdist_opt.strategy.virtual_replicas.data_slot`: the replica id on one
+worker, or with one replica per worker), and restores each replica the
+slice of its data slot, bit for bit. So with a fixed replica count
+(`StrategyConfig.replicas`) the state follows the examples across a
+change of the worker count. A checkpoint
 from another replica count (m != n slices), or an older one holding the
 plain sum (the variable's own shape), restores as that sum spread evenly,
 sum / n on every replica: the total is kept, the split is not.
@@ -33,6 +39,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfdist_opt import _class_swap
+from tfdist_opt.strategy import virtual_replicas
 
 _IDS_ATTR = "_tfdist_local_replica_ids"
 
@@ -59,7 +66,12 @@ class PerReplicaSum(SavedWhole):
         strategy = self._tfdist_strategy
         n = strategy.num_replicas_in_sync
         flat = concat_replicas(strategy, getattr(self, "value", self))
-        return tf.reshape(flat, [n, *self.shape])
+        stacked = tf.reshape(flat, [n, *self.shape])
+        slots = data_slots(strategy)
+        if slots == list(range(n)):
+            return stacked
+        by_slot = sorted(range(n), key=lambda r: slots[r])
+        return tf.gather(stacked, by_slot)
 
     def _tfdist_load_value(self, value):
         strategy = self._tfdist_strategy
@@ -68,8 +80,9 @@ class PerReplicaSum(SavedWhole):
         shape = tuple(self.shape)
         got = tuple(value.shape)
         if got == (n, *shape):
+            slots = data_slots(strategy)
             assign_replicas(strategy, getattr(self, "value", self),
-                            lambda r: value[r])
+                            lambda r: value[slots[r]])
             return
         if got == shape:  # an older checkpoint: the sum over replicas
             total = value
@@ -164,6 +177,14 @@ def assign_replicas(strategy, tv, value_of) -> None:
     for i, comp in enumerate(getattr(tv, "values", (tv,))):
         with tf.device(comp.device):
             comp.assign(value_of(ids[i]))
+
+
+def data_slots(strategy) -> list[int]:
+    """The data slot of each global replica id (see the module docstring)."""
+    n = strategy.num_replicas_in_sync
+    local = len(strategy.extended.worker_devices)
+    workers = max(1, n // max(1, local))
+    return [virtual_replicas.data_slot(r, workers, local) for r in range(n)]
 
 
 def local_replica_ids(strategy) -> list[int]:

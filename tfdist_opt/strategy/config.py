@@ -67,6 +67,17 @@ class StrategyConfig(validation.ConfigFields):
             hanging. Defaults to `None` (TF's: none).
         cpu_replicas: int. Number of virtual CPU devices to create when no
             GPU is present (0 = off). Defaults to `0`.
+        replicas: int or None. A replica count that stays fixed whatever
+            the number of workers W: each worker runs `replicas / W`
+            replicas on logical CPU devices, so a run resumed at another
+            size (`tfdist-opt launch -n MIN:MAX`, Ray's elastic mode) keeps
+            the per-replica batch, each replica's examples and per-replica
+            optimizer state (PowerSGD residuals, ZeRO shards, `grad_accum`
+            accumulators): the same math. Must be a multiple of W; CPU hosts
+            only; not with parameter servers or `cpu_replicas`. With W <
+            `replicas` each worker computes several replicas' work. See
+            `tfdist_opt.strategy.virtual_replicas`. Defaults to `None` (one
+            replica per worker, or per local device).
         gpu_memory_growth: bool. Enable memory growth on every GPU.
             Defaults to `True`.
         mixed_precision: str. `"off"`, `"mixed_float16"` or
@@ -123,12 +134,13 @@ class StrategyConfig(validation.ConfigFields):
             (bounds the step's transient memory); `0`: one bucket per dtype.
             Defaults to `32 MiB`.
         cpu_split: str. Multi-worker: when several training tasks run on
-            one host, `"auto"` pins each to its own equal slice of the
-            host's CPUs and sizes TF's thread pools to it (left alone when
-            something already restricted the process's CPUs); `"threads"`
-            only sizes the pools (CPUs / tasks); `"off"` keeps TF's
-            defaults (every task's pools sized to every CPU). See
-            `tfdist_opt.strategy.cpu_split`. Defaults to `"auto"`.
+            one host, `"auto"` (= `"threads"`) sizes each task's TF thread
+            pools to its share of the CPUs (CPUs / tasks), unpinned;
+            `"pin"` also pins each to its own equal slice of the host's
+            CPUs (left alone when something already restricted the
+            process's CPUs); `"off"` keeps TF's defaults (every task's
+            pools sized to every CPU). See `tfdist_opt.strategy.cpu_split`.
+            Defaults to `"auto"`.
         fused_updates: bool. Where tfdist_opt's gradient path hooks the
             optimizer (any of `compression`, `grad_accum > 1`,
             `bytes_per_pack="auto"`, `shard_optimizer_state`), Keras's own
@@ -165,6 +177,7 @@ class StrategyConfig(validation.ConfigFields):
     num_packs: int = 1
     collective_timeout_s: float | None = None
     cpu_replicas: int = 0
+    replicas: int | None = None
     gpu_memory_growth: bool = True
     mixed_precision: str = "off"
     jit_compile: bool = False
@@ -197,6 +210,16 @@ class StrategyConfig(validation.ConfigFields):
         if self.collective_timeout_s is not None:
             _check_number("collective_timeout_s", self.collective_timeout_s)
         validation.check_int("cpu_replicas", self.cpu_replicas, minimum=0)
+        if self.replicas is not None:
+            validation.check_int("replicas", self.replicas, minimum=1,
+                                 expected="a positive int or None")
+            if self.cpu_replicas:
+                raise ValueError(
+                    "Invalid value for `cpu_replicas` with `replicas` set: "
+                    "replicas decides the local devices (replicas / workers "
+                    f"logical CPUs each). Received: cpu_replicas={self.cpu_replicas}, "
+                    f"replicas={self.replicas}. Expected cpu_replicas=0, or "
+                    "replicas=None.")
         validation.check_bool("gpu_memory_growth", self.gpu_memory_growth)
         validation.check_choice("mixed_precision", self.mixed_precision, MIXED_PRECISION)
         validation.check_bool("jit_compile", self.jit_compile)

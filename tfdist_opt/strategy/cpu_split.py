@@ -13,14 +13,15 @@ core (2 alternated pairs, docs/benchmarks.md "PowerSGD").
 `plan()` is pure: from this process's CPU affinity, the machine's CPU count,
 TF_CONFIG's cluster and this task, it decides
 
-* `"auto"` (the default): when k > 1 tasks share this host and this
-  process may run on every CPU of the machine (nobody pinned it: a
-  `taskset`, SLURM `--cpu-bind` or a cgroup cpuset is left alone), task j
-  of the k (cluster order: chief, then workers by index) is pinned to the
-  j-th of k contiguous, equal slices of the CPUs (the remainder goes to
-  the first slices) and its pools are sized to its slice. More tasks than
-  CPUs: no pinning, pools of one thread;
-* `"threads"`: no pinning; pools of max(1, cpus // k) threads;
+* `"auto"` (the default) and `"threads"`: no pinning; each task's pools
+  sized to its share, max(1, cpus // k) threads;
+* `"pin"`: when k > 1 tasks share this host and this process may run on
+  every CPU of the machine (nobody pinned it: a `taskset`, SLURM
+  `--cpu-bind` or a cgroup cpuset is left alone), task j of the k (cluster
+  order: chief, then workers by index) is pinned to the j-th of k
+  contiguous, equal slices of the CPUs (the remainder goes to the first
+  slices) and its pools are sized to its slice. More tasks than CPUs: no
+  pinning, pools of one thread;
 * `"off"`: TF's defaults.
 
 Same host: equal host names in the cluster addresses, every loopback name
@@ -45,7 +46,7 @@ from typing import Any, Mapping, Sequence
 from tfdist_opt import validation
 from tfdist_opt.cluster import tf_config as tf_config_lib
 
-MODES = ("auto", "threads", "off")
+MODES = ("auto", "threads", "pin", "off")
 POOL_ENV = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
 _TRAINING_ROLES = ("chief", "worker")
 
@@ -109,7 +110,7 @@ def plan(mode: str, affinity: Sequence[int] | None, machine_cpus: int | None,
     """Decides the split for one process (see the module docstring).
 
     Args:
-        mode: str. `cpu_split`: "auto", "threads" or "off".
+        mode: str. `cpu_split`: "auto", "threads", "pin" or "off".
         affinity: the CPUs this process may run on, or None where the OS
             cannot tell (then nothing is pinned).
         machine_cpus: int or None. `os.cpu_count()`.
@@ -120,8 +121,10 @@ def plan(mode: str, affinity: Sequence[int] | None, machine_cpus: int | None,
         A `CpuSplit`.
 
     Example:
-        >>> plan("auto", [0, 1], 2, 2, 1, {})
+        >>> plan("pin", [0, 1], 2, 2, 1, {})
         CpuSplit(cpus=(1,), intra_op=1, inter_op=2, reason='pinned to CPUs [1]: task 2 of 2 on this host')
+        >>> plan("auto", [0, 1], 2, 2, 1, {}).cpus is None
+        True
     """
     validation.check_choice("cpu_split", mode, MODES)
     if mode == "off" or tasks <= 1 or not affinity:
@@ -131,7 +134,7 @@ def plan(mode: str, affinity: Sequence[int] | None, machine_cpus: int | None,
         return CpuSplit(None, None, None, f"TF's thread pools ({why})")
     cpus = sorted(affinity)
     user_pools = [name for name in POOL_ENV if environ.get(name)]
-    pinnable = (mode == "auto" and len(cpus) >= tasks
+    pinnable = (mode == "pin" and len(cpus) >= tasks
                 and machine_cpus is not None and len(cpus) >= machine_cpus)
     if pinnable:
         mine = _slice(cpus, tasks, rank)
@@ -140,7 +143,7 @@ def plan(mode: str, affinity: Sequence[int] | None, machine_cpus: int | None,
     else:
         size, pinned = max(1, len(cpus) // tasks), None
         reason = (f"{tasks} tasks share {len(cpus)} CPU(s) on this host, "
-                  f"not pinned ({'cpu_split=threads' if mode == 'threads' else 'affinity already restricted or fewer CPUs than tasks'})")
+                  f"not pinned ({f'cpu_split={mode}' if mode != 'pin' else 'affinity already restricted or fewer CPUs than tasks'})")
     intra = None if "TF_NUM_INTRAOP_THREADS" in user_pools else size
     inter = None if "TF_NUM_INTEROP_THREADS" in user_pools else max(2, size)
     if user_pools:

@@ -50,6 +50,7 @@ from tfdist_opt.stall import keras_binding as stall_binding
 from tfdist_opt.strategy import chief_saving
 from tfdist_opt.strategy import keras_steps
 from tfdist_opt.strategy import log_packing
+from tfdist_opt.strategy import worker_cpu_replicas
 
 # Gathered as float32 by `gather` (fix 3): no collective gather kernel.
 _GATHER_AS_FLOAT32 = (tf.bfloat16,)
@@ -112,6 +113,29 @@ class KerasMultiWorkerMirroredStrategy(_AdoptingScope,
 
     _MODEL_MIXIN = _MultiWorkerModel
 
+    def __init__(self, cluster_resolver=None, communication_options=None,
+                 local_cpu_replicas: int = 0):
+        """Like `tf.distribute.MultiWorkerMirroredStrategy`'s constructor.
+
+        Args:
+            cluster_resolver: as upstream.
+            communication_options: as upstream.
+            local_cpu_replicas: int. On a host without GPUs, run this many
+                replicas per worker on the logical CPU devices `CPU:0 ..`
+                (`StrategyConfig.replicas`; `worker_cpu_replicas`). `0` or
+                `1`: TF's choice (one CPU replica).
+        """
+        if local_cpu_replicas <= 1:
+            super().__init__(cluster_resolver=cluster_resolver,
+                             communication_options=communication_options)
+            return
+        options = (communication_options if communication_options is not None
+                   else tf.distribute.experimental.CommunicationOptions())
+        # The upstream constructor builds TF's extended object itself (then
+        # only records usage gauges): build ours, with L CPU devices.
+        tf.distribute.Strategy.__init__(self, worker_cpu_replicas.extended(
+            self, cluster_resolver, options, local_cpu_replicas))
+
     def run(self, fn, args=(), kwargs=None, options=None):
         """The upstream `run`; its scalar outputs are then reduced packed.
 
@@ -119,6 +143,8 @@ class KerasMultiWorkerMirroredStrategy(_AdoptingScope,
         collective; the first reduce of one of these outputs reduces all of
         them in one.
         """
+        if self._pack_log_reductions:
+            self._log_packer.clear_presets()
         outputs = super().run(fn, args=args, kwargs=kwargs, options=options)
         if self._pack_log_reductions:
             self._log_packer.remember(outputs)
@@ -136,6 +162,9 @@ class KerasMultiWorkerMirroredStrategy(_AdoptingScope,
 
     # Off only to compare with the one-collective-per-value path in tests.
     _pack_log_reductions = True
+    # Logs summed in the step's last gradient collective where eligible
+    # (`tfdist_opt.gradients.log_fold`); off only to compare in tests.
+    _fold_logs = True
 
     def experimental_distribute_dataset(self, dataset, options=None):
         """The upstream method; each worker's pipeline also counts its batches.

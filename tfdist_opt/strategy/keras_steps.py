@@ -41,6 +41,11 @@ Keras's `"auto"` keeps its own rule: it turns XLA off on CPU-only hosts and
 under any `tf.distribute` strategy (`Trainer._resolve_auto_jit_compile`), so
 only an explicit `jit_compile=True` takes this path.
 
+Logs: under our multi-worker strategy, where `log_fold.eligible`, the
+train step is Keras's own with the metrics computed before
+`apply_gradients`, so its logged values ride in the gradient collective
+(`tfdist_opt.gradients.log_fold`); the values are unchanged.
+
 Python generators: under any strategy, Keras's `fit` pulls one batch from a
 fresh iterator to build the model (`_maybe_symbolic_build`) and then resets
 the iterator. Arrays, datasets and `PyDataset`s restart from their first
@@ -48,6 +53,9 @@ batch; a generator cannot, so training began a few batches (the pulled one
 and what `tf.data` prefetched) later than without a strategy, and the
 weights differed. The mixin builds from the specs of the batches Keras's
 generator adapter already peeked instead, consuming nothing.
+
+`fit` first refuses a `tf.data` global batch the replicas in sync do not
+divide, before step 1 (`global_batch`).
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 
+from tfdist_opt.strategy import global_batch
 from tfdist_opt.strategy import multi_step
 
 JIT_FALLBACKS = ("warn", "error")
@@ -115,12 +124,22 @@ class KerasSteps:
 
     _tfdist_keras_steps = True
 
+    def fit(self, *args, **kwargs):
+        # Before Keras builds anything: a tf.data global batch the replicas
+        # do not divide is refused (`global_batch`).
+        global_batch.check_fit_input(self.distribute_strategy,
+                                     args[0] if args else kwargs.get("x"))
+        return super().fit(*args, **kwargs)
+
     def make_train_function(self, force=False):
         if self.train_function is not None and not force:
             return self.train_function
         step = type(self).train_step.__get__(self)
         if needs_per_replica_xla(self):
             step = _compiled_train_step(self, step)
+        elif not needs_inlined_steps(self) and _log_fold().eligible(
+                self, _hooks().can_fold_logs):
+            step = _log_fold().train_step(self)
         return self._tfdist_make("train", step, force)
 
     def make_test_function(self, force=False):
@@ -309,3 +328,15 @@ def _fall_back(model, stage, reason):
     warnings.warn(f"tfdist_opt: {where}. This stage runs without XLA "
                   "(jit_fallback='warn'; 'error' raises instead).",
                   XlaFallbackWarning, stacklevel=2)
+
+
+def _hooks():
+    """`tfdist_opt.gradients.hooks`, imported on first use (it imports TF)."""
+    from tfdist_opt.gradients import hooks  # pylint: disable=g-import-not-at-top
+    return hooks
+
+
+def _log_fold():
+    """`tfdist_opt.gradients.log_fold`, imported on first use."""
+    from tfdist_opt.gradients import log_fold  # pylint: disable=g-import-not-at-top
+    return log_fold

@@ -13,6 +13,7 @@ import dataclasses
 from typing import Any, Mapping, Sequence
 
 from tfdist_opt.strategy import kinds as kinds_lib
+from tfdist_opt.strategy import virtual_replicas
 from tfdist_opt.strategy.kinds import Kind
 
 ONE_DEVICE = Kind.ONE_DEVICE
@@ -64,6 +65,13 @@ def plan_strategy(config, topology) -> StrategyPlan:
     """
     reasons: list[str] = []
     kind = kinds_lib.select(config, topology, reasons)
+    local = virtual_replicas.local_replicas(
+        config.replicas, topology.num_workers, topology.num_gpus, kind.value)
+    if local is not None and local > 1 and kind == ONE_DEVICE:
+        raise ValueError(
+            f"Invalid value for `replicas` with mode 'one_device': one device "
+            f"runs one replica. Received: replicas={config.replicas}. Expected "
+            "replicas=1 or None, or mode 'auto' or 'mirrored'.")
     return kinds_lib.module(kind).plan(config, topology, reasons)
 
 

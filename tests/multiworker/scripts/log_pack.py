@@ -15,6 +15,7 @@ import keras
 from keras.src.backend.tensorflow import trainer as keras_trainer
 
 import tfdist_opt
+from tests.multiworker.scripts.step_logs import Logs
 
 strategy = tfdist_opt.opt_strategy()
 rank = strategy.cluster_resolver.task_id
@@ -49,15 +50,6 @@ def count_collectives(model):
     for fn in graph_def.library.function:
         nodes.extend(fn.node_def)
     return sum(1 for n in nodes if n.op.startswith("CollectiveReduce"))
-
-
-class Logs(keras.callbacks.Callback):
-    def __init__(self):
-        super().__init__()
-        self.steps = []
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.steps.append({k: float(v) for k, v in sorted(logs.items())})
 
 
 for mode, packed in (("per_value", False), ("packed", True)):

@@ -19,7 +19,8 @@ Flags:
       and before it is committed (case 8).
   --batch-sleep S: sleep S seconds after each batch on the first attempt
       (so a test can send SIGTERM mid-training); --sleep-every-attempt: on
-      every attempt.
+      every attempt; --sleep-attempts N: on the first N attempts;
+      --later-batch-sleep S2: S2 instead of S after the first attempt.
   --strategy-kwargs JSON: extra `opt_strategy()` arguments, e.g.
       '{"grad_accum": 3}'.
   --stall-kind input|sigstop --stall-task I --stall-at-step K: on the
@@ -28,12 +29,14 @@ Flags:
       `sigstop`: it SIGSTOPs itself after optimizer step K. Writes
       OUT/stall-<i> (wall time) when the stall starts.
   --check-input-errors: before training, check with the real 2-worker
-      strategy that an indivisible global batch and FILE sharding with fewer
-      files than workers both raise ValueError before any step (case 10).
+      strategy that an indivisible global batch (given to build_dataset, or
+      a plain tf.data batch given to fit) and FILE sharding with fewer
+      files than workers raise ValueError before any step (case 10).
 
 Writes OUT/attempt-<a>-worker-<i>.json when fit returns (weights, optimizer
 step, restored backup); OUT/start-<i>-<a> (wall time at process start),
-OUT/restored-<i>-<a> (the backup `fit` resumed from), OUT/crash-<i> (wall
+OUT/restored-<i>-<a> (the backup `fit` resumed from), OUT/replicas-<i>-<a>
+(the strategy's replica count), OUT/crash-<i> (wall
 time of a crash), OUT/pid-<i> and OUT/training-<i>-<a> (first batch done)
 so a test can signal a worker at a known phase and time what happened.
 """
@@ -59,6 +62,11 @@ def main():
     parser.add_argument("--batch-sleep", type=float, default=0.0)
     parser.add_argument("--sleep-every-attempt", action="store_true",
                         help="--batch-sleep on every attempt, not the first only")
+    parser.add_argument("--sleep-attempts", type=int, default=1,
+                        help="--batch-sleep on the first N attempts")
+    parser.add_argument("--later-batch-sleep", type=float, default=None,
+                        help="the sleep on attempts after the first "
+                        "(default: --batch-sleep)")
     parser.add_argument("--check-input-errors", action="store_true")
     parser.add_argument("--strategy-kwargs", default="{}",
                         help="JSON object of extra opt_strategy() arguments")
@@ -80,6 +88,8 @@ def main():
     strategy = tfdist_opt.opt_strategy(all_reduce="ring",
                                        **json.loads(args.strategy_kwargs))
 
+    _write(args.out, f"replicas-{index}-{attempt}",
+           str(strategy.num_replicas_in_sync))
     import keras  # pylint: disable=g-import-not-at-top
     import numpy as np  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -135,8 +145,10 @@ def main():
                 print(f"task {index}: SIGSTOP after step {step}", flush=True)
                 _write(args.out, f"stall-{index}", repr(time.time()))
                 os.kill(os.getpid(), signal.SIGSTOP)
-            if (attempt == 0 or args.sleep_every_attempt) and args.batch_sleep:
-                time.sleep(args.batch_sleep)
+            sleep = args.batch_sleep if attempt == 0 or (
+                args.later_batch_sleep is None) else args.later_batch_sleep
+            if (attempt < args.sleep_attempts or args.sleep_every_attempt) and sleep:
+                time.sleep(sleep)
 
     keras.utils.set_random_seed(1)
     with strategy.scope():
@@ -200,6 +212,19 @@ def _check_input_errors(strategy, out_dir, index):
     except ValueError as e:
         found["too_few_files"] = str(e)
     found["seconds"] = round(time.monotonic() - t0, 3)
+    # A plain tf.data pipeline given to fit: refused by fit, before step 1.
+    import keras  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+        model.compile("sgd", "mse")
+    try:
+        model.fit(tf.data.Dataset.from_tensor_slices(
+            (np.zeros((16, 1), "float32"),) * 2).batch(5), verbose=0)
+    except ValueError as e:
+        found["fit_indivisible"] = str(e)
+    found["fit_iterations"] = int(model.optimizer.iterations.numpy())
     return found
 
 

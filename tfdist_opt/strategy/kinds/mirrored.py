@@ -18,6 +18,9 @@ def auto_reason(config, topology) -> str | None:
         return f"{topology.num_gpus} GPUs on this host"
     if topology.num_gpus == 0 and config.cpu_replicas >= 2:
         return f"no GPU; cpu_replicas={config.cpu_replicas} virtual CPU devices"
+    if topology.num_gpus == 0 and (config.replicas or 0) >= 2:
+        return (f"replicas={config.replicas} on 1 worker: {config.replicas} "
+                "logical CPU devices")
     return None
 
 
@@ -36,8 +39,14 @@ def plan(config, topology, reasons: list[str]) -> plan_lib.StrategyPlan:
             warnings.append(
                 f"cpu_replicas={config.cpu_replicas} ignored: {gpus} GPU(s) present")
     else:
-        devices = tuple(f"/cpu:{i}" for i in range(max(1, config.cpu_replicas)))
-        cpu_replicas = config.cpu_replicas
+        cpu_replicas = config.replicas or config.cpu_replicas
+        devices = tuple(f"/cpu:{i}" for i in range(max(1, cpu_replicas)))
+    if config.replicas and config.all_reduce == "ring":
+        # The same script resumed on 1 worker: RING is the multi-worker
+        # collective; one host's replicas sum the same values in one place.
+        reasons.append(f"all_reduce=ring with replicas={config.replicas} on 1 "
+                       "worker: reduce_to_one (RING is multi-worker)")
+        config = config.replace(all_reduce="reduce_to_one")
     all_reduce = plan_lib.choose_all_reduce(
         config, KIND, gpus, ALL_REDUCE, cpu_choice="reduce_to_one",
         reasons=reasons)

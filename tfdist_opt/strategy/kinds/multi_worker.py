@@ -1,7 +1,8 @@
 """Kind `multi_worker`: `KerasMultiWorkerMirroredStrategy` over a TF_CONFIG cluster.
 
-One replica per GPU (or the CPU) on every chief/worker task; gradients are
-all-reduced with NCCL (GPUs) or RING (CPU) collectives. The strategy is
+One replica per GPU (or the CPU; with `replicas=R`, R / W logical CPU
+replicas, `tfdist_opt.strategy.worker_cpu_replicas`) on every chief/worker
+task; gradients are all-reduced with NCCL (GPUs) or RING (CPU) collectives. The strategy is
 TF's `MultiWorkerMirroredStrategy` with the `reduce` fix Keras 3 needs
 (`tfdist_opt.strategy.keras_compat`).
 """
@@ -9,6 +10,7 @@ TF's `MultiWorkerMirroredStrategy` with the `reduce` fix Keras 3 needs
 from __future__ import annotations
 
 from tfdist_opt.strategy import plan as plan_lib
+from tfdist_opt.strategy import virtual_replicas
 from tfdist_opt.strategy.kinds import Kind
 
 KIND = Kind.MULTI_WORKER
@@ -35,19 +37,27 @@ def requested_reason(config, topology) -> str:
 
 
 def plan(config, topology, reasons: list[str]) -> plan_lib.StrategyPlan:
+    local = virtual_replicas.local_replicas(
+        config.replicas, topology.num_workers, topology.num_gpus, KIND.value)
     if config.cpu_replicas > 1:
         raise ValueError(
             "Invalid value for `cpu_replicas` with mode multi_worker: "
             "MultiWorkerMirroredStrategy runs one CPU replica per worker. "
             f"Received: cpu_replicas={config.cpu_replicas}. Expected 0 or 1 "
-            "(start more workers instead, e.g. `tfdist-opt launch -n N`).")
+            "(start more workers instead, e.g. `tfdist-opt launch -n N`, or "
+            "set `replicas`: a replica count split over the workers).")
     gpus = topology.num_gpus
-    devices = tuple(f"/gpu:{i}" for i in range(gpus)) or ("/cpu:0",)
+    devices = tuple(f"/gpu:{i}" for i in range(gpus)) or tuple(
+        f"/cpu:{i}" for i in range(local or 1))
+    if local is not None:
+        reasons.append(f"replicas={config.replicas} on {topology.num_workers} "
+                       f"worker(s): {local} logical CPU replica(s) each")
     all_reduce = plan_lib.choose_all_reduce(
         config, KIND, gpus, ALL_REDUCE, cpu_choice="ring", reasons=reasons)
     warnings = plan_lib.inapplicable(config, KIND, all_reduce)
     return plan_lib.StrategyPlan(kind=KIND, devices=devices,
-                                 all_reduce=all_reduce, cpu_replicas=0,
+                                 all_reduce=all_reduce,
+                                 cpu_replicas=local if local and local > 1 else 0,
                                  reasons=tuple(reasons), warnings=tuple(warnings))
 
 
@@ -80,7 +90,8 @@ def build(config, plan, topology):
         # for every task's (see _server: a peer's early collective otherwise
         # hangs both tasks).
         strategy = keras_compat.KerasMultiWorkerMirroredStrategy(
-            communication_options=communication_options(config, plan))
+            communication_options=communication_options(config, plan),
+            local_cpu_replicas=plan.cpu_replicas)
         _rendezvous(_server.rendezvous_id(), config.startup_timeout_s)
         stall_binding.attach(strategy, config, topology.tf_config)
         return strategy
@@ -102,7 +113,8 @@ def build(config, plan, topology):
         with startup_guard.StartupGuard(topology.tf_config,
                                         config.startup_timeout_s):
             strategy = keras_compat.KerasMultiWorkerMirroredStrategy(
-                communication_options=communication_options(config, plan))
+                communication_options=communication_options(config, plan),
+                local_cpu_replicas=plan.cpu_replicas)
         _server.mark_started(topology.tf_config)
         # The stall inspector's settings and input marker (tfdist_opt.stall).
         stall_binding.attach(strategy, config, topology.tf_config)

@@ -1,0 +1,58 @@
+"""Keras logs under 2 workers: folded into the gradient collective, or not.
+
+Prints one JSON line per (config, mode): the per-step logs of a 3-metric
+classifier fitted from the same initial weights on the same data, the final
+weights, how many log values the traced step answered from the gradient
+collective (`folded`) and how many packed log collectives it issued.
+Modes: "upstream" (one collective per logged value, Keras's path) and
+"folded" (the default). Configs: PowerSGD from update 2 (the first two
+updates uncompressed, so both branches carry the logs) and uncompressed
+with `bytes_per_pack="auto"` (our packed all-reduce).
+"""
+
+import json
+import sys
+
+import numpy as np
+import keras
+
+import tfdist_opt
+from tests.multiworker.scripts.step_logs import Logs
+
+CONFIGS = {
+    "powersgd": dict(compression="powersgd", powersgd_rank=2,
+                     powersgd_start_step=2, powersgd_min_compression=0),
+    "packed": dict(bytes_per_pack="auto"),
+}
+config = sys.argv[1]
+strategy = tfdist_opt.opt_strategy(tfdist_opt.StrategyConfig(**CONFIGS[config]))
+rng = np.random.default_rng(0)
+x = rng.normal(size=(64, 8)).astype("float32")
+y = rng.integers(0, 3, size=(64,)).astype("int64")
+
+
+def build():
+    keras.utils.set_random_seed(1)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(6, activation="tanh"),
+                                  keras.layers.Dense(3, activation="softmax")])
+        model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.5),
+                      loss="sparse_categorical_crossentropy",
+                      metrics=["sparse_categorical_accuracy",
+                               keras.metrics.SparseTopKCategoricalAccuracy(k=2),
+                               keras.metrics.SparseCategoricalCrossentropy()])
+    return model
+
+
+for mode, fold in (("upstream", False), ("folded", True)):
+    type(strategy)._pack_log_reductions = fold
+    type(strategy)._fold_logs = fold
+    packer = strategy._log_packer
+    packer.folded = packer.collectives = 0
+    model = build()
+    logs = Logs()
+    model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0, callbacks=[logs])
+    out = {"config": config, "mode": mode, "logs": logs.steps,
+           "weights": [w.tolist() for w in model.get_weights()],
+           "folded": packer.folded, "log_collectives": packer.collectives}
+    print("RESULT " + json.dumps(out), flush=True)

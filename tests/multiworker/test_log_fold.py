@@ -1,0 +1,42 @@
+"""Keras's logged values ride in the gradient collective, unchanged.
+
+2 real workers fit a classifier with the loss and 3 metrics twice from the
+same weights: logs reduced one value at a time (upstream Keras's path) and
+folded into the step's gradient collective (`tfdist_opt.gradients.log_fold`),
+under PowerSGD (both the uncompressed and the compressed branch) and our
+packed uncompressed all-reduce. Per-step logs and final weights must be
+equal bit for bit, and the folded step must issue no log collective.
+"""
+
+
+import pytest
+
+from tests.multiworker import harness
+
+pytestmark = [pytest.mark.multiworker, pytest.mark.slow]
+
+SCRIPT = "tests/multiworker/scripts/log_fold.py"
+
+
+@pytest.fixture(scope="module", params=["powersgd", "packed"])
+def runs(request):
+    return harness.results_by_mode(harness.run_workers(2, [SCRIPT, request.param], timeout_s=240))
+
+
+def test_folded_logs_equal_upstream_logs_every_step(runs):
+    for worker in runs:
+        upstream, folded = worker["upstream"], worker["folded"]
+        assert len(folded["logs"]) == 8  # 2 epochs x 4 steps
+        assert set(folded["logs"][0]) == {
+            "loss", "sparse_categorical_accuracy",
+            "sparse_top_k_categorical_accuracy", "sparse_categorical_crossentropy"}
+        assert folded["logs"] == upstream["logs"]
+        assert folded["weights"] == upstream["weights"]
+    assert runs[0]["folded"]["logs"] == runs[1]["folded"]["logs"]
+
+
+def test_folded_step_issues_no_log_collective(runs):
+    for worker in runs:
+        folded = worker["folded"]
+        assert folded["folded"] >= 4, folded["folded"]  # 4 values a trace
+        assert folded["log_collectives"] == 0

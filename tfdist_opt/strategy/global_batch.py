@@ -1,0 +1,143 @@
+"""`fit` refuses a `tf.data` global batch the replicas do not divide.
+
+Under `tf.distribute`, the batch a `tf.data.Dataset` given to `fit` yields is
+the global batch: TF splits each one over the `num_replicas_in_sync`
+replicas (all workers together). A batch the replicas do not divide is
+split unevenly (8 over 3 replicas: 3, 3, 2), and Keras 3 scales each
+replica's mean loss by `1 / num_replicas_in_sync`, so the examples of a
+step are weighted unequally: the trajectory differs from one device's,
+silently. That happens first when a run resumes at another size (Ray
+elastic, `tfdist-opt launch -n MIN:MAX`) with a batch the new size does not
+divide. So `fit` (`check_fit_input`, called by `keras_steps.KerasSteps.fit`
+before Keras builds anything) raises the `ValueError` of
+`tfdist_opt.data.per_replica_batch_size`, naming the global batch, the
+replica count and the worker count, before step 1 (with `grad_accum`,
+the batch contract's `ValueError`, `tfdist_opt.gradients.contract`, which
+states the same rule for the micro-batch).
+
+How the batch is found, without reading input:
+
+- a static batch dimension (`batch(B, drop_remainder=True)`): the
+  dataset's `element_spec`;
+- otherwise TF's own answer, the one `experimental_distribute_dataset`
+  rebatches by (`tf.raw_ops.ComputeBatchSize`, which walks the dataset's
+  graph up to its last `batch` / `padded_batch` and returns -1 when a
+  transformation after it may change the batch, e.g. a `map`). It counts
+  full batches only, so the last, partial batch of an epoch
+  (`drop_remainder=False`) is never refused: TF splits it its own way
+  (7 over 3 replicas: 3, 3, 1; 4: 2, 2, 0), a replica possibly getting an
+  empty batch, as `experimental_distribute_dataset` documents, so that
+  last step weighs its examples unequally; with `drop_remainder=True`
+  every step has exactly the global batch.
+- unknown (-1; a `map` after the `batch`, a generator, no `batch`): not
+  checked, logged once. A `tf.distribute.DistributedDataset` (from
+  `distribute_datasets_from_function`, where the user batches per replica,
+  or from `experimental_distribute_dataset`), a generator or a
+  `keras.utils.PyDataset` are not checked either.
+
+Only `fit` checks: `evaluate` and `predict` give the same results for an
+uneven split (Keras weights each replica's loss by its batch size in the
+loss tracker, metrics sum over replicas, and `predict` concatenates).
+"""
+
+from __future__ import annotations
+
+from tfdist_opt import _logging
+from tfdist_opt.data import shard_math
+from tfdist_opt.gradients import contract
+
+# TensorFlow is imported where used: `keras_steps` imports this module, and
+# importing tfdist_opt does not load TensorFlow.
+
+
+def dataset_global_batch(dataset) -> int | None:
+    """The batch `dataset` yields per step, full batches only, or None.
+
+    Reads the dataset's structure only; no element is produced.
+
+    Args:
+        dataset: `tf.data.Dataset`.
+
+    Returns:
+        The static batch dimension when every component has the same one,
+        else TF's `ComputeBatchSize` of the dataset's graph; None when
+        neither knows it.
+
+    Example:
+        >>> dataset_global_batch(tf.data.Dataset.range(20).batch(8))
+        8
+    """
+    import tensorflow as tf
+
+    dims = []
+    for spec in tf.nest.flatten(dataset.element_spec):
+        shape = getattr(spec, "shape", None)
+        if shape is None or shape.rank is None or shape.rank == 0:
+            return None  # no batch dimension to split (or unknown rank)
+        dims.append(shape[0])
+    if dims and all(d is not None for d in dims):
+        return dims[0] if len(set(dims)) == 1 else None
+    try:
+        size = int(tf.raw_ops.ComputeBatchSize(
+            input_dataset=tf.data.experimental.to_variant(dataset)))
+    except (tf.errors.OpError, TypeError, ValueError):
+        return None
+    return size if size > 0 else None
+
+
+def _num_workers(strategy) -> int:
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None:
+        return 1
+    cluster = resolver.cluster_spec().as_dict()
+    return max(1, len(cluster.get("chief", ())) + len(cluster.get("worker", ())))
+
+
+def check_fit_input(strategy, x) -> None:
+    """Raises before step 1 when `x`'s global batch does not split evenly.
+
+    Args:
+        strategy: the model's `tf.distribute.Strategy`. Checked only for a
+            `MirroredStrategy` or `MultiWorkerMirroredStrategy` with more
+            than one replica in sync.
+        x: what `fit` received as `x`. Checked only for a `tf.data.Dataset`
+            whose batch `dataset_global_batch` finds.
+
+    Raises:
+        ValueError: the global batch is not a multiple of
+            `strategy.num_replicas_in_sync`; names the global batch, the
+            replicas and the workers, and suggests the nearest multiples.
+
+    Example:
+        >>> check_fit_input(strategy, tf.data.Dataset.range(16).batch(8))
+    """
+    import tensorflow as tf
+
+    from tfdist_opt.gradients import keras_binding as gradient_binding
+
+    if not isinstance(x, tf.data.Dataset) or not isinstance(
+            strategy, (tf.distribute.MirroredStrategy,
+                       tf.distribute.MultiWorkerMirroredStrategy)):
+        return
+    replicas = strategy.num_replicas_in_sync
+    if replicas <= 1:
+        return
+    batch = dataset_global_batch(x)
+    if batch is None:
+        _logging.log_once(
+            "tfdist_opt fit: the tf.data dataset's batch size is not known "
+            "before step 1 (a transformation after `batch`, such as `map`, "
+            "or no `batch`), so its divisibility by the "
+            f"{replicas} replicas is not checked; `batch` last, or "
+            "`drop_remainder=True`, lets fit check it")
+        return
+    options = gradient_binding.options_of(strategy)
+    if options is not None and options.grad_accum > 1:
+        # The same rule, in the batch contract's terms (micro x replicas).
+        contract.micro_batch_from_dataset(batch, options.grad_accum, replicas)
+        return
+    workers = _num_workers(strategy)
+    shard_math.per_replica_batch_size(
+        batch, replicas, num_workers=workers,
+        where="the batch of the tf.data dataset given to `fit`: each step's "
+              "global batch, split over the replicas in sync")
