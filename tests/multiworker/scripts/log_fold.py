@@ -17,6 +17,7 @@ import numpy as np
 import keras
 
 import tfdist_opt
+from tests.multiworker.scripts import step_logs
 from tests.multiworker.scripts.step_logs import Logs
 
 CONFIGS = {
@@ -26,9 +27,7 @@ CONFIGS = {
 }
 config = sys.argv[1]
 strategy = tfdist_opt.opt_strategy(tfdist_opt.StrategyConfig(**CONFIGS[config]))
-rng = np.random.default_rng(0)
-x = rng.normal(size=(64, 8)).astype("float32")
-y = rng.integers(0, 3, size=(64,)).astype("int64")
+x, y = step_logs.data()
 
 
 def build():

@@ -15,13 +15,12 @@ import keras
 from keras.src.backend.tensorflow import trainer as keras_trainer
 
 import tfdist_opt
+from tests.multiworker.scripts import step_logs
 from tests.multiworker.scripts.step_logs import Logs
 
 strategy = tfdist_opt.opt_strategy()
 rank = strategy.cluster_resolver.task_id
-rng = np.random.default_rng(0)
-x = rng.normal(size=(64, 8)).astype("float32")
-y = rng.integers(0, 3, size=(64,)).astype("int64")
+x, y = step_logs.data()
 
 
 def build():
