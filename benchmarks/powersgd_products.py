@@ -3,7 +3,7 @@ r"""PowerSGD's rank-r products: TF's matmul (oneDNN on CPU) vs XLA, same run.
 A PowerSGD step multiplies each gradient matrix M (n x m) by thin factors:
 P = M Q (m x r), Q_i = (P^T M)^T and the approximation P Q^T. On CPU, TF's
 oneDNN matmul runs these products well below memory bandwidth, so
-`tfdist_opt.gradients.lowrank.skinny_matmul` runs all three through an
+`tfdist_opt.gradients.factor_ops.skinny_matmul` runs all three through an
 XLA-compiled matmul instead (for Q_i with P^ transposed before XLA: the
 `xla_inner` variant times the transpose inside the dot). This binary
 times each product over `--shapes` both ways, the variants alternated call
@@ -61,7 +61,7 @@ def products(shapes, rank: int):
     """{name: {variant: callable}} over all `shapes` (each call covers all)."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-    from tfdist_opt.gradients import lowrank  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.gradients import factor_ops  # pylint: disable=g-import-not-at-top
 
     cpu = "/device:CPU:0"
     # Variables, not constants: a product of constants may be folded away.
@@ -83,13 +83,13 @@ def products(shapes, rank: int):
 
     return {
         "p": {"tf": each(lambda m, q, p: tf.matmul(m, q)),
-              "xla": each(lambda m, q, p: lowrank.skinny_matmul(m, q, cpu))},
+              "xla": each(lambda m, q, p: factor_ops.skinny_matmul(m, q, cpu))},
         "approx": {"tf": each(lambda m, q, p: tf.matmul(p, q, transpose_b=True)),
-                   "xla": each(lambda m, q, p: lowrank.skinny_matmul(
+                   "xla": each(lambda m, q, p: factor_ops.skinny_matmul(
                        p, q, cpu, transpose_b=True))},
         "q": {"tf": each(lambda m, q, p: tf.transpose(
             tf.matmul(p, m, transpose_a=True))),
-              "xla": each(lambda m, q, p: tf.transpose(lowrank.skinny_matmul(
+              "xla": each(lambda m, q, p: tf.transpose(factor_ops.skinny_matmul(
                   p, m, cpu, transpose_a=True))),
               # What skinny_matmul avoids: the transpose inside the XLA dot.
               "xla_inner": each(lambda m, q, p: tf.transpose(

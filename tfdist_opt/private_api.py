@@ -285,6 +285,15 @@ ENTRIES: tuple[PrivateName, ...] = (
                 "reads the TF profiler's trace (overlap_fraction); the proto "
                 "module is not exported under tf.*"),
 
+    # ---------------------------------------------------------------- Ray
+    PrivateName("ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator."
+                "_AutoscalingCoordinatorActor", "get_reserved_resources",
+                "tfdist_opt.cluster.ray_backend",
+                "the detached actor `AutoscalingCoordinator` Ray Train V2's elastic "
+                "policy sizes groups from re-reads the nodes every 20 s; "
+                "`recompute=True` after a lost node restarts at the size alive now "
+                "instead of the old size (then a 60 s start timeout). Ray has no "
+                "public refresh (ray[train] 2.60)"),
 )
 
 

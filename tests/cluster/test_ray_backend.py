@@ -117,3 +117,68 @@ def test_run_target_exit_codes(tmp_path, body, code):
     script = tmp_path / "s.py"
     script.write_text(body + "\n")
     assert ray_worker.run_target("path", str(script), [str(script)]) == code
+
+
+def _listening():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    return server
+
+
+def _refusing_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now: connect is refused
+    return port
+
+
+def test_settle_lost_nodes_waits_for_ray_to_declare_a_dead_raylet(monkeypatch):
+    # Node b's raylet refuses connections while Ray still lists it alive:
+    # the failing worker waits until Ray declares it dead, then refreshes
+    # the elastic view, so the restart is sized from node a alone.
+    server = _listening()
+    try:
+        live = {"NodeID": "a" * 8, "Alive": True, "NodeManagerAddress": "127.0.0.1",
+                "NodeManagerPort": server.getsockname()[1]}
+        lost = {"NodeID": "b" * 8, "Alive": True, "NodeManagerAddress": "127.0.0.1",
+                "NodeManagerPort": _refusing_port()}
+        calls, refreshed = [], []
+
+        def nodes():
+            calls.append(1)
+            return [live, dict(lost, Alive=len(calls) < 4)]
+
+        monkeypatch.setattr(ray_backend.ray, "nodes", nodes)
+        monkeypatch.setattr(ray_backend, "refresh_elastic_view",
+                            lambda: refreshed.append(len(calls)))
+        assert ray_backend.settle_lost_nodes(wait_s=30) == ["b" * 8]
+        assert refreshed == [4]  # after Ray's 4th answer: b dead
+        # Nothing lost (a worker's script failed on its own): no wait, no refresh.
+        calls.clear()
+        monkeypatch.setattr(ray_backend.ray, "nodes", lambda: [live])
+        assert ray_backend.settle_lost_nodes(wait_s=30) == []
+        assert refreshed == [4]
+    finally:
+        server.close()
+
+
+def test_settle_lost_nodes_gives_up_after_wait_s(monkeypatch):
+    lost = {"NodeID": "c" * 8, "Alive": True, "NodeManagerAddress": "127.0.0.1",
+            "NodeManagerPort": _refusing_port()}
+    refreshed = []
+    monkeypatch.setattr(ray_backend.ray, "nodes", lambda: [lost])
+    monkeypatch.setattr(ray_backend, "refresh_elastic_view", lambda: refreshed.append(1))
+    assert ray_backend.settle_lost_nodes(wait_s=0.3) == ["c" * 8]
+    assert refreshed == [1]
+
+
+def test_refresh_elastic_view_creates_no_coordinator(monkeypatch):
+    # Without Ray Train's coordinator actor (a fixed-size group, or no Ray
+    # running here) nothing is created and nothing waits.
+    def no_actor(name, namespace=None):
+        raise ValueError(f"Failed to look up actor {name} in {namespace}")
+
+    monkeypatch.setattr(ray_backend.ray, "get_actor", no_actor)
+    assert ray_backend.refresh_elastic_view(settle_s=5) is False

@@ -31,6 +31,7 @@ import pytest
 import keras
 import tensorflow as tf
 
+from tfdist_opt.gradients import factor_ops
 from tfdist_opt.gradients import keras_binding
 from tfdist_opt.gradients import lowrank
 from tfdist_opt.gradients import powersgd
@@ -168,24 +169,24 @@ def test_skinny_products_run_through_xla_on_cpu(strategy, monkeypatch):
     # XLA-compiled matmul on CPU devices (oneDNN runs these rank-r products
     # far below memory bandwidth); the result is the same product.
     devices = []
-    xla = lowrank._xla_matmul
+    xla = factor_ops.xla_matmul
 
     def counting(a, b, transpose_b=False):
         devices.append(a.device)
         return xla(a, b, transpose_b=transpose_b)
 
-    monkeypatch.setattr(lowrank, "_xla_matmul", counting)
+    monkeypatch.setattr(factor_ops, "xla_matmul", counting)
     _fit(strategy, _psgd(powersgd_rank=2), steps=1)
     # 2 matrices x (P, Q_i, P^ Q^T) x each replica, traced once.
     assert len(devices) == 6 * strategy.num_replicas_in_sync
     a = tf.random.stateless_normal((300, 4), [1, 2])
     b = tf.random.stateless_normal((200, 4), [3, 4])
     m = tf.random.stateless_normal((300, 200), [5, 6])
-    np.testing.assert_allclose(lowrank.skinny_matmul(a, b, "/device:CPU:0", transpose_b=True),
+    np.testing.assert_allclose(factor_ops.skinny_matmul(a, b, "/device:CPU:0", transpose_b=True),
                                tf.matmul(a, b, transpose_b=True), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(lowrank.skinny_matmul(a, m, "/device:CPU:0", transpose_a=True),
+    np.testing.assert_allclose(factor_ops.skinny_matmul(a, m, "/device:CPU:0", transpose_a=True),
                                tf.matmul(a, m, transpose_a=True), rtol=1e-5, atol=1e-4)
-    assert not lowrank._is_cpu("/job:worker/task:0/device:GPU:0")
+    assert not factor_ops.is_cpu("/job:worker/task:0/device:GPU:0")
 
 
 def test_full_rank_with_grad_accum_compresses_once_per_update(strategy):

@@ -56,6 +56,9 @@ from tfdist_opt.cluster.launcher import LaunchResult
 EXIT_LAUNCH_ERROR = 1
 
 
+# The resource Ray gives the head node only (`ray.nodes()[i]["Resources"]`).
+HEAD_RESOURCE = "node:__internal_head__"
+
 def parse_workers(text) -> tuple[int, int | None]:
     """`-n N` or `-n MIN:MAX` → (N, None) or (MIN, MAX).
 
@@ -98,11 +101,26 @@ def python_target(argv: Sequence[str]) -> tuple[str, str, list[str]]:
 
 
 # ------------------------------------------------------------- driver side
-def _on_this_node():
-    """Scheduling strategy: this process's node (soft)."""
+def _on_head_node():
+    """Scheduling strategy for the launcher's actors: the head node.
+
+    The head outlives any worker node (the cluster ends with it); "this
+    process's node" does not always: a driver joins the raylet Ray finds at
+    its own address, and where several nodes share one address (a
+    `ray.cluster_utils.Cluster`, nodes in containers on one host) that can
+    be a worker node. The attempt counter and the log queue placed there
+    died with it, and no later group could start (its `on_start` asks the
+    counter). Hard affinity: with a soft one Ray placed the first of these
+    actors on another node of the same address. Falls back to this
+    process's node (soft) when no node is marked head.
+    """
     import ray  # pylint: disable=g-import-not-at-top
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # pylint: disable=g-import-not-at-top
 
+    heads = [n["NodeID"] for n in ray.nodes() if n.get("Alive")
+             and HEAD_RESOURCE in (n.get("Resources") or {})]
+    if heads:  # hard: a soft affinity placed the first actor elsewhere
+        return NodeAffinitySchedulingStrategy(heads[0], soft=False)
     return NodeAffinitySchedulingStrategy(
         ray.get_runtime_context().get_node_id(), soft=True)
 
@@ -264,9 +282,9 @@ def run_ray(argv: Sequence[str], num_workers, *,
                     "does this process have its auth token?)") from e
         log(f"Ray {'local instance started' if address is None else 'joined at ' + address}"
             f" in {time.monotonic() - t0:.1f} s")
-        here = _on_this_node()  # a lost node must not take these along
-        logs = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
-        attempts = _attempts_actor(here)
+        head = _on_head_node()  # a lost node must not take these along
+        logs = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": head})
+        attempts = _attempts_actor(head)
         pump = _Pump(logs, out, err, lock)
         pump.start()
         workers = lo if hi is None else (lo, hi)

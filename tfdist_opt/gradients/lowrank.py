@@ -48,10 +48,10 @@ import contextlib
 import dataclasses
 
 from absl import logging
-import numpy as np
 import tensorflow as tf
 
 from tfdist_opt.gradients import allreduce
+from tfdist_opt.gradients import factor_ops
 from tfdist_opt.gradients import log_fold
 from tfdist_opt.gradients import powersgd
 from tfdist_opt.gradients import replica_slots
@@ -128,7 +128,7 @@ def init(optimizer, variables, options: GradientOptions) -> PowerSGDState:
                     _tfdist_strategy=strategy)
                 q = optimizer.add_variable(
                     shape=(m.cols, m.rank), dtype=_dtype_name(var.dtype),
-                    initializer=_SeededNormal(options.powersgd_seed, j),
+                    initializer=factor_ops.SeededNormal(options.powersgd_seed, j),
                     name=f"{_sanitized(var)}_{Q_NAME}")
                 entries[m.index] = Entry(m, error, q)
     state = PowerSGDState(plan, entries, options)
@@ -278,7 +278,8 @@ def _powersgd_step(distribution, devices, local, entries, options,
     temporary (on one core, 9.0-9.5 ms instead of 11.4-12.1 ms for the
     benchmark mlp's three matrices). Q_i is computed as (P^T M)^T, which
     reads M row by row (faster on CPU than M^T P for these skinny
-    products). All three products run through XLA on CPU (`skinny_matmul`).
+    products). All three products run through XLA on CPU
+    (`factor_ops.skinny_matmul`).
     """
     nd, count = len(devices), len(entries)
     inv_n = 1.0 / distribution.num_replicas_in_sync
@@ -292,7 +293,8 @@ def _powersgd_step(distribution, devices, local, entries, options,
                 m = tf.reshape(err.assign_add(g, read_value=True),
                                [e.matrix.rows, e.matrix.cols])
                 ms[d][j] = m
-                ps.append(skinny_matmul(m, _orthonormal(q.read_value()), dev))
+                ps.append(factor_ops.skinny_matmul(
+                    m, factor_ops.orthonormal(q.read_value()), dev))
             ps.extend(rest_local[i][d] for i in range(len(rest_local)))
     summed = _reduce(distribution, devices, ps, count + len(rest_local),
                      options)
@@ -300,10 +302,10 @@ def _powersgd_step(distribution, devices, local, entries, options,
     for d, dev in enumerate(devices):
         with tf.device(dev):
             for j in range(count):
-                ph = _orthonormal(summed[d][j])
+                ph = factor_ops.orthonormal(summed[d][j])
                 p_hat[d][j] = ph
                 qs.append(tf.transpose(
-                    skinny_matmul(ph, ms[d][j], dev, transpose_a=True)))
+                    factor_ops.skinny_matmul(ph, ms[d][j], dev, transpose_a=True)))
             qs.extend(logs_local[i][d] for i in range(len(logs_local)))
     q_sum = _reduce(distribution, devices, qs, count + len(logs_local), options)
     nr = count + len(rest_local)
@@ -315,7 +317,7 @@ def _powersgd_step(distribution, devices, local, entries, options,
                 q_var.assign(q_sum[d][j])
                 err = distribution.experimental_local_results(e.error.value)[d]
                 approx = tf.reshape(
-                    skinny_matmul(p_hat[d][j], q_sum[d][j], dev, transpose_b=True),
+                    factor_ops.skinny_matmul(p_hat[d][j], q_sum[d][j], dev, transpose_b=True),
                     err.shape)
                 tf.raw_ops.ResourceApplyGradientDescent(
                     var=err.handle, alpha=tf.constant(inv_n, err.dtype),
@@ -367,62 +369,12 @@ def _reduce(distribution, devices, values, count, options, packing=_ONE_PACK,
     return out
 
 
-_XLA_DTYPES = (tf.float32, tf.float64)
-
-
-@tf.function(jit_compile=True)
-def _xla_matmul(a, b, transpose_b=False):
-    return tf.matmul(a, b, transpose_b=transpose_b)
-
-
-def skinny_matmul(a, b, device, transpose_a=False,
-                  transpose_b=False) -> tf.Tensor:
-    """`op(a) @ op(b)` where one side has only `rank` columns.
-
-    On a CPU device float32/float64 products go through XLA: TF's oneDNN
-    matmul runs these rank-4 products far below memory bandwidth
-    (`benchmarks/powersgd_products.py` times both on the benchmark mlp's
-    matrices). A transposed `a` (the thin P^ of Q_i = P^^T M) is transposed
-    before XLA: on the materialised (rank x n) operand XLA's CPU dot is
-    ~1.25x faster than with the transpose inside it (the binary's
-    `q_xla_inner_ms`). Elsewhere (GPU, 16-bit) TF's own.
-    """
-    if a.dtype in _XLA_DTYPES and _is_cpu(device):
-        if transpose_a:
-            a = tf.transpose(a)
-        return _xla_matmul(a, b, transpose_b=transpose_b)
-    return tf.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
-
-
-def _is_cpu(device: str) -> bool:
-    # `device` is one of `extended.worker_devices`: always fully named.
-    return tf.DeviceSpec.from_string(device).device_type == "CPU"
-
-
-def _orthonormal(x: tf.Tensor) -> tf.Tensor:
-    # Householder QR: orthonormal columns even when x is rank-deficient,
-    # and x = QR keeps every column of x in their span (see powersgd.py).
-    return tf.linalg.qr(x, full_matrices=False)[0]
-
-
 def _per_replica(distribution, per_device: list):
     if len(per_device) == 1 and distribution.num_replicas_in_sync == 1:
         return per_device[0]
     nd = len(per_device)
     return distribution.experimental_distribute_values_from_function(
         lambda ctx: per_device[ctx.replica_id_in_sync_group % nd])
-
-
-class _SeededNormal:
-    """Keras initializer: the same standard-normal draw on every replica."""
-
-    def __init__(self, seed: int, index: int):
-        self.seed, self.index = seed, index
-
-    def __call__(self, shape, dtype=None):
-        rng = np.random.default_rng([self.seed, self.index])
-        return tf.constant(rng.standard_normal(tuple(shape)),
-                           dtype=dtype or "float32")
 
 
 def _sanitized(var) -> str:

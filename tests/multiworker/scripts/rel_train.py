@@ -21,6 +21,9 @@ Flags:
       (so a test can send SIGTERM mid-training); --sleep-every-attempt: on
       every attempt; --sleep-attempts N: on the first N attempts;
       --later-batch-sleep S2: S2 instead of S after the first attempt.
+  --pace-file F: after each batch, sleep the seconds F holds (nothing while
+      F is missing); `hold` waits until F says otherwise, so a test can pace
+      every attempt by phase instead of by attempt number.
   --strategy-kwargs JSON: extra `opt_strategy()` arguments, e.g.
       '{"grad_accum": 3}'.
   --stall-kind input|sigstop --stall-task I --stall-at-step K: on the
@@ -49,6 +52,20 @@ import sys
 import time
 
 
+def _pace(path):
+    """Sleeps what `path` says: seconds, or `hold` (poll until it changes)."""
+    while True:
+        try:
+            with open(path) as f:
+                value = f.read().strip()
+        except FileNotFoundError:
+            return
+        if value != "hold":
+            time.sleep(float(value or 0))
+            return
+        time.sleep(0.05)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -67,6 +84,9 @@ def main():
     parser.add_argument("--later-batch-sleep", type=float, default=None,
                         help="the sleep on attempts after the first "
                         "(default: --batch-sleep)")
+    parser.add_argument("--pace-file", default=None,
+                        help="after each batch, sleep the seconds this file "
+                        "holds (none if missing); `hold` waits until it changes")
     parser.add_argument("--check-input-errors", action="store_true")
     parser.add_argument("--strategy-kwargs", default="{}",
                         help="JSON object of extra opt_strategy() arguments")
@@ -149,6 +169,8 @@ def main():
                 args.later_batch_sleep is None) else args.later_batch_sleep
             if (attempt < args.sleep_attempts or args.sleep_every_attempt) and sleep:
                 time.sleep(sleep)
+            if args.pace_file:
+                _pace(args.pace_file)
 
     keras.utils.set_random_seed(1)
     with strategy.scope():
