@@ -174,11 +174,19 @@ def test_settle_lost_nodes_gives_up_after_wait_s(monkeypatch):
     assert refreshed == [1]
 
 
-def test_refresh_elastic_view_creates_no_coordinator(monkeypatch):
-    # Without Ray Train's coordinator actor (a fixed-size group, or no Ray
-    # running here) nothing is created and nothing waits.
+def test_refresh_elastic_view_without_a_coordinator_returns_at_once(monkeypatch):
+    # Without Ray Train's coordinator actor (a fixed-size group) it only
+    # looks the actor up by name: no call to create it, no settle wait.
+    import time  # pylint: disable=g-import-not-at-top
+
+    looked_up = []
+
     def no_actor(name, namespace=None):
+        looked_up.append((name, namespace))
         raise ValueError(f"Failed to look up actor {name} in {namespace}")
 
     monkeypatch.setattr(ray_backend.ray, "get_actor", no_actor)
+    t0 = time.monotonic()
     assert ray_backend.refresh_elastic_view(settle_s=5) is False
+    assert time.monotonic() - t0 < 2
+    assert looked_up == [("AutoscalingCoordinator", "AutoscalingCoordinator")]
