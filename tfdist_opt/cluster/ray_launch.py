@@ -59,6 +59,7 @@ EXIT_LAUNCH_ERROR = 1
 # The resource Ray gives the head node only (`ray.nodes()[i]["Resources"]`).
 HEAD_RESOURCE = "node:__internal_head__"
 
+
 def parse_workers(text) -> tuple[int, int | None]:
     """`-n N` or `-n MIN:MAX` → (N, None) or (MIN, MAX).
 
