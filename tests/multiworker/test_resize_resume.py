@@ -63,14 +63,15 @@ def test_two_worker_backup_resumes_on_one_worker(tmp_path, case):
                                      "--backup", str(backup), *extra,
                                      "--crash-task", "1",
                                      "--crash-at-step", str(crash_step)])
-    harness.finish_launch(p, timeout=240)
-    assert p.returncode == 1
-    assert (tmp_path / "two" / "crash-1").exists()
+    out, err = harness.finish_launch(p, timeout=240)
+    logs = out[-2000:] + err[-3000:]
+    assert p.returncode == 1, logs
+    assert (tmp_path / "two" / "crash-1").exists(), logs
 
     p = harness.start_launch(1, [], [SCRIPT, "--out", str(tmp_path / "one"),
                                      "--backup", str(backup), *extra])
-    harness.finish_launch(p, timeout=240)
-    assert p.returncode == 0
+    out, err = harness.finish_launch(p, timeout=240)
+    assert p.returncode == 0, out[-2000:] + err[-3000:]
     with open(tmp_path / "one" / "attempt-0-worker-0.json") as f:
         resumed = json.load(f)
     assert resumed["replicas"] == kwargs.get("replicas", 1)
