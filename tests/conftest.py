@@ -79,7 +79,7 @@ def pytest_collection_modifyitems(config, items):
     With `--dist loadfile --no-loadscope-reorder` xdist hands out whole
     files in collection order (its default reorder, by number of tests,
     would start a one-test 130 s Ray file last); longest first, the short
-    ones last, keeps both processes busy to the end.
+    ones last, keeps every process busy to the end.
     """
     heavy = {item.path for item in items
              if item.get_closest_marker("multiworker") or item.get_closest_marker("slow")}
