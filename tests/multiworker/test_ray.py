@@ -129,13 +129,25 @@ def test_sigkilled_worker_resumes_from_ray_checkpoint(head, single, tmp_path):
     assert [s for s in steps if s > 8] == [12, 12, 16, 20, 24, 24, 28, 32, 36, 36], steps
 
 
+# Worker 1 fails each attempt only after worker 0 has printed: a failing
+# worker ends the group, and under load worker 0's script may not have
+# started yet when worker 1's ends (a CI run saw attempt 1 without worker
+# 0's lines). The marker is written after the prints; the second of wait
+# covers their way from the pipe to the launcher's queue.
 CONTRACT_SCRIPT = """
-import os, sys
+import os, sys, time
 index = int(os.environ["TFDIST_LAUNCH_WORKER_INDEX"])
 attempt = int(os.environ["TFDIST_LAUNCH_RESTART_COUNT"])
 print(f"hello from {index} of {os.environ['TFDIST_LAUNCH_NUM_WORKERS']}, attempt {attempt}")
 print(f"to stderr {index}", file=sys.stderr)
+marker = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"printed-{attempt}")
+if index == 0:
+    open(marker, "w").close()
 if index == 1:
+    deadline = time.monotonic() + 120
+    while not os.path.exists(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1)
     sys.exit(42 if attempt == 0 else 3)
 """
 
