@@ -88,6 +88,12 @@ setuptools.setup(
         "importlib_resources",  # tfds download_and_prepare of local builders
         "absl-py>=2.0",
         "numpy>=1.26",
+        # TensorFlow asks for ml_dtypes>=0.5.1,<1. With numpy 2.4, importing
+        # ml_dtypes 0.7.0 takes 0.55-0.6 s (numpy's PyUFunc_AddLoop scans the
+        # loops registered so far for each new one, and 0.7 registers many
+        # more): 0.06 s with 0.6.0. TensorFlow imports it in every process,
+        # so every worker, restart and tool start pays it.
+        "ml_dtypes>=0.5.1,<0.7",
     ],
     extras_require={
         "test": [

@@ -294,6 +294,12 @@ ENTRIES: tuple[PrivateName, ...] = (
                 "`recompute=True` after a lost node restarts at the size alive now "
                 "instead of the old size (then a 60 s start timeout). Ray has no "
                 "public refresh (ray[train] 2.60)"),
+    PrivateName("ray.train.v2._internal.util", "TrainingFramework.TENSORFLOW",
+                "tfdist_opt.cluster.ray_backend",
+                "the `framework` Ray's own TensorflowConfig reports (run state, "
+                "dashboard); deriving from that config instead would import "
+                "TensorFlow (`ray.train.tensorflow`'s package __init__) in the "
+                "launcher and in Ray's train controller (ray[train] 2.60)"),
 )
 
 

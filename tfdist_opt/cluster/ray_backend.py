@@ -22,6 +22,11 @@ multi-worker strategy as under `tfdist-opt launch`. It differs in three ways:
   so a script sees the same Keras either way.
 - With one worker no TF_CONFIG is set (as the launcher does): one process,
   no server.
+- Importing it does not import TensorFlow. `ray.train.tensorflow` imports
+  TensorFlow in its package `__init__` (3-4 CPU-seconds), so a config
+  derived from Ray's would load TensorFlow into the launcher and into Ray's
+  train controller, neither of which runs a TF op; this one derives from
+  Ray's `BackendConfig` and reports the same `framework`.
 
 Ray turns a loopback node address into the host's interface address on
 purpose (`services.resolve_ip_for_localhost`); `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`
@@ -44,7 +49,7 @@ from typing import Sequence
 
 import ray
 from ray.train.backend import Backend
-from ray.train.tensorflow import TensorflowConfig as _RayTensorflowConfig
+from ray.train.backend import BackendConfig
 
 from tfdist_opt.cluster import tf_config as tf_config_lib
 
@@ -230,7 +235,7 @@ def refresh_elastic_view(settle_s: float = 1.1) -> bool:
 
 
 @dataclasses.dataclass
-class TensorflowConfig(_RayTensorflowConfig):
+class TensorflowConfig(BackendConfig):
     """`tensorflow_config` for Ray Train's `TensorflowTrainer` (V2).
 
     Args:
@@ -252,6 +257,16 @@ class TensorflowConfig(_RayTensorflowConfig):
     @property
     def backend_cls(self):
         return _Backend
+
+    @property
+    def framework(self):
+        # What Ray's own TensorflowConfig reports (its run state and
+        # dashboard label the run TensorFlow); Ray keeps the enum private.
+        from ray.train.v2._internal.util import TrainingFramework  # pylint: disable=g-import-not-at-top
+        return TrainingFramework.TENSORFLOW
+
+    def to_dict(self) -> dict:
+        return {}  # as Ray's: `attempts` (an actor handle) is not state
 
     def restart_count(self) -> int | None:
         """The attempt number from `attempts`, or None without it."""

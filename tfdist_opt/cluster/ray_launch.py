@@ -5,7 +5,9 @@ local-process backend): given N (or MIN:MAX) workers and a command, place
 them, hand each its TF_CONFIG, stream their output prefixed `[worker i]`,
 return one exit code (`LaunchResult`), restart the whole group up to R
 times, and leave nothing running. Here Ray's own pieces do the work: Ray
-Train V2's `TensorflowTrainer` places the workers (`ScalingConfig`),
+Train V2's `DataParallelTrainer` (Ray's `TensorflowTrainer` is that trainer
+with a TF backend config; ours is `ray_backend.TensorflowConfig`, which
+keeps TensorFlow out of this process) places the workers (`ScalingConfig`),
 restarts the group (`FailureConfig(max_failures=R)`) and stores
 checkpoints (`RunConfig(storage_path=...)`); TF_CONFIG comes from
 `tfdist_opt.cluster.ray_backend.TensorflowConfig` (node addresses, held
@@ -238,7 +240,9 @@ def run_ray(argv: Sequence[str], num_workers, *,
     try:
         import ray  # pylint: disable=g-import-not-at-top
         from ray import train as ray_train  # pylint: disable=g-import-not-at-top
-        from ray.train.tensorflow import TensorflowTrainer  # pylint: disable=g-import-not-at-top
+        # Ray's TensorflowTrainer with our backend config, without its
+        # package's `import tensorflow` (this process runs no TF op).
+        from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer  # pylint: disable=g-import-not-at-top
         from ray.util.queue import Queue  # pylint: disable=g-import-not-at-top
         from tfdist_opt.cluster import ray_backend  # pylint: disable=g-import-not-at-top
     except ImportError as e:
@@ -289,12 +293,12 @@ def run_ray(argv: Sequence[str], num_workers, *,
         pump = _Pump(logs, out, err, lock)
         pump.start()
         workers = lo if hi is None else (lo, hi)
-        trainer = TensorflowTrainer(
+        trainer = DataParallelTrainer(
             ray_worker.worker_loop,
             train_loop_config={"env": worker_env, "cwd": cwd, "kind": kind,
                                "quiet": quiet,
                                "target": target, "args": args, "logs": logs},
-            tensorflow_config=ray_backend.TensorflowConfig(attempts=attempts),
+            backend_config=ray_backend.TensorflowConfig(attempts=attempts),
             scaling_config=ray_train.ScalingConfig(
                 num_workers=workers,
                 **({} if resize_interval_s is None else
