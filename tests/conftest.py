@@ -52,43 +52,16 @@ def _is_xdist_controller(config) -> bool:
     return bool(workers) and not hasattr(config, "workerinput")
 
 
-# Test time per file in seconds (`pytest --durations=0 --junitxml`, 2-core
-# host, 2 xdist processes). Only the order of files depends on it: longest
-# first (a stale figure costs balance, never a result).
-MEASURED_S = {
-    "multiworker/test_ray.py": 217, "multiworker/test_resize_resume.py": 154,
-    "multiworker/test_ray_elastic.py": 131, "multiworker/test_keras_matrix.py": 102,
-    "docs/test_worker_examples.py": 97, "benchmarks/test_train.py": 94,
-    "parameter_server/test_faults.py": 61, "docs/test_examples.py": 59,
-    "multiworker/test_keras_fit.py": 56, "multiworker/test_stall_abort.py": 52,
-    "multiworker/test_restart_resume.py": 50, "multiworker/test_launch.py": 48,
-    "multiworker/test_callbacks.py": 47, "multiworker/test_stalls.py": 46,
-    "multiworker/test_reliability.py": 46, "gradients/test_powersgd.py": 45,
-    "multiworker/test_shared_saving.py": 45, "multiworker/test_per_host_saving.py": 44,
-    "parameter_server/test_launch_ps.py": 42, "benchmarks/test_train_peer.py": 36,
-    "multiworker/test_gradients_multiworker.py": 35,
-    "multiworker/test_sidecar_evaluator.py": 35,
-}
-HEAVY_DEFAULT_S = 20  # an unlisted file that starts real clusters (or is slow)
-
-
-def _file_cost(item, heavy) -> float:
-    rel = os.path.relpath(str(item.path), os.path.dirname(__file__))
-    return MEASURED_S.get(rel.replace(os.sep, "/"),
-                          HEAVY_DEFAULT_S if item.path in heavy else 0)
-
-
 def pytest_collection_modifyitems(config, items):
-    """Longest files first (stable; a file stays whole).
+    """Files that start real clusters first (stable; a file stays whole).
 
-    With `--dist loadfile --no-loadscope-reorder` xdist hands out whole
-    files in collection order (its default reorder, by number of tests,
-    would start a one-test 130 s Ray file last); longest first, the short
-    ones last, keeps both processes busy to the end.
+    With `--dist loadfile` xdist hands out whole files in collection order;
+    the long cluster files first and the many short ones last keeps both
+    processes busy to the end instead of one finishing a 60 s file alone.
     """
     heavy = {item.path for item in items
              if item.get_closest_marker("multiworker") or item.get_closest_marker("slow")}
-    items.sort(key=lambda item: -_file_cost(item, heavy))
+    items.sort(key=lambda item: item.path not in heavy)
     if TEST_GPUS:
         skip = pytest.mark.skip(reason=_GPU_SKIP)
         for item in items:
