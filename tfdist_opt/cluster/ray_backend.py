@@ -5,7 +5,7 @@
 gives every worker actor a TF_CONFIG built from the node addresses Ray
 reports (`ray.util.get_node_ip_address()`) in world-rank order, so
 `tfdist_opt.opt_strategy()` in the training function plans the same
-multi-worker strategy as under `tfdist-opt launch`. It differs in three ways:
+multi-worker strategy as under `tfdist-opt launch`. It differs in four ways:
 
 - The port is held, not just picked. Ray's backend binds port 0, closes the
   socket and writes the number into TF_CONFIG; anything that binds a port in
