@@ -194,13 +194,14 @@ def test_refresh_elastic_view_without_a_coordinator_returns_at_once(monkeypatch)
 
 def test_the_launchers_ray_side_imports_no_tensorflow():
     """`launch --ray` and Ray's train controller run no TF op: the backend
-    config and the trainer it goes into leave TensorFlow unloaded (Ray's
-    `ray.train.tensorflow` imports it: 3-4 CPU-seconds in each process)."""
-    code = ("import sys\n"
+    config and the trainer the launcher builds leave TensorFlow unloaded
+    (Ray's `ray.train.tensorflow` imports it: 3-4 CPU-seconds a process)."""
+    code = ("import sys, tempfile, ray.train\n"
             "from tfdist_opt.cluster import ray_backend, ray_launch\n"
-            "from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer\n"
             "cfg = ray_backend.TensorflowConfig()\n"
-            "DataParallelTrainer(lambda: None, backend_config=cfg)\n"
+            "trainer = ray_launch._trainer({}, cfg, ray.train.ScalingConfig(num_workers=2),\n"
+            "    ray.train.RunConfig(storage_path=tempfile.mkdtemp()))\n"
+            "assert trainer.backend_config is cfg\n"
             "print(cfg.framework.value, cfg.to_dict(), cfg.backend_cls.__name__)\n"
             "assert 'tensorflow' not in sys.modules, 'tensorflow imported'\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -240,9 +240,6 @@ def run_ray(argv: Sequence[str], num_workers, *,
     try:
         import ray  # pylint: disable=g-import-not-at-top
         from ray import train as ray_train  # pylint: disable=g-import-not-at-top
-        # Ray's TensorflowTrainer with our backend config, without its
-        # package's `import tensorflow` (this process runs no TF op).
-        from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer  # pylint: disable=g-import-not-at-top
         from ray.util.queue import Queue  # pylint: disable=g-import-not-at-top
         from tfdist_opt.cluster import ray_backend  # pylint: disable=g-import-not-at-top
     except ImportError as e:
@@ -293,17 +290,15 @@ def run_ray(argv: Sequence[str], num_workers, *,
         pump = _Pump(logs, out, err, lock)
         pump.start()
         workers = lo if hi is None else (lo, hi)
-        trainer = DataParallelTrainer(
-            ray_worker.worker_loop,
-            train_loop_config={"env": worker_env, "cwd": cwd, "kind": kind,
-                               "quiet": quiet,
-                               "target": target, "args": args, "logs": logs},
-            backend_config=ray_backend.TensorflowConfig(attempts=attempts),
-            scaling_config=ray_train.ScalingConfig(
+        trainer = _trainer(
+            {"env": worker_env, "cwd": cwd, "kind": kind, "quiet": quiet,
+             "target": target, "args": args, "logs": logs},
+            ray_backend.TensorflowConfig(attempts=attempts),
+            ray_train.ScalingConfig(
                 num_workers=workers,
                 **({} if resize_interval_s is None else
                    {"elastic_resize_monitor_interval_s": float(resize_interval_s)})),
-            run_config=ray_train.RunConfig(
+            ray_train.RunConfig(
                 storage_path=storage, name="tfdist_opt_launch",
                 failure_config=ray_train.FailureConfig(max_failures=max_restarts)))
         log(f"starting {workers if hi is None else f'{lo}..{hi}'} Ray worker(s) "
@@ -335,6 +330,21 @@ def run_ray(argv: Sequence[str], num_workers, *,
             shutil.rmtree(storage, ignore_errors=True)
         for s, h in old_handlers.items():
             signal.signal(s, h)
+
+
+def _trainer(train_loop_config, backend_config, scaling_config, run_config):
+    """Ray Train's trainer running `ray_worker.worker_loop` on each worker.
+
+    Ray's `TensorflowTrainer` is `DataParallelTrainer` with a TF backend
+    config; importing it (`ray.train.tensorflow`) imports TensorFlow, which
+    this process never uses, so the trainer is built from Ray's base class
+    with our `ray_backend.TensorflowConfig`.
+    """
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer  # pylint: disable=g-import-not-at-top
+    return DataParallelTrainer(
+        ray_worker.worker_loop, train_loop_config=train_loop_config,
+        backend_config=backend_config, scaling_config=scaling_config,
+        run_config=run_config)
 
 
 class _Pump(threading.Thread):
