@@ -119,11 +119,11 @@ def _sweep(strategy, n):
     sizes, size = 0, _MIN_BYTES.value
     while size <= _MAX_BYTES.value:
         sizes, size = sizes + 1, size * 4
-    bar = progress.Progress(max(1, 2 * sizes), enabled=common.is_chief())
-    for setting, apply in (("tf_default_fp32", host_memory.restore_defaults),
-                           ("tf_default_fp32_tuned_malloc",
-                            host_memory.tune_for_collectives),
-                           ("tf_default_fp32_no_mmap", allreduce_transport.no_mmap)):
+    settings = (("tf_default_fp32", host_memory.restore_defaults),
+                ("tf_default_fp32_tuned_malloc", host_memory.tune_for_collectives),
+                ("tf_default_fp32_no_mmap", allreduce_transport.no_mmap))
+    bar = progress.Progress(max(1, len(settings) * sizes), enabled=common.is_chief())
+    for setting, apply in settings:
         apply()
         size = _MIN_BYTES.value
         while size <= _MAX_BYTES.value:

@@ -62,6 +62,7 @@ def result_row(run, args, inputs, replicas: int, workers: int) -> dict[str, Any]
             "mixed_precision": setting.mixed_precision,
             "jit_compile": setting.jit_compile,
             "tune_malloc": setting.tune_malloc,
+            "hooked": setting.hooked,
             "global_batch": inputs.global_batch,
             "window_batches": args.window, "rounds": args.rounds,
             "timed_batches": args.per_round * args.rounds, "replicas": replicas,

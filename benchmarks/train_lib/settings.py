@@ -47,6 +47,9 @@ class Setting:
     # The stall inspector in multi-worker fit (cfg.stall_warn_s); off for
     # --compare=stall's "stall_off" row.
     stall_inspector: bool = True
+    # Keras 3 optimizers run our gradient hooks even at TF's defaults (what
+    # opt_strategy() does on multi-worker: fused update, logs folded).
+    hooked: bool = False
 
     def describe(self) -> str:
         psgd = (f" {dict(zip(PSGD_FIELDS, self.powersgd))}"
@@ -55,6 +58,7 @@ class Setting:
                 f"compression={self.compression}{psgd}, grad_accum={self.grad_accum}, "
                 f"mixed_precision={self.mixed_precision}, "
                 f"jit_compile={self.jit_compile}, tune_malloc={self.tune_malloc}"
+                + (", hooked" if self.hooked else "")
                 + ("" if self.stall_inspector else ", stall inspector off"))
 
 
@@ -125,7 +129,8 @@ def opt_setting(cfg, multi_worker: bool) -> Setting:
     """The configured setup: what `opt_strategy(cfg)` does."""
     return Setting("opt", "tfdist_opt", cfg.bytes_per_pack, cfg.compression,
                    cfg.grad_accum, cfg.mixed_precision, cfg.jit_compile,
-                   cfg.tune_malloc and multi_worker, _powersgd(cfg))
+                   cfg.tune_malloc and multi_worker, _powersgd(cfg),
+                   hooked=multi_worker)
 
 
 def _powersgd(cfg) -> tuple:
@@ -151,7 +156,8 @@ def plan_settings(cfg, compare: str, multi_worker: bool | None = None
                   ("+grad_accum", {"grad_accum": cfg.grad_accum}),
                   ("+mixed_precision", {"mixed_precision": cfg.mixed_precision}),
                   ("+jit_compile", {"jit_compile": cfg.jit_compile}),
-                  ("+malloc", {"tune_malloc": opt.tune_malloc})]
+                  ("+malloc", {"tune_malloc": opt.tune_malloc}),
+                  ("+hooks", {"hooked": opt.hooked})]
         for name, change in single:
             s = dataclasses.replace(base, name=name, **change)
             if s != dataclasses.replace(base, name=name):  # that one is on
@@ -184,4 +190,5 @@ def gradient_options(setting: Setting):
     return GradientOptions(bytes_per_pack=setting.bytes_per_pack,
                            compression=setting.compression,
                            grad_accum=setting.grad_accum, via_hook=True,
+                           hooked=setting.hooked,
                            **dict(zip(PSGD_FIELDS, setting.powersgd)))

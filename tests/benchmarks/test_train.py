@@ -232,10 +232,13 @@ def test_two_workers_only_the_chief_writes(tmp_path):
     assert report["results"][-1]["replicas"] == 2
     assert [r["setting"] for r in report["results"]] == [
         "baseline", "+tf.data", "+packing", "+compression", "+grad_accum",
-        "+malloc", "opt"]
-    assert {"speedup_tf_data", "speedup_grad_accum", "speedup_malloc"} <= set(report["summary"])
+        "+malloc", "+hooks", "opt"]
+    assert {"speedup_tf_data", "speedup_grad_accum", "speedup_malloc",
+            "speedup_hooks"} <= set(report["summary"])
     assert [r["tune_malloc"] for r in report["results"]] == [
-        False, False, False, False, False, True, True]  # multi-worker default on
+        False, False, False, False, False, True, False, True]  # multi-worker default on
+    # What opt_strategy() does on multi-worker: Keras 3 optimizers hooked.
+    assert [r["hooked"] for r in report["results"]] == [False] * 6 + [True, True]
     assert (tmp_path / "w0.csv").exists()
     assert HAVE_MPL is (tmp_path / "w0.png").exists()
     assert sorted(os.listdir(tmp_path)) == sorted(

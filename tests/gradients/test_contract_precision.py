@@ -72,4 +72,6 @@ def test_options_default_and_wire():
     # An int pack size routed through our hook (TF keeps its defaults).
     assert not GradientOptions(bytes_per_pack=4096, via_hook=True).is_default
     assert GradientOptions(via_hook=True).is_default  # nothing to route
+    # Hooked at TF's defaults: what multi-worker strategies ask for.
+    assert not GradientOptions(hooked=True).is_default
     assert GradientOptions(compression="bf16").wire_dtype == "bfloat16"

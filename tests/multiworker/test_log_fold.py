@@ -3,8 +3,9 @@
 2 real workers fit a classifier with the loss and 3 metrics twice from the
 same weights: logs reduced one value at a time (upstream Keras's path) and
 folded into the step's gradient collective (`tfdist_opt.gradients.log_fold`),
-under PowerSGD (both the uncompressed and the compressed branch) and our
-packed uncompressed all-reduce. Per-step logs and final weights must be
+under PowerSGD (both the uncompressed and the compressed branch), our
+packed uncompressed all-reduce and every default (TF's one pack, which
+multi-worker strategies run through our hooks). Per-step logs and final weights must be
 equal bit for bit, and the folded step must issue no log collective.
 """
 
@@ -18,7 +19,7 @@ pytestmark = [pytest.mark.multiworker, pytest.mark.slow]
 SCRIPT = "tests/multiworker/scripts/log_fold.py"
 
 
-@pytest.fixture(scope="module", params=["powersgd", "packed"])
+@pytest.fixture(scope="module", params=["powersgd", "packed", "defaults"])
 def runs(request):
     return harness.results_by_mode(harness.run_workers(2, [SCRIPT, request.param], timeout_s=240))
 

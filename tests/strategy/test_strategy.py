@@ -165,3 +165,20 @@ def test_keras3_only_features_refused_under_tf_keras(monkeypatch, kw, name):
     monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
     with pytest.raises(ValueError, match=rf"Invalid value for `{name}` with tf_keras \(TF_USE_LEGACY_KERAS=1\).*Received: {name}="):
         tfdist_opt.opt_strategy(cpu_replicas=2, **kw)
+
+
+@pytest.mark.parametrize("kind,legacy,hooked", [
+    ("multi_worker", False, True), ("multi_worker", True, False),
+    ("mirrored", False, False), ("one_device", False, False)])
+def test_multi_worker_defaults_run_through_the_hooks(monkeypatch, kind, legacy, hooked):
+    """Keras 3 on multi-worker: hooked at TF's defaults (fused update, one
+    collective with the logs); other kinds and tf_keras keep upstream's path."""
+    from tfdist_opt.strategy import build
+    if legacy:
+        monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
+    else:
+        monkeypatch.delenv("TF_USE_LEGACY_KERAS", raising=False)
+    options = build.gradient_options(tfdist_opt.StrategyConfig(), kind)
+    assert options.hooked is hooked
+    assert options.is_default is not hooked
+    assert options.bytes_per_pack == 0  # TF's one pack either way

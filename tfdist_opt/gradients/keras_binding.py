@@ -106,7 +106,8 @@ def attach(strategy: tf.distribute.Strategy, options: GradientOptions
     Args:
         strategy: a `tf.distribute.Strategy`.
         options: `GradientOptions`. When `options.is_default` nothing is
-            wrapped (upstream Keras behaviour).
+            wrapped (upstream Keras behaviour; multi-worker strategies ask
+            for `hooked` options, never default).
 
     Returns:
         `strategy` (for chaining).

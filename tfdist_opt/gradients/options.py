@@ -61,6 +61,14 @@ class GradientOptions:
             `CommunicationOptions`, which are bound when the strategy is
             created (for a strategy that must keep TF's defaults, e.g. a
             benchmark's baseline in the same process). Defaults to `False`.
+        hooked: bool. Run Keras 3 optimizers through tfdist_opt's gradient
+            hooks even where TF's own all-reduce would do the same work
+            (one pack, float32, every step), so that `fused_updates` and
+            the logs' fold (`tfdist_opt.gradients.log_fold`) apply: one
+            collective and one fused update per step instead of TF's pack,
+            Keras's log collective and its unfused update. Multi-worker
+            strategies set it (`tfdist_opt.strategy.build`). Defaults to
+            `False`.
         powersgd_rank: int. `compression="powersgd"`: rank R of the
             factors (each matrix uses min(R, rows, cols)). Defaults to `4`.
         powersgd_start_step: int. Updates run uncompressed before PowerSGD
@@ -93,6 +101,7 @@ class GradientOptions:
     autotune: bool = True
     autotune_csv: str | None = None
     via_hook: bool = False
+    hooked: bool = False
     powersgd_rank: int = powersgd.DEFAULT_RANK
     powersgd_start_step: int = powersgd.DEFAULT_START_STEP
     powersgd_min_compression: float = powersgd.DEFAULT_MIN_COMPRESSION
@@ -141,9 +150,11 @@ class GradientOptions:
         """True when TF's own all-reduce path already does everything.
 
         An int `bytes_per_pack` alone needs no hook: it is passed to TF as
-        `CommunicationOptions(bytes_per_pack=...)`.
+        `CommunicationOptions(bytes_per_pack=...)`. `hooked` asks for the
+        hooks anyway.
         """
-        return (self.compression == "none" and self.grad_accum == 1
+        return (not self.hooked and self.compression == "none"
+                and self.grad_accum == 1
                 and self.bytes_per_pack != "auto"
                 and not (self.via_hook and self.bytes_per_pack != 0)
                 and not self.shard_optimizer_state)

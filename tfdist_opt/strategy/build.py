@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from typing import Any, Mapping
@@ -80,7 +81,7 @@ def build_strategy(cfg: StrategyConfig, plan: plan_lib.StrategyPlan,
     strategy = kinds.module(plan.kind).build(cfg, plan, topo)
     # Packing ("auto"), compression and accumulation: Keras 3 optimizers
     # created in this strategy's scope pick these up (tfdist_opt.gradients).
-    gradient_binding.attach(strategy, GradientOptions.from_config(cfg))
+    gradient_binding.attach(strategy, gradient_options(cfg, plan.kind))
     # Who writes saved files, per directory (tfdist_opt.strategy.file_writers).
     file_writers.attach(strategy, cfg.storage_sharing)
     # What a model's jit_compile=True step does where XLA cannot compile it.
@@ -92,9 +93,29 @@ def build_strategy(cfg: StrategyConfig, plan: plan_lib.StrategyPlan,
     return strategy
 
 
+def gradient_options(cfg: StrategyConfig, kind) -> GradientOptions:
+    """The `GradientOptions` a strategy of `kind` attaches.
+
+    Multi-worker with Keras 3: `hooked`, even at the defaults, so that one
+    collective a step carries the gradients and Keras's logs and the
+    optimizer's update is fused (the benchmark mlp's uncompressed step:
+    two collectives and a 7.7 ms update -> one and 3.6 ms). The pack is
+    TF's default one (`bytes_per_pack=0`): the same sums in the same order.
+    tf_keras optimizers are never hooked.
+    """
+    options = GradientOptions.from_config(cfg)
+    if kinds.Kind(kind) == kinds.Kind.MULTI_WORKER and not _legacy_keras():
+        options = dataclasses.replace(options, hooked=True)
+    return options
+
+
+def _legacy_keras() -> bool:
+    return os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true")
+
+
 def _check_keras_flavour(cfg: StrategyConfig) -> None:
     """The gradient hooks exist for Keras 3 only: refuse, never ignore."""
-    if os.environ.get("TF_USE_LEGACY_KERAS", "").lower() not in ("1", "true"):
+    if not _legacy_keras():
         return
     keras3_only = {"grad_accum": (cfg.grad_accum, 1),
                    "compression": (cfg.compression, "none"),

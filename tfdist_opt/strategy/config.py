@@ -143,7 +143,8 @@ class StrategyConfig(validation.ConfigFields):
             Defaults to `"auto"`.
         fused_updates: bool. Where tfdist_opt's gradient path hooks the
             optimizer (any of `compression`, `grad_accum > 1`,
-            `bytes_per_pack="auto"`, `shard_optimizer_state`), Keras's own
+            `bytes_per_pack="auto"`, `shard_optimizer_state`, and every
+            multi-worker strategy with Keras 3), Keras's own
             SGD and Adam steps run as one fused TF kernel per variable
             (`tfdist_opt.gradients.fused_updates`). Defaults to `True`.
         jit_fallback: str. A Keras model compiled with `jit_compile=True`

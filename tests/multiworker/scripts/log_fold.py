@@ -24,6 +24,8 @@ CONFIGS = {
     "powersgd": dict(compression="powersgd", powersgd_rank=2,
                      powersgd_start_step=2, powersgd_min_compression=0),
     "packed": dict(bytes_per_pack="auto"),
+    # Every default: TF's one pack, through our hooks (multi-worker).
+    "defaults": dict(),
 }
 config = sys.argv[1]
 strategy = tfdist_opt.opt_strategy(tfdist_opt.StrategyConfig(**CONFIGS[config]))
