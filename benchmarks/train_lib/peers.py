@@ -178,3 +178,4 @@ class _PeerSetting:
         self.bytes_per_pack, self.compression, self.grad_accum = 0, "none", 1
         self.mixed_precision, self.jit_compile = "off", False
         self.tune_malloc = False
+        self.hooked = False  # upstream Keras / tf_keras: never our hooks

@@ -120,6 +120,8 @@ def test_peer_compare_under_the_launcher(tmp_path):
     assert rows[1]["keras"].startswith("tf_keras 2.")
     assert rows[0]["keras"].startswith("keras 3.")
     assert rows[2]["keras"].startswith("keras 3.")
+    # ours runs every default through our hooks on 2 workers; the peers never
+    assert [row["hooked"] for row in rows] == [True, False, False]
     for row in rows:
         assert row["rounds"] == 1 and len(row["round_medians"]) == 1
         assert row["steps"] == 2 and "window_durations_s" not in row
