@@ -6,8 +6,9 @@ weights, how many log values the traced step answered from the gradient
 collective (`folded`) and how many packed log collectives it issued.
 Modes: "upstream" (one collective per logged value, Keras's path) and
 "folded" (the default). Configs: PowerSGD from update 2 (the first two
-updates uncompressed, so both branches carry the logs) and uncompressed
-with `bytes_per_pack="auto"` (our packed all-reduce).
+updates uncompressed, so both branches carry the logs), uncompressed
+with `bytes_per_pack="auto"` (our packed all-reduce), and every default
+(TF's one pack, run through our hooks on multi-worker).
 """
 
 import json
