@@ -19,6 +19,7 @@ checks the two agree).
 
 from __future__ import annotations
 
+import os
 import warnings
 from importlib import metadata
 from typing import Callable, Mapping
@@ -87,3 +88,9 @@ def warn_if_unsupported(version: Callable[[str], str] = metadata.version) -> str
     if message:
         warnings.warn(message, UnsupportedVersionWarning, stacklevel=2)
     return message
+
+
+def uses_legacy_keras() -> bool:
+    """Whether `tf.keras` is tf_keras here: TensorFlow's own test of
+    `TF_USE_LEGACY_KERAS` (`"1"`, `"true"` or `"True"`)."""
+    return os.environ.get("TF_USE_LEGACY_KERAS", "") in ("1", "true", "True")

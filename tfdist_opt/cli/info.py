@@ -24,6 +24,7 @@ import subprocess
 import sys
 from typing import Any
 
+from tfdist_opt import versions
 from tfdist_opt.cluster import log_filter
 from tfdist_opt.strategy import config as config_lib
 from tfdist_opt.strategy import cpu_split
@@ -35,7 +36,7 @@ def collect(config_path: str | None = None) -> dict[str, Any]:
     """Everything `info` reports, as a dict (JSON-serialisable)."""
     import tensorflow as tf
 
-    if os.environ.get("TF_USE_LEGACY_KERAS", "") in ("1", "true", "True"):
+    if versions.uses_legacy_keras():
         import tf_keras as keras_module
         keras_name = "tf_keras"
     else:

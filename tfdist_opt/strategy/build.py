@@ -10,6 +10,7 @@ from typing import Any, Mapping
 import tensorflow as tf
 
 from tfdist_opt import _logging
+from tfdist_opt import versions
 from tfdist_opt.strategy import file_writers
 from tfdist_opt.strategy import keras_steps
 from tfdist_opt.strategy import kinds
@@ -104,18 +105,14 @@ def gradient_options(cfg: StrategyConfig, kind) -> GradientOptions:
     float32 values. With `TF_USE_LEGACY_KERAS=1` nothing is hooked.
     """
     options = GradientOptions.from_config(cfg)
-    if kinds.Kind(kind) == kinds.Kind.MULTI_WORKER and not _legacy_keras():
+    if kinds.Kind(kind) == kinds.Kind.MULTI_WORKER and not versions.uses_legacy_keras():
         options = dataclasses.replace(options, hooked=True)
     return options
 
 
-def _legacy_keras() -> bool:
-    return os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true")
-
-
 def _check_keras_flavour(cfg: StrategyConfig) -> None:
     """The gradient hooks exist for Keras 3 only: refuse, never ignore."""
-    if not _legacy_keras():
+    if not versions.uses_legacy_keras():
         return
     keras3_only = {"grad_accum": (cfg.grad_accum, 1),
                    "compression": (cfg.compression, "none"),
