@@ -20,6 +20,7 @@ import pytest
 from tfdist_opt import cli
 from tfdist_opt.cluster import launcher
 from tfdist_opt.cluster import tf_config as tc
+from tfdist_opt.evaluation.loop import TRAINING_ENDED_ENV
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -60,6 +61,26 @@ def _wait_for(path, timeout=20.0):
         time.sleep(0.05)
     raise AssertionError(f"{path} did not appear within {timeout} s")
 
+
+
+def test_an_evaluator_slower_than_training_is_told_that_training_ended(tmp_path):
+    # The training tasks exit before the evaluator looks for the chief: the
+    # launcher creates the file named in its TRAINING_ENDED_ENV once they
+    # all exited 0 (and only then), so the evaluator stops at once.
+    result, _, err, took = _run(f"""
+        import json, os, sys, time
+        task = json.loads(os.environ["TF_CONFIG"])["task"]
+        if task["type"] != "evaluator":
+            sys.exit(0)
+        path = os.environ["{TRAINING_ENDED_ENV}"]
+        deadline = time.monotonic() + 20
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print("evaluator saw the cue", os.path.exists(path), file=sys.stderr)
+        """, 2, evaluator=True)
+    assert result.returncode == 0, err
+    assert "[evaluator 0] evaluator saw the cue True" in err, err
+    assert took < 15, took
 
 def _kill_all(pids):
     for pid in pids:

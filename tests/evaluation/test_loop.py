@@ -116,6 +116,19 @@ def test_a_brief_gap_in_the_chief_is_not_the_end():
     assert states == ["running"] * 8 + ["ended"]
 
 
+def test_a_chief_gone_before_the_first_probe_ends_on_the_launchers_cue():
+    # A short training finished before a slow evaluator's first probe: the
+    # chief is never seen, so without the cue it waits out startup_timeout_s.
+    clock = Clock()
+    cue = {"ended": False}
+    watch = loop.ChiefWatch("h:1", grace_s=3.0, startup_timeout_s=300, clock=clock,
+                            answers=lambda a: False, ended=lambda: cue["ended"])
+    assert watch.poll() == "waiting"
+    clock.now = 1.0
+    cue["ended"] = True
+    assert watch.poll() == "ended"  # at once: no grace needed, no 300 s wait
+
+
 def test_chief_address_is_the_chief_or_worker_0():
     assert loop.chief_address(None) is None
     assert loop.chief_address({"cluster": {"worker": ["a:1", "b:1"],

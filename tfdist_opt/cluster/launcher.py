@@ -43,8 +43,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import shlex
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from typing import IO, Mapping, Sequence
@@ -54,6 +56,7 @@ from tfdist_opt.cluster import process_group
 from tfdist_opt.cluster import sources
 from tfdist_opt.cluster import tf_config as tf_config_lib
 from tfdist_opt.cluster import watchdog as watchdog_lib
+from tfdist_opt.evaluation.loop import TRAINING_ENDED_ENV
 from tfdist_opt.cluster.launch_checks import (  # noqa: F401  (re-exported)
     LaunchError, PortInUseError, check_command, check_cpu_replicas,
     check_launch_numbers, check_own_port, check_ports_free, port_in_use)
@@ -307,6 +310,8 @@ def run_local(argv: Sequence[str], num_workers: int, *,
                         "evaluator 0"]
             if ev:  # started last; runs no TF server, so not waited for
                 where += f" + evaluator ({ev_address})"
+                envs[-1][TRAINING_ENDED_ENV] = os.path.join(
+                    launcher.scratch(), f"training-ended.{restarts}")
             what = f"{len(envs)} task(s)" if num_ps else f"{num_workers} worker(s)"
             launcher.log(f"starting {what} {where} (attempt "
                          f"{restarts + 1} of {max_restarts + 1}): {shlex.join(argv)}")
@@ -322,6 +327,8 @@ def run_local(argv: Sequence[str], num_workers: int, *,
                          f"(restart {restarts} of {max_restarts})")
     finally:
         launcher.watchdog.close()
+        if launcher.scratch_dir is not None:
+            shutil.rmtree(launcher.scratch_dir, ignore_errors=True)
         for signum, handler in old_handlers.items():
             signal.signal(signum, handler)
 
@@ -343,6 +350,12 @@ class _Launcher:
         self.group: process_group.Group | None = None
         self.watchdog: watchdog_lib.Watchdog | None = None
         self.keep: log_filter.StartupNoiseFilter | None = None
+        self.scratch_dir: str | None = None  # removed when the launch ends
+
+    def scratch(self) -> str:
+        if self.scratch_dir is None:
+            self.scratch_dir = tempfile.mkdtemp(prefix="tfdist-launch-")
+        return self.scratch_dir
 
     def hidden_note(self) -> str:
         hidden = self.keep.hidden if self.keep is not None else 0
@@ -379,6 +392,8 @@ class _Launcher:
         labels = labels or [f"worker {i}" for i in range(n)]
         self.group = group = process_group.Group(argv, envs, cwd, self.out, self.err,
                                     self.lock, self.watchdog, self.keep, labels)
+        # The side-car evaluator (last) learns here that training ended.
+        ended_file = envs[-1].get(TRAINING_ENDED_ENV) if labels[-1] == "evaluator 0" else None
         try:
             if self.stop_signal is not None:  # arrived while spawning
                 group.signal_all(self.stop_signal)
@@ -406,6 +421,9 @@ class _Launcher:
                 if all(c == 0 for c in codes):
                     group.kill()  # reap anything left in their groups
                     return LaunchResult(0, message=f"all {n} worker(s) finished")
+                if ended_file and all(c == 0 for c in codes[:-1]):
+                    open(ended_file, "x").close()  # the evaluator's cue to stop
+                    ended_file = None
                 now = time.monotonic()
                 if ports and not all(joined) and now >= next_join_poll:
                     for i, port in enumerate(ports):

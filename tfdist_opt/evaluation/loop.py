@@ -25,6 +25,12 @@ from tfdist_opt.evaluation import checkpoints as checkpoints_lib
 
 RUNNING, WAITING, ENDED, NEVER_CAME = "running", "waiting", "ended", "never came"
 
+# Set by `tfdist-opt launch --evaluator` in the evaluator's environment: a
+# path the launcher creates once every training task has exited 0. An
+# evaluator that starts after a short training (its chief came and went
+# before the first probe) would otherwise wait `startup_timeout_s`.
+TRAINING_ENDED_ENV = "TFDIST_LAUNCH_TRAINING_ENDED_FILE"
+
 
 class ChiefWatch:
     """Whether the training chief has come and gone.
@@ -38,16 +44,21 @@ class ChiefWatch:
             appear at all; None waits forever. Defaults to `300`.
         clock: callable. Monotonic seconds. Defaults to `time.monotonic`.
         answers: callable(address) -> bool. Defaults to a TCP connect.
+        ended: callable() -> bool. True once whoever started the job knows
+            every training task exited (the launcher's `TRAINING_ENDED_ENV`
+            file): training has ended whether or not the chief was seen.
+            Defaults to never.
     """
 
     def __init__(self, address: str, grace_s: float = 3.0,
                  startup_timeout_s: float | None = 300.0,
                  clock: Callable[[], float] = time.monotonic,
-                 answers: Callable[[str], bool] = startup_guard.is_listening):
+                 answers: Callable[[str], bool] = startup_guard.is_listening,
+                 ended: Callable[[], bool] = lambda: False):
         self.address = address
         self.grace_s = grace_s
         self.startup_timeout_s = startup_timeout_s
-        self._clock, self._answers = clock, answers
+        self._clock, self._answers, self._ended = clock, answers, ended
         self._start = clock()
         self._seen = False
         self._gone_since: float | None = None
@@ -59,6 +70,8 @@ class ChiefWatch:
         if up:
             self._seen, self._gone_since = True, None
             return RUNNING
+        if self._ended():
+            return ENDED
         if self._seen:
             if self._gone_since is None:
                 self._gone_since = now

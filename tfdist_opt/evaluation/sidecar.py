@@ -11,6 +11,7 @@ decided in `tfdist_opt.evaluation.checkpoints`; when training has ended in
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import zipfile
@@ -164,8 +165,11 @@ class SidecarEvaluator:
         if tf_config is None:
             tf_config = tf_config_lib.tf_config_from_env()
         address = loop_lib.chief_address(tf_config)
-        end = (loop_lib.ChiefWatch(address, self.end_grace_s, self.startup_timeout,
-                                   clock=clock) if address else None)
+        ended_file = os.environ.get(loop_lib.TRAINING_ENDED_ENV)
+        end = (loop_lib.ChiefWatch(
+            address, self.end_grace_s, self.startup_timeout, clock=clock,
+            ended=(lambda: os.path.exists(ended_file)) if ended_file else (lambda: False))
+            if address else None)
         watcher = checkpoints_lib.CheckpointWatcher(
             self.checkpoint_dir, settle_s=self.settle_s, clock=clock)
         writer = summaries.ScalarWriter(self.log_dir, chief=True)
