@@ -69,9 +69,21 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
+_WARM = []
+
+
 def pytest_configure(config):
     if _is_xdist_controller(config):
         return  # each xdist worker process sets up its own runtime
+    # Test subprocesses started through `tests.warm_python.PYTHON` fork from
+    # zygotes that imported TensorFlow once (see that module); this process
+    # keeps them and kills them at the end.
+    import tempfile
+
+    from tests import warm_python
+
+    _WARM.append(warm_python.Manager(tempfile.mkdtemp(prefix="tfdist-warm-")))
+    os.environ[warm_python.MANAGER_ENV] = _WARM[0].path
     import tensorflow as tf
 
     cpu = tf.config.list_physical_devices("CPU")[0]
@@ -83,6 +95,15 @@ def pytest_configure(config):
     # Initialise the runtime now, so no later opt_strategy(cpu_replicas=k)
     # call can re-configure the session to k devices.
     assert len(tf.config.list_logical_devices("CPU")) == NUM_VIRTUAL_CPUS
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    for manager in _WARM:
+        manager.close()
+        shutil.rmtree(manager.dir, ignore_errors=True)
+    _WARM.clear()
 
 
 import pytest  # noqa: E402

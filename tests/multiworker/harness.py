@@ -18,6 +18,8 @@ import time
 
 import numpy as np
 
+from tests import warm_python
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -57,12 +59,16 @@ def worker_env(index: int, ports: list[int], extra: dict | None = None) -> dict:
 
 def run_workers(n: int, argv: list[str], timeout_s: float = 240,
                 extra_env: dict | None = None, only: list[int] | None = None,
-                ports: list[int] | None = None) -> list[WorkerResult]:
+                ports: list[int] | None = None, warm: bool = True
+                ) -> list[WorkerResult]:
     """Runs `python argv...` as n workers of one cluster and waits for all.
 
     `only` starts just those task indices (the others never come, as when a
     host is down). Returns one WorkerResult per started worker; a worker
     still running at the deadline is killed and reported with returncode None.
+    `warm` (default) forks the workers from `warm_python`'s zygotes; False
+    starts the real interpreter (for a test that signals or inspects the
+    process it started).
     """
     ports = ports or free_ports(n)
     indices = list(range(n)) if only is None else list(only)
@@ -70,7 +76,7 @@ def run_workers(n: int, argv: list[str], timeout_s: float = 240,
     try:
         for i in indices:
             procs.append(subprocess.Popen(
-                [sys.executable, *argv], env=worker_env(i, ports, extra_env),
+                [*python(warm), *argv], env=worker_env(i, ports, extra_env),
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                 start_new_session=True, cwd=REPO_ROOT))
         deadline = time.monotonic() + timeout_s
@@ -102,15 +108,20 @@ def results_by_mode(results) -> list[dict]:
     return out
 
 
+def python(warm: bool = True) -> list[str]:
+    """The command that starts a test's Python: warm (forked) or the real one."""
+    return list(warm_python.PYTHON) if warm else [sys.executable]
+
+
 def run_single(argv: list[str], timeout_s: float = 240,
-               extra_env: dict | None = None) -> WorkerResult:
-    """Runs `python argv...` once with no TF_CONFIG."""
+               extra_env: dict | None = None, warm: bool = True) -> WorkerResult:
+    """Runs `python argv...` once with no TF_CONFIG (`warm`: see `run_workers`)."""
     env = dict(os.environ)
     env.pop("TF_CONFIG", None)
     env.update({"TF_CPP_MIN_LOG_LEVEL": "2",
                 "PYTHONPATH": REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")})
     env.update(extra_env or {})
-    p = subprocess.run([sys.executable, *argv], env=env, cwd=REPO_ROOT,
+    p = subprocess.run([*python(warm), *argv], env=env, cwd=REPO_ROOT,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        text=True, timeout=timeout_s)
     return WorkerResult(0, p.returncode, p.stdout)
@@ -149,12 +160,14 @@ def wait_for_file(path, proc: subprocess.Popen, timeout: float = 120,
     raise AssertionError(f"{path} did not appear within {timeout} s")
 
 
-def start_launch(n: int, options, argv, extra_env: dict | None = None
-                 ) -> subprocess.Popen:
+def start_launch(n: int, options, argv, extra_env: dict | None = None,
+                 warm: bool = True) -> subprocess.Popen:
     """`tfdist-opt launch -n N OPTIONS -- python ARGV...` in its own session.
 
     Start-up and term timeouts are short (120 s, 2 s) so failures show fast;
-    pair with `finish_launch`, which kills the group whatever happens.
+    pair with `finish_launch`, which kills the group whatever happens. The
+    launcher is the real interpreter; its workers are warm unless `warm` is
+    False (see `run_workers`).
     """
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
                PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -163,7 +176,7 @@ def start_launch(n: int, options, argv, extra_env: dict | None = None
     return subprocess.Popen(
         [sys.executable, "-m", "tfdist_opt", "launch", "-n", str(n),
          "--startup-timeout", "120", "--term-timeout", "2", *options, "--",
-         sys.executable, *argv],
+         *python(warm), *argv],
         env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, start_new_session=True)
 
