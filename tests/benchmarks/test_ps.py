@@ -2,7 +2,6 @@
 
 import json
 import subprocess
-import sys
 
 import pytest
 
@@ -29,7 +28,7 @@ def test_labels_depend_on_the_ids():
 def test_ps_and_allreduce_runs_report_the_summary(tmp_path):
     out = tmp_path / "ps.json"
     p = subprocess.run(
-        [sys.executable, "benchmarks/ps.py", "--rows=20000", "--examples_per_epoch=2048",
+        [*harness.python(), "benchmarks/ps.py", "--rows=20000", "--examples_per_epoch=2048",
          "--epochs=2", "--batch_size=128", f"--output_json={out}", "--run_timeout_s=170"],
         cwd=harness.REPO_ROOT, env=harness.worker_env(0, [1], {"TF_CONFIG": ""}),
         capture_output=True, text=True, timeout=400)

@@ -8,7 +8,6 @@ import dataclasses
 import json
 import os
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -212,7 +211,7 @@ def test_two_workers_only_the_chief_writes(tmp_path):
             if HAVE_MPL:
                 outs.append(f"--plot={tmp_path / f'w{i}.png'}")
             procs.append(subprocess.Popen(
-                [sys.executable, BINARY, "--model=cnn_small", *TINY,
+                [*harness.python(), BINARY, "--model=cnn_small", *TINY,
                  "--compare=ablation", "--grad_accum=2", "--compression=bf16",
                  "--bytes_per_pack=auto", "--collective_timeout_s=60", *outs],
                 env=harness.worker_env(i, ports), cwd=REPO_ROOT,

@@ -10,7 +10,6 @@ and that the summary is ours over the faster peer.
 
 import json
 import os
-import sys
 import types
 
 import pytest
@@ -19,6 +18,7 @@ from absl import app
 from benchmarks.train_lib import peer_compare
 from tfdist_opt.cluster import launcher
 from tests.multiworker.harness import REPO_ROOT
+from tests.multiworker.harness import python
 from tests.multiworker.harness import run_single
 
 BINARY = os.path.join(REPO_ROOT, "benchmarks", "train.py")
@@ -103,7 +103,7 @@ def test_coordinator_rotates_the_order_and_pools_every_round(monkeypatch):
 @pytest.mark.slow
 def test_peer_compare_under_the_launcher(tmp_path):
     out = tmp_path / "p.json"
-    r = run_single(["-m", "tfdist_opt", "launch", "-n", "2", "--", sys.executable,
+    r = run_single(["-m", "tfdist_opt", "launch", "-n", "2", "--", *python(),
                     BINARY, "--model=mlp", "--compare=peer", "--rounds=1",
                     "--batch_size=4", "--num_warmup_batches=1",
                     "--num_batches=2", "--image_size=8",

@@ -9,7 +9,6 @@ metrics, and that the summary is ours over it.
 
 import json
 import os
-import sys
 import types
 
 import pytest
@@ -18,6 +17,7 @@ from absl import flags
 from benchmarks.train_lib import peer_compare
 from tfdist_opt.cluster import launcher
 from tests.multiworker.harness import REPO_ROOT
+from tests.multiworker.harness import python
 from tests.multiworker.harness import run_single
 
 BINARY = os.path.join(REPO_ROOT, "benchmarks", "train.py")
@@ -91,7 +91,7 @@ def test_one_process_gets_no_strategy_flags_nor_env(monkeypatch):
 @pytest.mark.slow
 def test_scaling_under_the_launcher(tmp_path):
     out = tmp_path / "s.json"
-    r = run_single(["-m", "tfdist_opt", "launch", "-n", "2", "--", sys.executable,
+    r = run_single(["-m", "tfdist_opt", "launch", "-n", "2", "--", *python(),
                     BINARY, "--model=mlp", "--compare=scaling", "--rounds=1",
                     "--batch_size=4", "--num_warmup_batches=1", "--overlap_steps=0",
                     "--num_batches=2", "--image_size=8", "--metrics=accuracy",

@@ -27,7 +27,7 @@ def _launch(options, name, *args, timeout=240):
     env.pop("TF_CONFIG", None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "tfdist_opt", "launch", *options, "--startup-timeout", "120",
-         "--", sys.executable, str(EXAMPLES / f"{name}.py"), *map(str, args)],
+         "--", *harness.python(), str(EXAMPLES / f"{name}.py"), *map(str, args)],
         env=env, cwd=harness.REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True, start_new_session=True)
     try:

@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -39,7 +38,7 @@ class Cluster:
         env = harness.worker_env(0, [1], dict(self.env_extra, TF_CONFIG=json.dumps(
             {"cluster": self.cluster, "task": {"type": role, "index": index}})))
         log = open(self.tmp_path / f"{role}{index}-{time.monotonic_ns()}.log", "w+")
-        p = subprocess.Popen([sys.executable, SCRIPT], env=env, stdout=log,
+        p = subprocess.Popen([*harness.python(), SCRIPT], env=env, stdout=log,
                              stderr=subprocess.STDOUT, start_new_session=True,
                              cwd=cwd)
         self.procs[(role, index)] = (p, log)

@@ -24,7 +24,7 @@ def result():
     env = harness.worker_env(0, [1], {"TF_CONFIG": ""})
     proc = subprocess.Popen(
         [sys.executable, "-m", "tfdist_opt", "launch", "--workers", "2", "--ps", "2",
-         "--", sys.executable, os.path.join(HERE, "_keras_fit_script.py")],
+         "--", *harness.python(), os.path.join(HERE, "_keras_fit_script.py")],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True, cwd=harness.REPO_ROOT)
     try:

@@ -18,7 +18,7 @@ def _launch(script, workers, ps, extra_env):
     env = harness.worker_env(0, [1], dict(extra_env, TF_CONFIG=""))
     proc = subprocess.Popen(
         [sys.executable, "-m", "tfdist_opt", "launch", "--workers", str(workers),
-         "--ps", str(ps), "--", sys.executable, os.path.join(HERE, script)],
+         "--ps", str(ps), "--", *harness.python(), os.path.join(HERE, script)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True, cwd=harness.REPO_ROOT)
     try:

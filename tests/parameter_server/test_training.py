@@ -7,7 +7,6 @@ subprocess (_train_script.py); the tests read their JSON results.
 import json
 import os
 import subprocess
-import sys
 import warnings
 
 import numpy as np
@@ -23,7 +22,7 @@ def _run(*scenarios: str) -> dict:
                PYTHONPATH=harness.REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("TF_CONFIG", None)
     proc = subprocess.Popen(
-        [sys.executable, os.path.join(os.path.dirname(__file__), "_train_script.py"),
+        [*harness.python(), os.path.join(os.path.dirname(__file__), "_train_script.py"),
          *scenarios], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True, start_new_session=True, cwd=harness.REPO_ROOT)
     try:
