@@ -180,9 +180,10 @@ def serve(path: str, owner: int, idle_s: float) -> dict:
     import selectors
     import time
 
-    import keras  # noqa: F401
     import numpy as np
     import tensorflow  # noqa: F401
+    if os.environ.get("TF_USE_LEGACY_KERAS") not in ("1", "true", "True"):
+        import keras  # noqa: F401  (a tf_keras process never loads Keras 3 itself)
 
     # What the import built is never collected in a child: a collection there
     # would write to every object's header and copy the zygote's heap.
@@ -328,14 +329,14 @@ def run(request: dict) -> None:
 
     how, target = request["how"], request["target"]
     if how == "module":
-        runpy._run_module_as_main(target, alter_argv=False)  # noqa: SLF001
+        runpy._run_module_as_main(target, alter_argv=True)  # noqa: SLF001 - as `-m`
         return
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = __builtins__
     if how == "path":
-        main.__file__ = target
+        main.__file__ = os.path.abspath(target)  # absolute, as since Python 3.9
         with open(target, "rb") as f:
-            code = compile(f.read(), target, "exec")
+            code = compile(f.read(), main.__file__, "exec")
     else:
         code = compile(target, "<string>", "exec")
     sys.modules["__main__"] = main
@@ -358,6 +359,7 @@ class Manager:
         self.idle_s = idle_s
         self.path = os.path.join(directory, "manager.sock")
         self._procs: dict[str, object] = {}
+        self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self._sock = socket.socket(socket.AF_UNIX)
         self._sock.bind(self.path)
@@ -392,11 +394,17 @@ class Manager:
     def zygote(self, env: dict, slot: str) -> str:
         import hashlib
         import subprocess
+        import threading
         import time
 
         key = hashlib.sha1(json.dumps([sorted(env.items()), slot]).encode()).hexdigest()[:16]
         path = os.path.join(self.dir, key + ".sock")
-        with self._lock:
+        with self._lock:  # reap zygotes that idled out; one lock per key
+            for k, p in list(self._procs.items()):
+                if p.poll() is not None and k != key:
+                    del self._procs[k]
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
             proc = self._procs.get(key)
             if proc is not None and proc.poll() is None and os.path.exists(path):
                 return path
@@ -424,7 +432,7 @@ class Manager:
         self._closed = True
         self._sock.close()
         with self._lock:
-            for proc in self._procs.values():
+            for proc in list(self._procs.values()):
                 if proc.poll() is None:
                     proc.kill()
                 proc.wait()

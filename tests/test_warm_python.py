@@ -1,0 +1,151 @@
+"""tests/warm_python.py: a forked child behaves as `python script.py` would.
+
+The suite's multi-process tests start their workers through it, so what
+they check holds only if the child sees what a fresh interpreter sees:
+argv, `__main__`, sys.path, the environment, stdin/stdout, exit codes,
+signals, and a zygote whose import-time environment matches the client's.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from tests import warm_python
+
+PROBE = textwrap.dedent("""
+    import json, os, sys
+    import tensorflow as tf
+    print(json.dumps({
+        "argv": sys.argv, "main": __name__, "file": globals().get("__file__"),
+        "path0": sys.path[0], "in_path": os.environ.get("WARM_TEST_DIR", "") in sys.path,
+        "foo": os.environ.get("WARM_TEST_FOO"), "cwd": os.getcwd(),
+        "pid": os.getpid(), "stdin": sys.stdin.readline().strip(),
+        "warm": "tensorflow" in sys.modules and os.environ.get("WARM_TEST_FOO") is not None,
+        "level": os.environ.get("TF_CPP_MIN_LOG_LEVEL"),
+        "zygote": os.getppid()}), flush=True)
+    what = sys.argv[1] if len(sys.argv) > 1 else ""
+    if what == "raise":
+        raise ValueError("boom")
+    if what == "exit":
+        sys.exit(7)
+    if what == "sleep":
+        import time
+        time.sleep(60)
+""")
+
+
+@pytest.fixture
+def probe(tmp_path):
+    path = tmp_path / "probe.py"
+    path.write_text(PROBE)
+    return path
+
+
+def _run(args, env_extra=None, input_text="hello\n", cwd=None, timeout=120):
+    env = dict(os.environ, WARM_TEST_FOO="bar", TF_CPP_MIN_LOG_LEVEL="2")
+    env.update(env_extra or {})
+    return subprocess.run([*warm_python.PYTHON, *args], env=env, input=input_text,
+                          capture_output=True, text=True, cwd=cwd, timeout=timeout)
+
+
+def _fields(p):
+    return json.loads(p.stdout.splitlines()[0])
+
+
+def test_the_child_sees_what_python_script_py_sees(probe, tmp_path):
+    p = _run([str(probe), "a", "b"], env_extra={"PYTHONPATH": str(tmp_path / "extra"),
+                                                "WARM_TEST_DIR": str(tmp_path / "extra")},
+             cwd=str(tmp_path))
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = _fields(p)
+    assert got["argv"] == [str(probe), "a", "b"]
+    assert got["main"] == "__main__" and got["file"] == str(probe)
+    assert got["path0"] == str(tmp_path) and got["in_path"]  # PYTHONPATH applied
+    assert got["foo"] == "bar" and got["cwd"] == str(tmp_path)
+    assert got["stdin"] == "hello"
+    assert got["pid"] != os.getpid() and got["zygote"] != os.getpid()
+
+
+def test_module_and_code_forms(tmp_path):
+    p = _run(["-c", "import sys; print('code', sys.argv)", "x"])
+    assert p.returncode == 0 and p.stdout.strip() == "code ['-c', 'x']", p.stderr
+    (tmp_path / "warmmod.py").write_text("import sys\nprint('mod', __name__, sys.argv)\n")
+    p = _run(["-m", "warmmod", "y"], env_extra={"PYTHONPATH": str(tmp_path)})
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == f"mod __main__ ['{tmp_path}/warmmod.py', 'y']"
+
+
+def test_exit_codes_and_tracebacks_are_the_interpreters(probe):
+    p = _run([str(probe), "raise"])
+    assert p.returncode == 1 and "ValueError: boom" in p.stderr
+    assert _run([str(probe), "exit"]).returncode == 7
+
+
+def test_signals_reach_the_child_and_its_death_is_the_clients(probe):
+    env = dict(os.environ, WARM_TEST_FOO="bar", TF_CPP_MIN_LOG_LEVEL="2")
+    p = subprocess.Popen([*warm_python.PYTHON, str(probe), "sleep"], env=env,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        child = json.loads(p.stdout.readline())["pid"]
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=30) == -signal.SIGTERM
+        assert _gone(child)
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_a_killed_client_takes_its_child_with_it(probe):
+    env = dict(os.environ, WARM_TEST_FOO="bar", TF_CPP_MIN_LOG_LEVEL="2")
+    p = subprocess.Popen([*warm_python.PYTHON, str(probe), "sleep"], env=env,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        child = json.loads(p.stdout.readline())["pid"]
+        os.killpg(p.pid, signal.SIGKILL)  # SIGKILL cannot be forwarded
+        assert p.wait(timeout=30) == -signal.SIGKILL
+        assert _gone(child), "the child outlived its SIGKILLed client"
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_an_import_time_variable_gets_its_own_zygote(probe):
+    a = _fields(_run([str(probe)]))
+    b = _fields(_run([str(probe)]))
+    c = _fields(_run([str(probe)], env_extra={"TF_CPP_MIN_LOG_LEVEL": "1"}))
+    assert a["zygote"] == b["zygote"]  # forked from one warm process
+    assert c["zygote"] != a["zygote"] and c["level"] == "1"
+    # A job's tasks never share a zygote (nor, so, a hash seed).
+    d = _fields(_run([str(probe)], env_extra={
+        "TF_CONFIG": '{"cluster": {}, "task": {"type": "worker", "index": 1}}'}))
+    assert d["zygote"] not in (a["zygote"], c["zygote"])
+
+
+def test_what_it_cannot_serve_runs_the_real_interpreter():
+    p = _run(["-u", "-c", "import sys; print(sys.orig_argv[1:3])"])
+    assert p.returncode == 0 and p.stdout.strip() == "['-u', '-c']", p.stderr
+    env = {k: v for k, v in os.environ.items() if k != warm_python.MANAGER_ENV}
+    p = subprocess.run([*warm_python.PYTHON, "-c", "import sys; print(sys.executable)"],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.strip() == sys.executable, p.stderr
+
+
+def _gone(pid, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.05)
+    return False
