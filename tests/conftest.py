@@ -52,16 +52,46 @@ def _is_xdist_controller(config) -> bool:
     return bool(workers) and not hasattr(config, "workerinput")
 
 
-def pytest_collection_modifyitems(config, items):
-    """Files that start real clusters first (stable; a file stays whole).
+# Seconds each of the longest files took in full runs here (2 cores, `-n 2`/`-n 3`,
+# warm subprocesses); only the order of files depends on it.
+_FILE_SECONDS = {
+    "multiworker/test_ray_elastic.py": 150, "multiworker/test_ray.py": 140,
+    "multiworker/test_resize_resume.py": 80, "multiworker/test_keras_matrix.py": 80,
+    "benchmarks/test_train.py": 65, "docs/test_worker_examples.py": 60,
+    "multiworker/test_stall_abort.py": 55, "multiworker/test_callbacks.py": 50,
+    "gradients/test_powersgd.py": 45, "gradients/test_keras_gradients.py": 40,
+    "multiworker/test_stalls.py": 37, "parameter_server/test_launch_ps.py": 33,
+    "multiworker/test_frozen_chief.py": 32, "multiworker/test_shared_saving.py": 32,
+    "multiworker/test_keras_fit.py": 32, "multiworker/test_preemption.py": 31,
+    "multiworker/test_restart_resume.py": 30, "benchmarks/test_train_peer.py": 30,
+    "benchmarks/test_ps.py": 29, "gradients/test_sharded_state.py": 29,
+    "callbacks/test_backup_store.py": 28, "strategy/test_keras_steps.py": 27,
+    "parameter_server/test_keras_fit.py": 27, "multiworker/test_sidecar_evaluator.py": 26,
+    "parameter_server/test_faults.py": 25, "multiworker/test_per_host_saving.py": 24,
+}
 
-    With `--dist loadfile` xdist hands out whole files in collection order;
-    the long cluster files first and the many short ones last keeps both
-    processes busy to the end instead of one finishing a 60 s file alone.
+
+def pytest_collection_modifyitems(config, items):
+    """Files longest first (stable; a file stays whole).
+
+    With `--dist loadfile --no-loadscope-reorder` xdist hands out whole files
+    in this order, two to each process first, then one to whichever process
+    is free: the longest files start at once and the many short ones fill
+    the end, instead of one process finishing a 150 s file alone (xdist's
+    own reorder, by number of tests per file, ran the one-test Ray elastic
+    file last). Files not in `_FILE_SECONDS`: those that start clusters
+    before the rest.
     """
-    heavy = {item.path for item in items
-             if item.get_closest_marker("multiworker") or item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in heavy)
+    def seconds(item):
+        rel = item.path.relative_to(item.config.rootpath / "tests").as_posix()
+        if rel in _FILE_SECONDS:
+            return _FILE_SECONDS[rel]
+        heavy = item.get_closest_marker("multiworker") or item.get_closest_marker("slow")
+        return 10 if heavy else 0
+    per_file = {}
+    for item in items:
+        per_file[item.path] = max(per_file.get(item.path, 0), seconds(item))
+    items.sort(key=lambda item: -per_file[item.path])
     if TEST_GPUS:
         skip = pytest.mark.skip(reason=_GPU_SKIP)
         for item in items:
