@@ -6,17 +6,18 @@ argv, `__main__`, sys.path, the environment, stdin/stdout, exit codes,
 signals, and a zygote whose import-time environment matches the client's.
 """
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
 from tests import warm_python
+from tests.multiworker import harness
 
 PROBE = textwrap.dedent("""
     import json, os, sys
@@ -87,34 +88,32 @@ def test_exit_codes_and_tracebacks_are_the_interpreters(probe):
     assert _run([str(probe), "exit"]).returncode == 7
 
 
-def test_signals_reach_the_child_and_its_death_is_the_clients(probe):
+@contextlib.contextmanager
+def _sleeping(probe):
+    """(client, child pid) of a warm `probe.py sleep`; the client is killed after."""
     env = dict(os.environ, WARM_TEST_FOO="bar", TF_CPP_MIN_LOG_LEVEL="2")
     p = subprocess.Popen([*warm_python.PYTHON, str(probe), "sleep"], env=env,
                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
                          start_new_session=True)
     try:
-        child = json.loads(p.stdout.readline())["pid"]
-        p.send_signal(signal.SIGTERM)
-        assert p.wait(timeout=30) == -signal.SIGTERM
-        assert _gone(child)
+        yield p, json.loads(p.stdout.readline())["pid"]
     finally:
         p.kill()
         p.wait()
+
+
+def test_signals_reach_the_child_and_its_death_is_the_clients(probe):
+    with _sleeping(probe) as (p, child):
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=30) == -signal.SIGTERM
+        assert harness.wait_gone(child, timeout=10)
 
 
 def test_a_killed_client_takes_its_child_with_it(probe):
-    env = dict(os.environ, WARM_TEST_FOO="bar", TF_CPP_MIN_LOG_LEVEL="2")
-    p = subprocess.Popen([*warm_python.PYTHON, str(probe), "sleep"], env=env,
-                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
-                         start_new_session=True)
-    try:
-        child = json.loads(p.stdout.readline())["pid"]
+    with _sleeping(probe) as (p, child):
         os.killpg(p.pid, signal.SIGKILL)  # SIGKILL cannot be forwarded
         assert p.wait(timeout=30) == -signal.SIGKILL
-        assert _gone(child), "the child outlived its SIGKILLed client"
-    finally:
-        p.kill()
-        p.wait()
+        assert harness.wait_gone(child, timeout=10), "the child outlived its SIGKILLed client"
 
 
 def test_an_import_time_variable_gets_its_own_zygote(probe):
@@ -137,15 +136,3 @@ def test_what_it_cannot_serve_runs_the_real_interpreter():
                        env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.strip() == sys.executable, p.stderr
 
-
-def _gone(pid, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return True
-        except FileNotFoundError:
-            return True
-        time.sleep(0.05)
-    return False

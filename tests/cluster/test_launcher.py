@@ -21,6 +21,7 @@ from tfdist_opt import cli
 from tfdist_opt.cluster import launcher
 from tfdist_opt.cluster import tf_config as tc
 from tfdist_opt.evaluation.loop import TRAINING_ENDED_ENV
+from tests.multiworker import harness
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -39,18 +40,7 @@ def _run(code, n, **kwargs):
     return result, out.getvalue(), err.getvalue(), time.monotonic() - t0
 
 
-def _gone(pid, timeout=5.0):
-    """True once `pid` no longer runs (absent or a zombie awaiting init)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return True
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-        time.sleep(0.05)
-    return False
+_gone = harness.wait_gone  # absent, or a zombie awaiting init
 
 
 def _wait_for(path, timeout=20.0):

@@ -145,6 +145,16 @@ def process_running(pid: int) -> bool:
         return False
 
 
+def wait_gone(pid: int, timeout: float = 5.0) -> bool:
+    """True once `pid` no longer runs (absent or a zombie) within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not process_running(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def wait_for_file(path, proc: subprocess.Popen, timeout: float = 120,
                   poll_s: float = 0.05) -> None:
     """Waits for `path` to exist; fails early (with its output) if `proc` ends."""
