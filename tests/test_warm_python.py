@@ -86,6 +86,10 @@ def test_exit_codes_and_tracebacks_are_the_interpreters(probe):
     p = _run([str(probe), "raise"])
     assert p.returncode == 1 and "ValueError: boom" in p.stderr
     assert _run([str(probe), "exit"]).returncode == 7
+    p = _run([str(probe) + ".missing"])
+    real = subprocess.run([sys.executable, str(probe) + ".missing"], capture_output=True,
+                          text=True, timeout=60)
+    assert (p.returncode, p.stderr) == (real.returncode, real.stderr) == (2, real.stderr)
 
 
 @contextlib.contextmanager

@@ -335,8 +335,14 @@ def run(request: dict) -> None:
     main.__dict__["__builtins__"] = __builtins__
     if how == "path":
         main.__file__ = os.path.abspath(target)  # absolute, as since Python 3.9
-        with open(target, "rb") as f:
-            code = compile(f.read(), main.__file__, "exec")
+        try:
+            with open(target, "rb") as f:
+                source = f.read()
+        except OSError as e:  # the interpreter's own message and status
+            sys.stderr.write(f"{sys.executable}: can't open file {main.__file__!r}: "
+                             f"[Errno {e.errno}] {e.strerror}\n")
+            sys.exit(2)
+        code = compile(source, main.__file__, "exec")
     else:
         code = compile(target, "<string>", "exec")
     sys.modules["__main__"] = main
