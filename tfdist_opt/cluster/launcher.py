@@ -56,10 +56,10 @@ from tfdist_opt.cluster import process_group
 from tfdist_opt.cluster import sources
 from tfdist_opt.cluster import tf_config as tf_config_lib
 from tfdist_opt.cluster import watchdog as watchdog_lib
-from tfdist_opt.evaluation.loop import TRAINING_ENDED_ENV
 from tfdist_opt.cluster.launch_checks import (  # noqa: F401  (re-exported)
     LaunchError, PortInUseError, check_command, check_cpu_replicas,
     check_launch_numbers, check_own_port, check_ports_free, port_in_use)
+from tfdist_opt.evaluation.loop import TRAINING_ENDED_ENV
 
 RESTART_COUNT_ENV = "TFDIST_LAUNCH_RESTART_COUNT"
 WORKER_INDEX_ENV = "TFDIST_LAUNCH_WORKER_INDEX"
