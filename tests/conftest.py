@@ -7,6 +7,7 @@ devices after its runtime starts). Tests that need a
 different process set-up (tf_keras, multi-worker) run in subprocesses.
 """
 
+import gc
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -137,6 +138,23 @@ def pytest_unconfigure(config):
 
 
 import pytest  # noqa: E402
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After each file (its module fixtures gone): collect, then freeze what lives on.
+
+    A test process accumulates TensorFlow's and Keras's objects over hundreds
+    of in-process tests (~620k after tests/gradients and tests/callbacks);
+    each full collection walked them all, and tests that trace or allocate
+    much triggered one after another: those two folders took 194 s and 32 s
+    of full collections, 132 s and 8 s with this (run side by side, `-n 0`).
+    Objects alive at a file's end are moved out of the collector's sight
+    (`gc.freeze`); what a later test creates is collected as usual.
+    """
+    if nextitem is None or nextitem.path != item.path:
+        gc.collect()
+        gc.freeze()
 
 
 @pytest.fixture
