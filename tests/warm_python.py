@@ -8,7 +8,7 @@ uses `PYTHON` (this file's client) instead of `sys.executable`:
     subprocess.Popen([*warm_python.PYTHON, "script.py", ...], env=env)
 
 The client asks this test session's manager (a thread in the pytest process,
-`Manager`) for a zygote: a process that imported `tensorflow` and `keras`
+`Manager`) for a zygote: a process that imported `tensorflow` (and with it Keras)
 with the same import-time environment and then waits. The zygote forks; the
 child takes the client's file descriptors, working directory, umask, ignored
 signals, environment and argv, and runs the script as `__main__`, as
@@ -181,9 +181,9 @@ def serve(path: str, owner: int, idle_s: float) -> dict:
     import time
 
     import numpy as np
+    # TensorFlow imports Keras 3 itself (tf_keras instead under
+    # TF_USE_LEGACY_KERAS=1, part of the key): what a fresh process loads.
     import tensorflow  # noqa: F401
-    if os.environ.get("TF_USE_LEGACY_KERAS") not in ("1", "true", "True"):
-        import keras  # noqa: F401  (a tf_keras process never loads Keras 3 itself)
 
     # What the import built is never collected in a child: a collection there
     # would write to every object's header and copy the zygote's heap.
