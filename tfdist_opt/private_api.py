@@ -288,12 +288,24 @@ ENTRIES: tuple[PrivateName, ...] = (
     # ---------------------------------------------------------------- Ray
     PrivateName("ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator."
                 "_AutoscalingCoordinatorActor", "get_reserved_resources",
-                "tfdist_opt.cluster.ray_backend",
+                "tfdist_opt.cluster.ray_elastic",
                 "the detached actor `AutoscalingCoordinator` Ray Train V2's elastic "
                 "policy sizes groups from re-reads the nodes every 20 s; "
                 "`recompute=True` after a lost node restarts at the size alive now "
                 "instead of the old size (then a 60 s start timeout). Ray has no "
                 "public refresh (ray[train] 2.60)"),
+    PrivateName("ray.train.v2._internal.execution.callback",
+                "ControllerCallback.before_controller_execute_failure_decision",
+                "tfdist_opt.cluster.ray_elastic",
+                "the controller hook run before a failed group is restarted "
+                "(a DeveloperAPI kept under _internal): after a lost node the "
+                "restart waits there until Ray declares the node dead, so it "
+                "is sized from the nodes left (ray[train] 2.60)"),
+    PrivateName("ray.train.v2._internal.execution.failure_handling",
+                "FailureDecision.RETRY",
+                "tfdist_opt.cluster.ray_elastic",
+                "the decision the hook above receives; compared by name, "
+                "`RETRY` (ray[train] 2.60)"),
     PrivateName("ray.train.v2._internal.util", "TrainingFramework.TENSORFLOW",
                 "tfdist_opt.cluster.ray_backend",
                 "the `framework` Ray's own TensorflowConfig reports (run state, "

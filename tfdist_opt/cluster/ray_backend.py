@@ -44,7 +44,6 @@ import dataclasses
 import json
 import os
 import socket
-import time
 from typing import Sequence
 
 import ray
@@ -57,10 +56,6 @@ PIN_LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 WORKER_INDEX_ENV = "TFDIST_LAUNCH_WORKER_INDEX"
 NUM_WORKERS_ENV = "TFDIST_LAUNCH_NUM_WORKERS"
 RESTART_COUNT_ENV = "TFDIST_LAUNCH_RESTART_COUNT"
-
-# Ray Train V2's autoscaling coordinator: its actor name and namespace (see
-# tfdist_opt.private_api).
-_COORDINATOR_NAME = "AutoscalingCoordinator"
 
 _held: list[socket.socket] = []  # this worker process's held port(s)
 
@@ -153,85 +148,6 @@ class _Backend(Backend):
             worker_group.execute(release_ports)
         except Exception:  # pylint: disable=broad-except
             pass  # the workers are gone; their sockets went with them
-
-
-def settle_lost_nodes(wait_s: float = 60.0, probe_s: float = 1.0) -> list[str]:
-    """Before a failed worker reports: lets Ray see a lost node first.
-
-    Ray Train V2 sizes the restart of a failed group the moment a worker
-    reports the failure, from what its elastic policy knows of the nodes
-    then. When a node dies, its peers' scripts fail within a second (their
-    next collective), but Ray declares the node dead only after its health
-    checks miss (~15 s by default), and the elastic policy's view lags up to
-    20 s more (see `refresh_elastic_view`). The group would restart at the
-    old size, wait out `RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S` (60 s) for a
-    bundle no node can hold, and only then shrink. Called by a worker whose
-    script failed (`tfdist_opt.cluster.ray_worker`): every node Ray still
-    lists alive whose raylet refuses a TCP connection (or does not answer
-    in `probe_s`) is waited on until Ray declares it dead (at most
-    `wait_s`), then the elastic view is refreshed. Without such a node it
-    returns at once (a script that just failed).
-
-    Args:
-        wait_s: float. Longest wait for Ray's verdict. Defaults to 60.
-        probe_s: float. Connect timeout of each raylet probe. Defaults to 1.
-
-    Returns:
-        list of str. The node ids found lost.
-    """
-    lost = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and not _accepts(
-        n.get("NodeManagerAddress"), n.get("NodeManagerPort"), probe_s)]
-    deadline = time.monotonic() + wait_s
-    while lost and time.monotonic() < deadline:
-        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
-        if not alive.intersection(lost):
-            break
-        time.sleep(0.2)
-    if lost:
-        refresh_elastic_view()
-    return lost
-
-
-def _accepts(host, port, timeout: float) -> bool:
-    if not host or not port:
-        return True  # nothing to probe: trust Ray
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def refresh_elastic_view(settle_s: float = 1.1) -> bool:
-    """Makes Ray Train's elastic sizing see the nodes alive now.
-
-    Ray Train V2's elastic policy sizes a (re)started group from Ray's
-    autoscaling coordinator, a detached actor that re-reads the node table
-    only every 20 s (`_AutoscalingCoordinatorActor.TICK_INTERVAL_S`). A group
-    that failed because a node died would restart at the old size while the
-    coordinator still counts the dead node, then wait out
-    `RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S` (60 s) for a bundle no node can
-    hold before sizing again. `settle_lost_nodes` calls this once Ray has
-    declared a lost node dead: the coordinator recomputes from the node
-    table, and the policy's own 1 s cache of the answer
-    (`ElasticScalingPolicy.GET_RESERVED_RESOURCES_INTERVAL_S`) runs out in
-    `settle_s`. Creates nothing: without a coordinator (a fixed-size group)
-    it does nothing.
-
-    Args:
-        settle_s: float. Seconds to wait after the refresh. Defaults to 1.1.
-
-    Returns:
-        bool. Whether a coordinator was refreshed.
-    """
-    try:
-        coordinator = ray.get_actor(_COORDINATOR_NAME, namespace=_COORDINATOR_NAME)
-        ray.get(coordinator.get_reserved_resources.remote(
-            "tfdist_opt", recompute=True), timeout=15)
-    except Exception:  # pylint: disable=broad-except
-        return False  # none (fixed size), or Ray without it: Ray's own timing
-    time.sleep(settle_s)
-    return True
 
 
 @dataclasses.dataclass

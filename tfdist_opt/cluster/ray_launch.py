@@ -242,6 +242,7 @@ def run_ray(argv: Sequence[str], num_workers, *,
         from ray import train as ray_train  # pylint: disable=g-import-not-at-top
         from ray.util.queue import Queue  # pylint: disable=g-import-not-at-top
         from tfdist_opt.cluster import ray_backend  # pylint: disable=g-import-not-at-top
+        from tfdist_opt.cluster import ray_elastic  # pylint: disable=g-import-not-at-top
     except ImportError as e:
         raise ImportError("`tfdist-opt launch --ray` needs Ray Train: pip install "
                           f"'tfdist_opt[ray]' ({e})") from e
@@ -300,7 +301,9 @@ def run_ray(argv: Sequence[str], num_workers, *,
                    {"elastic_resize_monitor_interval_s": float(resize_interval_s)})),
             ray_train.RunConfig(
                 storage_path=storage, name="tfdist_opt_launch",
-                failure_config=ray_train.FailureConfig(max_failures=max_restarts)))
+                failure_config=ray_train.FailureConfig(max_failures=max_restarts),
+                # an elastic restart after a lost node: sized from the nodes left
+                callbacks=[] if hi is None else [ray_elastic.LostNodeCallback()]))
         log(f"starting {workers if hi is None else f'{lo}..{hi}'} Ray worker(s) "
             f"(up to {max_restarts + 1} attempt(s)): {shlex.join(argv)}")
         try:

@@ -6,10 +6,9 @@ pipes file descriptors 1 and 2 (Python and TF's C++ logs) into the
 launcher's `ray.util.queue.Queue` as `(rank, fd, line)`, runs the script as
 `__main__` (`runpy`, `sys.argv` set) and turns a non-zero exit code into
 `WorkerExit`, which fails the attempt (Ray restarts the group while
-`FailureConfig(max_failures)` allows); before it fails, a worker lets Ray
-declare a lost peer node dead (`ray_backend.settle_lost_nodes`) so the
-restart is sized from the nodes left. Imports no Ray and no TF at module
-level.
+`FailureConfig(max_failures)` allows; an elastic restart after a lost node
+is sized by `tfdist_opt.cluster.ray_elastic`). Imports no Ray and no TF at
+module level.
 """
 
 from __future__ import annotations
@@ -131,18 +130,5 @@ def worker_loop(config: dict) -> None:
     with _ForwardFds(config["logs"], index):
         code = run_target(config["kind"], config["target"], config["args"])
     if code:
-        _settle_lost_nodes()
         raise WorkerExit(code, index)
 
-
-def _settle_lost_nodes() -> None:
-    """Lets Ray declare a lost peer node dead before this failure reports."""
-    try:
-        from tfdist_opt.cluster import ray_backend  # pylint: disable=g-import-not-at-top
-        lost = ray_backend.settle_lost_nodes()
-    except Exception as e:  # pylint: disable=broad-except
-        print(f"tfdist_opt: could not check for lost Ray nodes: {e}", file=sys.stderr)
-        return
-    if lost:
-        print(f"tfdist_opt: Ray node(s) lost: {', '.join(n[:8] for n in lost)}; "
-              "the group restarts on the nodes left", file=sys.stderr)
