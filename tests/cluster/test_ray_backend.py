@@ -13,6 +13,7 @@ pytest.importorskip("ray.train")
 from tfdist_opt.callbacks import ray_checkpoints  # pylint: disable=g-import-not-at-top
 from tfdist_opt.cli import launch as launch_cli  # pylint: disable=g-import-not-at-top
 from tfdist_opt.cluster import ray_backend  # pylint: disable=g-import-not-at-top
+from tfdist_opt.cluster import ray_elastic  # pylint: disable=g-import-not-at-top
 from tfdist_opt.cluster import ray_launch  # pylint: disable=g-import-not-at-top
 from tfdist_opt.cluster import ray_worker  # pylint: disable=g-import-not-at-top
 
@@ -136,8 +137,8 @@ def _refusing_port():
 
 def test_settle_lost_nodes_waits_for_ray_to_declare_a_dead_raylet(monkeypatch):
     # Node b's raylet refuses connections while Ray still lists it alive:
-    # the failing worker waits until Ray declares it dead, then refreshes
-    # the elastic view, so the restart is sized from node a alone.
+    # the restart waits until Ray declares it dead, then refreshes the
+    # elastic view, so it is sized from node a alone.
     server = _listening()
     try:
         live = {"NodeID": "a" * 8, "Alive": True, "NodeManagerAddress": "127.0.0.1",
@@ -150,16 +151,18 @@ def test_settle_lost_nodes_waits_for_ray_to_declare_a_dead_raylet(monkeypatch):
             calls.append(1)
             return [live, dict(lost, Alive=len(calls) < 4)]
 
-        monkeypatch.setattr(ray_backend.ray, "nodes", nodes)
-        monkeypatch.setattr(ray_backend, "refresh_elastic_view",
+        monkeypatch.setattr(ray_elastic.ray, "nodes", nodes)
+        monkeypatch.setattr(ray_elastic, "refresh_elastic_view",
                             lambda: refreshed.append(len(calls)))
-        assert ray_backend.settle_lost_nodes(wait_s=30) == ["b" * 8]
+        assert ray_elastic.settle_lost_nodes(wait_s=30) == ["b" * 8]
         assert refreshed == [4]  # after Ray's 4th answer: b dead
-        # Nothing lost (a worker's script failed on its own): no wait, no refresh.
+        # Nothing unreachable (a script failed on its own, or Ray declared
+        # the node dead already): no wait, but a refresh all the same, since
+        # the elastic view counts a dead node until its next 20 s refresh.
         calls.clear()
-        monkeypatch.setattr(ray_backend.ray, "nodes", lambda: [live])
-        assert ray_backend.settle_lost_nodes(wait_s=30) == []
-        assert refreshed == [4]
+        monkeypatch.setattr(ray_elastic.ray, "nodes", lambda: calls.append(1) or [live])
+        assert ray_elastic.settle_lost_nodes(wait_s=30) == []
+        assert refreshed == [4, 1]
     finally:
         server.close()
 
@@ -168,9 +171,9 @@ def test_settle_lost_nodes_gives_up_after_wait_s(monkeypatch):
     lost = {"NodeID": "c" * 8, "Alive": True, "NodeManagerAddress": "127.0.0.1",
             "NodeManagerPort": _refusing_port()}
     refreshed = []
-    monkeypatch.setattr(ray_backend.ray, "nodes", lambda: [lost])
-    monkeypatch.setattr(ray_backend, "refresh_elastic_view", lambda: refreshed.append(1))
-    assert ray_backend.settle_lost_nodes(wait_s=0.3) == ["c" * 8]
+    monkeypatch.setattr(ray_elastic.ray, "nodes", lambda: [lost])
+    monkeypatch.setattr(ray_elastic, "refresh_elastic_view", lambda: refreshed.append(1))
+    assert ray_elastic.settle_lost_nodes(wait_s=0.3) == ["c" * 8]
     assert refreshed == [1]
 
 
@@ -185,11 +188,33 @@ def test_refresh_elastic_view_without_a_coordinator_returns_at_once(monkeypatch)
         looked_up.append((name, namespace))
         raise ValueError(f"Failed to look up actor {name} in {namespace}")
 
-    monkeypatch.setattr(ray_backend.ray, "get_actor", no_actor)
+    monkeypatch.setattr(ray_elastic.ray, "get_actor", no_actor)
     t0 = time.monotonic()
-    assert ray_backend.refresh_elastic_view(settle_s=5) is False
+    assert ray_elastic.refresh_elastic_view(settle_s=5) is False
     assert time.monotonic() - t0 < 2
     assert looked_up == [("AutoscalingCoordinator", "AutoscalingCoordinator")]
+
+
+def test_lost_node_callback_settles_before_a_restart_only(monkeypatch):
+    # Ray Train's controller calls the hook before it executes a failure
+    # decision; only a RETRY restarts (and sizes) a group.
+    from ray.train.v2._internal.execution.failure_handling import FailureDecision  # pylint: disable=g-import-not-at-top
+
+    settled = []
+    monkeypatch.setattr(ray_elastic, "settle_lost_nodes",
+                        lambda wait_s: settled.append(wait_s) or [])
+    callback = ray_elastic.LostNodeCallback(wait_s=7)
+    callback.before_controller_execute_failure_decision(FailureDecision.RAISE)
+    assert settled == []
+    callback.before_controller_execute_failure_decision(FailureDecision.RETRY)
+    assert settled == [7]
+
+
+def test_elastic_launch_gives_ray_train_the_lost_node_callback(tmp_path):
+    assert ray_launch._run_config(str(tmp_path), 0, elastic=False).callbacks == []
+    config = ray_launch._run_config(str(tmp_path), 3, elastic=True)
+    assert [type(c) for c in config.callbacks] == [ray_elastic.LostNodeCallback]
+    assert config.failure_config.max_failures == 3
 
 
 def test_the_launchers_ray_side_imports_no_tensorflow():
@@ -199,8 +224,8 @@ def test_the_launchers_ray_side_imports_no_tensorflow():
     code = ("import sys, tempfile, ray.train\n"
             "from tfdist_opt.cluster import ray_backend, ray_launch\n"
             "cfg = ray_backend.TensorflowConfig()\n"
-            "trainer = ray_launch._trainer({}, cfg, ray.train.ScalingConfig(num_workers=2),\n"
-            "    ray.train.RunConfig(storage_path=tempfile.mkdtemp()))\n"
+            "trainer = ray_launch._trainer({}, cfg, ray.train.ScalingConfig(num_workers=(1, 2)),\n"
+            "    ray_launch._run_config(tempfile.mkdtemp(), 1, elastic=True))\n"
             "assert trainer.backend_config is cfg\n"
             "print(cfg.framework.value, cfg.to_dict(), cfg.backend_cls.__name__)\n"
             "assert 'tensorflow' not in sys.modules, 'tensorflow imported'\n")

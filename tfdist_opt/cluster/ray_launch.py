@@ -242,7 +242,6 @@ def run_ray(argv: Sequence[str], num_workers, *,
         from ray import train as ray_train  # pylint: disable=g-import-not-at-top
         from ray.util.queue import Queue  # pylint: disable=g-import-not-at-top
         from tfdist_opt.cluster import ray_backend  # pylint: disable=g-import-not-at-top
-        from tfdist_opt.cluster import ray_elastic  # pylint: disable=g-import-not-at-top
     except ImportError as e:
         raise ImportError("`tfdist-opt launch --ray` needs Ray Train: pip install "
                           f"'tfdist_opt[ray]' ({e})") from e
@@ -299,11 +298,7 @@ def run_ray(argv: Sequence[str], num_workers, *,
                 num_workers=workers,
                 **({} if resize_interval_s is None else
                    {"elastic_resize_monitor_interval_s": float(resize_interval_s)})),
-            ray_train.RunConfig(
-                storage_path=storage, name="tfdist_opt_launch",
-                failure_config=ray_train.FailureConfig(max_failures=max_restarts),
-                # an elastic restart after a lost node: sized from the nodes left
-                callbacks=[] if hi is None else [ray_elastic.LostNodeCallback()]))
+            _run_config(storage, max_restarts, elastic=hi is not None))
         log(f"starting {workers if hi is None else f'{lo}..{hi}'} Ray worker(s) "
             f"(up to {max_restarts + 1} attempt(s)): {shlex.join(argv)}")
         try:
@@ -333,6 +328,17 @@ def run_ray(argv: Sequence[str], num_workers, *,
             shutil.rmtree(storage, ignore_errors=True)
         for s, h in old_handlers.items():
             signal.signal(s, h)
+
+
+def _run_config(storage: str, max_restarts: int, elastic: bool):
+    """Ray Train's RunConfig: storage, restarts, and for MIN:MAX the callback
+    that sizes a restart after a lost node from the nodes left."""
+    from ray import train as ray_train  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.cluster import ray_elastic  # pylint: disable=g-import-not-at-top
+    return ray_train.RunConfig(
+        storage_path=storage, name="tfdist_opt_launch",
+        failure_config=ray_train.FailureConfig(max_failures=max_restarts),
+        callbacks=[ray_elastic.LostNodeCallback()] if elastic else [])
 
 
 def _trainer(train_loop_config, backend_config, scaling_config, run_config):
