@@ -29,6 +29,7 @@ pytest.importorskip("ray.train")
 
 from tests.multiworker import harness  # pylint: disable=g-import-not-at-top
 from tests.multiworker import ray_cluster  # pylint: disable=g-import-not-at-top
+from tfdist_opt.cluster import ray_launch  # pylint: disable=g-import-not-at-top
 
 pytestmark = [pytest.mark.multiworker, pytest.mark.slow]
 
@@ -90,6 +91,9 @@ def test_two_ray_workers_equal_launch_and_one_process(head, single, tmp_path):
     on_ray = [_load(out / f"attempt-0-worker-{i}.json") for i in range(2)]
     for w in on_ray:
         assert w["replicas"] == 2 and w["step"] == 36
+        # The controller took the 12 backups' reports every 0.5 s, not 2 s
+        # (Ray's default, which made each backup wait in `ray.train.report`).
+        assert w["ray_poll_s"] == ray_launch.REPORT_POLL_S, w["ray_poll_s"]
         hosts = json.loads(w["tf_config"])["cluster"]["worker"]
         assert [h.rsplit(":", 1)[0] for h in hosts] == ["127.0.0.1"] * 2, hosts
     assert on_ray[0]["weights"] == on_ray[1]["weights"]

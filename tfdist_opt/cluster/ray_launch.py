@@ -61,6 +61,14 @@ EXIT_LAUNCH_ERROR = 1
 # The resource Ray gives the head node only (`ray.nodes()[i]["Resources"]`).
 HEAD_RESOURCE = "node:__internal_head__"
 
+# Ray Train V2's controller takes at most one `ray.train.report` (one backup)
+# per poll of its workers, every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (2 s by
+# default; its result queue holds one report), so a worker backing up more
+# often than that waits in `report`: 12 backups of a short run cost ~22 s.
+# The launcher polls every 0.5 s unless that variable is set.
+REPORT_POLL_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
+REPORT_POLL_S = "0.5"
+
 
 def parse_workers(text) -> tuple[int, int | None]:
     """`-n N` or `-n MIN:MAX` → (N, None) or (MIN, MAX).
@@ -267,7 +275,11 @@ def run_ray(argv: Sequence[str], num_workers, *,
     storage = storage_path or tempfile.mkdtemp(prefix="tfdist_opt_ray_")
     t0 = time.monotonic()
     pump = None
+    poll_was = os.environ.get(REPORT_POLL_ENV)
     try:
+        # Read from this process's environment when Ray Train starts its
+        # controller, which passes it on.
+        os.environ.setdefault(REPORT_POLL_ENV, REPORT_POLL_S)
         if address is None:
             os.environ[ray_backend.PIN_LOOPBACK_ENV] = "0"
             ray.init(num_cpus=max(hi or lo, os.cpu_count() or 1),
@@ -324,6 +336,8 @@ def run_ray(argv: Sequence[str], num_workers, *,
         ray.shutdown()
         if address is None:
             os.environ.pop(ray_backend.PIN_LOOPBACK_ENV, None)
+        if poll_was is None:
+            os.environ.pop(REPORT_POLL_ENV, None)
         if own_storage:
             shutil.rmtree(storage, ignore_errors=True)
         for s, h in old_handlers.items():

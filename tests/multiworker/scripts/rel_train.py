@@ -199,7 +199,9 @@ def main():
               "step": int(model.optimizer.iterations.numpy()),
               "weights": [w.tolist() for w in model.get_weights()],
               "restored": backup.restored, "input_errors": input_errors,
-              "tf_config": os.environ.get("TF_CONFIG")}
+              "tf_config": os.environ.get("TF_CONFIG"),
+              # Ray Train's controller poll, passed on to its workers
+              "ray_poll_s": os.environ.get("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S")}
     with open(os.path.join(args.out, f"attempt-{attempt}-worker-{index}.json"),
               "w") as f:
         json.dump(result, f)
