@@ -306,6 +306,13 @@ ENTRIES: tuple[PrivateName, ...] = (
                 "tfdist_opt.cluster.ray_elastic",
                 "the decision the hook above receives; compared by name, "
                 "`RETRY` (ray[train] 2.60)"),
+    PrivateName("ray.train.v2._internal.execution.controller.state",
+                "RunningState",
+                "tfdist_opt.cluster.ray_elastic",
+                "the state a running group is in, compared by class name in "
+                "`after_controller_state_update` (a DeveloperAPI hook): the "
+                "elastic view is refreshed only while a group runs "
+                "(ray[train] 2.60)"),
     PrivateName("ray.train.v2._internal.util", "TrainingFramework.TENSORFLOW",
                 "tfdist_opt.cluster.ray_backend",
                 "the `framework` Ray's own TensorflowConfig reports (run state, "

@@ -210,10 +210,47 @@ def test_lost_node_callback_settles_before_a_restart_only(monkeypatch):
     assert settled == [7]
 
 
+def test_lost_node_callback_refreshes_a_running_groups_view(monkeypatch):
+    # A node that joins is seen at the next resize check, not after Ray's
+    # 20 s tick: every `refresh_s`, while the group runs, the coordinator
+    # recomputes (not waited on).
+    from ray.train.v2._internal.execution.controller.state import (  # pylint: disable=g-import-not-at-top
+        RunningState, SchedulingState)
+
+    calls = []
+
+    class Method:
+        def remote(self, *args, **kwargs):
+            calls.append((args, kwargs))
+
+    class Coordinator:
+        get_reserved_resources = Method()
+
+    monkeypatch.setattr(ray_elastic.ray, "get_actor",
+                        lambda name, namespace=None: Coordinator())
+    now = [1000.0]
+    monkeypatch.setattr(ray_elastic.time, "monotonic", lambda: now[0])
+    callback = ray_elastic.LostNodeCallback(refresh_s=3)
+    running = RunningState()
+    callback.after_controller_state_update(running, running)
+    assert calls == []  # none within refresh_s of the start
+    now[0] += 3.5
+    callback.after_controller_state_update(running, SchedulingState(None))
+    assert calls == []  # not running
+    callback.after_controller_state_update(running, running)
+    callback.after_controller_state_update(running, running)
+    assert calls == [(("tfdist_opt",), {"recompute": True})]
+    now[0] += 3.5
+    callback.after_controller_state_update(running, running)
+    assert len(calls) == 2
+    assert ray_elastic.LostNodeCallback(refresh_s=60).refresh_s == 20  # Ray's tick
+
+
 def test_elastic_launch_gives_ray_train_the_lost_node_callback(tmp_path):
     assert ray_launch._run_config(str(tmp_path), 0, elastic=False).callbacks == []
-    config = ray_launch._run_config(str(tmp_path), 3, elastic=True)
+    config = ray_launch._run_config(str(tmp_path), 3, elastic=True, resize_interval_s=3)
     assert [type(c) for c in config.callbacks] == [ray_elastic.LostNodeCallback]
+    assert config.callbacks[0].refresh_s == 3
     assert config.failure_config.max_failures == 3
 
 

@@ -49,17 +49,43 @@ _log = logging.getLogger(__name__)
 class LostNodeCallback(ControllerCallback):
     """Holds an elastic restart until Ray has declared lost nodes dead.
 
+    It also refreshes the elastic view every `refresh_s` while the group
+    runs, so a node that joins is seen at the group's next resize check
+    (`ScalingConfig(elastic_resize_monitor_interval_s)`), not up to 20 s
+    later.
+
     Args:
         wait_s: float. Longest wait for Ray to declare a lost node dead.
             Defaults to 60 (Ray's default verdict comes in ~15-30 s).
+        refresh_s: float. Seconds between refreshes while the group runs;
+            at most Ray's own 20 s. Defaults to 20.
 
     Example:
         >>> import ray.train  # doctest: +SKIP
         >>> run_config = ray.train.RunConfig(callbacks=[LostNodeCallback()])
     """
 
-    def __init__(self, wait_s: float = 60.0):
+    def __init__(self, wait_s: float = 60.0, refresh_s: float = 20.0):
         self.wait_s = wait_s
+        self.refresh_s = min(float(refresh_s), 20.0)
+        self._refreshed = time.monotonic()
+
+    def after_controller_state_update(self, previous_state, current_state):
+        # Called after every controller loop iteration (each poll of the
+        # workers); only a running group is checked for room to grow.
+        del previous_state
+        if type(current_state).__name__ != "RunningState":
+            return
+        now = time.monotonic()
+        if now - self._refreshed < self.refresh_s:
+            return
+        self._refreshed = now
+        try:
+            coordinator = ray.get_actor(_COORDINATOR_NAME, namespace=_COORDINATOR_NAME)
+            # Not waited on: the controller's loop goes on while it ticks.
+            coordinator.get_reserved_resources.remote("tfdist_opt", recompute=True)
+        except Exception:  # pylint: disable=broad-except
+            pass  # no coordinator (yet): Ray's own 20 s tick
 
     def before_controller_execute_failure_decision(self, failure_decision):
         if getattr(failure_decision, "name", None) != "RETRY":

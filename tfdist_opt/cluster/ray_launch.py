@@ -310,7 +310,8 @@ def run_ray(argv: Sequence[str], num_workers, *,
                 num_workers=workers,
                 **({} if resize_interval_s is None else
                    {"elastic_resize_monitor_interval_s": float(resize_interval_s)})),
-            _run_config(storage, max_restarts, elastic=hi is not None))
+            _run_config(storage, max_restarts, elastic=hi is not None,
+                        resize_interval_s=resize_interval_s))
         log(f"starting {workers if hi is None else f'{lo}..{hi}'} Ray worker(s) "
             f"(up to {max_restarts + 1} attempt(s)): {shlex.join(argv)}")
         try:
@@ -344,15 +345,18 @@ def run_ray(argv: Sequence[str], num_workers, *,
             signal.signal(s, h)
 
 
-def _run_config(storage: str, max_restarts: int, elastic: bool):
+def _run_config(storage: str, max_restarts: int, elastic: bool,
+                resize_interval_s: float | None = None):
     """Ray Train's RunConfig: storage, restarts, and for MIN:MAX the callback
-    that sizes a restart after a lost node from the nodes left."""
+    that sizes a restart after a lost node from the nodes left and keeps the
+    elastic view as fresh as the resize checks (`resize_interval_s`)."""
     from ray import train as ray_train  # pylint: disable=g-import-not-at-top
     from tfdist_opt.cluster import ray_elastic  # pylint: disable=g-import-not-at-top
     return ray_train.RunConfig(
         storage_path=storage, name="tfdist_opt_launch",
         failure_config=ray_train.FailureConfig(max_failures=max_restarts),
-        callbacks=[ray_elastic.LostNodeCallback()] if elastic else [])
+        callbacks=[ray_elastic.LostNodeCallback(
+            refresh_s=max(1.0, resize_interval_s or 60.0))] if elastic else [])
 
 
 def _trainer(train_loop_config, backend_config, scaling_config, run_config):
