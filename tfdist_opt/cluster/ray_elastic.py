@@ -72,7 +72,10 @@ class LostNodeCallback(ControllerCallback):
     def __init__(self, wait_s: float = 60.0, refresh_s: float = 20.0):
         self.wait_s = wait_s
         self.refresh_s = min(float(refresh_s), 20.0)
-        self._refreshed = time.monotonic()
+        # Set in the controller's process at its first update, not here:
+        # this object is built in the driver, whose clock (on another host)
+        # does not compare.
+        self._refreshed = None
 
     def after_controller_state_update(self, previous_state, current_state):
         # Called after every controller loop iteration (each poll of the
@@ -81,6 +84,8 @@ class LostNodeCallback(ControllerCallback):
         if type(current_state).__name__ != "RunningState":
             return
         now = time.monotonic()
+        if self._refreshed is None:
+            self._refreshed = now
         if now - self._refreshed < self.refresh_s:
             return
         self._refreshed = now
