@@ -77,8 +77,8 @@ def _assert_weights_close(got, want, what):
 def test_two_ray_workers_equal_launch_and_one_process(head, single, tmp_path):
     p = harness.start_launch(2, [], [SCRIPT, "--out", str(tmp_path / "launch"),
                                      "--backup", str(tmp_path / "launch-bk")])
-    harness.finish_launch(p, timeout=240)
-    assert p.returncode == 0
+    out, err = harness.finish_launch(p, timeout=240)
+    assert p.returncode == 0, out[-3000:] + err[-3000:]
     launched = [_load(tmp_path / "launch" / f"attempt-0-worker-{i}.json")
                 for i in range(2)]
 
