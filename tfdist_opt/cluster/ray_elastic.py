@@ -90,9 +90,7 @@ class LostNodeCallback(ControllerCallback):
             return
         self._refreshed = now
         try:
-            coordinator = ray.get_actor(_COORDINATOR_NAME, namespace=_COORDINATOR_NAME)
-            # Not waited on: the controller's loop goes on while it ticks.
-            coordinator.get_reserved_resources.remote("tfdist_opt", recompute=True)
+            _recompute()  # not waited on: the controller's loop goes on
         except Exception:  # pylint: disable=broad-except
             pass  # no coordinator (yet): Ray's own 20 s tick
 
@@ -172,10 +170,17 @@ def refresh_elastic_view(settle_s: float = 1.1) -> bool:
         bool. Whether a coordinator was refreshed.
     """
     try:
-        coordinator = ray.get_actor(_COORDINATOR_NAME, namespace=_COORDINATOR_NAME)
-        ray.get(coordinator.get_reserved_resources.remote(
-            "tfdist_opt", recompute=True), timeout=15)
+        ray.get(_recompute(), timeout=15)
     except Exception:  # pylint: disable=broad-except
         return False  # none (fixed size), or Ray without it: Ray's own timing
     time.sleep(settle_s)
     return True
+
+
+def _recompute():
+    """Has the coordinator re-read the nodes; returns the call's ObjectRef.
+
+    Raises (ValueError) when there is no coordinator: a fixed-size group.
+    """
+    coordinator = ray.get_actor(_COORDINATOR_NAME, namespace=_COORDINATOR_NAME)
+    return coordinator.get_reserved_resources.remote("tfdist_opt", recompute=True)
