@@ -11,13 +11,16 @@ that none is left.
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
 
 import psutil
 
+from tests import warm_python
 from tests.multiworker import harness
 
 PIN = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
@@ -34,6 +37,15 @@ def env(**extra) -> dict:
              RAY_AUTH_MODE="disabled",
              PYTHONPATH=harness.REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     e.pop("TF_CONFIG", None)
+    manager = os.environ.get(warm_python.MANAGER_ENV)
+    if manager:
+        # Ray's own way to give a driver's job a runtime env (what `ray job
+        # submit` does): every Ray worker process of the job starts through
+        # this pytest process's warm zygotes (tests/warm_python.py), as the
+        # tests' other subprocesses do, instead of importing TensorFlow cold.
+        e["RAY_JOB_CONFIG_JSON_ENV_VAR"] = json.dumps({"runtime_env": {
+            "py_executable": shlex.join(warm_python.PYTHON),
+            "env_vars": {warm_python.MANAGER_ENV: manager}}})
     e.update(extra)
     return e
 
