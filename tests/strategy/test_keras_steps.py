@@ -4,7 +4,10 @@ In-process, 2 Mirrored replicas on the session's virtual CPUs
 (tests/conftest.py). Tolerance against `jit_compile=False` and against one
 device without a strategy: rel 1e-5, abs 1e-6 (float32; XLA fuses and
 reorders operations, and the all-reduce sums in another order; measured
-~8e-7 relative after 8 SGD steps).
+~8e-7 relative after 8 SGD steps). Under mixed_float16: rel 1e-3, abs 1e-4
+(float16's eps is ~1e-3, and XLA keeps some float16 intermediates at
+another precision than the plain step, by the CPU's instruction set: one
+host measured 2.1e-5 abs, 9.7e-4 rel, another passed at 1e-5).
 """
 
 import keras
@@ -17,6 +20,7 @@ from tfdist_opt.strategy import keras_steps
 from tfdist_opt.strategy.config import StrategyConfig
 
 RTOL, ATOL = 1e-5, 1e-6
+F16_RTOL, F16_ATOL = 1e-3, 1e-4
 N, BATCH = 64, 16
 
 
@@ -55,9 +59,9 @@ def _fit(strategy, *, jit=False, sync_bn=False, data=None, steps=None):
     return model, history.history, evaluation
 
 
-def _close(a, b):
+def _close(a, b, rtol=RTOL, atol=ATOL):
     for u, v in zip(a.get_weights(), b.get_weights()):
-        np.testing.assert_allclose(u, v, rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(u, v, rtol=rtol, atol=atol)
 
 
 def test_jit_compile_runs_per_replica_and_equals_no_jit(monkeypatch):
@@ -135,4 +139,4 @@ def test_jit_with_loss_scaling_equals_no_jit():
         keras.mixed_precision.set_global_policy("float32")
     assert isinstance(jit.optimizer, keras.optimizers.LossScaleOptimizer)
     assert int(jit.optimizer.iterations.numpy()) == 8
-    _close(jit, plain)
+    _close(jit, plain, rtol=F16_RTOL, atol=F16_ATOL)
