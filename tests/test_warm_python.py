@@ -20,7 +20,7 @@ from tests import warm_python
 from tests.multiworker import harness
 
 PROBE = textwrap.dedent("""
-    import json, os, sys
+    import json, os, sys, tempfile
     import tensorflow as tf
     print(json.dumps({
         "argv": sys.argv, "main": __name__, "file": globals().get("__file__"),
@@ -29,6 +29,7 @@ PROBE = textwrap.dedent("""
         "pid": os.getpid(), "stdin": sys.stdin.readline().strip(),
         "warm": "tensorflow" in sys.modules and os.environ.get("WARM_TEST_FOO") is not None,
         "level": os.environ.get("TF_CPP_MIN_LOG_LEVEL"),
+        "tmp": tempfile.gettempdir(),
         "zygote": os.getppid()}), flush=True)
     what = sys.argv[1] if len(sys.argv) > 1 else ""
     if what == "raise":
@@ -130,6 +131,16 @@ def test_an_import_time_variable_gets_its_own_zygote(probe):
     d = _fields(_run([str(probe)], env_extra={
         "TF_CONFIG": '{"cluster": {}, "task": {"type": "worker", "index": 1}}'}))
     assert d["zygote"] not in (a["zygote"], c["zygote"])
+
+
+def test_the_temp_dir_is_the_clients_and_shares_the_zygote(probe, tmp_path):
+    """A test that gives each worker its own TMPDIR still forks a warm process."""
+    dirs = [tmp_path / "t1", tmp_path / "t2"]
+    for d in dirs:
+        d.mkdir()
+    a, b = (_fields(_run([str(probe)], env_extra={"TMPDIR": str(d)})) for d in dirs)
+    assert (a["tmp"], b["tmp"]) == (str(dirs[0]), str(dirs[1]))
+    assert a["zygote"] == b["zygote"]
 
 
 def test_what_it_cannot_serve_runs_the_real_interpreter():

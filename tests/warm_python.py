@@ -54,9 +54,13 @@ _IMPORT_PREFIXES = ("TF_", "KERAS_", "XLA_", "LD_", "PYTHON", "OMP_", "MKL_",
                     "JEMALLOC", "TCMALLOC", "CUDA_", "NVIDIA_", "GRPC_", "ABSL",
                     "PROTOCOL_BUFFERS_", "MPL", "MATPLOTLIB", "HDF5_", "XDG_",
                     "LC_", "TZ")
-_IMPORT_NAMES = {"HOME", "LANG", "LANGUAGE", "TMPDIR", "TEMP", "TMP", "PATH"}
+_IMPORT_NAMES = {"HOME", "LANG", "LANGUAGE", "PATH"}
 # Applied in the child (they are read later, or the child redoes their effect).
-_LATE_NAMES = {"TF_CONFIG", "PYTHONPATH", "PYTHONUNBUFFERED"}
+# The temp dir: the child clears `tempfile.tempdir` (TensorFlow's import fills
+# it, through absltest's default --test_tmpdir, the one import-time reader
+# found) and TensorFlow's C++ reads TMPDIR when it makes a temp file. Keyed,
+# the tests that give each worker its own TMPDIR started 24 zygotes a run.
+_LATE_NAMES = {"TF_CONFIG", "PYTHONPATH", "PYTHONUNBUFFERED", "TMPDIR", "TEMP", "TMP"}
 _FORWARDED = [s for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP,
                           signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
                           signal.SIGALRM, signal.SIGCONT, signal.SIGWINCH,
@@ -358,7 +362,10 @@ class Manager:
     a launcher's, and outlive every launch); `close()` kills them all.
     """
 
-    def __init__(self, directory: str, idle_s: float = 90.0):
+    # A zygote idle this long exits (~250 MB of its own each; a new one costs
+    # a TensorFlow import, ~4 CPU-s): 90 s restarted the busiest keys 3-4
+    # times a run.
+    def __init__(self, directory: str, idle_s: float = 180.0):
         import threading
 
         self.dir = directory
@@ -427,6 +434,10 @@ class Manager:
                     env=zenv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                     cwd=self.dir, start_new_session=True)
             self._procs[key] = proc
+            if os.environ.get("TFDIST_TEST_WARM_LOG"):  # diagnostics: every zygote start
+                with open(os.environ["TFDIST_TEST_WARM_LOG"], "a") as f:
+                    f.write(json.dumps({"t": time.time(), "key": key, "slot": slot,
+                                        "pid": os.getpid(), "env": env}) + "\n")
             deadline = time.monotonic() + 120
             while not os.path.exists(path):
                 if proc.poll() is not None or time.monotonic() > deadline:
