@@ -103,18 +103,31 @@ def pytest_collection_modifyitems(config, items):
 _WARM = []
 
 
-def pytest_configure(config):
-    if _is_xdist_controller(config):
-        return  # each xdist worker process sets up its own runtime
-    # Test subprocesses started through `tests.warm_python.PYTHON` fork from
-    # zygotes that imported TensorFlow once (see that module); this process
-    # keeps them and kills them at the end.
+def _start_warm_manager(config) -> None:
+    """One zygote manager for the whole run.
+
+    Test subprocesses started through `tests.warm_python.PYTHON` fork from
+    zygotes that imported TensorFlow once (see that module). The xdist
+    controller (or the one pytest process under `-n 0`) runs the manager,
+    keeps the zygotes and kills them at the end; its workers, started after
+    this hook, inherit its address, so a zygote serves both (one per key
+    a run, not one per key per worker: each start is a TensorFlow import,
+    ~4 CPU-s, and a wait for the test that asked).
+    """
     import tempfile
 
     from tests import warm_python
 
+    if hasattr(config, "workerinput") and os.environ.get(warm_python.MANAGER_ENV):
+        return  # an xdist worker: the controller's manager
     _WARM.append(warm_python.Manager(tempfile.mkdtemp(prefix="tfdist-warm-")))
     os.environ[warm_python.MANAGER_ENV] = _WARM[0].path
+
+
+def pytest_configure(config):
+    _start_warm_manager(config)
+    if _is_xdist_controller(config):
+        return  # each xdist worker process sets up its own runtime
     import tensorflow as tf
 
     cpu = tf.config.list_physical_devices("CPU")[0]

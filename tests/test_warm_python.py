@@ -152,3 +152,15 @@ def test_what_it_cannot_serve_runs_the_real_interpreter():
     out, _ = p.communicate(timeout=60)
     assert p.returncode == 0 and int(out) == p.pid  # the client exec'd the interpreter
 
+
+
+def test_xdist_workers_use_the_controllers_manager(request):
+    """Under pytest-xdist no worker runs a manager of its own: each zygote
+    key starts once a run for both workers, not once per worker."""
+    if not hasattr(request.config, "workerinput"):
+        pytest.skip("not an xdist worker (-n 0): this process runs the manager")
+    from tests import conftest  # pylint: disable=g-import-not-at-top
+
+    assert conftest._WARM == []  # pylint: disable=protected-access
+    manager = os.environ[warm_python.MANAGER_ENV]
+    assert os.path.exists(manager), manager

@@ -187,6 +187,14 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName("tensorflow.python.distribute.input_lib",
                 "DistributedDatasetsFromFunction", "tfdist_opt.stall.keras_binding",
                 "the same count on its per-worker datasets (`_datasets`)"),
+    PrivateName("tensorflow.python.distribute.input_lib",
+                "_should_use_multi_device_iterator",
+                "tfdist_opt.strategy.plain_iterator",
+                "a distributed dataset's `_options` (set to TF's PER_REPLICA / "
+                "no-fetch options for one CPU replica per worker) decide "
+                "whether its iterators are MultiDeviceIterators "
+                "(`_should_use_multi_device_iterator`); MultiWorkerMirrored"
+                "Strategy takes no such options from the caller"),
     # ---------------------------------------------------- model parallel
     PrivateName("keras.Model()", "_loss_tracker",
                 "tfdist_opt.model_parallel.model",

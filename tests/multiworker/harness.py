@@ -7,6 +7,8 @@ leaves a process behind.
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import dataclasses
 import json
 import os
@@ -125,6 +127,19 @@ def run_single(argv: list[str], timeout_s: float = 240,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        text=True, timeout=timeout_s)
     return WorkerResult(0, p.returncode, p.stdout)
+
+
+@contextlib.contextmanager
+def alongside(fn, *args, **kwargs):
+    """Runs `fn(*args, **kwargs)` in a thread while the block runs.
+
+    Yields its `Future`; leaving the block waits for it (bound it with the
+    call's own timeout, e.g. `run_single`'s). For a one-process reference
+    next to a cluster: the cluster's workers spend much of a small run
+    waiting on each other's collectives, which the reference fills.
+    """
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        yield pool.submit(fn, *args, **kwargs)
 
 
 def _kill(p: subprocess.Popen) -> None:

@@ -27,9 +27,10 @@ def _start_pair(tmp_path, runs, extra_args=(), extra_env=None):
         return [SCRIPT, *extra_args, *(
             a for name, opts in runs.items()
             for a in ("--run", ",".join([str(tmp_path / role / name), *opts])))]
-    ref = harness.run_single(argv("single"), extra_env=extra_env)
-    results = harness.run_workers(2, argv("multi"), extra_env=extra_env)
-    return tmp_path, ref, results
+    with harness.alongside(harness.run_single, argv("single"),
+                           extra_env=extra_env) as ref:
+        results = harness.run_workers(2, argv("multi"), extra_env=extra_env)
+    return tmp_path, ref.result(), results
 
 
 def _load_pair(pair, name):

@@ -15,6 +15,7 @@ steps), so runs compare exactly:
   of the uninterrupted run.
 """
 
+import concurrent.futures
 import json
 import os
 import shutil
@@ -38,7 +39,21 @@ ATOL = 1e-6
 
 
 @pytest.fixture(scope="module")
-def head():
+def single_run(tmp_path_factory):
+    """The one-process reference, started first: it runs while Ray starts."""
+    d = tmp_path_factory.mktemp("single")
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    run = pool.submit(harness.run_single,
+                      [SCRIPT, "--out", str(d), "--backup", str(d / "bk")],
+                      timeout_s=180)
+    try:
+        yield d, run
+    finally:
+        pool.shutdown(wait=True)  # run_single's own timeout bounds it
+
+
+@pytest.fixture(scope="module")
+def head(single_run):
     h = ray_cluster.Head(num_cpus=2)
     try:
         yield h
@@ -48,10 +63,9 @@ def head():
 
 
 @pytest.fixture(scope="module")
-def single(tmp_path_factory):
-    d = tmp_path_factory.mktemp("single")
-    r = harness.run_single([SCRIPT, "--out", str(d), "--backup", str(d / "bk")],
-                           timeout_s=180)
+def single(single_run):
+    d, run = single_run
+    r = run.result(timeout=240)
     assert r.returncode == 0, r.output[-3000:]
     return _load(d / "attempt-0-worker-0.json")
 
@@ -75,16 +89,19 @@ def _assert_weights_close(got, want, what):
 
 
 def test_two_ray_workers_equal_launch_and_one_process(head, single, tmp_path):
+    # The launched pair runs while the Ray pair does (both mostly wait on
+    # collectives here); the launch is killed whatever happens.
     p = harness.start_launch(2, [], [SCRIPT, "--out", str(tmp_path / "launch"),
                                      "--backup", str(tmp_path / "launch-bk")])
-    out, err = harness.finish_launch(p, timeout=240)
-    assert p.returncode == 0, out[-3000:] + err[-3000:]
+    try:
+        out = tmp_path / "ray"
+        r = _launch_ray(["--ray", head.address, "-n", "2", "--", "python", SCRIPT,
+                         "--out", str(out), "--backup", str(tmp_path / "ray-bk")])
+    finally:
+        launch_out, launch_err = harness.finish_launch(p, timeout=240)
+    assert p.returncode == 0, launch_out[-3000:] + launch_err[-3000:]
     launched = [_load(tmp_path / "launch" / f"attempt-0-worker-{i}.json")
                 for i in range(2)]
-
-    out = tmp_path / "ray"
-    r = _launch_ray(["--ray", head.address, "-n", "2", "--", "python", SCRIPT,
-                     "--out", str(out), "--backup", str(tmp_path / "ray-bk")])
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "[worker 0] DONE attempt=0 step=36" in r.stdout
     assert "[worker 1] DONE attempt=0 step=36" in r.stdout

@@ -50,6 +50,7 @@ from tfdist_opt.stall import keras_binding as stall_binding
 from tfdist_opt.strategy import chief_saving
 from tfdist_opt.strategy import keras_steps
 from tfdist_opt.strategy import log_packing
+from tfdist_opt.strategy import plain_iterator
 from tfdist_opt.strategy import worker_cpu_replicas
 
 # Gathered as float32 by `gather` (fix 3): no collective gather kernel.
@@ -173,14 +174,18 @@ class KerasMultiWorkerMirroredStrategy(_AdoptingScope,
         its own input (`tfdist_opt.stall.keras_binding.count_inputs`): TF's
         iterator agrees across workers on every batch in a collective, so
         a worker waiting for a peer's input looks the same from outside.
+
+        With one CPU replica per worker its iterators are plain `tf.data`
+        iterators, not TF's MultiDeviceIterator (`plain_iterator`).
         """
-        return stall_binding.count_inputs(
-            self, super().experimental_distribute_dataset(dataset, options))
+        return stall_binding.count_inputs(self, plain_iterator.apply(
+            self, super().experimental_distribute_dataset(dataset, options), options))
 
     def distribute_datasets_from_function(self, dataset_fn, options=None):
-        """The upstream method; counted like `experimental_distribute_dataset`."""
-        return stall_binding.count_inputs(
-            self, super().distribute_datasets_from_function(dataset_fn, options))
+        """The upstream method; counted and iterated like `experimental_distribute_dataset`."""
+        return stall_binding.count_inputs(self, plain_iterator.apply(
+            self, super().distribute_datasets_from_function(dataset_fn, options),
+            options))
 
     def reduce(self, reduce_op, value, axis=None):
         # keras-team/keras#20585: Keras 3 passes nests (fix 1) and axis=0 for
