@@ -30,6 +30,7 @@ pytest.importorskip("ray.train")
 
 from tests.multiworker import harness  # pylint: disable=g-import-not-at-top
 from tests.multiworker import ray_cluster  # pylint: disable=g-import-not-at-top
+from tests.multiworker.scripts import rel_launch  # pylint: disable=g-import-not-at-top
 from tfdist_opt.cluster import ray_launch  # pylint: disable=g-import-not-at-top
 
 pytestmark = [pytest.mark.multiworker, pytest.mark.slow]
@@ -88,20 +89,14 @@ def _assert_weights_close(got, want, what):
                                    err_msg=what)
 
 
-def test_two_ray_workers_equal_launch_and_one_process(head, single, tmp_path):
-    # The launched pair runs while the Ray pair does (both mostly wait on
-    # collectives here); the launch is killed whatever happens.
-    p = harness.start_launch(2, [], [SCRIPT, "--out", str(tmp_path / "launch"),
-                                     "--backup", str(tmp_path / "launch-bk")])
-    try:
-        out = tmp_path / "ray"
-        r = _launch_ray(["--ray", head.address, "-n", "2", "--", "python", SCRIPT,
-                         "--out", str(out), "--backup", str(tmp_path / "ray-bk")])
-    finally:
-        launch_out, launch_err = harness.finish_launch(p, timeout=240)
-    assert p.returncode == 0, launch_out[-3000:] + launch_err[-3000:]
-    launched = [_load(tmp_path / "launch" / f"attempt-0-worker-{i}.json")
-                for i in range(2)]
+def test_two_ray_workers_equal_launch_and_one_process(head, single, tmp_path,
+                                                    tmp_path_factory):
+    # The 2-worker `tfdist-opt launch` run of the same script: the session's
+    # one (scripts/rel_launch.py), which the restart tests compare with too.
+    launched = rel_launch.reference(tmp_path_factory)["workers"]
+    out = tmp_path / "ray"
+    r = _launch_ray(["--ray", head.address, "-n", "2", "--", "python", SCRIPT,
+                     "--out", str(out), "--backup", str(tmp_path / "ray-bk")])
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "[worker 0] DONE attempt=0 step=36" in r.stdout
     assert "[worker 1] DONE attempt=0 step=36" in r.stdout
