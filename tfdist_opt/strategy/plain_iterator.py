@@ -3,9 +3,9 @@
 TF's multi-worker strategy feeds a worker's replicas through a
 `MultiDeviceIterator` (`input_lib._SingleWorkerOwnedDatasetIterator`) made
 anew for every iterator: each `fit` epoch, `evaluate` and `predict`. Making
-one traces its per-device functions each time (~0.1 s of CPU per iterator
-here, TF 2.21) and starts a background thread that prefetches into a
-per-device buffer. With one replica on the worker's own CPU (what
+one traces its per-device functions each time (TF 2.21, one CPU device:
+0.05 s an iterator alone on a 2-core host, 0.11 s in a loaded 2-worker run)
+and starts a background thread that prefetches into a per-device buffer. With one replica on the worker's own CPU (what
 `opt_strategy()` builds on a host without accelerators) that buffer copies
 nothing anywhere: the replica reads the host's memory.
 
@@ -15,7 +15,7 @@ TF's own per-replica options with no fetch to device
 for which TF's iterator is `iter(dataset)` on the worker, its one element
 the replica's batch: the same batches in the same order (TF's sharding and
 rebatching are unchanged, they happen when the dataset is distributed), the
-same end-of-data agreement across workers, ~10x cheaper to make, and no
+same end-of-data agreement across workers, made in ~0.002 s, and no
 thread of its own reading ahead of the step (only the dataset's own
 prefetch does).
 
