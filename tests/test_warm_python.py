@@ -153,7 +153,6 @@ def test_what_it_cannot_serve_runs_the_real_interpreter():
     assert p.returncode == 0 and int(out) == p.pid  # the client exec'd the interpreter
 
 
-
 def test_xdist_workers_use_the_controllers_manager(request):
     """Under pytest-xdist no worker runs a manager of its own: each zygote
     key starts once a run for both workers, not once per worker."""

@@ -7,10 +7,11 @@ uses `PYTHON` (this file's client) instead of `sys.executable`:
 
     subprocess.Popen([*warm_python.PYTHON, "script.py", ...], env=env)
 
-The client asks this test session's manager (a thread in the pytest process
-that runs no test: pytest-xdist's controller, whose workers share it, or the
-one process under `-n 0`; `Manager`) for a zygote: a process that imported `tensorflow` (and with it Keras)
-with the same import-time environment and then waits. The zygote forks; the
+The client asks this test session's manager (`Manager`, a thread in the
+pytest process that runs no test: pytest-xdist's controller, whose workers
+share it, or the one process under `-n 0`) for a zygote: a process that
+imported `tensorflow` (and with it Keras) with the same import-time
+environment and then waits. The zygote forks; the
 child takes the client's file descriptors, working directory, umask, ignored
 signals, environment and argv, and runs the script as `__main__`, as
 `python script.py` / `-m module` / `-c code` would. The client forwards every

@@ -15,7 +15,6 @@ steps), so runs compare exactly:
   of the uninterrupted run.
 """
 
-import concurrent.futures
 import json
 import os
 import shutil
@@ -43,14 +42,10 @@ ATOL = 1e-6
 def single_run(tmp_path_factory):
     """The one-process reference, started first: it runs while Ray starts."""
     d = tmp_path_factory.mktemp("single")
-    pool = concurrent.futures.ThreadPoolExecutor(1)
-    run = pool.submit(harness.run_single,
-                      [SCRIPT, "--out", str(d), "--backup", str(d / "bk")],
-                      timeout_s=180)
-    try:
+    with harness.alongside(harness.run_single,
+                           [SCRIPT, "--out", str(d), "--backup", str(d / "bk")],
+                           timeout_s=180) as run:
         yield d, run
-    finally:
-        pool.shutdown(wait=True)  # run_single's own timeout bounds it
 
 
 @pytest.fixture(scope="module")

@@ -179,13 +179,12 @@ class KerasMultiWorkerMirroredStrategy(_AdoptingScope,
         iterators, not TF's MultiDeviceIterator (`plain_iterator`).
         """
         return stall_binding.count_inputs(self, plain_iterator.apply(
-            self, super().experimental_distribute_dataset(dataset, options), options))
+            self, super().experimental_distribute_dataset(dataset, options)))
 
     def distribute_datasets_from_function(self, dataset_fn, options=None):
         """The upstream method; counted and iterated like `experimental_distribute_dataset`."""
         return stall_binding.count_inputs(self, plain_iterator.apply(
-            self, super().distribute_datasets_from_function(dataset_fn, options),
-            options))
+            self, super().distribute_datasets_from_function(dataset_fn, options)))
 
     def reduce(self, reduce_op, value, axis=None):
         # keras-team/keras#20585: Keras 3 passes nests (fix 1) and axis=0 for

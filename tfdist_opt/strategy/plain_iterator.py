@@ -5,9 +5,10 @@ TF's multi-worker strategy feeds a worker's replicas through a
 anew for every iterator: each `fit` epoch, `evaluate` and `predict`. Making
 one traces its per-device functions each time (TF 2.21, one CPU device:
 0.05 s an iterator alone on a 2-core host, 0.11 s in a loaded 2-worker run)
-and starts a background thread that prefetches into a per-device buffer. With one replica on the worker's own CPU (what
-`opt_strategy()` builds on a host without accelerators) that buffer copies
-nothing anywhere: the replica reads the host's memory.
+and starts a background thread that prefetches into a per-device buffer.
+With one replica on the worker's own CPU (what `opt_strategy()` builds on a
+host without accelerators) that buffer copies nothing anywhere: the replica
+reads the host's memory.
 
 For such a worker, a distributed dataset made with no `InputOptions` gets
 TF's own per-replica options with no fetch to device
@@ -42,19 +43,18 @@ def one_cpu_replica(strategy) -> bool:
             and tf.DeviceSpec.from_string(devices[0]).device_type == "CPU")
 
 
-def apply(strategy, distributed, options):
+def apply(strategy, distributed):
     """Makes `distributed`'s iterators plain ones where the module docstring says.
 
     Args:
         strategy: the multi-worker strategy that made `distributed`.
         distributed: what its `experimental_distribute_dataset` or
-            `distribute_datasets_from_function` returned.
-        options: the `InputOptions` the caller gave (None: TF's defaults).
+            `distribute_datasets_from_function` returned; it keeps the
+            caller's `InputOptions` (`_options`, None for TF's defaults).
 
     Returns:
         `distributed`.
     """
-    if (options is None and one_cpu_replica(strategy)
-            and getattr(distributed, "_options", 0) is None):
+    if getattr(distributed, "_options", 0) is None and one_cpu_replica(strategy):
         distributed._options = _OPTIONS  # pylint: disable=protected-access
     return distributed
