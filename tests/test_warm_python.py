@@ -153,6 +153,30 @@ def test_what_it_cannot_serve_runs_the_real_interpreter():
     assert p.returncode == 0 and int(out) == p.pid  # the client exec'd the interpreter
 
 
+def test_a_childs_own_python_children_fork_warm_too(probe, tmp_path):
+    """A script that starts `sys.executable script.py` (the benchmarks' peers,
+    a launcher's workers) gets a warm child too; `-c` code runs the real
+    interpreter (the launcher's small watchdogs)."""
+    outer = tmp_path / "outer.py"
+    outer.write_text(textwrap.dedent(f"""
+        import os, subprocess, sys
+        print(os.path.basename(sys.executable), os.getpid(), flush=True)
+        subprocess.run([sys.executable, {str(probe)!r}], input="hi\\n", text=True,
+                       check=True, timeout=120)
+        subprocess.run([sys.executable, "-c", "import sys; print('tensorflow' in sys.modules)"],
+                       check=True, timeout=120)
+    """))
+    p = _run([str(outer)])
+    assert p.returncode == 0, p.stderr[-2000:]
+    first, probed, code = p.stdout.splitlines()
+    name, pid = first.split()
+    assert name == "python"  # what `launch --ray` accepts as a Python command
+    got = json.loads(probed)
+    assert got["stdin"] == "hi" and got["foo"] == "bar", got
+    assert got["zygote"] != int(pid)  # forked by a zygote, not started by outer.py
+    assert code == "False"  # the real interpreter: nothing imported
+
+
 def test_xdist_workers_use_the_controllers_manager(request):
     """Under pytest-xdist no worker runs a manager of its own: each zygote
     key starts once a run for both workers, not once per worker."""

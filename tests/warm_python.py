@@ -20,6 +20,12 @@ death is re-raised on itself); when the client dies (SIGKILL included) the
 zygote SIGKILLs the child, and a child dies with its zygote
 (PR_SET_PDEATHSIG).
 
+A child's `sys.executable` is `bin/python` in the manager's directory, a
+script that runs this client again (`nested`): what the child itself starts
+with `sys.executable script.py` or `-m module` (a benchmark's peer clusters,
+a launcher's workers) forks warm too; `-c` code runs the real interpreter
+(the launcher's small watchdogs, which import no TensorFlow).
+
 What stays different from a fresh interpreter (the reasons some tests keep
 `sys.executable`): the child's pid is not the client's (SIGSTOP or /proc
 reads aimed at the launcher's child reach the client), its parent is the
@@ -46,6 +52,7 @@ import sys
 
 MANAGER_ENV = "TFDIST_TEST_WARM_MANAGER"
 HERE = os.path.abspath(__file__)
+_REAL = sys.executable  # a child's own is the nested client (`_become`)
 # The interpreter options keep the client's own start-up at ~20 ms.
 PYTHON = [sys.executable, "-I", "-S", HERE, "client"]
 
@@ -112,10 +119,10 @@ def _exec_real(argv: list[str]) -> None:
     os.execv(sys.executable, [sys.executable, *argv])
 
 
-def client(argv: list[str]) -> None:
+def client(argv: list[str], nested: bool = False) -> None:
     how = _parse(argv)
     manager = os.environ.get(MANAGER_ENV)
-    if how is None or not manager:
+    if how is None or not manager or (nested and how[0] == "code"):
         _exec_real(argv)
     env = dict(os.environ)
     try:
@@ -319,6 +326,9 @@ def _become(request: dict, fds: list[int], conn: socket.socket, np) -> dict:
     sys.stdout = sys.__stdout__ = stream(1, "w", False)
     sys.stderr = sys.__stderr__ = stream(2, "w", True, "backslashreplace")
     tempfile.tempdir = None
+    nested = os.path.join(os.path.dirname(env.get(MANAGER_ENV, "/")), "bin", "python")
+    if env.get(MANAGER_ENV) and os.path.exists(nested):
+        sys.executable = nested  # the child's own `sys.executable` children: warm too
     random.seed()
     np.random.seed()
     return request
@@ -345,7 +355,7 @@ def run(request: dict) -> None:
             with open(target, "rb") as f:
                 source = f.read()
         except OSError as e:  # the interpreter's own message and status
-            sys.stderr.write(f"{sys.executable}: can't open file {main.__file__!r}: "
+            sys.stderr.write(f"{_REAL}: can't open file {main.__file__!r}: "
                              f"[Errno {e.errno}] {e.strerror}\n")
             sys.exit(2)
         code = compile(source, main.__file__, "exec")
@@ -368,6 +378,7 @@ class Manager:
     # a TensorFlow import, ~4 CPU-s): 90 s restarted the busiest keys 3-4
     # times a run.
     def __init__(self, directory: str, idle_s: float = 180.0):
+        import shlex
         import threading
 
         self.dir = directory
@@ -376,6 +387,12 @@ class Manager:
         self._procs: dict[str, object] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
+        os.makedirs(os.path.join(directory, "bin"))
+        nested = os.path.join(directory, "bin", "python")
+        with open(nested, "w") as f:
+            f.write(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -I -S '
+                    f'{shlex.quote(HERE)} nested "$@"\n')
+        os.chmod(nested, 0o755)
         self._sock = socket.socket(socket.AF_UNIX)
         self._sock.bind(self.path)
         self._sock.listen(64)
@@ -460,6 +477,8 @@ class Manager:
 def main() -> None:
     if sys.argv[1] == "client":
         client(sys.argv[2:])
+    elif sys.argv[1] == "nested":
+        client(sys.argv[2:], nested=True)
     elif sys.argv[1] == "serve":
         run(serve(sys.argv[2], int(sys.argv[3]), float(sys.argv[4])))
 
