@@ -1,12 +1,15 @@
 """StartupGuard / watch(): the start-up deadline, without TensorFlow."""
 
 import io
+import json
 import os
 import signal
 import socket
+import subprocess
 import time
 
 from tfdist_opt.cluster import startup_guard
+from tfdist_opt.cluster import watchdog as watchdog_lib
 
 CFG = {"cluster": {"chief": ["localhost:1000"], "worker": ["localhost:1001", "localhost:1002"]},
        "task": {"type": "worker", "index": 0}}
@@ -66,3 +69,20 @@ def test_guard_process_exits_quietly_when_block_finishes():
     assert watchdog.returncode == 0
     with startup_guard.StartupGuard(CFG, None) as guard:
         assert guard._watchdog is None
+
+
+def test_guard_process_kills_its_parent_and_names_the_missing_peers():
+    """The real watchdog process (started as `StartupGuard` starts it)."""
+    victim = subprocess.Popen(["sleep", "60"])
+    guard = subprocess.Popen(
+        watchdog_lib.bare_python("startup_guard", "_watchdog_main", str(victim.pid),
+                                 "0.2", json.dumps(CFG)),
+        stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert victim.wait(timeout=30) == -signal.SIGKILL
+        err = guard.communicate(timeout=30)[1]
+    finally:
+        for p in (victim, guard):
+            p.kill()
+            p.wait()
+    assert "worker:0 gave up" in err and "chief:0 (localhost:1000)" in err, err

@@ -26,6 +26,7 @@ import sys
 from typing import Any, Callable, Mapping
 
 from tfdist_opt.cluster import tf_config as tf_config_lib
+from tfdist_opt.cluster import watchdog as watchdog_lib
 
 EXIT_STARTUP_TIMEOUT = 128 + signal.SIGKILL  # the guarded process's status
 
@@ -91,9 +92,9 @@ class StartupGuard:
     def __enter__(self) -> "StartupGuard":
         if self.timeout_s is not None:
             self._watchdog = subprocess.Popen(
-                [sys.executable, "-c",
-                 "from tfdist_opt.cluster import startup_guard as g; g._watchdog_main()",
-                 str(os.getpid()), repr(float(self.timeout_s)), json.dumps(self.cfg)],
+                watchdog_lib.bare_python(
+                    "startup_guard", "_watchdog_main", str(os.getpid()),
+                    repr(float(self.timeout_s)), json.dumps(self.cfg)),
                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
         return self
 
