@@ -197,6 +197,10 @@ def serve(path: str, owner: int, idle_s: float) -> dict:
     # TensorFlow imports Keras 3 itself (tf_keras instead under
     # TF_USE_LEGACY_KERAS=1, part of the key): what a fresh process loads.
     import tensorflow  # noqa: F401
+    # The package itself (pure Python: it reads no environment and patches
+    # nothing at import; ~0.15 CPU-s a child). Its TensorFlow-backed modules
+    # are not: they wire Keras, and a plain-Keras reference must not see it.
+    import tfdist_opt  # noqa: F401
 
     # What the import built is never collected in a child: a collection there
     # would write to every object's header and copy the zygote's heap.
