@@ -116,11 +116,12 @@ def _start_warm_manager(config) -> None:
     """
     import tempfile
 
+    from tests import warm_manager
     from tests import warm_python
 
     if hasattr(config, "workerinput") and os.environ.get(warm_python.MANAGER_ENV):
         return  # an xdist worker: the controller's manager
-    _WARM.append(warm_python.Manager(tempfile.mkdtemp(prefix="tfdist-warm-")))
+    _WARM.append(warm_manager.Manager(tempfile.mkdtemp(prefix="tfdist-warm-")))
     os.environ[warm_python.MANAGER_ENV] = _WARM[0].path
 
 

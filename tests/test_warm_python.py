@@ -177,6 +177,17 @@ def test_a_childs_own_python_children_fork_warm_too(probe, tmp_path):
     assert code == "False"  # the real interpreter: nothing imported
 
 
+def test_the_zygote_holds_the_package_but_not_its_keras_wiring():
+    """A plain-Keras reference run must see an unwired Keras."""
+    p = _run(["-c", "import json, sys; print(json.dumps(sorted(sys.modules)))"])
+    assert p.returncode == 0, p.stderr[-2000:]
+    mods = set(json.loads(p.stdout))
+    assert "tfdist_opt" in mods  # imported once, in the zygote
+    wiring = {"tfdist_opt.strategy.build", "tfdist_opt.strategy.keras_compat",
+              "tfdist_opt.gradients.keras_binding", "tfdist_opt.gradients.hooks"}
+    assert not wiring & mods, wiring & mods
+
+
 def test_xdist_workers_use_the_controllers_manager(request):
     """Under pytest-xdist no worker runs a manager of its own: each zygote
     key starts once a run for both workers, not once per worker."""
