@@ -13,7 +13,7 @@ import os
 import socket
 import sys
 
-from tests.warm_python import HERE, _recv_line
+from tests import warm_python
 
 
 class Manager:
@@ -27,7 +27,6 @@ class Manager:
     # a TensorFlow import, ~4 CPU-s): 90 s restarted the busiest keys 3-4
     # times a run.
     def __init__(self, directory: str, idle_s: float = 180.0):
-        import shlex
         import threading
 
         self.dir = directory
@@ -36,12 +35,7 @@ class Manager:
         self._procs: dict[str, object] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
-        os.makedirs(os.path.join(directory, "bin"))
-        nested = os.path.join(directory, "bin", "python")
-        with open(nested, "w") as f:
-            f.write(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -I -S '
-                    f'{shlex.quote(HERE)} nested "$@"\n')
-        os.chmod(nested, 0o755)
+        warm_python.write_nested_python(self.path)
         self._sock = socket.socket(socket.AF_UNIX)
         self._sock.bind(self.path)
         self._sock.listen(64)
@@ -63,7 +57,7 @@ class Manager:
     def _answer(self, conn: socket.socket) -> None:
         with conn:
             try:
-                req = json.loads(_recv_line(conn))
+                req = json.loads(warm_python.recv_line(conn))
                 path = self.zygote(req["env"], req["slot"])
                 conn.sendall((json.dumps({"path": path}) + "\n").encode())
             except Exception as e:  # noqa: BLE001 - the client falls back
@@ -97,7 +91,7 @@ class Manager:
             zenv = dict(env)
             with open(os.path.join(self.dir, key + ".log"), "ab") as log:
                 proc = subprocess.Popen(
-                    [sys.executable, HERE, "serve", path, str(os.getpid()),
+                    [sys.executable, warm_python.HERE, "serve", path, str(os.getpid()),
                      str(self.idle_s)],
                     env=zenv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                     cwd=self.dir, start_new_session=True)

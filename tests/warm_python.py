@@ -90,7 +90,24 @@ def _task_slot(env: dict) -> str:
         return "?"
 
 
-def _recv_line(sock: socket.socket) -> str:
+def nested_python(manager: str) -> str:
+    """The `python` that a child's `sys.executable` names, for the manager at `manager`."""
+    return os.path.join(os.path.dirname(manager), "bin", "python")
+
+
+def write_nested_python(manager: str) -> None:
+    """Writes `nested_python(manager)`: a script that runs this client as `nested`."""
+    import shlex
+
+    path = nested_python(manager)
+    os.makedirs(os.path.dirname(path))
+    with open(path, "w") as f:
+        f.write(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -I -S '
+                f'{shlex.quote(HERE)} nested "$@"\n')
+    os.chmod(path, 0o755)
+
+
+def recv_line(sock: socket.socket) -> str:
     buf = b""
     while not buf.endswith(b"\n"):
         chunk = sock.recv(4096)
@@ -130,7 +147,7 @@ def client(argv: list[str], nested: bool = False) -> None:
             m.connect(manager)
             m.sendall((json.dumps({"env": _import_env(env),
                                    "slot": _task_slot(env)}) + "\n").encode())
-            path = json.loads(_recv_line(m))["path"]
+            path = json.loads(recv_line(m))["path"]
         sock = socket.socket(socket.AF_UNIX)
         sock.connect(path)
     except (OSError, ValueError, KeyError, ConnectionError):
@@ -142,7 +159,7 @@ def client(argv: list[str], nested: bool = False) -> None:
                "ignored": ignored}
     socket.send_fds(sock, [(json.dumps(request) + "\n").encode()], fds)
     try:
-        pid = int(_recv_line(sock))
+        pid = int(recv_line(sock))
     except (ConnectionError, ValueError):
         _exec_real(argv)  # the zygote died before forking: nothing ran
 
@@ -156,7 +173,7 @@ def client(argv: list[str], nested: bool = False) -> None:
         if s not in ignored:
             signal.signal(s, forward)
     try:
-        code = int(_recv_line(sock))
+        code = int(recv_line(sock))
     except (ConnectionError, ValueError):
         sys.stderr.write("warm_python: the zygote died; the child is gone\n")
         os._exit(1)
@@ -330,9 +347,9 @@ def _become(request: dict, fds: list[int], conn: socket.socket, np) -> dict:
     sys.stdout = sys.__stdout__ = stream(1, "w", False)
     sys.stderr = sys.__stderr__ = stream(2, "w", True, "backslashreplace")
     tempfile.tempdir = None
-    nested = os.path.join(os.path.dirname(env.get(MANAGER_ENV, "/")), "bin", "python")
-    if env.get(MANAGER_ENV) and os.path.exists(nested):
-        sys.executable = nested  # the child's own `sys.executable` children: warm too
+    if env.get(MANAGER_ENV) and os.path.exists(nested_python(env[MANAGER_ENV])):
+        # the child's own `sys.executable` children: warm too
+        sys.executable = nested_python(env[MANAGER_ENV])
     random.seed()
     np.random.seed()
     return request
