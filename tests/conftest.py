@@ -10,6 +10,8 @@ different process set-up (tf_keras, multi-worker) run in subprocesses.
 import gc
 import os
 
+from tests.warm_python import GRAPPLER_ENV
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Ray: keep every address on 127.0.0.1. Ray reads this when it is imported
 # (ray_constants) and otherwise turns a loopback node address into the host's
@@ -24,6 +26,18 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("PYTHONFAULTHANDLER", "1")
 
 NUM_VIRTUAL_CPUS = 4
+
+# Grappler, TensorFlow's graph optimizer, runs on every function graph at its
+# first call; on the suite's small models that was 21% of its CPU (a full run
+# here: 1325 -> 1046 busy core-seconds, ~780 s -> 621 s). The tests check our
+# math and orchestration, which must not depend on graph rewrites, so this
+# process and the processes it forks warm (tests/warm_python.py) run with it
+# off. Tests marked `grappler` (the 2-workers-equal-one-process tests of Keras
+# fit, gradient packing and accumulation, PowerSGD, ZeRO and parameter
+# servers) start their processes with it on, as users run, and so does every
+# process started with the real interpreter (the README's main job, the CLI).
+# `TFDIST_TEST_GRAPPLER=1 pytest` runs the whole suite with it on.
+GRAPPLER_RUN = os.environ.get(GRAPPLER_ENV) == "1"
 
 # GPUs. The suite checks CPU behaviour: virtual CPU devices, RING
 # collectives, float32 sums compared bit for bit between processes. On a
@@ -131,6 +145,7 @@ def pytest_configure(config):
         return  # each xdist worker process sets up its own runtime
     import tensorflow as tf
 
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": not GRAPPLER_RUN})
     cpu = tf.config.list_physical_devices("CPU")[0]
     try:
         tf.config.set_logical_device_configuration(
@@ -152,6 +167,17 @@ def pytest_unconfigure(config):
 
 
 import pytest  # noqa: E402
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """A `grappler` test's processes (module fixtures' too) run with Grappler on."""
+    if GRAPPLER_RUN:
+        return
+    if item.get_closest_marker("grappler"):
+        os.environ[GRAPPLER_ENV] = "1"
+    else:
+        os.environ.pop(GRAPPLER_ENV, None)
 
 
 @pytest.hookimpl(trylast=True)

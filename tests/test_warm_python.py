@@ -16,6 +16,7 @@ import textwrap
 
 import pytest
 
+from tests import conftest
 from tests import warm_python
 from tests.multiworker import harness
 
@@ -193,8 +194,33 @@ def test_xdist_workers_use_the_controllers_manager(request):
     key starts once a run for both workers, not once per worker."""
     if not hasattr(request.config, "workerinput"):
         pytest.skip("not an xdist worker (-n 0): this process runs the manager")
-    from tests import conftest  # pylint: disable=g-import-not-at-top
-
     assert conftest._WARM == []  # pylint: disable=protected-access
     manager = os.environ[warm_python.MANAGER_ENV]
     assert os.path.exists(manager), manager
+
+
+GRAPPLER_PROBE = ("import tensorflow as tf; "
+                  "print(tf.config.optimizer.get_experimental_options()"
+                  ".get('disable_meta_optimizer', False))")
+
+
+def _grappler_off_in_child(env_extra=None):
+    p = _run(["-c", GRAPPLER_PROBE], env_extra=env_extra)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return p.stdout.strip()
+
+
+@pytest.mark.skipif(conftest.GRAPPLER_RUN, reason="TFDIST_TEST_GRAPPLER=1: on everywhere")
+def test_grappler_is_off_in_this_process_and_its_warm_children():
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    assert tf.config.optimizer.get_experimental_options()["disable_meta_optimizer"]
+    assert warm_python.GRAPPLER_ENV not in os.environ
+    assert _grappler_off_in_child() == "True"
+    assert _grappler_off_in_child({warm_python.GRAPPLER_ENV: "1"}) == "False"
+
+
+@pytest.mark.grappler
+def test_a_grappler_tests_children_run_it():
+    assert os.environ.get(warm_python.GRAPPLER_ENV) == "1"
+    assert _grappler_off_in_child() == "False"

@@ -39,7 +39,9 @@ variable that TensorFlow, Keras, numpy, Python or their libraries may read
 while importing (`_import_env`); the rest (TF_CONFIG, TFDIST_OPT_*, a test's
 own variables) is applied in the child before the script's first line.
 Anything the client cannot serve (other interpreter options, no manager)
-runs the real interpreter: `os.execv(sys.executable, ...)`.
+runs the real interpreter: `os.execv(sys.executable, ...)`. One deliberate
+difference: a child runs with Grappler off unless its environment has
+`TFDIST_TEST_GRAPPLER=1` (`GRAPPLER_ENV`; tests/conftest.py says why).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ import socket
 import sys
 
 MANAGER_ENV = "TFDIST_TEST_WARM_MANAGER"
+GRAPPLER_ENV = "TFDIST_TEST_GRAPPLER"
 HERE = os.path.abspath(__file__)
 _REAL = sys.executable  # a child's own is the nested client (`_become`)
 # The interpreter options keep the client's own start-up at ~20 ms.
@@ -352,6 +355,8 @@ def _become(request: dict, fds: list[int], conn: socket.socket, np) -> dict:
         sys.executable = nested_python(env[MANAGER_ENV])
     random.seed()
     np.random.seed()
+    sys.modules["tensorflow"].config.optimizer.set_experimental_options(
+        {"disable_meta_optimizer": env.get(GRAPPLER_ENV) != "1"})
     return request
 
 

@@ -18,6 +18,9 @@ import pytest
 from tests.multiworker import harness
 from tfdist_opt.gradients import precision
 
+# Its processes run TensorFlow's graph optimizer, as users run (conftest.py).
+pytestmark = pytest.mark.grappler
+
 SCRIPT = os.path.join("tests", "multiworker", "scripts", "grad_train.py")
 
 

@@ -14,7 +14,8 @@ import pytest
 
 from tests.multiworker import harness
 
-pytestmark = [pytest.mark.multiworker, pytest.mark.slow]
+# `grappler`: its processes run TensorFlow's graph optimizer, as users run (conftest.py).
+pytestmark = [pytest.mark.multiworker, pytest.mark.slow, pytest.mark.grappler]
 
 SCRIPT = "tests/multiworker/scripts/keras_train.py"
 RTOL = 1e-5

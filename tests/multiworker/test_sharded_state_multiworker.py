@@ -16,6 +16,9 @@ import pytest
 
 from tests.multiworker import harness
 
+# Its processes run TensorFlow's graph optimizer, as users run (conftest.py).
+pytestmark = pytest.mark.grappler
+
 SCRIPT = os.path.join("tests", "multiworker", "scripts", "zero_train.py")
 
 
