@@ -28,15 +28,18 @@ os.environ.setdefault("PYTHONFAULTHANDLER", "1")
 NUM_VIRTUAL_CPUS = 4
 
 # Grappler, TensorFlow's graph optimizer, runs on every function graph at its
-# first call; on the suite's small models that was 21% of its CPU (a full run
-# here: 1325 -> 1046 busy core-seconds, ~780 s -> 621 s). The tests check our
-# math and orchestration, which must not depend on graph rewrites, so this
-# process and the processes it forks warm (tests/warm_python.py) run with it
-# off. Tests marked `grappler` (the 2-workers-equal-one-process tests of Keras
-# fit, gradient packing and accumulation, PowerSGD, ZeRO and parameter
-# servers) start their processes with it on, as users run, and so does every
-# process started with the real interpreter (the README's main job, the CLI).
-# `TFDIST_TEST_GRAPPLER=1 pytest` runs the whole suite with it on.
+# first call; on the suite's small graphs that is CPU spent for nothing: the
+# Keras option matrix's one-process run (tests/multiworker/scripts/
+# keras_matrix.py, plain Keras and Mirrored), run alternately, took 42.3/42.1 s
+# with it and 35.7/36.2 s without (forked warm: 34.9/36.5 s and 32.8/29.9 s).
+# The tests check our math and orchestration, which must not depend on graph
+# rewrites, so this process and the processes it forks warm
+# (tests/warm_python.py) run with it off. Tests marked `grappler` (the
+# 2-workers-equal-one-process tests of Keras fit, gradient packing and
+# accumulation, PowerSGD, ZeRO and parameter servers) start their processes
+# with it on, as users run, and so does every process started with the real
+# interpreter (the README's main job, the CLI). `TFDIST_TEST_GRAPPLER=1 pytest`
+# runs the whole suite with it on.
 GRAPPLER_RUN = os.environ.get(GRAPPLER_ENV) == "1"
 
 # GPUs. The suite checks CPU behaviour: virtual CPU devices, RING
