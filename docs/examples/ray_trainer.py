@@ -36,7 +36,6 @@ if __name__ == "__main__":
     try:
         trainer = TensorflowTrainer(train_fn, tensorflow_config=TensorflowConfig(),
                                     scaling_config=ScalingConfig(num_workers=2))
-        result = trainer.fit()
-        print("error:", result.error)
+        trainer.fit()  # raises ray.train.TrainingFailedError if the run failed
     finally:
         ray.shutdown()
