@@ -127,17 +127,17 @@ def pytest_collection_modifyitems(config, items):
     file last). Files not in `_FILE_SECONDS`: those that start processes
     (marked `multiworker`) before the rest.
     """
-    def rel(item):
-        return item.path.relative_to(item.config.rootpath / "tests").as_posix()
     files = {}
     for item in items:
+        rel = item.path.relative_to(item.config.rootpath / "tests").as_posix()
         procs = bool(item.get_closest_marker("multiworker"))
         heavy = procs or bool(item.get_closest_marker("slow"))
-        seconds = _FILE_SECONDS.get(rel(item), 10 if heavy else 0)
-        was = files.get(rel(item), (0, False))
-        files[rel(item)] = (max(was[0], seconds), was[1] or procs)
+        seconds = _FILE_SECONDS.get(rel, 10 if heavy else 0)
+        was = files.get(rel, (0, False))
+        files[rel] = (max(was[0], seconds), was[1] or procs)
     rank = {f: i for i, f in enumerate(file_order(files))}
-    items.sort(key=lambda item: rank[rel(item)])
+    items.sort(key=lambda item: rank[
+        item.path.relative_to(item.config.rootpath / "tests").as_posix()])
     if TEST_GPUS:
         skip = pytest.mark.skip(reason=_GPU_SKIP)
         for item in items:
