@@ -70,74 +70,46 @@ def _is_xdist_controller(config) -> bool:
     return bool(workers) and not hasattr(config, "workerinput")
 
 
-# Seconds each of the longest files took in a full run here (2 cores, `-n 2`,
-# warm subprocesses, Grappler off); only the order of files depends on it.
+# Seconds each of the longest files took in full runs here (2 cores, `-n 2`/`-n 3`,
+# warm subprocesses); only the order of files depends on it.
 _FILE_SECONDS = {
-    "multiworker/test_ray.py": 84, "multiworker/test_ray_elastic.py": 79,
-    "multiworker/test_keras_matrix.py": 59, "multiworker/test_resize_resume.py": 42,
-    "docs/test_worker_examples.py": 37, "benchmarks/test_train.py": 37,
-    "callbacks/test_backup.py": 29, "multiworker/test_stalls.py": 27,
-    "multiworker/test_frozen_chief.py": 26, "benchmarks/test_train_peer.py": 23,
-    "callbacks/test_backup_store.py": 21, "gradients/test_powersgd.py": 21,
-    "multiworker/test_stall_abort.py": 20, "gradients/test_sharded_state.py": 20,
-    "multiworker/test_keras_fit.py": 20, "strategy/test_keras_steps.py": 17,
-    "docs/test_examples.py": 17, "parameter_server/test_launch_ps.py": 16,
-    "multiworker/test_launch.py": 16, "benchmarks/test_ps.py": 15,
-    "parameter_server/test_faults.py": 14, "multiworker/test_data_sharding.py": 14,
-    "parameter_server/test_training.py": 13, "parameter_server/test_keras_fit.py": 13,
-    "multiworker/test_log_fold.py": 13, "multiworker/test_callbacks.py": 12,
-    "multiworker/test_reliability.py": 12, "gradients/test_keras_gradients.py": 12,
-    "gradients/test_fused_updates.py": 12, "multiworker/test_preemption.py": 11,
-    "cluster/test_launcher.py": 11,
+    "multiworker/test_ray.py": 140, "multiworker/test_ray_elastic.py": 100,
+    "multiworker/test_resize_resume.py": 80, "multiworker/test_keras_matrix.py": 80,
+    "benchmarks/test_train.py": 65, "docs/test_worker_examples.py": 60,
+    "multiworker/test_stall_abort.py": 55, "multiworker/test_callbacks.py": 50,
+    "gradients/test_powersgd.py": 45, "gradients/test_keras_gradients.py": 40,
+    "multiworker/test_stalls.py": 37, "parameter_server/test_launch_ps.py": 33,
+    "multiworker/test_frozen_chief.py": 32, "multiworker/test_shared_saving.py": 32,
+    "multiworker/test_keras_fit.py": 32, "multiworker/test_preemption.py": 31,
+    "multiworker/test_restart_resume.py": 30, "benchmarks/test_train_peer.py": 30,
+    "benchmarks/test_ps.py": 29, "gradients/test_sharded_state.py": 29,
+    "callbacks/test_backup_store.py": 28, "strategy/test_keras_steps.py": 27,
+    "parameter_server/test_keras_fit.py": 27, "multiworker/test_sidecar_evaluator.py": 26,
+    "parameter_server/test_faults.py": 25, "multiworker/test_per_host_saving.py": 24,
 }
-# Files that mostly wait (a stall or a timeout running out, a process
-# frozen): the machine ran 1.1-1.4 of its 2 cores while one ran beside
-# another such file or an in-process one. Each goes right after a file that
-# starts processes of its own, so that one runs beside it.
-_WAITING = ("callbacks/test_backup.py", "multiworker/test_stalls.py",
-            "multiworker/test_frozen_chief.py", "multiworker/test_stall_abort.py",
-            "parameter_server/test_launch_ps.py", "benchmarks/test_ps.py",
-            "multiworker/test_preemption.py", "cluster/test_launcher.py")
-
-
-def file_order(files: dict[str, tuple[float, bool]]) -> list[str]:
-    """`files`: {file: (seconds, starts processes)} -> the order to run them.
-
-    Longest first; each `_WAITING` file right after the next longer
-    process-starting file (not the first two, which start side by side).
-    """
-    ranked = sorted(files, key=lambda f: -files[f][0])
-    waits = [f for f in ranked if f in _WAITING]
-    out = []
-    for f in (f for f in ranked if f not in _WAITING):
-        out.append(f)
-        if len(out) > 2 and files[f][1] and waits:
-            out.append(waits.pop(0))
-    return out + waits
 
 
 def pytest_collection_modifyitems(config, items):
-    """Files in `file_order` (stable; a file stays whole).
+    """Files longest first (stable; a file stays whole).
 
     With `--dist loadfile --no-loadscope-reorder` xdist hands out whole files
     in this order, two to each process first, then one to whichever process
     is free: the longest files start at once and the many short ones fill
     the end, instead of one process finishing a 150 s file alone (xdist's
     own reorder, by number of tests per file, ran the one-test Ray elastic
-    file last). Files not in `_FILE_SECONDS`: those that start processes
-    (marked `multiworker`) before the rest.
+    file last). Files not in `_FILE_SECONDS`: those that start clusters
+    before the rest.
     """
-    files = {}
-    for item in items:
+    def seconds(item):
         rel = item.path.relative_to(item.config.rootpath / "tests").as_posix()
-        procs = bool(item.get_closest_marker("multiworker"))
-        heavy = procs or bool(item.get_closest_marker("slow"))
-        seconds = _FILE_SECONDS.get(rel, 10 if heavy else 0)
-        was = files.get(rel, (0, False))
-        files[rel] = (max(was[0], seconds), was[1] or procs)
-    rank = {f: i for i, f in enumerate(file_order(files))}
-    items.sort(key=lambda item: rank[
-        item.path.relative_to(item.config.rootpath / "tests").as_posix()])
+        if rel in _FILE_SECONDS:
+            return _FILE_SECONDS[rel]
+        heavy = item.get_closest_marker("multiworker") or item.get_closest_marker("slow")
+        return 10 if heavy else 0
+    per_file = {}
+    for item in items:
+        per_file[item.path] = max(per_file.get(item.path, 0), seconds(item))
+    items.sort(key=lambda item: -per_file[item.path])
     if TEST_GPUS:
         skip = pytest.mark.skip(reason=_GPU_SKIP)
         for item in items:
