@@ -29,9 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, required=True, metavar="N",
                    help="Worker replicas")
     p.add_argument("--ps", type=int, default=0, metavar="P",
-                   help="PS replicas (adds the Chief ParameterServerStrategy "
-                        "needs; opt_strategy() itself does not build PS "
-                        "strategies) (default: %(default)s)")
+                   help="PS replicas (adds the Chief replica the "
+                        "parameter-server kind of opt_strategy() needs: the "
+                        "chief trains, workers and ps tasks serve) "
+                        "(default: %(default)s)")
     p.add_argument("--image", required=True, metavar="I", help="container image")
     p.add_argument("--name", default="trainer",
                    help="TFJob name; pods are NAME-worker-I (default: %(default)s)")

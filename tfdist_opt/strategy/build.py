@@ -44,6 +44,15 @@ def opt_strategy(config: StrategyConfig | str | os.PathLike | None = None,
     virtual CPU devices and multi-worker collectives must be configured
     before TF initialises its runtime.
 
+    In a TF_CONFIG cluster with `ps` tasks (or with
+    `mode="parameter_server"`) it builds the parameter-server kind: on the
+    chief it returns a
+    `tfdist_opt.parameter_server.KerasParameterServerStrategy`; on a
+    `worker` or `ps` task it does not return: the process serves (a TF
+    server) until the chief finishes, then exits with status 0 (1 if the
+    chief never appeared within `startup_timeout_s`), so one script runs on
+    every task.
+
     Args:
         config: `StrategyConfig`, str path / preset name, or None.
         **overrides: `StrategyConfig` fields, e.g. `all_reduce="ring"`.
@@ -52,7 +61,9 @@ def opt_strategy(config: StrategyConfig | str | os.PathLike | None = None,
         `tfdist_opt.strategy.keras_compat.KerasOneDeviceStrategy`,
         `KerasMirroredStrategy` (subclasses of `tf.distribute`'s
         `OneDeviceStrategy` and `MirroredStrategy` whose models get
-        `keras_steps.KerasSteps`) or `tfdist_opt.KerasMultiWorkerMirroredStrategy`.
+        `keras_steps.KerasSteps`), `tfdist_opt.KerasMultiWorkerMirroredStrategy`,
+        or, on a parameter-server chief,
+        `tfdist_opt.parameter_server.KerasParameterServerStrategy`.
 
     Raises:
         ValueError: bad config value, or a request this host cannot satisfy.
@@ -99,8 +110,7 @@ def gradient_options(cfg: StrategyConfig, kind) -> GradientOptions:
 
     Multi-worker with Keras 3: `hooked`, even at the defaults, so that one
     collective a step carries the gradients and Keras's logs and the
-    optimizer's update is fused (the benchmark mlp's uncompressed step:
-    two collectives and a 7.7 ms update -> one and 3.4 ms). The pack is
+    optimizer's update is fused. The pack is
     TF's default one (`bytes_per_pack=0`), the same sum of the same
     float32 values. With `TF_USE_LEGACY_KERAS=1` nothing is hooked.
     """

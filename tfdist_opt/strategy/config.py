@@ -70,7 +70,7 @@ class StrategyConfig(validation.ConfigFields):
         replicas: int or None. A replica count that stays fixed whatever
             the number of workers W: each worker runs `replicas / W`
             replicas on logical CPU devices, so a run resumed at another
-            size (`tfdist-opt launch -n MIN:MAX`, Ray's elastic mode) keeps
+            size (Ray's elastic mode, `tfdist-opt launch --ray -n MIN:MAX`) keeps
             the per-replica batch, each replica's examples and per-replica
             optimizer state (PowerSGD residuals, ZeRO shards, `grad_accum`
             accumulators): the same math. Must be a multiple of W; CPU hosts

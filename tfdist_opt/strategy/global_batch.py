@@ -7,7 +7,7 @@ split unevenly (8 over 3 replicas: 3, 3, 2), and Keras 3 scales each
 replica's mean loss by `1 / num_replicas_in_sync`, so the examples of a
 step are weighted unequally: the trajectory differs from one device's,
 silently. That happens first when a run resumes at another size (Ray
-elastic, `tfdist-opt launch -n MIN:MAX`) with a batch the new size does not
+elastic, `tfdist-opt launch --ray -n MIN:MAX`) with a batch the new size does not
 divide. So `fit` (`check_fit_input`, called by `keras_steps.KerasSteps.fit`
 before Keras builds anything) raises the `ValueError` of
 `tfdist_opt.data.per_replica_batch_size`, naming the global batch, the

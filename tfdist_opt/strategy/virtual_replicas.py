@@ -3,7 +3,7 @@
 `StrategyConfig(replicas=R)` makes every run of a script train R replicas
 in sync, whatever the number of workers W it runs on: each worker runs
 R / W replicas, one per logical CPU device. A run resumed at another size
-(`tfdist-opt launch -n MIN:MAX`, Ray's elastic mode) is then the same
+(`tfdist-opt launch --ray -n MIN:MAX`, Ray's elastic mode) is then the same
 R-replica computation: the same per-replica batch (global batch / R), the
 same examples per replica, and per-replica optimizer state (PowerSGD's
 error feedback, ZeRO-1 shards, `grad_accum` accumulators) of the same
