@@ -162,7 +162,7 @@ def _gradients_line(cfg: dict[str, Any]) -> str | None:
     return None
 
 
-def main(argv: list[str]) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tfdist-opt info",
         description="Show versions, devices, TF_CONFIG role and the strategy "
@@ -171,7 +171,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--verbose", action="store_true",
                         help="also show TensorFlow's C++ start-up lines")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
     if not args.verbose and "tensorflow" not in sys.modules:
         return _run_quiet(list(argv))
     info = collect(args.config)
