@@ -78,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tfjob only: parameter-server replicas, plus the Chief "
                         "that parameter-server training needs (opt_strategy() "
                         "builds the parameter-server strategy from the "
-                        "operator's TF_CONFIG) (default: %(default)s)")
+                        "operator's TF_CONFIG on the Chief; on worker and ps "
+                        "pods it serves, then exits 0) (default: %(default)s)")
     p.add_argument("--runtime", default=trainjob.DEFAULT_RUNTIME, metavar="NAME",
                    help="trainjob only: the ClusterTrainingRuntime written and "
                         "referenced (default: %(default)s)")
