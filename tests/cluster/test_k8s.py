@@ -241,7 +241,7 @@ def test_rayjob_runs_the_launcher_on_a_cluster_of_the_crd_shape(capsys, gpus):
     options, command = launch_cli.split_command(argv[2:])
     assert command == CMD
     parser = launch_cli.build_parser()
-    if gpus and "--gpus-per-worker" not in parser._option_string_actions:
+    if gpus and "--gpus-per-worker" not in parser.format_help():
         pytest.skip("this tree's `tfdist-opt launch` has no --gpus-per-worker yet")
     args = parser.parse_args(options)
     assert args.ray == "auto" and args.num_workers == 3

@@ -2,7 +2,7 @@
 
 Examples:
     tfdist-opt k8s --kind trainjob --workers 4 --image registry/trainer:1.0 -- python train.py | kubectl apply -f -
-    tfdist-opt k8s --kind rayjob --workers 2 --gpus-per-worker 1 --image I -- python train.py
+    tfdist-opt k8s --kind rayjob --workers 2 --gpus-per-worker 1 --image I -- python -m tfdist_opt.examples.train_cnn
     tfdist-opt k8s --kind tfjob --workers 2 --gpus-per-worker 8 --max-restarts 3 \\
         --backup-dir /backups --backup-claim trainer-backups --image I -- python train.py
     tfdist-opt k8s --workers 2 --ps 1 --image I -o tfjob.yaml -- python ps_train.py  # no --kind: tfjob
