@@ -422,5 +422,8 @@ def test_builders_validate_without_the_cli():
         kuberay.build_rayjob("t", "i", ["python", "t.py"], 2, gpus=1.5)
     with pytest.raises(ValueError, match=r"`name`: expected a DNS label"):
         trainjob.build_trainjob("x" * 60, "i", CMD, 2)  # NAME-node-0-I must fit 63
+    kuberay.build_rayjob("r" * 47, "i", ["python", "t.py"], 1)
+    with pytest.raises(ValueError, match=r"at most 47 characters.*Received: name='r{48}'"):
+        kuberay.build_rayjob("r" * 48, "i", ["python", "t.py"], 1)  # KubeRay's limit
     with pytest.raises(ValueError, match=r"`command`.*Received: command='python t.py'"):
         k8s.build_tfjob("t", "i", "python t.py", 2)
