@@ -32,6 +32,7 @@ from tfdist_opt.cluster import k8s
 
 API_VERSION = "ray.io/v1"
 KIND = "RayJob"
+MAX_NAME = 47
 DEFAULT_RAY_VERSION = "2.60.0"  # the Ray the package is tested with (setup.py)
 HEAD_CONTAINER = "ray-head"
 WORKER_CONTAINER = "ray-worker"
@@ -89,7 +90,9 @@ def build_rayjob(name: str, image: str, command: Sequence[str], workers: int,
         ValueError: a bad field, named with the value received.
     """
     k8s.check_count("workers", workers, 1)
-    k8s.check_label("name", name)
+    # KubeRay's webhook: a RayJob name of at most 47 characters (its cluster
+    # gets 6 more, and a RayCluster name at most 53; MaxRayJobNameLength).
+    k8s.check_label("name", name, reserve=63 - MAX_NAME)
     env = k8s.check_pod_fields(image=image, command=command, gpus=gpus,
                                max_restarts=max_restarts, env=env,
                                backup_dir=backup_dir, backup_claim=backup_claim,
