@@ -125,13 +125,10 @@ def check_pod_fields(*, image: Any, command: Any = None, gpus: Any = 0,
                              "of a PersistentVolumeClaim in the job's namespace. "
                              f"Received: backup_claim={backup_claim!r}")
     env = dict(env or {})
-    for key, value in env.items():
+    for key in env:
         if not isinstance(key, str) or not _ENV_NAME.match(key):
             raise ValueError("Invalid value for `env`: expected NAME=VALUE with a "
                              f"shell-style NAME. Received: {key!r}")
-        if not isinstance(value, str):
-            raise ValueError(f"Invalid value for `env`: expected str values. "
-                             f"Received: {key}={value!r}")
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 
