@@ -16,7 +16,7 @@ _COMMANDS = {
     "tf-config": ("tfdist_opt.cli.tf_config", "print or write TF_CONFIG for each task"),
     "launch": ("tfdist_opt.cli.launch", "run N local workers with generated TF_CONFIG"),
     "bench": ("tfdist_opt.cli.bench", "run a benchmark binary (train | allreduce | input)"),
-    "k8s": ("tfdist_opt.cli.k8s", "print a Kubeflow TFJob manifest (TF_CONFIG set by the operator)"),
+    "k8s": ("tfdist_opt.cli.k8s", "print Kubernetes manifests: Trainer v2 TrainJob, KubeRay RayJob, TFJob"),
 }
 
 

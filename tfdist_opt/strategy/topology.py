@@ -11,6 +11,7 @@ import dataclasses
 import os
 from typing import Any, Mapping, Sequence
 
+from tfdist_opt.cluster import jobset
 from tfdist_opt.cluster import tf_config as tf_config_lib
 
 EVALUATOR = "evaluator"
@@ -137,6 +138,9 @@ def detect_topology(environ: Mapping[str, str] | None = None,
             TensorFlow (for tests and dry runs). Defaults to asking TF.
     """
     environ = os.environ if environ is None else environ
+    # A JobSet pod of `tfdist-opt k8s --kind trainjob` has no TF_CONFIG: write
+    # it from the pod's index (tfdist_opt.cluster.jobset) before TF reads it.
+    jobset.apply_jobset_tf_config(environ)
     cfg = tf_config_lib.tf_config_from_env(environ)
     if gpus is None:
         import tensorflow as tf  # pylint: disable=g-import-not-at-top

@@ -1,0 +1,158 @@
+"""A KubeRay `RayJob` running `tfdist-opt launch --ray auto`. Pure Python.
+
+KubeRay (`ray.io/v1`) starts a Ray cluster for a `RayJob` (`spec.
+rayClusterSpec`: one head pod, `workerGroupSpecs` of worker pods), submits
+`spec.entrypoint` to it, and with `shutdownAfterJobFinishes` deletes the
+cluster when the job ends. The entrypoint here is the launcher's Ray
+backend joining that cluster:
+
+    tfdist-opt launch --ray auto -n N [--gpus-per-worker K] [--max-restarts R]
+        [--ray-storage DIR] -- python train.py ...
+
+so Ray Train places N workers, gives each its TF_CONFIG and restarts the
+group up to R times (`FailureConfig`). The head pod starts Ray with
+`num-cpus: 0`, so workers land on the N worker pods; each worker pod has
+the `nvidia.com/gpu` limit K, which KubeRay passes to `ray start` as its
+GPU count, and `--gpus-per-worker K` asks Ray Train for K GPUs per worker.
+
+Backups: Ray Train keeps checkpoints in `--ray-storage`, which every pod
+must share, so `backup_dir` needs a PersistentVolumeClaim (ReadWriteMany),
+mounted at `backup_dir` on the head and every worker pod and passed as
+`--ray-storage`; an `emptyDir` (one per pod) cannot serve and is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from typing import Any, Mapping, Sequence
+
+from tfdist_opt.cluster import k8s
+
+API_VERSION = "ray.io/v1"
+KIND = "RayJob"
+MAX_NAME = 47
+DEFAULT_RAY_VERSION = "2.60.0"  # the Ray the package is tested with (setup.py)
+HEAD_CONTAINER = "ray-head"
+WORKER_CONTAINER = "ray-worker"
+WORKER_GROUP = "workers"
+# The head's ports, as KubeRay's samples name them: GCS, dashboard (job
+# submission), Ray client.
+HEAD_PORTS = (("gcs-server", 6379), ("dashboard", 8265), ("client", 10001))
+_PYTHON = re.compile(r"python[0-9.]*")
+
+
+def entrypoint(command: Sequence[str], workers: int, gpus: int = 0,
+               max_restarts: int = 0, storage: str | None = None) -> str:
+    """The `tfdist-opt launch --ray auto ...` line the RayJob submits."""
+    argv = ["tfdist-opt", "launch", "--ray", "auto", "-n", str(workers)]
+    if gpus:
+        argv += ["--gpus-per-worker", str(gpus)]
+    if max_restarts:
+        argv += ["--max-restarts", str(max_restarts)]
+    if storage:
+        argv += ["--ray-storage", storage]
+    return shlex.join([*argv, "--", *command])
+
+
+def build_rayjob(name: str, image: str, command: Sequence[str], workers: int,
+                 namespace: str | None = None, gpus: int = 0,
+                 max_restarts: int = 0, env: Mapping[str, str] | None = None,
+                 backup_dir: str | None = None, backup_claim: str | None = None,
+                 ray_version: str = DEFAULT_RAY_VERSION) -> dict[str, Any]:
+    """A `RayJob`: a head pod, `workers` worker pods, the launcher as entrypoint.
+
+    Args:
+        name: str. The RayJob's name (a DNS label).
+        image: str. Container image holding Ray (`ray[train]`), TensorFlow,
+            tfdist_opt and the code, for the head and the workers.
+        command: sequence of str. `python SCRIPT ...` or `python -m MODULE
+            ...`: Ray Train runs it inside each worker process.
+        workers: int. Worker pods and Ray Train workers (>= 1).
+        namespace: str or None. Defaults to `None` (kubectl's current one).
+        gpus: int. `nvidia.com/gpu` limit per worker pod and GPUs per Ray
+            Train worker (`--gpus-per-worker`). Defaults to `0`.
+        max_restarts: int. Group restarts (`launch --max-restarts`).
+            Defaults to `0`.
+        env: mapping or None. Extra environment for every pod.
+        backup_dir: str or None. Mount path of `backup_claim` on every pod,
+            and Ray Train's storage (`--ray-storage`). Defaults to `None`.
+        backup_claim: str or None. A ReadWriteMany PersistentVolumeClaim;
+            required with `backup_dir`. Defaults to `None`.
+        ray_version: str. `rayClusterSpec.rayVersion`; must match the
+            image's Ray. Defaults to `"2.60.0"`.
+
+    Returns:
+        dict, ready for `k8s.to_yaml`.
+
+    Raises:
+        ValueError: a bad field, named with the value received.
+    """
+    k8s.check_count("workers", workers, 1)
+    # KubeRay's webhook: a RayJob name of at most 47 characters (its cluster
+    # gets 6 more, and a RayCluster name at most 53; MaxRayJobNameLength).
+    k8s.check_label("name", name, reserve=63 - MAX_NAME)
+    env = k8s.check_pod_fields(image=image, command=command, gpus=gpus,
+                               max_restarts=max_restarts, env=env,
+                               backup_dir=backup_dir, backup_claim=backup_claim,
+                               namespace=namespace)
+    command = list(command)
+    exe = os.path.basename(command[0])
+    if not _PYTHON.fullmatch(exe) or len(command) < 2 or (
+            command[1].startswith("-") and command[1] != "-m") or command[1:] == ["-m"]:
+        raise ValueError(
+            "Invalid value for `command` with kind rayjob: Ray Train runs a "
+            "Python script inside each worker. Expected `python SCRIPT.py "
+            f"ARGS...` or `python -m MODULE ARGS...`. Received: {shlex.join(command)}")
+    if backup_dir is not None and backup_claim is None:
+        raise ValueError(
+            "Invalid value for `backup_claim` with kind rayjob: Ray Train's "
+            "storage must be shared by every pod, which an emptyDir is not. "
+            "Expected a ReadWriteMany PersistentVolumeClaim. Received: "
+            f"backup_claim=None with backup_dir={backup_dir!r}")
+    if not isinstance(ray_version, str) or not re.fullmatch(r"\d+\.\d+\.\d+", ray_version):
+        raise ValueError("Invalid value for `ray_version`: expected X.Y.Z, the "
+                         f"image's Ray. Received: ray_version={ray_version!r}")
+
+    volumes = k8s.backup_volumes(backup_dir, backup_claim)
+    head = k8s.container(HEAD_CONTAINER, image, None, k8s.env_list(env),
+                         backup_dir=backup_dir)
+    head["ports"] = [{"name": n, "containerPort": p} for n, p in HEAD_PORTS]
+    worker = k8s.container(WORKER_CONTAINER, image, None, k8s.env_list(env), gpus,
+                           backup_dir=backup_dir)
+    metadata = {"name": name}
+    if namespace:
+        metadata["namespace"] = namespace
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": metadata,
+        "spec": {
+            "entrypoint": entrypoint(command, workers, gpus, max_restarts, backup_dir),
+            "shutdownAfterJobFinishes": True,
+            "ttlSecondsAfterFinished": 300,
+            "rayClusterSpec": {
+                "rayVersion": ray_version,
+                "headGroupSpec": {
+                    "rayStartParams": {"num-cpus": "0"},
+                    "template": {"spec": _pod_spec(head, volumes)},
+                },
+                "workerGroupSpecs": [{
+                    "groupName": WORKER_GROUP,
+                    "replicas": workers,
+                    "minReplicas": workers,
+                    "maxReplicas": workers,
+                    "rayStartParams": {},
+                    "template": {"spec": _pod_spec(worker, volumes)},
+                }],
+            },
+        },
+    }
+
+
+def _pod_spec(container: dict[str, Any], volumes: list[dict[str, Any]]) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [container]}
+    if volumes:
+        spec["volumes"] = volumes
+    return spec

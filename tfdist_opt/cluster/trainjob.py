@@ -1,0 +1,197 @@
+"""Kubeflow Trainer v2 manifests: a `TrainJob` and a TensorFlow runtime. Pure Python.
+
+Kubeflow Trainer v2 (`trainer.kubeflow.org/v1alpha1`) runs a `TrainJob` on
+a runtime (`ClusterTrainingRuntime`) that holds a JobSet template. It ships
+none for TensorFlow (kubeflow/trainer#2699), so `build_tf_runtime()` writes
+one, following the plain runtimes Kubeflow ships (jax, xgboost):
+`mlPolicy` with `numNodes` and no framework policy (Trainer's PlainML
+plugin), one replicated job named `node` labelled
+`trainer.kubeflow.org/trainjob-ancestor-step: trainer`, one container named
+`node`. Trainer sets that Job's `parallelism` and `completions` to the
+TrainJob's `trainer.numNodes` (one Job, `replicas: 1`) and copies
+`trainer.image`, `command`, `env` and `resourcesPerNode` onto the `node`
+container.
+
+What the runtime adds for TensorFlow: the variables from which
+`tfdist_opt.cluster.jobset` builds each pod's TF_CONFIG (the JobSet labels
+through the downward API, the port), an Indexed Job (each pod gets
+`JOB_COMPLETION_INDEX`), DNS hostnames (`network.enableDNSHostnames`), the
+backup volume, and restarts: a failed pod fails its Job (`backoffLimit: 0`,
+`restartPolicy: Never`) and JobSet recreates every Job, up to
+`failurePolicy.maxRestarts` times (a lost worker stops every
+MultiWorkerMirroredStrategy worker anyway). Recreated pods lose an
+`emptyDir`, so restarts that resume from backups need a claim.
+
+`build_trainjob()` writes the TrainJob: `runtimeRef` to that runtime,
+`trainer.numNodes` = workers, `trainer.env` carrying
+`TFDIST_JOBSET_WORKERS` (the same number) and the user's variables,
+`resourcesPerNode.limits` with `nvidia.com/gpu`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from tfdist_opt.cluster import jobset
+from tfdist_opt.cluster import k8s
+
+API_VERSION = "trainer.kubeflow.org/v1alpha1"
+API_GROUP = "trainer.kubeflow.org"
+TRAINJOB_KIND = "TrainJob"
+RUNTIME_KIND = "ClusterTrainingRuntime"
+DEFAULT_RUNTIME = "tfdist-opt-tensorflow"
+NODE = "node"  # Trainer's name for the trainer replicated job and container
+ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
+PORT_NAME = "tf-port"
+
+
+def _label_env(name: str, label: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {
+        "fieldPath": f"metadata.labels['{label}']"}}}
+
+
+def build_tf_runtime(image: str, name: str = DEFAULT_RUNTIME,
+                     port: int = jobset.DEFAULT_PORT, max_restarts: int = 0,
+                     backup_dir: str | None = None,
+                     backup_claim: str | None = None) -> dict[str, Any]:
+    """A `ClusterTrainingRuntime` for TensorFlow multi-worker jobs.
+
+    Args:
+        image: str. The container's image (a TrainJob's `trainer.image`
+            replaces it).
+        name: str. The runtime's name (cluster-scoped), which TrainJobs
+            reference. Defaults to `"tfdist-opt-tensorflow"`.
+        port: int. Port of every worker's TF server. Defaults to `2222`.
+        max_restarts: int. JobSet `failurePolicy.maxRestarts`: times every
+            pod is recreated after one fails. Defaults to `0`.
+        backup_dir: str or None. Where the backup volume is mounted.
+            Defaults to `None` (no volume).
+        backup_claim: str or None. PersistentVolumeClaim for `backup_dir`
+            (ReadWriteMany); None: an emptyDir (warned: lost with its pod,
+            so on every JobSet restart). Defaults to `None`.
+
+    Returns:
+        dict, ready for `k8s.to_yaml`.
+
+    Raises:
+        ValueError: a bad field, named with the value received.
+    """
+    k8s.check_label("runtime", name)
+    k8s.check_pod_fields(image=image, port=port, max_restarts=max_restarts,
+                         backup_dir=backup_dir, backup_claim=backup_claim)
+    k8s.warn_empty_dir("JobSet restarts (max_restarts) recreate every pod, so no "
+                       "backup survives a restart", backup_dir, backup_claim)
+    env = [
+        {"name": jobset.PORT_ENV, "value": str(port)},
+        _label_env(jobset.NAME_ENV, jobset.JOBSET_NAME_LABEL),
+        _label_env(jobset.REPLICATED_JOB_ENV, jobset.REPLICATED_JOB_LABEL),
+        _label_env(jobset.JOB_INDEX_ENV, jobset.JOB_INDEX_LABEL),
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+    ]
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [k8s.container(NODE, image, None, env, 0, port, PORT_NAME,
+                                     backup_dir)],
+    }
+    volumes = k8s.backup_volumes(backup_dir, backup_claim)
+    if volumes:
+        pod["volumes"] = volumes
+    jobset_spec: dict[str, Any] = {
+        "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
+        "replicatedJobs": [{
+            "name": NODE,
+            "template": {
+                "metadata": {"labels": {ANCESTOR_LABEL: "trainer"}},
+                "spec": {"completionMode": "Indexed", "backoffLimit": 0,
+                         "template": {"spec": pod}},
+            },
+        }],
+    }
+    if max_restarts:
+        jobset_spec["failurePolicy"] = {"maxRestarts": max_restarts}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": RUNTIME_KIND,
+        "metadata": {"name": name, "labels": {FRAMEWORK_LABEL: "tensorflow"}},
+        "spec": {"mlPolicy": {"numNodes": 1},
+                 "template": {"spec": jobset_spec}},
+    }
+
+
+def build_trainjob(name: str, image: str, command: Sequence[str], workers: int,
+                   runtime: str = DEFAULT_RUNTIME, namespace: str | None = None,
+                   gpus: int = 0, env: Mapping[str, str] | None = None
+                   ) -> dict[str, Any]:
+    """A `TrainJob` running `command` in `workers` pods of a TensorFlow runtime.
+
+    Args:
+        name: str. The TrainJob's name (a DNS label); it names the JobSet,
+            so pods are `NAME-node-0-I.NAME`.
+        image: str. Container image holding TensorFlow and the code.
+        command: sequence of str. The program every pod runs.
+        workers: int. Pods (`trainer.numNodes`, >= 1).
+        runtime: str. The `ClusterTrainingRuntime` (`build_tf_runtime`).
+            Defaults to `"tfdist-opt-tensorflow"`.
+        namespace: str or None. Defaults to `None` (kubectl's current one).
+        gpus: int. `nvidia.com/gpu` limit per pod. Defaults to `0`.
+        env: mapping or None. Extra environment for every pod.
+
+    Returns:
+        dict, ready for `k8s.to_yaml`.
+
+    Raises:
+        ValueError: a bad field, named with the value received.
+    """
+    k8s.check_count("workers", workers, 1)
+    k8s.check_label("name", name, reserve=len(f"-{NODE}-0-") + len(str(workers)))
+    k8s.check_label("runtime", runtime)
+    env = k8s.check_pod_fields(image=image, command=command, gpus=gpus, env=env,
+                               namespace=namespace)
+    if jobset.WORKERS_ENV in env:
+        raise ValueError(f"Invalid value for `env`: {jobset.WORKERS_ENV} is set "
+                         "from `workers`. Received: "
+                         f"{jobset.WORKERS_ENV}={env[jobset.WORKERS_ENV]!r}")
+    env[jobset.WORKERS_ENV] = str(workers)
+    trainer: dict[str, Any] = {"image": image, "command": list(command),
+                               "numNodes": workers, "env": k8s.env_list(env)}
+    if gpus:
+        trainer["resourcesPerNode"] = {"limits": {k8s.GPU_RESOURCE: gpus}}
+    metadata = {"name": name}
+    if namespace:
+        metadata["namespace"] = namespace
+    return {
+        "apiVersion": API_VERSION,
+        "kind": TRAINJOB_KIND,
+        "metadata": metadata,
+        "spec": {
+            "runtimeRef": {"name": runtime, "apiGroup": API_GROUP, "kind": RUNTIME_KIND},
+            "trainer": trainer,
+        },
+    }
+
+
+def pod_environment(job: Mapping[str, Any], runtime: Mapping[str, Any],
+                    index: int) -> dict[str, str]:
+    """The variables pod `index` of `job` sees, as Kubernetes would resolve them.
+
+    For tests: the runtime's container env with its downward-API labels
+    filled in as JobSet labels the pod, the TrainJob's `trainer.env`
+    merged over it (Trainer's upsert), and `JOB_COMPLETION_INDEX`.
+    """
+    name = job["metadata"]["name"]
+    (rjob,) = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    labels = {jobset.JOBSET_NAME_LABEL: name,
+              jobset.REPLICATED_JOB_LABEL: rjob["name"],
+              jobset.JOB_INDEX_LABEL: "0"}
+    (c,) = rjob["template"]["spec"]["template"]["spec"]["containers"]
+    environ = {}
+    for e in list(c["env"]) + list(job["spec"]["trainer"]["env"]):
+        if "value" in e:
+            environ[e["name"]] = e["value"]
+        else:
+            path = e["valueFrom"]["fieldRef"]["fieldPath"]
+            label = path[len("metadata.labels['"):-len("']")]
+            environ[e["name"]] = labels[label]
+    environ[jobset.COMPLETION_INDEX_ENV] = str(index)
+    return environ
