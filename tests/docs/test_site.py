@@ -148,7 +148,8 @@ def test_pages_show_code_only_by_including_example_files():
                     f"{page.relative_to(ROOT)} pastes Python code; put it in "
                     "docs/examples/ and include it with --8<--")
             included |= {re.search(r'"(.+)"', ln).group(1) for ln in snippets}
-    examples = {f"docs/examples/{p.name}" for p in (DOCS / "examples").glob("*.py")}
+    examples = {f"docs/examples/{p.name}" for p in (DOCS / "examples").iterdir()
+                if p.suffix in (".py", ".sh")}
     assert examples - included == set(), "examples no page includes"
     assert {i for i in included if i.startswith("docs/examples/")} <= examples
 
