@@ -171,3 +171,16 @@ def test_results_folder_holds_exactly_the_files_the_benchmarks_page_cites():
     folder = {p.name for p in (ROOT / "benchmarks" / "results").iterdir()}
     assert folder == cited, {"not cited": sorted(folder - cited),
                              "missing": sorted(cited - folder)}
+
+
+def test_nav_has_the_sections_users_know_in_order():
+    """Get started -> How-to -> Deploy -> Tuning -> Fault tolerance -> Reference ->
+    Internals -> Benchmarks (the shape of docs.ray.io and keras.io)."""
+    import yaml  # pylint: disable=g-import-not-at-top  (MkDocs's own dependency)
+
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
+    titles = [next(iter(entry)) for entry in nav]
+    assert titles == ["Home", "Get started", "How-to guides", "Deploy", "Tuning",
+                      "Fault tolerance", "Reference", "Internals", "Benchmarks"], titles
+    deploy = [next(iter(entry.values())) for entry in nav[titles.index("Deploy")]["Deploy"]]
+    assert "deploy/slurm.md" in deploy and "guides/ray.md" in deploy, deploy
