@@ -4,7 +4,9 @@ One-machine examples run as `python docs/examples/NAME.py` on 2 virtual CPUs
 (`TFDIST_OPT_CPU_REPLICAS=2`); the worker examples are in
 test_worker_examples.py (a file of their own, so the two halves can run
 side by side under `--dist loadfile`). Each test checks what the page says
-the example does, not just its exit code.
+the example does, not just its exit code, and that the output excerpt the
+page shows under the example's command occurs in what it printed
+(tests/docs/excerpts.py).
 """
 
 import pathlib
@@ -12,6 +14,7 @@ import re
 
 import pytest
 
+from tests.docs import excerpts
 from tests.docs.test_worker_examples import WORKERS
 from tests.multiworker import harness
 
@@ -21,15 +24,41 @@ _ONE_MACHINE = {"quickstart", "configuration", "gradients", "powersgd", "sharded
                 "input_pipeline", "callbacks", "fault_tolerance", "model_parallel"}
 
 
-def _run(name, *args, extra_env=TWO_CPUS):
+def _run(name, *args, extra_env=TWO_CPUS, excerpt=True):
     r = harness.run_single([str(EXAMPLES / f"{name}.py"), *map(str, args)],
                            timeout_s=240, extra_env=extra_env)
     assert r.returncode == 0, r.output[-4000:]
+    if excerpt:
+        excerpts.assert_excerpt(name, r.output)
     return r.output
 
 
 def test_every_example_has_a_test():
     assert {p.stem for p in EXAMPLES.glob("*.py")} == _ONE_MACHINE | WORKERS
+
+
+def test_every_example_has_its_command_and_one_output_excerpt():
+    shown = excerpts.excerpts()
+    assert set(shown) == _ONE_MACHINE | WORKERS, set(shown) ^ (_ONE_MACHINE | WORKERS)
+    for name, places in shown.items():
+        assert len(places) == 1, (name, [page for page, _ in places])
+        page = (EXAMPLES.parents[1] / places[0][0]).read_text()
+        commands = [body for lang, body in re.findall(r"^```(\w*)\n(.*?)^```$", page,
+                                                      re.M | re.S) if lang == "bash"]
+        assert any(f"python docs/examples/{name}.py" in c for c in commands), (
+            f"{places[0][0]} shows the output of docs/examples/{name}.py but no "
+            "```bash block with its command")
+
+
+@pytest.mark.parametrize("lines,output,missing", [
+    (["updates: 8"], "Epoch 2/2\nupdates: 8\n", []),
+    (["updates: 8"], "updates: 9\n", ["updates: 8"]),
+    (["...", "8/8 - … - loss: …"], "8/8 - 1s - 12ms/step - loss: 0.52\n", []),
+    (["replicas: 2 loss: …"], "replicas: 1 loss: 0.3\n", ["replicas: 2 loss: …"]),
+    (["a … b"], "a\nb\n", ["a … b"]),  # `…` stays within one line
+])
+def test_excerpt_lines_match_exactly_but_for_the_ellipsis(lines, output, missing):
+    assert excerpts.missing_lines(lines, output) == missing
 
 
 def test_quickstart_trains_on_two_replicas():
@@ -74,7 +103,7 @@ def test_callbacks_report_throughput_and_learning_rate():
 
 @pytest.mark.slow
 def test_fault_tolerance_resumes_where_it_stopped(tmp_path):
-    first = _run("fault_tolerance", tmp_path, 1)
+    first = _run("fault_tolerance", tmp_path, 1, excerpt=False)  # the page shows the 2nd run
     assert "optimizer steps so far: 8" in first, first
     second = _run("fault_tolerance", tmp_path, 2)
     assert "Epoch 1/2" not in second and "Epoch 2/2" in second, second

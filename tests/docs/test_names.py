@@ -38,6 +38,9 @@ _OTHER_PROGRAMS = {
     "--logdir": "tensorboard",
     "--no-children": "perf report", "--sort": "perf report", "--stdio": "perf report",
     "--kill-on-bad-exit": "srun", "--ntasks-per-node": "srun / sbatch",
+    "--nodes": "srun / sbatch", "--ntasks": "srun", "--gpus-per-task": "srun / sbatch",
+    "--signal": "sbatch",
+    "--head": "ray start", "--address": "ray start",
     "--pdb": "pytest", "--dist": "pytest-xdist",
     "--pid": "py-spy dump",
 }

@@ -148,7 +148,8 @@ def test_pages_show_code_only_by_including_example_files():
                     f"{page.relative_to(ROOT)} pastes Python code; put it in "
                     "docs/examples/ and include it with --8<--")
             included |= {re.search(r'"(.+)"', ln).group(1) for ln in snippets}
-    examples = {f"docs/examples/{p.name}" for p in (DOCS / "examples").glob("*.py")}
+    examples = {f"docs/examples/{p.name}" for p in (DOCS / "examples").iterdir()
+                if p.suffix in (".py", ".sh")}
     assert examples - included == set(), "examples no page includes"
     assert {i for i in included if i.startswith("docs/examples/")} <= examples
 
@@ -170,3 +171,16 @@ def test_results_folder_holds_exactly_the_files_the_benchmarks_page_cites():
     folder = {p.name for p in (ROOT / "benchmarks" / "results").iterdir()}
     assert folder == cited, {"not cited": sorted(folder - cited),
                              "missing": sorted(cited - folder)}
+
+
+def test_nav_has_the_sections_users_know_in_order():
+    """Get started -> How-to -> Deploy -> Tuning -> Fault tolerance -> Reference ->
+    Internals -> Benchmarks (the shape of docs.ray.io and keras.io)."""
+    import yaml  # pylint: disable=g-import-not-at-top  (MkDocs's own dependency)
+
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
+    titles = [next(iter(entry)) for entry in nav]
+    assert titles == ["Home", "Get started", "How-to guides", "Deploy", "Tuning",
+                      "Fault tolerance", "Reference", "Internals", "Benchmarks"], titles
+    deploy = [next(iter(entry.values())) for entry in nav[titles.index("Deploy")]["Deploy"]]
+    assert "deploy/slurm.md" in deploy and "guides/ray.md" in deploy, deploy

@@ -2,8 +2,8 @@
 
 Under `tfdist-opt launch` (2 workers; with a ps task; with an evaluator)
 and on two Ray workers. Each test checks what the page says the example
-does, not just its exit code. The one-machine examples are in
-test_examples.py.
+does, not just its exit code, and the output excerpt its page shows. The
+one-machine examples are in test_examples.py.
 """
 
 import os
@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from tests.docs import excerpts
 from tests.multiworker import harness
 
 EXAMPLES = pathlib.Path(harness.REPO_ROOT) / "docs" / "examples"
@@ -37,6 +38,7 @@ def _launch(options, name, *args, timeout=240):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate(timeout=10)
     assert proc.returncode == 0, out[-4000:]
+    excerpts.assert_excerpt(name, out)
     return out
 
 
@@ -85,5 +87,6 @@ def test_ray_trainer_example_on_two_ray_workers():
         shutil.rmtree(tmp, ignore_errors=True)
     assert not left, left
     assert r.returncode == 0, r.output[-4000:]
+    excerpts.assert_excerpt("ray_trainer", r.output)
     losses = dict(re.findall(r"rank (\d): 2 replicas, loss ([\d.]+)", r.output))
     assert sorted(losses) == ["0", "1"] and len(set(losses.values())) == 1, r.output[-4000:]

@@ -25,7 +25,7 @@ def test_main_job_trains_on_two_workers_with_identical_weights():
     assert len({r["weights_sha256"] for r in results}) == 1
     assert results[0]["loss"][-1] < results[0]["loss"][0]
     assert results[0]["throughput"]["examples_per_sec"] > 0
-    # Quiet by default: the README and docs/getting-started.md promise about 20 lines, result easy
+    # Quiet by default: the README and docs/get-started/index.md promise about 20 lines, result easy
     # to find (3 epochs there; 2 here).
     lines = (p.stdout + p.stderr).splitlines()
     assert len(lines) <= 30, "\n".join(lines)
