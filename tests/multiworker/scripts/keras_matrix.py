@@ -7,7 +7,10 @@ batch's mean gradient ends where one device ends. Every cell records its
 final weights and fit history, the evaluate and predict results where the
 cell needs them (evaluate: baseline, metrics, jit, steps per execution;
 predict: wherever outputs or precision differ), or the error it
-raised (type and message).
+raised (type and message), and `xla_steps`: for each replica step our
+strategies compiled per replica (`jit_compile=True`), whether its traced
+function is marked for XLA (`_XlaMustCompile`, the attribute
+`tf.function(jit_compile=True)` sets; empty where the path is not taken).
 
 Usage: `python keras_matrix.py --out PATH --strategies none,mirrored[,one_device]`
 (one process: `none` is plain Keras with no strategy, the reference;
@@ -27,6 +30,7 @@ import warnings
 import numpy as np
 
 import tfdist_opt
+from tfdist_opt.strategy import keras_steps
 
 N, GLOBAL_BATCH, FEATURES, CLASSES = 64, 16, 8, 3
 
@@ -220,6 +224,22 @@ def dict_cells(keras, strategy):
             "tuple_outputs": tuple_outputs}
 
 
+_XLA_STEPS = []
+
+
+def _record_xla_steps():
+    """Wraps the per-replica trace check to record each step's XLA mark."""
+    original = keras_steps._why_not_compilable
+
+    def record(fn, data):
+        reason = original(fn, data)
+        attr = fn.get_concrete_function(data).function_def.attr
+        _XLA_STEPS.append("_XlaMustCompile" in attr and attr["_XlaMustCompile"].b)
+        return reason
+
+    keras_steps._why_not_compilable = record
+
+
 def run_all(strategy, only):
     import keras
 
@@ -231,6 +251,7 @@ def run_all(strategy, only):
         if only and name not in only:
             continue
         start = time.perf_counter()
+        _XLA_STEPS.clear()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
@@ -241,6 +262,7 @@ def run_all(strategy, only):
                                  "traceback": traceback.format_exc()[-3000:]}
         results[name]["warnings"] = [str(w.message)[:500] for w in caught
                                      if "tfdist_opt" in str(w.message)]
+        results[name]["xla_steps"] = list(_XLA_STEPS)
         results[name]["seconds"] = round(time.perf_counter() - start, 2)
         print(f"cell {name}: {results[name]['status']} "
               f"({results[name]['seconds']} s)", flush=True)
@@ -254,6 +276,7 @@ def main():
     parser.add_argument("--cells", default="")
     args = parser.parse_args()
     only = set(filter(None, args.cells.split(",")))
+    _record_xla_steps()
     kinds = args.strategies.split(",")
     strategies = {}
     # Virtual CPUs first: they must exist before TF's runtime starts.
