@@ -76,6 +76,8 @@ def _record_xla_traces(monkeypatch):
 
     def record(fn, data):
         reason = original(fn, data)
+        if reason is not None:  # falls back: the function never runs
+            return reason
         attr = fn.get_concrete_function(data).function_def.attr
         traced.append("_XlaMustCompile" in attr and attr["_XlaMustCompile"].b)
         return reason
