@@ -78,8 +78,9 @@ def matrix(tmp_path_factory):
 def _load(out):
     cells = json.loads((out / "local.json").read_text())
     for i in (0, 1):
-        cells[f"worker{i}"] = json.loads(
-            (out / f"mw.worker{i}.json").read_text())["multi_worker"]
+        worker = json.loads((out / f"mw.worker{i}.json").read_text())
+        cells[f"worker{i}"] = worker["multi_worker"]
+        cells[f"iterators{i}"] = worker["iterators"]
     return cells
 
 
@@ -150,6 +151,14 @@ def test_jit_cells_compile_each_replica_step_with_xla(matrix, cell, kind):
     marks = matrix[kind][cell]["xla_steps"]
     assert marks and all(marks), marks  # one per replica and stage traced
     assert not matrix["none"][cell]["xla_steps"]  # plain Keras compiles itself
+
+
+@pytest.mark.parametrize("worker", (0, 1))
+def test_each_worker_reads_a_plain_tf_data_iterator(matrix, worker):
+    """One CPU replica per worker: `plain_iterator`, not TF's MultiDeviceIterator."""
+    assert matrix[f"iterators{worker}"] == {
+        "experimental_distribute_dataset": ["OwnedIterator"],
+        "distribute_datasets_from_function": ["OwnedIterator"]}
 
 
 @pytest.mark.parametrize("kind", ("mirrored", "worker0", "worker1"))

@@ -16,7 +16,9 @@ Usage: `python keras_matrix.py --out PATH --strategies none,mirrored[,one_device
 (one process: `none` is plain Keras with no strategy, the reference;
 `mirrored` 2 virtual CPUs; `one_device` opt_strategy on `/cpu:0`) or, under
 a 2-worker TF_CONFIG, `--strategies multi_worker` (each worker writes
-`PATH.worker<i>.json`). `--cells a,b` runs a subset.
+`PATH.worker<i>.json`, with `iterators`: the class of each worker's
+iterator under a distributed dataset, from `experimental_distribute_dataset`
+and `distribute_datasets_from_function`). `--cells a,b` runs a subset.
 """
 
 import argparse
@@ -271,6 +273,19 @@ def run_all(strategy, only):
     return results
 
 
+def iterator_kinds(strategy):
+    """The class of each per-worker iterator the strategy's datasets make."""
+    import tensorflow as tf
+
+    ds = tf.data.Dataset.range(8).batch(4)
+    made = {"experimental_distribute_dataset": strategy.experimental_distribute_dataset(ds),
+            "distribute_datasets_from_function": strategy.distribute_datasets_from_function(
+                lambda ctx: tf.data.Dataset.range(8).batch(2))}
+    return {name: [type(w._iterator).__name__  # pylint: disable=protected-access
+                   for w in iter(d)._iterators]  # pylint: disable=protected-access
+            for name, d in made.items()}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -292,6 +307,8 @@ def main():
     strategies["none"] = tf.distribute.get_strategy()  # plain Keras, no scope
     topo = tfdist_opt.detect_topology()
     out = {kind: run_all(strategies[kind], only) for kind in kinds}
+    if "multi_worker" in strategies:
+        out["iterators"] = iterator_kinds(strategies["multi_worker"])
     path = args.out if topo.tf_config is None else f"{args.out}.worker{topo.task_index}.json"
     with open(path + ".tmp", "w") as f:
         json.dump(out, f)
