@@ -183,6 +183,32 @@ def pytest_runtest_setup(item):
         os.environ.pop(GRAPPLER_ENV, None)
 
 
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Lists every skipped test, grouped by its reason, so no skip hides.
+
+    Runs in the process that reports (pytest-xdist's controller, which holds
+    its workers' reports, or the one process under `-n 0`). Expected
+    failures (`xfail`) are not skips and are not listed.
+    """
+    by_reason: dict[str, list[str]] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        if hasattr(report, "wasxfail"):
+            continue
+        longrepr = report.longrepr
+        reason = (longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3
+                  else str(longrepr))
+        reason = reason.removeprefix("Skipped: ")
+        by_reason.setdefault(reason, []).append(report.nodeid)
+    if not by_reason:
+        return
+    total = sum(map(len, by_reason.values()))
+    terminalreporter.section(f"{total} skipped, by reason", sep="-")
+    for reason, ids in sorted(by_reason.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        terminalreporter.write_line(f"{len(ids)} x {reason}")
+        for nodeid in sorted(ids):
+            terminalreporter.write_line(f"    {nodeid}")
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item, nextitem):
     """After each file (its module fixtures gone): collect, then freeze what lives on.

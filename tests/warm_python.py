@@ -220,7 +220,15 @@ def serve(path: str, owner: int, idle_s: float) -> dict:
     # The package itself (pure Python: it reads no environment and patches
     # nothing at import; ~0.15 CPU-s a child). Its TensorFlow-backed modules
     # are not: they wire Keras, and a plain-Keras reference must not see it.
-    import tfdist_opt  # noqa: F401
+    # From this checkout (the parent of tests/), the tree under test: the
+    # zygote runs without PYTHONPATH (a child applies it after the fork), so
+    # a plain import found the installed copy, and an editable install of
+    # another checkout then served every child its `tfdist_opt`.
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(HERE))))
+    try:
+        import tfdist_opt  # noqa: F401
+    finally:
+        del sys.path[0]
 
     # What the import built is never collected in a child: a collection there
     # would write to every object's header and copy the zygote's heap.

@@ -18,4 +18,5 @@ topo = tfdist_opt.detect_topology()
 model.fit(train, epochs=2, shuffle=False, verbose=2 if topo.is_chief else 0)
 weights = np.concatenate([w.ravel() for w in model.get_weights()])
 digest = hashlib.sha256(weights.tobytes()).hexdigest()
-print(f"{topo.task_type}:{topo.task_index} weights_sha256 {digest}")
+print(f"{topo.task_type}:{topo.task_index} weights_sha256 {digest} "
+      f"after {int(model.optimizer.iterations.numpy())} steps")

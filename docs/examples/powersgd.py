@@ -14,4 +14,24 @@ with strategy.scope():
                               keras.layers.Dense(10)])
     model.compile(optimizer=keras.optimizers.SGD(0.02, momentum=0.9),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-model.fit(x, y, batch_size=64, epochs=2, verbose=2)
+
+
+class CompressedUpdates(keras.callbacks.Callback):
+    """Counts the updates that ran compressed: only those move the Q factors."""
+
+    def on_train_begin(self, logs=None):
+        self.count, self.last = 0, None
+
+    def on_train_batch_end(self, batch, logs=None):
+        qs = [v.numpy().copy() for v in self.model.optimizer.variables
+              if "powersgd_q" in v.path]
+        if self.last is not None and any((a != b).any() for a, b in zip(qs, self.last)):
+            self.count += 1
+        self.last = qs
+
+
+counter = CompressedUpdates()
+model.fit(x, y, batch_size=64, epochs=2, verbose=2, callbacks=[counter])
+# Updates 0 and 1 run uncompressed (powersgd_start_step=2): 14 of 16 compress.
+print(f"compressed updates: {counter.count} of "
+      f"{int(model.optimizer.iterations.numpy())}")

@@ -6,8 +6,10 @@ restored weights must equal an uninterrupted run's at the step resumed
 from, bit for bit, and finishing must equal the uninterrupted run's end.
 """
 
+import contextlib
 import os
 import shutil
+import subprocess
 
 import keras
 import numpy as np
@@ -178,30 +180,58 @@ def test_prune_keeps_k_verified_and_never_newer(tmp_path):
     assert store.prune(bdir, 6, keep=1) == [os.path.join(bdir, "backup-2")]
 
 
+def _mount(*args):
+    return subprocess.run(["mount", *args], capture_output=True, text=True, timeout=30)
+
+
+@contextlib.contextmanager
+def _read_only_dir(path):
+    """`path`, a directory no one may write: mode 0500, or for root (who
+    ignores modes, as CI runs) a read-only bind mount of itself."""
+    path.mkdir()
+    if os.geteuid() != 0:
+        path.chmod(0o500)
+        try:
+            yield path
+        finally:
+            path.chmod(0o700)
+        return
+    bound = _mount("--bind", str(path), str(path))
+    if bound.returncode != 0:
+        pytest.skip(f"root without a mount (needs CAP_SYS_ADMIN): {bound.stderr.strip()}")
+    try:
+        ro = _mount("-o", "remount,ro,bind", str(path))
+        assert ro.returncode == 0, ro.stderr
+        yield path
+    finally:
+        assert _mount_gone(path), f"could not unmount {path}"
+
+
+def _mount_gone(path):
+    subprocess.run(["umount", str(path)], capture_output=True, timeout=30)
+    with open("/proc/self/mounts") as f:
+        return all(line.split()[1] != str(path) for line in f)
+
+
 @pytest.mark.parametrize("kind", ["read_only", "under_a_file"])
 def test_unwritable_backup_dir_fails_before_step_one(kind, tmp_path, strategy):
-    if kind == "read_only":
-        if os.geteuid() == 0:
-            pytest.skip("root can write to a read-only directory")
-        bdir = tmp_path / "ro"
-        bdir.mkdir()
-        bdir.chmod(0o500)
-    else:  # a path no one can create (its parent is a regular file)
-        (tmp_path / "file").write_text("")
-        bdir = tmp_path / "file" / "b"
-    seen = []
+    with contextlib.ExitStack() as stack:
+        if kind == "read_only":
+            bdir = stack.enter_context(_read_only_dir(tmp_path / "ro"))
+            with pytest.raises(OSError):  # the directory really is unwritable
+                (bdir / "probe").write_text("")
+        else:  # a path no one can create (its parent is a regular file)
+            (tmp_path / "file").write_text("")
+            bdir = tmp_path / "file" / "b"
+        seen = []
 
-    class Steps(keras.callbacks.Callback):
-        def on_train_batch_begin(self, batch, logs=None):
-            seen.append(batch)
+        class Steps(keras.callbacks.Callback):
+            def on_train_batch_begin(self, batch, logs=None):
+                seen.append(batch)
 
-    try:
         with pytest.raises(OSError, match=f"backup_dir '{bdir}' is not writable"):
             model(strategy).fit(dataset(), epochs=1, verbose=0, callbacks=[
                 DistributedBackupAndRestore(str(bdir)), Steps()])
-    finally:
-        if kind == "read_only":
-            bdir.chmod(0o700)
     assert seen == []
 
 

@@ -83,6 +83,8 @@ def test_powersgd_trains():
     out = _run("powersgd")
     losses = [float(x) for x in re.findall(r"- loss: ([\d.]+)", out)]
     assert len(losses) == 2 and losses[1] < losses[0], out
+    # 16 updates, the first 2 uncompressed (powersgd_start_step=2).
+    assert "compressed updates: 14 of 16" in out, out[-2000:]
 
 
 def test_sharded_state_keeps_half_a_slot_per_replica():

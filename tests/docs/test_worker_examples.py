@@ -45,9 +45,15 @@ def _launch(options, name, *args, timeout=240):
 @pytest.mark.multiworker
 def test_multi_worker_example_on_two_workers():
     out = _launch(["-n", "2"], "multi_worker")
-    hashes = dict(re.findall(r"(worker:\d) weights_sha256 (\w+)", out))
+    found = re.findall(r"(worker:\d) weights_sha256 (\w+) after (\d+) steps", out)
+    hashes = {task: digest for task, digest, _ in found}
     assert sorted(hashes) == ["worker:0", "worker:1"], out
     assert len(set(hashes.values())) == 1, out
+    # Equal hashes alone hold for a fit that runs no step (synced initial
+    # weights): 256 examples / global batch 32 x 2 epochs.
+    assert [steps for _, _, steps in found] == ["16", "16"], out
+    losses = [float(v) for v in re.findall(r"- loss: ([\d.]+)", out)]
+    assert len(losses) == 2 and losses[1] < losses[0], out
 
 
 @pytest.mark.multiworker

@@ -18,7 +18,8 @@ Tolerances (max |a - b| <= tol + tol |b|):
   and reorders operations; measured <= 1.4e-7 (relative to 1 + |b|).
 - mixed_float16: 5e-3. Per-replica batches of 8 instead of 16 round their
   float16 sums differently (float16 eps ~1e-3, 8 SGD steps); measured 6.3e-4.
-- mixed_bfloat16: 5e-2. bfloat16 eps ~8e-3, the same reason; measured 1.2e-2.
+- mixed_bfloat16: 2e-2. bfloat16 eps ~8e-3, the same reason; measured
+  1.2e-2. (At 5e-2, multiplying every gradient by 1.1 passed.)
 
 Not in the matrix: Dropout (every replica draws its own mask, by design of
 TF's per-replica seeds, so no strategy repeats one device's masks) and
@@ -45,8 +46,8 @@ CELLS = ("baseline", "metrics", "validation_data", "validation_split",
          "mixed_bfloat16", "jit_compile", "jit_compile_sync_batchnorm",
          "steps_per_execution", "steps_per_execution_jit", "dict_inputs",
          "dict_outputs", "dict_outputs_bfloat16", "tuple_outputs")
-TOLERANCE = {"mixed_float16": 5e-3, "mixed_bfloat16": 5e-2,
-             "dict_outputs_bfloat16": 5e-2}
+TOLERANCE = {"mixed_float16": 5e-3, "mixed_bfloat16": 2e-2,
+             "dict_outputs_bfloat16": 2e-2}
 DEFAULT_TOLERANCE = 1e-5
 # cell -> {kind: why}: combinations that must raise UnsupportedCombinationError.
 UNSUPPORTED: dict[str, dict[str, str]] = {}
@@ -77,8 +78,9 @@ def matrix(tmp_path_factory):
 def _load(out):
     cells = json.loads((out / "local.json").read_text())
     for i in (0, 1):
-        cells[f"worker{i}"] = json.loads(
-            (out / f"mw.worker{i}.json").read_text())["multi_worker"]
+        worker = json.loads((out / f"mw.worker{i}.json").read_text())
+        cells[f"worker{i}"] = worker["multi_worker"]
+        cells[f"iterators{i}"] = worker["iterators"]
     return cells
 
 
@@ -140,6 +142,23 @@ def test_option_keeps_the_weights_of_the_baseline(matrix, cell, kind):
     """jit_compile=True equals False, steps_per_execution=4 equals 1."""
     _assert_close(matrix[kind][cell]["weights"], matrix[kind]["baseline"]["weights"],
                   DEFAULT_TOLERANCE, f"{cell}/{kind} vs baseline")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("cell", ("jit_compile", "steps_per_execution_jit"))
+def test_jit_cells_compile_each_replica_step_with_xla(matrix, cell, kind):
+    """Equal weights alone would pass with XLA never used."""
+    marks = matrix[kind][cell]["xla_steps"]
+    assert marks and all(marks), marks  # one per replica and stage traced
+    assert not matrix["none"][cell]["xla_steps"]  # plain Keras compiles itself
+
+
+@pytest.mark.parametrize("worker", (0, 1))
+def test_each_worker_reads_a_plain_tf_data_iterator(matrix, worker):
+    """One CPU replica per worker: `plain_iterator`, not TF's MultiDeviceIterator."""
+    assert matrix[f"iterators{worker}"] == {
+        "experimental_distribute_dataset": ["OwnedIterator"],
+        "distribute_datasets_from_function": ["OwnedIterator"]}
 
 
 @pytest.mark.parametrize("kind", ("mirrored", "worker0", "worker1"))

@@ -6,7 +6,9 @@ folded into the step's gradient collective (`tfdist_opt.gradients.log_fold`),
 under PowerSGD (both the uncompressed and the compressed branch), our
 packed uncompressed all-reduce and every default (TF's one pack, which
 multi-worker strategies run through our hooks). Per-step logs and final weights must be
-equal bit for bit, and the folded step must issue no log collective.
+equal bit for bit, the folded step must issue no log collective, and the
+upstream baseline must fold nothing. A first fit with nothing set (the
+shipped defaults) must fold as the "folded" mode does.
 """
 
 
@@ -41,3 +43,14 @@ def test_folded_step_issues_no_log_collective(runs):
         folded = worker["folded"]
         assert folded["folded"] >= 4, folded["folded"]  # 4 values a trace
         assert folded["log_collectives"] == 0
+        # The baseline really is upstream's path: one collective per value.
+        assert worker["upstream"]["folded"] == 0
+        assert worker["upstream"]["log_collectives"] == 0  # packing off too
+
+
+def test_shipped_defaults_fold_the_logs(runs):
+    for worker in runs:
+        shipped = worker["as_shipped"]
+        assert shipped["folded"] >= 4 and shipped["log_collectives"] == 0, shipped
+        assert shipped["logs"] == worker["upstream"]["logs"]
+        assert shipped["weights"] == worker["upstream"]["weights"]

@@ -65,13 +65,30 @@ def test_divisible_batch_trains_as_one_device(three):
         np.testing.assert_allclose(b, a, rtol=RTOL, atol=1e-7)
 
 
-def test_last_partial_batch_trains(three):
-    # 22 = 9 + 9 + 4: the last batch (4; TF splits it 2, 2, 0) is not refused.
-    ds = tf.data.Dataset.from_tensor_slices(_data(22)).batch(9)
+def test_last_partial_batch_trains_as_documented(three):
+    """22 = 9 + 9 + 4: the last batch (4; TF splits it 2, 2, 0) is not refused.
+
+    Its step weighs its examples as the module documents: each replica's
+    mean loss over 2 examples, scaled by 1/3, is 1/6 an example where one
+    device gives 1/4. So the run equals one device's with the last 4
+    examples weighted 4/6, and not the unweighted one.
+    """
+    x, y = _data(22)
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(9)
     model = _model(three)
     model.fit(ds, epochs=1, verbose=0)
     assert int(model.optimizer.iterations.numpy()) == 3
-    assert all(np.isfinite(w).all() for w in model.get_weights())
+    weights = np.ones(22, "float32")
+    weights[18:] = 4 / 6
+    one = tfdist_opt.opt_strategy(mode="one_device")
+    weighted, plain = _model(one), _model(one)
+    weighted.fit(tf.data.Dataset.from_tensor_slices((x, y, weights)).batch(9),
+                 epochs=1, verbose=0)
+    plain.fit(ds, epochs=1, verbose=0)
+    for a, b in zip(weighted.get_weights(), model.get_weights()):
+        np.testing.assert_allclose(b, a, rtol=RTOL, atol=1e-7)
+    assert not all(np.allclose(a, b, rtol=1e-3) for a, b in
+                   zip(plain.get_weights(), model.get_weights()))
 
 
 @pytest.mark.parametrize("make,expected", [

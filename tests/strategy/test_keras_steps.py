@@ -64,17 +64,36 @@ def _close(a, b, rtol=RTOL, atol=ATOL):
         np.testing.assert_allclose(u, v, rtol=rtol, atol=atol)
 
 
-def test_jit_compile_runs_per_replica_and_equals_no_jit(monkeypatch):
+def _record_xla_traces(monkeypatch):
+    """Per traced replica step: whether its function is marked for XLA.
+
+    `_XlaMustCompile` is the attribute `tf.function(jit_compile=True)` puts
+    on the function it traces; TF's runtime compiles such a function with
+    XLA (or fails), so a step without it ran uncompiled.
+    """
     traced = []
     original = keras_steps._why_not_compilable
-    monkeypatch.setattr(keras_steps, "_why_not_compilable",
-                        lambda fn, data: traced.append(fn) or original(fn, data))
+
+    def record(fn, data):
+        reason = original(fn, data)
+        if reason is not None:  # falls back: the function never runs
+            return reason
+        attr = fn.get_concrete_function(data).function_def.attr
+        traced.append("_XlaMustCompile" in attr and attr["_XlaMustCompile"].b)
+        return reason
+
+    monkeypatch.setattr(keras_steps, "_why_not_compilable", record)
+    return traced
+
+
+def test_jit_compile_runs_per_replica_and_equals_no_jit(monkeypatch):
+    traced = _record_xla_traces(monkeypatch)
     strategy = tfdist_opt.opt_strategy(cpu_replicas=2)
     jit, jit_hist, jit_eval = _fit(strategy, jit=True)
     plain, plain_hist, plain_eval = _fit(strategy)
     single, _, _ = _fit(tf.distribute.get_strategy())
-    # Both replicas traced a compiled train step and a compiled test step.
-    assert len(traced) == 4
+    # Both replicas traced a train step and a test step, each marked for XLA.
+    assert traced == [True] * 4
     assert jit.jit_compile is True
     _close(jit, plain)
     _close(jit, single)
@@ -128,8 +147,9 @@ def test_generator_input_under_a_strategy_equals_plain_keras():
         np.testing.assert_allclose(hist["loss"], plain_hist["loss"], rtol=RTOL)
 
 
-def test_jit_with_loss_scaling_equals_no_jit():
+def test_jit_with_loss_scaling_equals_no_jit(monkeypatch):
     """mixed_float16: the LossScaleOptimizer's apply runs outside XLA too."""
+    traced = _record_xla_traces(monkeypatch)
     strategy = tfdist_opt.opt_strategy(cpu_replicas=2)
     keras.mixed_precision.set_global_policy("mixed_float16")
     try:
@@ -137,6 +157,7 @@ def test_jit_with_loss_scaling_equals_no_jit():
         plain, _, _ = _fit(strategy)
     finally:
         keras.mixed_precision.set_global_policy("float32")
+    assert traced == [True] * 4  # train and test step, 2 replicas, under XLA
     assert isinstance(jit.optimizer, keras.optimizers.LossScaleOptimizer)
     assert int(jit.optimizer.iterations.numpy()) == 8
     _close(jit, plain, rtol=F16_RTOL, atol=F16_ATOL)

@@ -7,13 +7,18 @@ batch's mean gradient ends where one device ends. Every cell records its
 final weights and fit history, the evaluate and predict results where the
 cell needs them (evaluate: baseline, metrics, jit, steps per execution;
 predict: wherever outputs or precision differ), or the error it
-raised (type and message).
+raised (type and message), and `xla_steps`: for each replica step our
+strategies compiled per replica (`jit_compile=True`), whether its traced
+function is marked for XLA (`_XlaMustCompile`, the attribute
+`tf.function(jit_compile=True)` sets; empty where the path is not taken).
 
 Usage: `python keras_matrix.py --out PATH --strategies none,mirrored[,one_device]`
 (one process: `none` is plain Keras with no strategy, the reference;
 `mirrored` 2 virtual CPUs; `one_device` opt_strategy on `/cpu:0`) or, under
 a 2-worker TF_CONFIG, `--strategies multi_worker` (each worker writes
-`PATH.worker<i>.json`). `--cells a,b` runs a subset.
+`PATH.worker<i>.json`, with `iterators`: the class of each worker's
+iterator under a distributed dataset, from `experimental_distribute_dataset`
+and `distribute_datasets_from_function`). `--cells a,b` runs a subset.
 """
 
 import argparse
@@ -27,6 +32,7 @@ import warnings
 import numpy as np
 
 import tfdist_opt
+from tfdist_opt.strategy import keras_steps
 
 N, GLOBAL_BATCH, FEATURES, CLASSES = 64, 16, 8, 3
 
@@ -220,6 +226,24 @@ def dict_cells(keras, strategy):
             "tuple_outputs": tuple_outputs}
 
 
+_XLA_STEPS = []
+
+
+def _record_xla_steps():
+    """Wraps the per-replica trace check to record each step's XLA mark."""
+    original = keras_steps._why_not_compilable
+
+    def record(fn, data):
+        reason = original(fn, data)
+        if reason is not None:  # falls back: the function never runs
+            return reason
+        attr = fn.get_concrete_function(data).function_def.attr
+        _XLA_STEPS.append("_XlaMustCompile" in attr and attr["_XlaMustCompile"].b)
+        return reason
+
+    keras_steps._why_not_compilable = record
+
+
 def run_all(strategy, only):
     import keras
 
@@ -231,6 +255,7 @@ def run_all(strategy, only):
         if only and name not in only:
             continue
         start = time.perf_counter()
+        _XLA_STEPS.clear()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
@@ -241,10 +266,24 @@ def run_all(strategy, only):
                                  "traceback": traceback.format_exc()[-3000:]}
         results[name]["warnings"] = [str(w.message)[:500] for w in caught
                                      if "tfdist_opt" in str(w.message)]
+        results[name]["xla_steps"] = list(_XLA_STEPS)
         results[name]["seconds"] = round(time.perf_counter() - start, 2)
         print(f"cell {name}: {results[name]['status']} "
               f"({results[name]['seconds']} s)", flush=True)
     return results
+
+
+def iterator_kinds(strategy):
+    """The class of each per-worker iterator the strategy's datasets make."""
+    import tensorflow as tf
+
+    ds = tf.data.Dataset.range(8).batch(4)
+    made = {"experimental_distribute_dataset": strategy.experimental_distribute_dataset(ds),
+            "distribute_datasets_from_function": strategy.distribute_datasets_from_function(
+                lambda ctx: tf.data.Dataset.range(8).batch(2))}
+    return {name: [type(w._iterator).__name__  # pylint: disable=protected-access
+                   for w in iter(d)._iterators]  # pylint: disable=protected-access
+            for name, d in made.items()}
 
 
 def main():
@@ -254,6 +293,7 @@ def main():
     parser.add_argument("--cells", default="")
     args = parser.parse_args()
     only = set(filter(None, args.cells.split(",")))
+    _record_xla_steps()
     kinds = args.strategies.split(",")
     strategies = {}
     # Virtual CPUs first: they must exist before TF's runtime starts.
@@ -267,6 +307,8 @@ def main():
     strategies["none"] = tf.distribute.get_strategy()  # plain Keras, no scope
     topo = tfdist_opt.detect_topology()
     out = {kind: run_all(strategies[kind], only) for kind in kinds}
+    if "multi_worker" in strategies:
+        out["iterators"] = iterator_kinds(strategies["multi_worker"])
     path = args.out if topo.tf_config is None else f"{args.out}.worker{topo.task_index}.json"
     with open(path + ".tmp", "w") as f:
         json.dump(out, f)

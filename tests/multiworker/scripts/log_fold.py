@@ -4,8 +4,9 @@ Prints one JSON line per (config, mode): the per-step logs of a 3-metric
 classifier fitted from the same initial weights on the same data, the final
 weights, how many log values the traced step answered from the gradient
 collective (`folded`) and how many packed log collectives it issued.
-Modes: "upstream" (one collective per logged value, Keras's path) and
-"folded" (the default). Configs: PowerSGD from update 2 (the first two
+Modes: "as_shipped" (first, with nothing set: the shipped defaults
+decide), "upstream" (one collective per logged value, Keras's path) and
+"folded". Configs: PowerSGD from update 2 (the first two
 updates uncompressed, so both branches carry the logs), uncompressed
 with `bytes_per_pack="auto"` (our packed all-reduce), and every default
 (TF's one pack, run through our hooks on multi-worker).
@@ -46,9 +47,10 @@ def build():
     return model
 
 
-for mode, fold in (("upstream", False), ("folded", True)):
-    type(strategy)._pack_log_reductions = fold
-    type(strategy)._fold_logs = fold
+for mode, fold in (("as_shipped", None), ("upstream", False), ("folded", True)):
+    if fold is not None:
+        type(strategy)._pack_log_reductions = fold
+        type(strategy)._fold_logs = fold
     packer = strategy._log_packer
     packer.folded = packer.collectives = 0
     model = build()

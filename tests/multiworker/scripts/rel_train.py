@@ -31,6 +31,10 @@ Flags:
       10 minutes producing batch K (a `numpy_function` in `map`);
       `sigstop`: it SIGSTOPs itself after optimizer step K. Writes
       OUT/stall-<i> (wall time) when the stall starts.
+  --heartbeat-timeout-s S: TF's coordination service declares a silent
+      task dead after S seconds instead of its default 10 (configured
+      before the strategy, which then keeps it), so a test of a SIGSTOPped
+      worker is not a race between the stall abort and that heartbeat.
   --check-input-errors: before training, check with the real 2-worker
       strategy that an indivisible global batch (given to build_dataset, or
       a plain tf.data batch given to fit) and FILE sharding with fewer
@@ -66,6 +70,22 @@ def _pace(path):
         time.sleep(0.05)
 
 
+def _configure_heartbeat(seconds):
+    """TF's coordination service as the multi-worker strategy configures it
+    (TF 2.21, `CollectiveAllReduceExtended._initialize_multi_worker`, which
+    keeps a service already configured), with `seconds` of heartbeat."""
+    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2  # pylint: disable=g-import-not-at-top
+    from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
+
+    cluster = json.loads(os.environ["TF_CONFIG"])["cluster"]
+    jobs = [job for job in ("chief", "worker") if job in cluster]
+    context.context().configure_coordination_service(
+        service_type="standalone", service_leader=f"/job:{jobs[0]}/replica:0/task:0",
+        heartbeat_timeout_in_ms=int(seconds * 1000),
+        coordinated_jobs=[coordination_config_pb2.CoordinatedJob(
+            name=job, num_tasks=len(cluster[job])) for job in jobs])
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -91,6 +111,7 @@ def main():
     parser.add_argument("--strategy-kwargs", default="{}",
                         help="JSON object of extra opt_strategy() arguments")
     parser.add_argument("--stall-kind", choices=["input", "sigstop"])
+    parser.add_argument("--heartbeat-timeout-s", type=float, default=0)
     parser.add_argument("--stall-task", type=int, default=-1)
     parser.add_argument("--stall-at-step", type=int, default=-1)
     args = parser.parse_args()
@@ -103,6 +124,8 @@ def main():
     with open(os.path.join(args.out, f"pid-{index}"), "w") as f:
         f.write(str(os.getpid()))
 
+    if args.heartbeat_timeout_s:
+        _configure_heartbeat(args.heartbeat_timeout_s)
     import tfdist_opt  # pylint: disable=g-import-not-at-top
 
     strategy = tfdist_opt.opt_strategy(all_reduce="ring",

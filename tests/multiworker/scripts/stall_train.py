@@ -2,14 +2,17 @@
 
 Run as 2 workers (harness.run_workers) with TFDIST_OPT_STALL_WARN_S set.
 
-Part 1 (`fit` of 30 steps, global batch 8): worker 1 stalls three times
-for STALL_S seconds, each in another place, and the chief's inspector must
-name it each time:
-  - batch 6 of its `tf.data` input sleeps (a `numpy_function` in `map`);
-  - after step 14 its `on_train_batch_end` sleeps;
+Part 1 (`fit` of 30 steps, global batch 8): worker 1 stalls three times,
+each in another place, and the chief's inspector must name it each time:
+  - batch 6 of its `tf.data` input waits (a `numpy_function` in `map`);
+  - after step 14 its `on_train_batch_end` waits;
   - after step 22 its `on_train_batch_end` waits for a lock another thread
-    holds for STALL_S seconds.
-Each worker prints `STALL <kind> <wall time>` when its stall starts.
+    holds.
+Each stall lasts until the chief has named it (no race with the clock on a
+loaded host): the chief copies its stall messages to STALL_DIR/named.log,
+and the stalled code polls that file for the message naming it, for at
+most STALL_CAP_S seconds. Worker 1 prints `STALL <kind> <wall time>` when a
+stall starts and `STALLED <kind> <seconds>` when it ends.
 
 Part 2: one 2-epoch `fit` per input kind, worker 1 holding 3 fewer batches
 than worker 0 (10 vs 7 per epoch): the user's `tf.data` (known and unknown
@@ -21,6 +24,7 @@ Prints `UNEVEN <json>` per kind: the steps each epoch ran and seconds.
 
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -34,9 +38,46 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 INDEX = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
-STALL_S = float(os.environ.get("STALL_S", "5"))
+STALL_DIR = os.environ["STALL_DIR"]
+STALL_CAP_S = float(os.environ.get("STALL_CAP_S", "120"))
+NAMED_LOG = os.path.join(STALL_DIR, "named.log")
+PREFIX = "tfdist_opt: stall: "
 LOCK = threading.Lock()
 BATCH = 8
+
+
+class _CopyStallMessages:
+    """The chief's stderr: also appends each stall message to NAMED_LOG."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        if PREFIX in text:
+            with open(NAMED_LOG, "a") as f:
+                f.write(text if text.endswith("\n") else text + "\n")
+        return self._stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+if INDEX == 0:
+    sys.stderr = _CopyStallMessages(sys.stderr)
+
+
+def stall_until_named(kind, pattern):
+    """Blocks until the chief has printed a stall message matching `pattern`."""
+    print(f"STALL {kind} {time.time()!r}", flush=True)
+    start = time.monotonic()
+    wanted = re.compile(PREFIX + "worker 1 has been at " + pattern)
+    while time.monotonic() - start < STALL_CAP_S:
+        if os.path.exists(NAMED_LOG):
+            with open(NAMED_LOG) as f:
+                if any(wanted.match(line) for line in f):
+                    break
+        time.sleep(0.2)
+    print(f"STALLED {kind} {time.monotonic() - start:.1f}", flush=True)
 
 
 def model_in_scope():
@@ -59,8 +100,7 @@ def slow_input(ds):
     def maybe_sleep(x):
         produced[0] += 1
         if INDEX == 1 and produced[0] == 6:
-            print(f"STALL input {time.time()!r}", flush=True)
-            time.sleep(STALL_S)
+            stall_until_named("input", r"(?:step \d+|the start of fit) \(input\)")
         return x
 
     def fn(x, y):
@@ -81,19 +121,17 @@ class Stalls(keras.callbacks.Callback):
         if INDEX != 1:
             return
         if self.step == 14:
-            print(f"STALL callback {time.time()!r}", flush=True)
-            time.sleep(STALL_S)
+            stall_until_named("callback", r"step 14 \(callbacks\)")
         elif self.step == 22:
             held = threading.Event()
 
             def holder():
                 with LOCK:
                     held.set()
-                    time.sleep(STALL_S)
+                    stall_until_named("lock", r"step 22 \(callbacks\)")
 
             threading.Thread(target=holder, name="lock-holder", daemon=True).start()
             held.wait()
-            print(f"STALL lock {time.time()!r}", flush=True)
             with LOCK:  # blocks until the holder lets go
                 pass
 
