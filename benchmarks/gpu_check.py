@@ -130,11 +130,21 @@ def _orchestrate() -> int:
         return 1
     report["environment"].update(probe["environment"])
     if not probe["environment"]["gpus"] and not _DRY.value:
+        driver = _driver_gpus()
+        report["environment"]["driver_gpus"] = driver
         report["summary"] = {"gpus": 0, "checked": False}
         _write(report)
         shutil.rmtree(tmp, ignore_errors=True)
-        print(f"{NO_GPU} {probe['environment']['tf']} (built with CUDA: "
-              f"{probe['environment']['built_with_cuda']}); nothing to check "
+        tf_line = (f"TensorFlow {probe['environment']['tf']} (built with CUDA: "
+                   f"{probe['environment']['built_with_cuda']})")
+        if driver and "CUDA_VISIBLE_DEVICES" not in os.environ:
+            # A GPU TensorFlow cannot use is a failed check, not "no GPU".
+            print(f"gpu_check: the NVIDIA driver lists {len(driver)} GPU(s) but "
+                  f"{tf_line} sees none: its CUDA libraries are missing (pip "
+                  "install \"tensorflow[and-cuda]\" at this TensorFlow's version).",
+                  flush=True)
+            return 1
+        print(f"{NO_GPU} {tf_line[len('TensorFlow '):]}; nothing to check "
               "(--dry_run_cpu runs the same code on CPU).", flush=True)
         return 0
     failed = []
@@ -158,6 +168,18 @@ def _orchestrate() -> int:
     print("gpu_check: all checks passed" + (" (dry run on CPU)" if _DRY.value else ""),
           flush=True)
     return 0
+
+
+def _driver_gpus():
+    """The GPUs `nvidia-smi -L` lists (none without the NVIDIA driver)."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
+                             timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in out.splitlines() if line.startswith("GPU ")]
 
 
 def _write(report):

@@ -1,7 +1,8 @@
 """benchmarks/gpu_check.py: the prepared GPU check, run where no GPU is.
 
 * Without a GPU (this pytest run hides GPUs) it prints one line saying so
-  and exits 0.
+  and exits 0; where the driver lists a GPU that TensorFlow cannot use (a
+  stand-in `nvidia-smi`), it says so and exits 1.
 * `--dry_run_cpu` runs every section's code on CPU with tiny sizes: 6
   precision settings with losses side by side, 2 workers whose NCCL attempt
   is refused (no GPU) and whose named fallback RING trains weights equal to
@@ -9,6 +10,9 @@
 """
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -29,6 +33,24 @@ def test_without_a_gpu_one_line_and_status_0(tmp_path):
     assert len(lines) == 1 and lines[0].startswith(gpu_check.NO_GPU), run.output
     assert "nothing to check" in lines[0]
     assert json.loads(out.read_text())["summary"] == {"gpus": 0, "checked": False}
+
+
+def test_a_driver_gpu_tensorflow_cannot_use_fails_by_name(tmp_path):
+    # A stand-in `nvidia-smi` lists one GPU; TensorFlow here sees none.
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)'\n")
+    smi.chmod(0o755)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("CUDA_VISIBLE_DEVICES", "TF_CONFIG")}
+    env.update(PATH=f"{smi.parent}{os.pathsep}{env['PATH']}", TF_CPP_MIN_LOG_LEVEL="2",
+               PYTHONPATH=harness.REPO_ROOT + os.pathsep + env.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "benchmarks/gpu_check.py"], env=env,
+                       cwd=harness.REPO_ROOT, capture_output=True, text=True, timeout=180)
+    assert p.returncode == 1, p.stdout + p.stderr[-3000:]
+    assert p.stdout.startswith("gpu_check: the NVIDIA driver lists 1 GPU(s) but "
+                               "TensorFlow "), p.stdout
+    assert "sees none: its CUDA libraries are missing" in p.stdout
 
 
 @pytest.mark.multiworker

@@ -12,7 +12,10 @@ The plan is pure, so a device list of 1, 2 or 8 GPUs, with and without a
   with a warning naming `--gpus-per-worker` when asked off there; off
   (TF refuses it) on GPUs split into logical devices, where NCCL is not
   chosen either (NCCL refuses two ranks on one physical GPU);
-* `tfdist-opt info` shows the GPUs, the collective and the memory choice.
+* `tfdist-opt info` shows the GPUs, the collective and the memory choice;
+* `detect_topology` counts a split GPU's logical devices (TF's calls
+  replaced), and `opt_strategy()` applies the plan's memory choice (never
+  asking growth of a GPU with logical devices, which TF refuses).
 """
 
 import json
@@ -146,3 +149,38 @@ def test_info_shows_gpus_collective_and_memory_choice(info):
     assert data["strategy"]["gpu_memory_growth"] is True
     assert data["strategy"]["kind"] == "one_device"
     assert "gpu memory" not in info(0)
+
+
+def test_detect_topology_counts_logical_devices_of_a_split_gpu(fake_gpus, monkeypatch):
+    import tensorflow as tf
+
+    from tfdist_opt.strategy.topology import detect_topology
+
+    fake_gpus(2)
+    limited = tf.config.LogicalDeviceConfiguration(memory_limit=1024)
+    monkeypatch.setattr(tf.config, "get_logical_device_configuration",
+                        lambda d: [limited] * 2 if d.name.endswith(":0") else None)
+    topo = detect_topology(environ={})
+    assert topo.gpus == ("/physical_device:GPU:0/logical:0",
+                         "/physical_device:GPU:0/logical:1", "/physical_device:GPU:1")
+    assert (topo.configured_gpus, topo.split_gpus) == (1, 1)
+    p = plan_strategy(StrategyConfig(), topo)
+    assert (p.devices, p.all_reduce, p.gpu_memory_growth) == (
+        ("/gpu:0", "/gpu:1", "/gpu:2"), "hierarchical_copy", False)
+
+
+@pytest.mark.parametrize("limited", [False, True])
+def test_opt_strategy_applies_the_plans_memory_choice(fake_gpus, monkeypatch, limited):
+    import tensorflow as tf
+
+    from tfdist_opt.strategy import build
+
+    fake_gpus(2)
+    calls = []
+    monkeypatch.setattr(tf.config.experimental, "set_memory_growth",
+                        lambda d, on: calls.append((d.name, on)))
+    topo = Topology(gpus=_gpus(2), configured_gpus=2 if limited else 0)
+    cfg = StrategyConfig()
+    build._configure_devices(cfg, plan_strategy(cfg, topo))
+    # TF raises ValueError for growth on a device with logical devices: none asked.
+    assert calls == ([] if limited else [(g, True) for g in _gpus(2)])
