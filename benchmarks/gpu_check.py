@@ -7,7 +7,8 @@ time is killed and named; the JSON is rewritten after every section, and each
 section rewrites its own part after every round, so a cut run keeps what ran):
 
 1. `probe`: TensorFlow's version, whether it was built with CUDA, the GPUs.
-   No GPU: one line saying so, exit status 0.
+   No GPU: one line saying so, exit status 0. Every section runs on one GPU
+   (`CUDA_VISIBLE_DEVICES=0` unless it is set).
 2. `precision`: one process over GPU 0 (`opt_strategy()`: one device). An
    MLP (dense, gelu, layer norm) trains from the same weights on the same
    batches in 6 settings, float32 / mixed_float16 / mixed_bfloat16, each
@@ -196,6 +197,9 @@ def _env(extra=None):
     env.pop("TF_CONFIG", None)
     if _DRY.value:
         env["CUDA_VISIBLE_DEVICES"] = "-1"
+    elif "CUDA_VISIBLE_DEVICES" not in env:
+        # Every section is about one GPU, also on a host with several.
+        env["CUDA_VISIBLE_DEVICES"] = "0"
     env.update(extra or {})
     return env
 
