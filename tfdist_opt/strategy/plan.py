@@ -124,7 +124,7 @@ def gpu_memory_choice(config, topology) -> tuple[bool | None, str, list[str]]:
                "one training task on this host")
     if config.gpu_memory_growth:
         return True, (
-            f"memory growth on (gpu_memory_growth=True, the default; {sharing}): "
+            f"memory growth on (gpu_memory_growth=True; {sharing}): "
             "each process takes GPU memory as it needs it, so processes "
             "that see the same GPU can share it"), []
     warnings = []
