@@ -68,7 +68,9 @@ def collect(config_path: str | None = None) -> dict[str, Any]:
             "replicas_in_sync": plan.num_local_replicas * topo.num_workers,
             "collective_implementation": plan.all_reduce,
             "why": list(plan.reasons), "warnings": list(plan.warnings),
-            "settings": dict(plan.settings)}
+            "settings": dict(plan.settings),
+            "gpu_memory_growth": plan.gpu_memory_growth,
+            "gpu_memory": plan.gpu_memory}
         if plan.kind == "multi_worker":
             out["cpu_split"] = cpu_split.detect(cfg.cpu_split, topo.tf_config).reason
     except ValueError as e:
@@ -116,9 +118,11 @@ def format_text(info: dict[str, Any]) -> str:
         lines += [
             f"strategy     : {s['kind']} over {', '.join(s['devices'])} "
             f"({s['replicas_in_sync']} replica(s) in sync)",
-            f"collectives  : {s['collective_implementation'] or 'none (one device)'}",
+            f"collectives  : {_collectives(s)}",
             "why          : " + "; ".join(s["why"]),
         ]
+    if s.get("gpu_memory"):
+        lines.append(f"gpu memory   : {s['gpu_memory']}")
     grads = _gradients_line(info.get("config") or {})
     if grads:
         lines.append(f"gradients    : {grads}")
@@ -136,6 +140,25 @@ def format_text(info: dict[str, Any]) -> str:
     lines.append("presets      : " + (", ".join(
         os.path.basename(p) for p in info["presets"]) or "none"))
     return "\n".join(lines)
+
+
+_COLLECTIVES = {
+    ("mirrored", "nccl"): "nccl (NcclAllReduce: NCCL among this process's GPUs, "
+                          "no gRPC)",
+    ("mirrored", "hierarchical_copy"): "hierarchical_copy (copies between GPUs, "
+                                       "summed on one)",
+    ("multi_worker", "nccl"): "nccl (collective ops: NCCL across the workers' "
+                              "GPUs, set up through the coordination service)",
+    ("multi_worker", "ring"): "ring (collective ops over gRPC)",
+}
+
+
+def _collectives(s: dict[str, Any]) -> str:
+    """The collective implementation, and how it moves the gradients."""
+    impl = s["collective_implementation"]
+    if impl is None:
+        return "none (one device)"
+    return _COLLECTIVES.get((s["kind"], impl), impl)
 
 
 def _stalls_line(cfg: dict[str, Any]) -> str:

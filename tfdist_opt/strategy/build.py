@@ -140,7 +140,7 @@ def _check_keras_flavour(cfg: StrategyConfig) -> None:
 
 def _configure_devices(cfg: StrategyConfig, plan: plan_lib.StrategyPlan) -> None:
     gpus = tf.config.list_physical_devices("GPU")
-    if cfg.gpu_memory_growth:
+    if plan.gpu_memory_growth:  # the plan's policy (plan.gpu_memory_choice)
         for gpu in gpus:
             try:
                 tf.config.experimental.set_memory_growth(gpu, True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Sequence
 
+from tfdist_opt.strategy import cpu_split
 from tfdist_opt.strategy import kinds as kinds_lib
 from tfdist_opt.strategy import virtual_replicas
 from tfdist_opt.strategy.kinds import Kind
@@ -36,6 +37,10 @@ class StrategyPlan:
         warnings: tuple of str. Settings that do not apply here, said aloud.
         settings: mapping. Kind-specific decisions (e.g. variable
             partitioning), shown by `tfdist-opt info`.
+        gpu_memory_growth: bool or None. Whether `opt_strategy()` turns on
+            memory growth on the GPUs; None without GPUs (see
+            `gpu_memory_choice`).
+        gpu_memory: str. Why, in words ("" without GPUs).
     """
 
     kind: Kind
@@ -45,6 +50,8 @@ class StrategyPlan:
     reasons: tuple[str, ...]
     warnings: tuple[str, ...] = ()
     settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    gpu_memory_growth: bool | None = None
+    gpu_memory: str = ""
 
     @property
     def num_local_replicas(self) -> int:
@@ -72,7 +79,65 @@ def plan_strategy(config, topology) -> StrategyPlan:
             f"Invalid value for `replicas` with mode 'one_device': one device "
             f"runs one replica. Received: replicas={config.replicas}. Expected "
             "replicas=1 or None, or mode 'auto' or 'mirrored'.")
-    return kinds_lib.module(kind).plan(config, topology, reasons)
+    plan = kinds_lib.module(kind).plan(config, topology, reasons)
+    growth, why, memory_warnings = gpu_memory_choice(config, topology)
+    if topology.split_gpus and plan.all_reduce == "nccl":
+        memory_warnings.append(
+            f"all_reduce=nccl over {topology.split_gpus} GPU(s) split into "
+            "logical devices: NCCL refuses two ranks on one physical GPU "
+            "('Duplicate GPU detected'); all_reduce=auto chooses another "
+            "implementation there")
+    return dataclasses.replace(
+        plan, gpu_memory_growth=growth, gpu_memory=why,
+        warnings=plan.warnings + tuple(memory_warnings))
+
+
+def gpu_memory_choice(config, topology) -> tuple[bool | None, str, list[str]]:
+    """Memory growth on this process's GPUs: (on?, why, warnings).
+
+    The policy: memory growth is on by default (`gpu_memory_growth=True`)
+    whatever the topology. TF's own default maps nearly all of a GPU's
+    memory into the first process that touches it, which helps only a
+    process that owns its GPUs alone, and then by little (the allocator
+    grows in chunks and keeps them). With growth on, several processes
+    on one GPU (two workers of `launch -n 2` that see the same GPUs, the
+    side-car evaluator beside a worker, a second job) each take what they
+    use instead of the second one failing with out-of-memory. A GPU the
+    user split into logical devices with memory limits keeps them: TF
+    refuses memory growth there, and the limits already bound the memory.
+
+    Pure: no TensorFlow.
+
+    Returns:
+        (None, "", []) without GPUs; otherwise (bool, reason, warnings).
+    """
+    if not topology.num_gpus:
+        return None, "", []
+    if topology.configured_gpus:
+        return False, (
+            f"memory growth off: {topology.configured_gpus} GPU(s) have logical "
+            "devices with memory limits set (TF refuses growth there; the "
+            "limits bound each device)"), []
+    tasks = (cpu_split.local_tasks(topology.tf_config)[0]
+             if topology.tf_config is not None else 1)
+    sharing = (f"{tasks} training tasks on this host" if tasks > 1 else
+               "one training task on this host")
+    if config.gpu_memory_growth:
+        return True, (
+            f"memory growth on (gpu_memory_growth=True; {sharing}): "
+            "each process takes GPU memory as it needs it, so processes "
+            "that see the same GPU can share it"), []
+    warnings = []
+    if tasks > 1:
+        warnings.append(
+            f"gpu_memory_growth=False with {tasks} training tasks on this "
+            "host: a task takes nearly all the memory of every GPU it sees, so "
+            "tasks that see the same GPU fail with out-of-memory. Give each "
+            "task its own GPUs (tfdist-opt launch --gpus-per-worker K) or keep "
+            "gpu_memory_growth=True")
+    return False, (
+        f"memory growth off (gpu_memory_growth=False; {sharing}): TensorFlow "
+        "maps nearly all GPU memory when it starts"), warnings
 
 
 # ------------------------------------------- shared by the kinds
@@ -87,8 +152,14 @@ def refuse_cluster(kind: Kind, topology) -> None:
 
 
 def choose_all_reduce(config, kind: Kind, gpus: int, allowed: Sequence[str],
-                      cpu_choice: str, reasons: list[str]) -> str:
-    """The collective implementation: `config.all_reduce` checked against `allowed`."""
+                      cpu_choice: str, reasons: list[str], split_gpus: int = 0,
+                      split_choice: str | None = None) -> str:
+    """The collective implementation: `config.all_reduce` checked against `allowed`.
+
+    `auto` is NCCL on GPUs, except where `split_gpus` GPUs were split into
+    logical devices: NCCL refuses two ranks on one physical GPU, so
+    `split_choice` there.
+    """
     asked = config.all_reduce
     if asked == "nccl" and not gpus:
         cpu_options = [a for a in allowed if a != "nccl"]
@@ -97,6 +168,12 @@ def choose_all_reduce(config, kind: Kind, gpus: int, allowed: Sequence[str],
             "none. Received: all_reduce='nccl'. Expected 'auto' or "
             + " or ".join(repr(a) for a in cpu_options) + " on CPU.")
     if asked == "auto":
+        if gpus and split_gpus and split_choice:
+            reasons.append(
+                f"all_reduce=auto: {split_gpus} GPU(s) split into logical "
+                "devices, and NCCL refuses two ranks on one physical GPU, so "
+                f"{split_choice}")
+            return split_choice
         if gpus:
             reasons.append("all_reduce=auto: NCCL on GPUs")
             return "nccl"

@@ -3,6 +3,10 @@
 The dataclass and its properties are pure; `detect_topology()` asks
 TensorFlow for the physical GPUs (listing physical devices does not
 initialise the runtime, so virtual devices can still be configured after).
+A GPU the user split into logical devices
+(`tf.config.set_logical_device_configuration` with memory limits, read back
+without initialising the runtime) counts one GPU per logical device, as TF
+then shows them (`/gpu:0`, `/gpu:1`, ... on one physical GPU).
 """
 
 from __future__ import annotations
@@ -22,12 +26,21 @@ class Topology:
     """This process's place in the job.
 
     Attributes:
-        gpus: tuple of str. Physical GPU device names visible here.
+        gpus: tuple of str. GPU device names visible here: one per
+            physical GPU, or one per logical device of a GPU the user split.
         tf_config: dict or None. The validated TF_CONFIG, if set.
+        configured_gpus: int. Physical GPUs with a logical device
+            configuration (memory limits) set by the user: TF refuses memory
+            growth on them, their limits bound the memory instead.
+        split_gpus: int. Of those, GPUs split into several logical devices
+            (each then shows as several entries of `gpus`): NCCL refuses two
+            ranks on one physical GPU.
     """
 
     gpus: tuple[str, ...] = ()
     tf_config: dict[str, Any] | None = None
+    configured_gpus: int = 0
+    split_gpus: int = 0
 
     @property
     def num_gpus(self) -> int:
@@ -74,7 +87,9 @@ class Topology:
                 "training cluster)" if self.is_evaluator else
                 f"{self.task_type}:{self.task_index} of {self.num_workers} "
                 f"task(s){' (chief)' if self.is_chief else ''}")
-        return f"GPUs: {self.num_gpus}; TF_CONFIG role: {role}"
+        split = (f" (logical devices of {self.split_gpus} split GPU(s))"
+                 if self.split_gpus else "")
+        return f"GPUs: {self.num_gpus}{split}; TF_CONFIG role: {role}"
 
 
 def is_chief(task_type: str | None, task_index: int | None,
@@ -129,7 +144,10 @@ def task_type(environ: Mapping[str, str] | None = None) -> str | None:
 
 def detect_topology(environ: Mapping[str, str] | None = None,
                     gpus: Sequence[str] | None = None) -> Topology:
-    """Reads TF_CONFIG (validated) and lists physical GPUs.
+    """Reads TF_CONFIG (validated) and lists the GPUs.
+
+    A physical GPU split into logical devices before this call counts one
+    GPU per logical device (named `<physical name>/logical:<j>`).
 
     Args:
         environ: mapping or None. Environment to read TF_CONFIG from.
@@ -142,8 +160,21 @@ def detect_topology(environ: Mapping[str, str] | None = None,
     # it from the pod's index (tfdist_opt.cluster.jobset) before TF reads it.
     jobset.apply_jobset_tf_config(environ)
     cfg = tf_config_lib.tf_config_from_env(environ)
+    configured = split = 0
     if gpus is None:
         import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-        gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
-    return Topology(gpus=tuple(gpus), tf_config=cfg)
+        gpus = []
+        for device in tf.config.list_physical_devices("GPU"):
+            try:
+                logical = tf.config.get_logical_device_configuration(device) or ()
+            except ValueError:  # a device TF's own list lacks (a stand-in list)
+                logical = ()
+            configured += bool(logical)
+            if len(logical) > 1:
+                split += 1
+                gpus += [f"{device.name}/logical:{j}" for j in range(len(logical))]
+            else:
+                gpus.append(device.name)
+    return Topology(gpus=tuple(gpus), tf_config=cfg, configured_gpus=configured,
+                    split_gpus=split)

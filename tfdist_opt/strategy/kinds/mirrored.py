@@ -49,22 +49,31 @@ def plan(config, topology, reasons: list[str]) -> plan_lib.StrategyPlan:
         config = config.replace(all_reduce="reduce_to_one")
     all_reduce = plan_lib.choose_all_reduce(
         config, KIND, gpus, ALL_REDUCE, cpu_choice="reduce_to_one",
-        reasons=reasons)
+        reasons=reasons, split_gpus=topology.split_gpus,
+        split_choice="hierarchical_copy")
     warnings += plan_lib.inapplicable(config, KIND, all_reduce)
     return plan_lib.StrategyPlan(kind=KIND, devices=devices,
                                  all_reduce=all_reduce, cpu_replicas=cpu_replicas,
                                  reasons=tuple(reasons), warnings=tuple(warnings))
 
 
-def build(config, plan, topology):
+def cross_device_ops(config, plan):
+    """The `tf.distribute.CrossDeviceOps` for `plan.all_reduce` (in-process).
+
+    NCCL here is `NcclAllReduce`: one process drives every local GPU and
+    all-reduces among them with NCCL, no gRPC involved.
+    """
     import tensorflow as tf
 
+    if plan.all_reduce == "nccl":
+        return tf.distribute.NcclAllReduce(num_packs=config.num_packs)
+    if plan.all_reduce == "hierarchical_copy":
+        return tf.distribute.HierarchicalCopyAllReduce(num_packs=config.num_packs)
+    return tf.distribute.ReductionToOneDevice()
+
+
+def build(config, plan, topology):
     from tfdist_opt.strategy import keras_compat
 
-    if plan.all_reduce == "nccl":
-        ops = tf.distribute.NcclAllReduce(num_packs=config.num_packs)
-    elif plan.all_reduce == "hierarchical_copy":
-        ops = tf.distribute.HierarchicalCopyAllReduce(num_packs=config.num_packs)
-    else:
-        ops = tf.distribute.ReductionToOneDevice()
-    return keras_compat.KerasMirroredStrategy(list(plan.devices), cross_device_ops=ops)
+    return keras_compat.KerasMirroredStrategy(
+        list(plan.devices), cross_device_ops=cross_device_ops(config, plan))

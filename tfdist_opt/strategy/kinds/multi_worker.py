@@ -53,7 +53,8 @@ def plan(config, topology, reasons: list[str]) -> plan_lib.StrategyPlan:
         reasons.append(f"replicas={config.replicas} on {topology.num_workers} "
                        f"worker(s): {local} logical CPU replica(s) each")
     all_reduce = plan_lib.choose_all_reduce(
-        config, KIND, gpus, ALL_REDUCE, cpu_choice="ring", reasons=reasons)
+        config, KIND, gpus, ALL_REDUCE, cpu_choice="ring", reasons=reasons,
+        split_gpus=topology.split_gpus, split_choice="ring")
     warnings = plan_lib.inapplicable(config, KIND, all_reduce)
     return plan_lib.StrategyPlan(kind=KIND, devices=devices,
                                  all_reduce=all_reduce,
