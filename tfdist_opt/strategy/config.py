@@ -78,7 +78,8 @@ class StrategyConfig(validation.ConfigFields):
             `replicas` each worker computes several replicas' work. See
             `tfdist_opt.strategy.virtual_replicas`. Defaults to `None` (one
             replica per worker, or per local device).
-        gpu_memory_growth: bool. Enable memory growth on every GPU.
+        gpu_memory_growth: bool. Enable memory growth on every GPU, except
+            GPUs split into logical devices (TF refuses it there).
             Defaults to `True`.
         mixed_precision: str. `"off"`, `"mixed_float16"` or
             `"mixed_bfloat16"` (sets the Keras global dtype policy).
