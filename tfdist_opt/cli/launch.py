@@ -24,9 +24,12 @@ import shlex
 import subprocess
 import sys
 
-from tfdist_opt.cluster import launcher as launcher_lib
-from tfdist_opt.cluster import remote
 from tfdist_opt.cluster import sources
+from tfdist_opt.launch import backends
+from tfdist_opt.launch import layout as layout_lib
+from tfdist_opt.launch import local as launcher_lib
+from tfdist_opt.launch import remote
+from tfdist_opt.launch.contract import RestartPolicy
 
 PROG = "tfdist-opt launch"
 
@@ -220,15 +223,14 @@ def _run(args, command: list[str]) -> int:
         raise ValueError("Missing `-n`: how many local workers? Pass -n N "
                          "(or --slurm / --workers / --hostfile for a "
                          "cluster). Received: -n None")
-    result = launcher_lib.run_local(
-        command, args.num_workers, cpu_replicas=args.cpu_replicas,
-        max_restarts=args.max_restarts,
+    layout = layout_lib.local_layout(args.num_workers, num_ps or 0,
+                                     _local_evaluator(args.evaluator))
+    backend = backends.LocalBackend(
+        cpu_replicas=args.cpu_replicas,
         startup_timeout=args.startup_timeout or None,
         base_port=args.base_port, term_timeout=args.term_timeout,
-        num_ps=num_ps or 0,
-        evaluator=_local_evaluator(args.evaluator),
         quiet=not args.verbose)
-    return result.returncode
+    return backend.run(command, layout, RestartPolicy(args.max_restarts)).returncode
 
 
 def _run_ray(args, command: list[str]) -> int:
@@ -245,12 +247,11 @@ def _run_ray(args, command: list[str]) -> int:
     if args.num_workers is None:
         raise ValueError("Missing `-n`: how many Ray workers? Pass -n N or -n "
                          "MIN:MAX. Received: -n None")
-    from tfdist_opt.cluster import ray_launch  # pylint: disable=g-import-not-at-top
-    result = ray_launch.run_ray(
-        command, args.num_workers, address=args.ray or None,
-        max_restarts=args.max_restarts, storage_path=args.ray_storage,
+    layout = layout_lib.worker_layout(args.num_workers)
+    backend = backends.RayBackend(
+        address=args.ray or None, storage_path=args.ray_storage,
         resize_interval_s=args.ray_resize_interval, quiet=not args.verbose)
-    return result.returncode
+    return backend.run(command, layout, RestartPolicy(args.max_restarts)).returncode
 
 
 def _local_evaluator(text: str | None) -> bool:

@@ -1,16 +1,17 @@
 """The Ray backend of the launcher contract: `tfdist-opt launch --ray`.
 
-The contract (shared with `tfdist_opt.cluster.launcher.run_local`, the
-local-process backend): given N (or MIN:MAX) workers and a command, place
-them, hand each its TF_CONFIG, stream their output prefixed `[worker i]`,
-return one exit code (`LaunchResult`), restart the whole group up to R
-times, and leave nothing running. Here Ray's own pieces do the work: Ray
+The contract (`tfdist_opt.launch.contract`, shared with
+`tfdist_opt.launch.local.run_local`, the local-process backend): given N
+(or MIN:MAX) workers and a command, place them, hand each its TF_CONFIG,
+stream their output prefixed `[worker i]`, return one exit code
+(`LaunchResult`), restart the whole group as the `RestartPolicy` says, and
+leave nothing running. Here Ray's own pieces do the work: Ray
 Train V2's `DataParallelTrainer` (Ray's `TensorflowTrainer` is that trainer
 with a TF backend config; ours is `ray_backend.TensorflowConfig`, which
 keeps TensorFlow out of this process) places the workers (`ScalingConfig`),
 restarts the group (`FailureConfig(max_failures=R)`) and stores
 checkpoints (`RunConfig(storage_path=...)`); TF_CONFIG comes from
-`tfdist_opt.cluster.ray_backend.TensorflowConfig` (node addresses, held
+`tfdist_opt.launch.ray_backend.TensorflowConfig` (node addresses, held
 ports).
 
 The command must be a Python script or module (`python train.py ...`,
@@ -51,11 +52,12 @@ import threading
 import time
 from typing import IO, Mapping, Sequence
 
-from tfdist_opt.cluster import ray_worker
-from tfdist_opt.cluster.launch_checks import LaunchError
-from tfdist_opt.cluster.launcher import LaunchResult
-
-EXIT_LAUNCH_ERROR = 1
+from tfdist_opt.cluster.ports import LaunchError
+from tfdist_opt.launch import ray_worker
+from tfdist_opt.launch.contract import EXIT_LAUNCH_ERROR
+from tfdist_opt.launch.contract import LaunchResult
+from tfdist_opt.launch.contract import RestartPolicy
+from tfdist_opt.launch.layout import parse_workers  # noqa: F401  (re-exported)
 
 
 # The resource Ray gives the head node only (`ray.nodes()[i]["Resources"]`).
@@ -68,23 +70,6 @@ HEAD_RESOURCE = "node:__internal_head__"
 # The launcher polls every 0.5 s unless that variable is set.
 REPORT_POLL_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
 REPORT_POLL_S = "0.5"
-
-
-def parse_workers(text) -> tuple[int, int | None]:
-    """`-n N` or `-n MIN:MAX` → (N, None) or (MIN, MAX).
-
-    Raises:
-        ValueError: not a positive int / MIN:MAX with 1 <= MIN <= MAX.
-    """
-    if isinstance(text, int) and not isinstance(text, bool):
-        text = str(text)
-    m = re.fullmatch(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?", str(text))
-    lo, hi = (int(m.group(1)), None if m.group(2) is None else int(m.group(2))) \
-        if m else (0, None)
-    if not m or lo < 1 or (hi is not None and hi < lo):
-        raise ValueError("Invalid value for `-n`: expected a positive int N or "
-                         f"MIN:MAX with 1 <= MIN <= MAX. Received: -n {text}")
-    return lo, hi
 
 
 def python_target(argv: Sequence[str]) -> tuple[str, str, list[str]]:
@@ -218,10 +203,7 @@ def run_ray(argv: Sequence[str], num_workers, *,
         ImportError: Ray Train is not installed (`pip install tfdist_opt[ray]`).
     """
     lo, hi = parse_workers(num_workers)
-    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) \
-            or max_restarts < 0:
-        raise ValueError("Invalid value for `--max-restarts`: expected an int "
-                         f">= 0. Received: --max-restarts={max_restarts!r}")
+    policy = RestartPolicy(max_restarts)
     if resize_interval_s is not None and (
             isinstance(resize_interval_s, bool)
             or not isinstance(resize_interval_s, (int, float))
@@ -249,7 +231,7 @@ def run_ray(argv: Sequence[str], num_workers, *,
         import ray  # pylint: disable=g-import-not-at-top
         from ray import train as ray_train  # pylint: disable=g-import-not-at-top
         from ray.util.queue import Queue  # pylint: disable=g-import-not-at-top
-        from tfdist_opt.cluster import ray_backend  # pylint: disable=g-import-not-at-top
+        from tfdist_opt.launch import ray_backend  # pylint: disable=g-import-not-at-top
     except ImportError as e:
         raise ImportError("`tfdist-opt launch --ray` needs Ray Train: pip install "
                           f"'tfdist_opt[ray]' ({e})") from e
@@ -310,10 +292,10 @@ def run_ray(argv: Sequence[str], num_workers, *,
                 num_workers=workers,
                 **({} if resize_interval_s is None else
                    {"elastic_resize_monitor_interval_s": float(resize_interval_s)})),
-            _run_config(storage, max_restarts, elastic=hi is not None,
+            _run_config(storage, policy, elastic=hi is not None,
                         resize_interval_s=resize_interval_s))
         log(f"starting {workers if hi is None else f'{lo}..{hi}'} Ray worker(s) "
-            f"(up to {max_restarts + 1} attempt(s)): {shlex.join(argv)}")
+            f"(up to {policy.attempts} attempt(s)): {shlex.join(argv)}")
         try:
             trainer.fit()
             code, failed, message = 0, None, "all Ray workers finished"
@@ -345,16 +327,23 @@ def run_ray(argv: Sequence[str], num_workers, *,
             signal.signal(s, h)
 
 
-def _run_config(storage: str, max_restarts: int, elastic: bool,
+def _run_config(storage: str, policy: RestartPolicy | int, elastic: bool,
                 resize_interval_s: float | None = None):
     """Ray Train's RunConfig: storage, restarts, and for MIN:MAX the callback
     that sizes a restart after a lost node from the nodes left and keeps the
-    elastic view as fresh as the resize checks (`resize_interval_s`)."""
+    elastic view as fresh as the resize checks (`resize_interval_s`).
+
+    The restart policy is the launch contract's (`RestartPolicy`), carried
+    out by Ray Train's controller: `FailureConfig(max_failures=R)` restarts
+    the group after a failed attempt, as the local backend's loop does.
+    """
+    if not isinstance(policy, RestartPolicy):
+        policy = RestartPolicy(policy)
     from ray import train as ray_train  # pylint: disable=g-import-not-at-top
-    from tfdist_opt.cluster import ray_elastic  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.launch import ray_elastic  # pylint: disable=g-import-not-at-top
     return ray_train.RunConfig(
         storage_path=storage, name="tfdist_opt_launch",
-        failure_config=ray_train.FailureConfig(max_failures=max_restarts),
+        failure_config=ray_train.FailureConfig(max_failures=policy.max_restarts),
         callbacks=[ray_elastic.LostNodeCallback(
             refresh_s=max(1.0, resize_interval_s or 60.0))] if elastic else [])
 
