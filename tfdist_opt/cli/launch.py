@@ -26,6 +26,7 @@ import sys
 
 from tfdist_opt.cluster import sources
 from tfdist_opt.launch import backends
+from tfdist_opt.launch import gpus as gpus_lib
 from tfdist_opt.launch import layout as layout_lib
 from tfdist_opt.launch import local as launcher_lib
 from tfdist_opt.launch import remote
@@ -61,6 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
                    default=launcher_lib.DEFAULT_TERM_TIMEOUT_S, metavar="S",
                    help="seconds between SIGTERM and SIGKILL when stopping "
                         "workers (default: %(default)g)")
+    p.add_argument("--gpus-per-worker", type=int, default=None, metavar="K",
+                   help="GPUs each worker sees (CUDA_VISIBLE_DEVICES; 0: CPU "
+                        "only). Local: disjoint slices of the visible GPUs "
+                        "(default: all, split equally); --ray: asked of Ray "
+                        "(default: 1 when the cluster has GPUs); --slurm: "
+                        "srun --gpus-per-task")
     p.add_argument("--base-port", type=int, default=None, metavar="P",
                    help="local worker i listens on P+i (default: free ports)")
     p.add_argument("-v", "--verbose", action="store_true",
@@ -172,7 +179,8 @@ def _run(args, command: list[str]) -> int:
                          "worker role. Received: --slurm --ps. Expected: run "
                          "`tfdist-opt tf-config --slurm --num-ps K` in each task.")
     if args.slurm:
-        line = remote.srun_command(command, os.environ, port=args.port)
+        line = remote.srun_command(command, os.environ, port=args.port,
+                                   gpus_per_task=args.gpus_per_worker)
         if not args.run:
             print(shlex.join(line))
             return 0
@@ -189,6 +197,12 @@ def _run(args, command: list[str]) -> int:
         workers = (sources.parse_host_list(args.workers, default_port=args.port)
                    if args.workers is not None else
                    sources.read_hostfile(args.hostfile, port=args.port))
+        if args.gpus_per_worker is not None:
+            raise ValueError(
+                "`--gpus-per-worker` with a host list: each printed line runs one "
+                "task on its own host. Received: --gpus-per-worker "
+                f"{args.gpus_per_worker}. Expected: set CUDA_VISIBLE_DEVICES on "
+                "each host's line, or use -n N, --ray or --slurm.")
         cluster = {"worker": workers}
         if args.ps is not None:
             if num_ps is not None:
@@ -223,8 +237,9 @@ def _run(args, command: list[str]) -> int:
         raise ValueError("Missing `-n`: how many local workers? Pass -n N "
                          "(or --slurm / --workers / --hostfile for a "
                          "cluster). Received: -n None")
-    layout = layout_lib.local_layout(args.num_workers, num_ps or 0,
-                                     _local_evaluator(args.evaluator))
+    layout = gpus_lib.placed_layout(args.num_workers, num_ps or 0,
+                                    _local_evaluator(args.evaluator),
+                                    args.gpus_per_worker)
     backend = backends.LocalBackend(
         cpu_replicas=args.cpu_replicas,
         startup_timeout=args.startup_timeout or None,
@@ -247,7 +262,9 @@ def _run_ray(args, command: list[str]) -> int:
     if args.num_workers is None:
         raise ValueError("Missing `-n`: how many Ray workers? Pass -n N or -n "
                          "MIN:MAX. Received: -n None")
-    layout = layout_lib.worker_layout(args.num_workers)
+    layout = layout_lib.worker_layout(
+        args.num_workers,
+        gpus_per_worker=gpus_lib.check_gpus_per_worker(args.gpus_per_worker))
     backend = backends.RayBackend(
         address=args.ray or None, storage_path=args.ray_storage,
         resize_interval_s=args.ray_resize_interval, quiet=not args.verbose)

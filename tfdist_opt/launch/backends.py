@@ -68,6 +68,7 @@ class RayBackend:
             argv, workers, address=self.address,
             max_restarts=policy.max_restarts, storage_path=self.storage_path,
             resize_interval_s=self.resize_interval_s, env=dict(layout.env) or None,
+            gpus_per_worker=layout.gpus_per_worker,
             quiet=self.quiet, handle_signals=self.handle_signals,
             stdout=stdout, stderr=stderr)
 

@@ -52,6 +52,7 @@ from typing import IO, Mapping, Sequence
 
 from tfdist_opt.coordination import watchdog as watchdog_lib
 from tfdist_opt.coordination.task_env import TRAINING_ENDED_ENV
+from tfdist_opt.launch import gpus as gpus_lib
 from tfdist_opt.launch import layout as layout_lib
 from tfdist_opt.launch import log_filter
 from tfdist_opt.launch import process_group
@@ -86,7 +87,9 @@ def run_local(argv: Sequence[str], num_workers: int, *,
               num_ps: int = 0,
               evaluator: bool = False,
               quiet: bool = False,
-              layout: layout_lib.Layout | None = None) -> LaunchResult:
+              layout: layout_lib.Layout | None = None,
+              gpus_per_worker: int | None = None,
+              discover_gpus=gpus_lib.discover) -> LaunchResult:
     """Runs `argv` as `num_workers` local workers of one cluster.
 
     Args:
@@ -130,7 +133,15 @@ def run_local(argv: Sequence[str], num_workers: int, *,
         layout: `Layout` or None. The tasks to start, with their GPUs and
             forwarded environment (`tfdist_opt.launch.layout`); its roles
             must match `num_workers`, `num_ps` and `evaluator`. None: those
-            roles, with no GPU placement and nothing forwarded.
+            roles, GPUs placed by `tfdist_opt.launch.gpus` (from `env`'s
+            `CUDA_VISIBLE_DEVICES`, else `discover_gpus()`), nothing
+            forwarded.
+        gpus_per_worker: int or None. GPUs per training task when `layout`
+            is None (`--gpus-per-worker`; 0: CPU only). Defaults to `None`
+            (every visible GPU, split equally).
+        discover_gpus: callable. Lists GPUs when `CUDA_VISIBLE_DEVICES` is
+            unset. Defaults to `tfdist_opt.launch.gpus.discover`
+            (`nvidia-smi -L`).
 
     Returns:
         `LaunchResult`.
@@ -164,7 +175,9 @@ def run_local(argv: Sequence[str], num_workers: int, *,
     check_command(argv, cwd, base_env.get("PATH", os.defpath))
     expected = layout_lib.local_layout(num_workers, num_ps, evaluator)
     if layout is None:
-        layout = expected
+        layout = gpus_lib.placed_layout(num_workers, num_ps, evaluator,
+                                        gpus_per_worker, base_env,
+                                        discover_fn=discover_gpus)
     elif [t.label for t in layout.tasks] != [t.label for t in expected.tasks]:
         raise ValueError(
             "Invalid `layout`: its tasks must be the ones -n/--ps/--evaluator "

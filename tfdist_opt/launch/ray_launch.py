@@ -53,6 +53,7 @@ import time
 from typing import IO, Mapping, Sequence
 
 from tfdist_opt.cluster.ports import LaunchError
+from tfdist_opt.launch import gpus as gpus_lib
 from tfdist_opt.launch import ray_worker
 from tfdist_opt.launch.contract import EXIT_LAUNCH_ERROR
 from tfdist_opt.launch.contract import LaunchResult
@@ -167,7 +168,8 @@ def run_ray(argv: Sequence[str], num_workers, *,
             stdout: IO[str] | None = None,
             stderr: IO[str] | None = None,
             quiet: bool = True,
-            handle_signals: bool = True) -> LaunchResult:
+            handle_signals: bool = True,
+            gpus_per_worker: int | None = None) -> LaunchResult:
     """Runs `python SCRIPT ...` as Ray Train workers; the launcher contract.
 
     Args:
@@ -194,6 +196,12 @@ def run_ray(argv: Sequence[str], num_workers, *,
             this environment sets it. Defaults to `True`.
         handle_signals: bool. SIGINT / SIGTERM stop the run (main thread
             only). Defaults to `True`.
+        gpus_per_worker: int or None. GPUs each worker asks Ray for
+            (`ScalingConfig(use_gpu=True, resources_per_worker={"GPU": K})`;
+            Ray then sets each worker's `CUDA_VISIBLE_DEVICES` to its own);
+            0: CPU only (`CUDA_VISIBLE_DEVICES=""`). None: 1 when the
+            cluster has GPUs, else none. More than the cluster has is a
+            `ValueError` right after joining, not a wait for resources.
 
     Returns:
         `LaunchResult`.
@@ -204,6 +212,7 @@ def run_ray(argv: Sequence[str], num_workers, *,
     """
     lo, hi = parse_workers(num_workers)
     policy = RestartPolicy(max_restarts)
+    gpus_lib.check_gpus_per_worker(gpus_per_worker)
     if resize_interval_s is not None and (
             isinstance(resize_interval_s, bool)
             or not isinstance(resize_interval_s, (int, float))
@@ -278,6 +287,10 @@ def run_ray(argv: Sequence[str], num_workers, *,
                     "does this process have its auth token?)") from e
         log(f"Ray {'local instance started' if address is None else 'joined at ' + address}"
             f" in {time.monotonic() - t0:.1f} s")
+        gpus, gpu_note = gpus_lib.ray_request(
+            gpus_per_worker, ray.cluster_resources().get("GPU", 0), lo)
+        if gpus_per_worker == 0:  # Ray sets no CUDA_VISIBLE_DEVICES then
+            worker_env[gpus_lib.GPU_ENV] = ""
         head = _on_head_node()  # a lost node must not take these along
         logs = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": head})
         attempts = _attempts_actor(head)
@@ -290,12 +303,15 @@ def run_ray(argv: Sequence[str], num_workers, *,
             ray_backend.TensorflowConfig(attempts=attempts),
             ray_train.ScalingConfig(
                 num_workers=workers,
+                **({"use_gpu": True, "resources_per_worker": {"GPU": gpus}}
+                   if gpus else {}),
                 **({} if resize_interval_s is None else
                    {"elastic_resize_monitor_interval_s": float(resize_interval_s)})),
             _run_config(storage, policy, elastic=hi is not None,
                         resize_interval_s=resize_interval_s))
         log(f"starting {workers if hi is None else f'{lo}..{hi}'} Ray worker(s) "
-            f"(up to {policy.attempts} attempt(s)): {shlex.join(argv)}")
+            f"(up to {policy.attempts} attempt(s))"
+            + (f"; {gpu_note}" if gpu_note else "") + f": {shlex.join(argv)}")
         try:
             trainer.fit()
             code, failed, message = 0, None, "all Ray workers finished"

@@ -1,0 +1,70 @@
+"""The launch layout on Ray: GPUs, forwarded variables, a Ray of our own.
+
+One head that declares 2 GPUs on this CPU host serves the module. Ray assigns `CUDA_VISIBLE_DEVICES` to workers that ask it for GPUs, also
+on a machine without any, when its node declares `--num-gpus`: enough to
+check that each worker gets its own, and that asking for more than the
+cluster has fails by name at once instead of waiting for resources.
+"""
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("ray.train")
+
+from tests.multiworker import harness  # pylint: disable=g-import-not-at-top
+from tests.multiworker import ray_cluster  # pylint: disable=g-import-not-at-top
+
+pytestmark = [pytest.mark.multiworker, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def head():
+    h = ray_cluster.Head(num_cpus=2, num_gpus=2)
+    try:
+        yield h
+    finally:
+        h.stop()
+        assert not ray_cluster.leftovers(h.temp_dir)
+
+
+def _launch(args, timeout, **extra_env):
+    return subprocess.run(
+        [sys.executable, "-m", "tfdist_opt", "launch", *args],
+        env=ray_cluster.env(**extra_env), cwd=harness.REPO_ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+
+
+SHOW_ENV = ("import os\nfor k in ('TFDIST_OPT_COMPRESSION', 'MY_DATA_DIR', "
+            "'TF_CONFIG'):\n    print(k + '=' + str(k in os.environ and "
+            "(os.environ[k] if k != 'TF_CONFIG' else 'set')), flush=True)\n")
+
+
+def test_each_ray_worker_sees_its_own_gpu_by_default(head, tmp_path):
+    script = tmp_path / "show.py"
+    script.write_text("import os\nprint('CVD=' + os.environ.get("
+                      "'CUDA_VISIBLE_DEVICES', 'unset'), flush=True)\n")
+    r = _launch(["--ray", head.address, "-n", "2", "--", sys.executable,
+                 str(script)], timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    seen = sorted(line.split("CVD=", 1)[1] for line in r.stdout.splitlines()
+                  if "CVD=" in line)
+    assert len(seen) == 2 and seen[0] != seen[1], r.stdout
+    assert set(seen) <= {"0", "1"}, seen
+    assert "GPUs: 1 per worker (the default when the Ray cluster has GPUs" in r.stderr
+
+
+def test_more_gpus_than_the_cluster_has_fails_at_once(head, tmp_path):
+    script = tmp_path / "never.py"
+    script.write_text("raise SystemExit('started')\n")
+    t0 = time.monotonic()
+    r = _launch(["--ray", head.address, "-n", "2", "--gpus-per-worker", "2",
+                 "--", sys.executable, str(script)], timeout=120)
+    took = time.monotonic() - t0
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert "need 4, but the Ray cluster has 2" in r.stderr
+    assert "started" not in r.stdout + r.stderr
+    assert took < 60, took  # the join itself, not a wait for resources
+
