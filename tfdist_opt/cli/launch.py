@@ -26,6 +26,7 @@ import sys
 
 from tfdist_opt.cluster import sources
 from tfdist_opt.launch import backends
+from tfdist_opt.launch import env_forward
 from tfdist_opt.launch import gpus as gpus_lib
 from tfdist_opt.launch import layout as layout_lib
 from tfdist_opt.launch import local as launcher_lib
@@ -68,6 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: all, split equally); --ray: asked of Ray "
                         "(default: 1 when the cluster has GPUs); --slurm: "
                         "srun --gpus-per-task")
+    p.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="set NAME in every task (repeatable); NAME alone forwards "
+                        "this environment's value. With --ray the launcher's "
+                        "TFDIST_OPT_* and TF_* variables are forwarded too (local "
+                        "tasks inherit everything)")
     p.add_argument("--base-port", type=int, default=None, metavar="P",
                    help="local worker i listens on P+i (default: free ports)")
     p.add_argument("-v", "--verbose", action="store_true",
@@ -197,6 +203,11 @@ def _run(args, command: list[str]) -> int:
         workers = (sources.parse_host_list(args.workers, default_port=args.port)
                    if args.workers is not None else
                    sources.read_hostfile(args.hostfile, port=args.port))
+        if args.env:
+            raise ValueError(
+                "`--env` with a host list: each printed line runs with the "
+                f"environment of the host it runs on. Received: --env {args.env[0]}. "
+                "Expected: set the variable on each host's line.")
         if args.gpus_per_worker is not None:
             raise ValueError(
                 "`--gpus-per-worker` with a host list: each printed line runs one "
@@ -237,9 +248,10 @@ def _run(args, command: list[str]) -> int:
         raise ValueError("Missing `-n`: how many local workers? Pass -n N "
                          "(or --slurm / --workers / --hostfile for a "
                          "cluster). Received: -n None")
-    layout = gpus_lib.placed_layout(args.num_workers, num_ps or 0,
-                                    _local_evaluator(args.evaluator),
-                                    args.gpus_per_worker)
+    layout = gpus_lib.placed_layout(
+        args.num_workers, num_ps or 0, _local_evaluator(args.evaluator),
+        args.gpus_per_worker,
+        forward=env_forward.parse_env_flags(args.env, os.environ))
     backend = backends.LocalBackend(
         cpu_replicas=args.cpu_replicas,
         startup_timeout=args.startup_timeout or None,
@@ -264,6 +276,8 @@ def _run_ray(args, command: list[str]) -> int:
                          "MIN:MAX. Received: -n None")
     layout = layout_lib.worker_layout(
         args.num_workers,
+        env=env_forward.forwarded(
+            os.environ, env_forward.parse_env_flags(args.env, os.environ)),
         gpus_per_worker=gpus_lib.check_gpus_per_worker(args.gpus_per_worker))
     backend = backends.RayBackend(
         address=args.ray or None, storage_path=args.ray_storage,

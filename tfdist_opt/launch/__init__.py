@@ -2,12 +2,13 @@
 
 - `layout`: the `Layout` value (roles in start order, each task's GPUs,
   the environment forwarded to every task), decided before anything
-  starts;
+  starts; `gpus` places GPUs by one rule for every backend, `env_forward`
+  decides which variables every task gets;
 - `contract`: `LaunchResult`, `RestartPolicy` (one rule for every
   backend) and the `Backend` interface;
 - `backends`: `local` (process groups on this host, `local.run_local`)
   and `ray` (Ray Train workers, `ray_launch.run_ray`; imports Ray only
-  when it runs);
+  when it runs; `ray_auth` finds and checks the cluster's token);
 - `remote`: what SLURM and per-host launches run (printed, not run).
 
 Layer: above `tfdist_opt.cluster` (cluster description) and

@@ -153,4 +153,6 @@ def attempt_envs(layout: layout_lib.Layout, base_env: Mapping[str, str],
             scratch(), f"training-ended.{restarts}")
     if layout.gpu_note:
         where += f"; {layout.gpu_note}"
+    if layout.env:
+        where += f"; setting {', '.join(sorted(layout.env))} (--env)"
     return envs, labels, ports, where

@@ -53,16 +53,16 @@ import time
 from typing import IO, Mapping, Sequence
 
 from tfdist_opt.cluster.ports import LaunchError
+from tfdist_opt.launch import env_forward
 from tfdist_opt.launch import gpus as gpus_lib
+from tfdist_opt.launch import ray_auth
+from tfdist_opt.launch import ray_driver
 from tfdist_opt.launch import ray_worker
 from tfdist_opt.launch.contract import EXIT_LAUNCH_ERROR
 from tfdist_opt.launch.contract import LaunchResult
 from tfdist_opt.launch.contract import RestartPolicy
 from tfdist_opt.launch.layout import parse_workers  # noqa: F401  (re-exported)
 
-
-# The resource Ray gives the head node only (`ray.nodes()[i]["Resources"]`).
-HEAD_RESOURCE = "node:__internal_head__"
 
 # Ray Train V2's controller takes at most one `ray.train.report` (one backup)
 # per poll of its workers, every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (2 s by
@@ -98,50 +98,6 @@ def python_target(argv: Sequence[str]) -> tuple[str, str, list[str]]:
 
 
 # ------------------------------------------------------------- driver side
-def _on_head_node():
-    """Scheduling strategy for the launcher's actors: the head node.
-
-    The head outlives any worker node (the cluster ends with it); "this
-    process's node" does not always: a driver joins the raylet Ray finds at
-    its own address, and where several nodes share one address (a
-    `ray.cluster_utils.Cluster`, nodes in containers on one host) that can
-    be a worker node. The attempt counter and the log queue placed there
-    died with it, and no later group could start (its `on_start` asks the
-    counter). Hard affinity: with a soft one Ray placed the first of these
-    actors on another node of the same address. Falls back to this
-    process's node (soft) when no node is marked head.
-    """
-    import ray  # pylint: disable=g-import-not-at-top
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # pylint: disable=g-import-not-at-top
-
-    heads = [n["NodeID"] for n in ray.nodes() if n.get("Alive")
-             and HEAD_RESOURCE in (n.get("Resources") or {})]
-    if heads:  # hard: a soft affinity placed the first actor elsewhere
-        return NodeAffinitySchedulingStrategy(heads[0], soft=False)
-    return NodeAffinitySchedulingStrategy(
-        ray.get_runtime_context().get_node_id(), soft=True)
-
-
-def _attempts_actor(strategy):
-    import ray  # pylint: disable=g-import-not-at-top
-
-    @ray.remote(num_cpus=0, scheduling_strategy=strategy)
-    class Attempts:
-        """Counts worker-group starts: the launcher's restart count."""
-
-        def __init__(self):
-            self.n = -1
-
-        def next(self):
-            self.n += 1
-            return self.n
-
-        def count(self):
-            return self.n
-
-    return Attempts.remote()
-
-
 def _exit_code(error) -> tuple[int, int | None, str]:
     """(exit code, failed worker, message) from Ray's training error."""
     failures = getattr(error, "worker_failures", None) or {}
@@ -187,7 +143,9 @@ def run_ray(argv: Sequence[str], num_workers, *,
             considers growing a healthy group (Ray's
             `elastic_resize_monitor_interval_s`; None: Ray's default, 60 s).
         env: mapping or None. Variables set in each worker before the
-            script runs (in addition to what Ray's workers inherit).
+            script runs, on every node (`tfdist-opt launch --ray` passes the
+            launcher's `TFDIST_OPT_*` / `TF_*` and `--env`; see
+            `tfdist_opt.launch.env_forward`); the start line names them.
         cwd: str or None. Workers' working directory. Defaults to this
             process's.
         stdout: text stream for the workers' stdout. Defaults to sys.stdout.
@@ -228,6 +186,7 @@ def run_ray(argv: Sequence[str], num_workers, *,
         if not os.path.isfile(target):
             raise ValueError(f"Invalid command for `--ray`: no script {target}. "
                              f"Received: {shlex.join(argv)}")
+    forward_note = env_forward.describe(env or {})
     worker_env = dict(env or {})
     if quiet and "TF_CPP_MIN_LOG_LEVEL" not in os.environ:
         worker_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -236,6 +195,11 @@ def run_ray(argv: Sequence[str], num_workers, *,
     # output reaches this process through their file descriptors instead.
     worker_env.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
     runtime_env = {"env_vars": dict(worker_env)}
+    # A cluster that wants its token: found and sent, or a named error now
+    # instead of ~20 s of Ray's retries. Before `import ray`: Ray reads
+    # RAY_AUTH_MODE when its config first loads.
+    auth_set, auth_note = ({}, "") if address is None else ray_auth.prepare(address)
+    os.environ.update(auth_set)
     try:
         import ray  # pylint: disable=g-import-not-at-top
         from ray import train as ray_train  # pylint: disable=g-import-not-at-top
@@ -273,7 +237,10 @@ def run_ray(argv: Sequence[str], num_workers, *,
         os.environ.setdefault(REPORT_POLL_ENV, REPORT_POLL_S)
         if address is None:
             os.environ[ray_backend.PIN_LOOPBACK_ENV] = "0"
-            ray.init(num_cpus=max(hi or lo, os.cpu_count() or 1),
+            # "local": a Ray of our own even when another instance runs
+            # here (with no address Ray joins the newest one it finds, and
+            # then refuses num_cpus).
+            ray.init(address="local", num_cpus=max(hi or lo, os.cpu_count() or 1),
                      include_dashboard=False, log_to_driver=False,
                      configure_logging=False, runtime_env=runtime_env)
         else:
@@ -286,15 +253,15 @@ def run_ray(argv: Sequence[str], num_workers, *,
                     f"{str(e).strip().splitlines()[-1]} (is it running, and "
                     "does this process have its auth token?)") from e
         log(f"Ray {'local instance started' if address is None else 'joined at ' + address}"
-            f" in {time.monotonic() - t0:.1f} s")
+            f" in {time.monotonic() - t0:.1f} s" + (f" ({auth_note})" if auth_note else ""))
         gpus, gpu_note = gpus_lib.ray_request(
             gpus_per_worker, ray.cluster_resources().get("GPU", 0), lo)
         if gpus_per_worker == 0:  # Ray sets no CUDA_VISIBLE_DEVICES then
             worker_env[gpus_lib.GPU_ENV] = ""
-        head = _on_head_node()  # a lost node must not take these along
+        head = ray_driver.on_head_node()  # a lost node must not take these along
         logs = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": head})
-        attempts = _attempts_actor(head)
-        pump = _Pump(logs, out, err, lock)
+        attempts = ray_driver.attempts_actor(head)
+        pump = ray_driver.Pump(logs, out, err, lock)
         pump.start()
         workers = lo if hi is None else (lo, hi)
         trainer = _trainer(
@@ -311,7 +278,8 @@ def run_ray(argv: Sequence[str], num_workers, *,
                         resize_interval_s=resize_interval_s))
         log(f"starting {workers if hi is None else f'{lo}..{hi}'} Ray worker(s) "
             f"(up to {policy.attempts} attempt(s))"
-            + (f"; {gpu_note}" if gpu_note else "") + f": {shlex.join(argv)}")
+            + "".join(f"; {n}" for n in (gpu_note, forward_note) if n)
+            + f": {shlex.join(argv)}")
         try:
             trainer.fit()
             code, failed, message = 0, None, "all Ray workers finished"
@@ -337,6 +305,8 @@ def run_ray(argv: Sequence[str], num_workers, *,
             os.environ.pop(ray_backend.PIN_LOOPBACK_ENV, None)
         if poll_was is None:
             os.environ.pop(REPORT_POLL_ENV, None)
+        for name in auth_set:
+            os.environ.pop(name, None)
         if own_storage:
             shutil.rmtree(storage, ignore_errors=True)
         for s, h in old_handlers.items():
@@ -377,39 +347,3 @@ def _trainer(train_loop_config, backend_config, scaling_config, run_config):
         ray_worker.worker_loop, train_loop_config=train_loop_config,
         backend_config=backend_config, scaling_config=scaling_config,
         run_config=run_config)
-
-
-class _Pump(threading.Thread):
-    """Prints the workers' queued lines prefixed `[worker i]`."""
-
-    def __init__(self, queue, out, err, lock):
-        super().__init__(daemon=True)
-        self.queue, self.out, self.err, self.lock = queue, out, err, lock
-        self._halt = threading.Event()
-
-    def run(self):
-        while not self._halt.is_set():
-            if not self._drain(0.2):
-                time.sleep(0.05)
-
-    def _drain(self, timeout) -> bool:
-        try:
-            items = [self.queue.get(timeout=timeout)]
-            items += self.queue.get_nowait_batch(self.queue.qsize())
-        except Exception:  # pylint: disable=broad-except
-            return False
-        with self.lock:
-            for index, fd, line in items:
-                stream = self.out if fd == 1 else self.err
-                stream.write(f"[worker {index}] {line}\n")
-            self.out.flush()
-            self.err.flush()
-        return True
-
-    def stop(self):
-        if self._halt.is_set():
-            return
-        self._halt.set()
-        self.join(timeout=5)
-        while self._drain(0.1):
-            pass
