@@ -38,3 +38,11 @@ def test_local_launch_sets_env_flags_in_every_task(tmp_path, monkeypatch, capfd)
     assert code == 0, err
     assert "[worker 0] /data 42" in out and "[worker 1] /data 42" in out
     assert "setting MY_DATA_DIR, MY_VALUE (--env)" in err
+
+
+def test_env_with_slurm_or_host_lists_is_named(capsys):
+    from tfdist_opt.cli import launch as cli
+    assert cli.main(["--slurm", "--env", "A=1", "--", "python", "t.py"]) == 2
+    assert "`--env` with --slurm" in capsys.readouterr().err
+    assert cli.main(["--workers", "h1:1,h2:1", "--env", "A=1", "--", "python", "t.py"]) == 2
+    assert "`--env` with a host list" in capsys.readouterr().err

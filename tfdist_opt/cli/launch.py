@@ -184,6 +184,11 @@ def _run(args, command: list[str]) -> int:
         raise ValueError("`--ps` with --slurm: launch gives every SLURM task the "
                          "worker role. Received: --slurm --ps. Expected: run "
                          "`tfdist-opt tf-config --slurm --num-ps K` in each task.")
+    if args.slurm and args.env:
+        raise ValueError("`--env` with --slurm: srun passes this environment to "
+                         "every task (SLURM's default --export=ALL). Received: "
+                         f"--slurm --env {args.env[0]}. Expected: set the variable "
+                         "before `launch --slurm --run` (or the srun line).")
     if args.slurm:
         line = remote.srun_command(command, os.environ, port=args.port,
                                    gpus_per_task=args.gpus_per_worker)
