@@ -74,6 +74,7 @@ def _is_xdist_controller(config) -> bool:
 # warm subprocesses); only the order of files depends on it.
 _FILE_SECONDS = {
     "multiworker/test_ray.py": 140, "multiworker/test_ray_elastic.py": 100,
+    "multiworker/test_ray_layout.py": 165,
     "multiworker/test_resize_resume.py": 80, "multiworker/test_keras_matrix.py": 80,
     "benchmarks/test_train.py": 65, "docs/test_worker_examples.py": 60,
     "multiworker/test_stall_abort.py": 55, "multiworker/test_callbacks.py": 50,

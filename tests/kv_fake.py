@@ -1,4 +1,4 @@
-"""An in-memory `tfdist_opt.cluster.kv_store.KeyValueStore`, shared by threads.
+"""An in-memory `tfdist_opt.coordination.kv_store.KeyValueStore`, shared by threads.
 
 The stand-in for the coordination service's key-value store in the tests of
 everything that agrees through it (preemption, restore agreement, the

@@ -120,3 +120,71 @@ def test_no_import_cycles():
     if stale:
         pytest.fail(f"allowed cycles no longer present; delete them from "
                     f"ALLOWED_CYCLES: {sorted(stale)}")
+
+
+# Package layers, lowest first: a module may import its own layer and the
+# layers below it, never one above. Each entry lists the top-level modules
+# and packages of one layer (a package stands for all its modules). The
+# training packages share one layer: they are still entangled (strategy,
+# gradients, callbacks, stall and parameter_server import one another).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("_lazy", "_logging", "_class_swap", "validation", "versions", "resources",
+     "config_files", "private_api"),
+    ("cluster",),  # cluster description: TF_CONFIG, sources, ports
+    ("coordination",),  # in-worker: KV store, start-up guard, faults, watchdog
+    ("data", "gradients", "strategy", "callbacks", "stall", "parameter_server",
+     "evaluation", "model_parallel"),  # training
+    ("launch",),  # layout, restart policy, local and Ray backends
+    ("", "__main__", "cli", "examples"),  # the package root, CLI, examples
+)
+
+
+def layer_of(module: str, layers=LAYERS) -> int | None:
+    """The layer index of a dotted module name (None: not in any layer)."""
+    parts = module.split(".")
+    top = parts[1] if len(parts) > 1 else ""
+    for i, names in enumerate(layers):
+        if top in names:
+            return i
+    return None
+
+
+def layer_violations(graph: dict[str, set[str]], layers=LAYERS
+                     ) -> tuple[set[tuple[str, str]], set[str]]:
+    """(imports from a lower layer to a higher one, modules in no layer)."""
+    upward, unplaced = set(), set()
+    for mod, targets in graph.items():
+        here = layer_of(mod, layers)
+        if here is None:
+            unplaced.add(mod)
+            continue
+        for target in targets:
+            there = layer_of(target, layers)
+            if there is not None and there > here:
+                upward.add((mod, target))
+    return upward, unplaced
+
+
+def test_the_layer_check_finds_an_upward_import(tmp_path):
+    pkg = tmp_path / PACKAGE
+    (pkg / "cluster").mkdir(parents=True)
+    (pkg / "launch").mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "cluster" / "__init__.py").write_text("")
+    (pkg / "launch" / "__init__.py").write_text("from tfdist_opt.cluster import ports\n")
+    (pkg / "cluster" / "ports.py").write_text(
+        "def f():\n    from tfdist_opt.launch import local\n")
+    (pkg / "launch" / "local.py").write_text("")
+    (pkg / "newpkg.py").write_text("")
+    upward, unplaced = layer_violations(import_graph(pkg))
+    assert upward == {("tfdist_opt.cluster.ports", "tfdist_opt.launch.local")}
+    assert unplaced == {"tfdist_opt.newpkg"}
+
+
+def test_no_import_runs_from_a_lower_layer_to_a_higher_one():
+    upward, unplaced = layer_violations(import_graph())
+    assert not unplaced, (
+        f"modules in no layer (add their package to LAYERS): {sorted(unplaced)}")
+    assert not upward, (
+        "imports from a lower layer to a higher one (move the name down, or "
+        f"the importer up): {sorted(upward)}")

@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 from tfdist_opt import _lazy
 from tfdist_opt import model_parallel  # TF-free until `pipeline` is used
 from tfdist_opt import versions as _versions
-from tfdist_opt.cluster.launcher import run_local
+from tfdist_opt.launch.local import run_local
 from tfdist_opt.cluster.tf_config import apply_tf_config
 from tfdist_opt.cluster.tf_config import build_tf_config
 from tfdist_opt.strategy.config import StrategyConfig

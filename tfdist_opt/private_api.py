@@ -202,21 +202,21 @@ ENTRIES: tuple[PrivateName, ...] = (
                 "(the micro-batched pipeline's) has no public way to update it"),
     # --------------------------------------------------------- callbacks
     PrivateName("tensorflow.python.eager.context", "context",
-                "tfdist_opt.cluster.kv_store",
+                "tfdist_opt.coordination.kv_store",
                 "the coordination service's key-value store "
                 "(set/get_config_key_value) has no tf.* export"),
     PrivateName("tensorflow.python.framework.errors", "AlreadyExistsError",
-                "tfdist_opt.cluster.kv_store",
+                "tfdist_opt.coordination.kv_store",
                 "raised by set_config_key_value for an existing key"),
     PrivateName("tensorflow.python.eager.context.Context", "delete_config_key_value",
-                "tfdist_opt.cluster.kv_store",
+                "tfdist_opt.coordination.kv_store",
                 "the stall inspector overwrites its progress records: the "
                 "service has no overwrite, so delete then insert (no tf.* export)"),
     PrivateName("tensorflow.python.framework.errors", "NotFoundError",
-                "tfdist_opt.cluster.kv_store",
+                "tfdist_opt.coordination.kv_store",
                 "deleting a key that is not there"),
     PrivateName("tensorflow.python.eager.context.Context", "wait_at_barrier",
-                "tfdist_opt.cluster.kv_store",
+                "tfdist_opt.coordination.kv_store",
                 "the coordination service's barrier (no tf.* export): a repeated "
                 "opt_strategy() re-runs enable_collective_ops, and a peer's early "
                 "collective otherwise reaches the replaced executor and hangs"),
@@ -296,7 +296,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     # ---------------------------------------------------------------- Ray
     PrivateName("ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator."
                 "_AutoscalingCoordinatorActor", "get_reserved_resources",
-                "tfdist_opt.cluster.ray_elastic",
+                "tfdist_opt.launch.ray_elastic",
                 "the detached actor `AutoscalingCoordinator` Ray Train V2's elastic "
                 "policy sizes groups from re-reads the nodes every 20 s; "
                 "`recompute=True` after a lost node restarts at the size alive now "
@@ -304,25 +304,25 @@ ENTRIES: tuple[PrivateName, ...] = (
                 "public refresh (ray[train] 2.60)"),
     PrivateName("ray.train.v2._internal.execution.callback",
                 "ControllerCallback.before_controller_execute_failure_decision",
-                "tfdist_opt.cluster.ray_elastic",
+                "tfdist_opt.launch.ray_elastic",
                 "the controller hook run before a failed group is restarted "
                 "(a DeveloperAPI kept under _internal): after a lost node the "
                 "restart waits there until Ray declares the node dead, so it "
                 "is sized from the nodes left (ray[train] 2.60)"),
     PrivateName("ray.train.v2._internal.execution.failure_handling",
                 "FailureDecision.RETRY",
-                "tfdist_opt.cluster.ray_elastic",
+                "tfdist_opt.launch.ray_elastic",
                 "the decision the hook above receives; compared by name, "
                 "`RETRY` (ray[train] 2.60)"),
     PrivateName("ray.train.v2._internal.execution.controller.state",
                 "RunningState",
-                "tfdist_opt.cluster.ray_elastic",
+                "tfdist_opt.launch.ray_elastic",
                 "the state a running group is in, compared by class name in "
                 "`after_controller_state_update` (a DeveloperAPI hook): the "
                 "elastic view is refreshed only while a group runs "
                 "(ray[train] 2.60)"),
     PrivateName("ray.train.v2._internal.util", "TrainingFramework.TENSORFLOW",
-                "tfdist_opt.cluster.ray_backend",
+                "tfdist_opt.launch.ray_backend",
                 "the `framework` Ray's own TensorflowConfig reports (run state, "
                 "dashboard); deriving from that config instead would import "
                 "TensorFlow (`ray.train.tensorflow`'s package __init__) in the "

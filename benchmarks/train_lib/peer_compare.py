@@ -4,7 +4,7 @@ The Keras flavour is fixed when TensorFlow is imported and a process holds
 one MultiWorkerMirroredStrategy, so no process can run both ours and a peer.
 The invocation therefore coordinates instead of training: for each round it
 starts, one after another, a local cluster of N workers
-(`tfdist_opt.cluster.launcher.run_local`, fresh ports each time) running
+(`tfdist_opt.launch.local.run_local`, fresh ports each time) running
 this binary again with `--peer_role=ours|tf_keras|keras3_ctl` and the
 per-round batch count; the order rotates every round, so load changes and
 position effects fall on every setting alike. Each child writes its raw
@@ -160,7 +160,7 @@ def _hold_own_port(environ) -> socket.socket | None:
 def coordinate(args, *, peer_workers: int, printer, binary: str,
                startup_timeout_s: float = 600.0, flag_values=None):
     """Runs every role once per round; returns (rows, summary, config)."""
-    from tfdist_opt.cluster import launcher  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.launch import local as launcher  # pylint: disable=g-import-not-at-top
 
     compare = getattr(args, "compare", "peer")
     if compare == "peer" and args.model == "transformer":

@@ -8,7 +8,7 @@ import ray
 from ray.train import ScalingConfig
 from ray.train.tensorflow import TensorflowTrainer
 
-from tfdist_opt.cluster.ray_backend import TensorflowConfig
+from tfdist_opt.launch.ray_backend import TensorflowConfig
 
 
 def train_fn():

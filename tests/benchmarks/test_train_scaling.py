@@ -15,7 +15,7 @@ import pytest
 from absl import flags
 
 from benchmarks.train_lib import peer_compare
-from tfdist_opt.cluster import launcher
+from tfdist_opt.launch import local as launcher
 from tests.multiworker.harness import REPO_ROOT
 from tests.multiworker.harness import python
 from tests.multiworker.harness import run_single

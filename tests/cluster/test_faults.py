@@ -1,6 +1,6 @@
 """faults.explain(): one line from TF's collective-failure text."""
 
-from tfdist_opt.cluster import faults
+from tfdist_opt.coordination import faults
 
 CFG = {"cluster": {"worker": ["localhost:5000", "localhost:5001"]},
        "task": {"type": "worker", "index": 0}}

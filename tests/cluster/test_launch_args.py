@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tfdist_opt import cli
-from tfdist_opt.cluster import launcher
+from tfdist_opt.launch import local as launcher
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PY = sys.executable

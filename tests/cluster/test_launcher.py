@@ -18,7 +18,8 @@ import time
 import pytest
 
 from tfdist_opt import cli
-from tfdist_opt.cluster import launcher
+from tfdist_opt.cluster import sources
+from tfdist_opt.launch import local as launcher
 from tfdist_opt.cluster import tf_config as tc
 from tfdist_opt.evaluation.loop import TRAINING_ENDED_ENV
 from tests.multiworker import harness
@@ -406,7 +407,7 @@ def test_cli_prints_srun_line_inside_slurm(capsys, monkeypatch):
 
 
 def test_slurm_task_env_is_its_own_tf_config():
-    from tfdist_opt.cluster import remote
+    from tfdist_opt.launch import remote
 
     env = remote.slurm_task_env(
         {"SLURM_JOB_ID": "42", "SLURM_STEP_NODELIST": "node[01-02]",
@@ -437,7 +438,7 @@ def test_check_own_port_only_checks_this_hosts_task():
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        free = launcher.sources.free_ports(1)[0]
+        free = sources.free_ports(1)[0]
         cluster = {"worker": [f"node7:{port}", f"node8:{free}"]}
         mine = tc.build_tf_config(cluster, "worker", 0)
         with pytest.raises(launcher.PortInUseError,

@@ -6,8 +6,8 @@ import sys
 import textwrap
 
 from tfdist_opt import cli
-from tfdist_opt.cluster import launcher
-from tfdist_opt.cluster import log_filter
+from tfdist_opt.launch import local as launcher
+from tfdist_opt.launch import log_filter
 
 ABSL = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 CUINIT = ("E0000 00:00:1796237916.441030    6657 cuda_platform.cc:52] failed call to "

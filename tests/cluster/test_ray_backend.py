@@ -12,10 +12,10 @@ pytest.importorskip("ray.train")
 
 from tfdist_opt.callbacks import ray_checkpoints  # pylint: disable=g-import-not-at-top
 from tfdist_opt.cli import launch as launch_cli  # pylint: disable=g-import-not-at-top
-from tfdist_opt.cluster import ray_backend  # pylint: disable=g-import-not-at-top
-from tfdist_opt.cluster import ray_elastic  # pylint: disable=g-import-not-at-top
-from tfdist_opt.cluster import ray_launch  # pylint: disable=g-import-not-at-top
-from tfdist_opt.cluster import ray_worker  # pylint: disable=g-import-not-at-top
+from tfdist_opt.launch import ray_backend  # pylint: disable=g-import-not-at-top
+from tfdist_opt.launch import ray_elastic  # pylint: disable=g-import-not-at-top
+from tfdist_opt.launch import ray_launch  # pylint: disable=g-import-not-at-top
+from tfdist_opt.launch import ray_worker  # pylint: disable=g-import-not-at-top
 
 
 @pytest.mark.parametrize("text,want", [
@@ -74,7 +74,7 @@ def test_held_port_is_taken_by_no_other_bind_and_tf_binds_it():
     the port and a plain bind of it fails; TF's server binds it anyway."""
     code = """
 import socket, sys
-from tfdist_opt.cluster import ray_backend
+from tfdist_opt.launch import ray_backend
 port = ray_backend.reserve_port()
 s = socket.socket()
 try:
@@ -260,7 +260,7 @@ def test_the_launchers_ray_side_imports_no_tensorflow():
     config and the trainer the launcher builds leave TensorFlow unloaded
     (Ray's `ray.train.tensorflow` imports it: 3-4 CPU-seconds a process)."""
     code = ("import sys, tempfile, ray.train\n"
-            "from tfdist_opt.cluster import ray_backend, ray_launch\n"
+            "from tfdist_opt.launch import ray_backend, ray_launch\n"
             "cfg = ray_backend.TensorflowConfig()\n"
             "trainer = ray_launch._trainer({}, cfg, ray.train.ScalingConfig(num_workers=(1, 2)),\n"
             "    ray_launch._run_config(tempfile.mkdtemp(), 1, elastic=True))\n"

@@ -8,8 +8,8 @@ import socket
 import subprocess
 import time
 
-from tfdist_opt.cluster import startup_guard
-from tfdist_opt.cluster import watchdog as watchdog_lib
+from tfdist_opt.coordination import startup_guard
+from tfdist_opt.coordination import watchdog as watchdog_lib
 
 CFG = {"cluster": {"chief": ["localhost:1000"], "worker": ["localhost:1001", "localhost:1002"]},
        "task": {"type": "worker", "index": 0}}

@@ -86,8 +86,8 @@ def test_file_source_is_named(tmp_path):
 
 def test_module_does_not_import_tensorflow():
     code = ("import sys; import tfdist_opt.cluster.tf_config, "
-            "tfdist_opt.cluster.sources, tfdist_opt.cluster.launcher, "
-            "tfdist_opt.cluster.remote, tfdist_opt.cli.tf_config, "
+            "tfdist_opt.cluster.sources, tfdist_opt.launch.local, "
+            "tfdist_opt.launch.remote, tfdist_opt.cli.tf_config, "
             "tfdist_opt.cli.launch; "
             "assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

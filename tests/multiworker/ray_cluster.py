@@ -93,7 +93,8 @@ def kill_tagged(tag: str) -> None:
 class Head:
     """`ray start --head` on 127.0.0.1 with a private temp dir; `stop()` kills it."""
 
-    def __init__(self, num_cpus: int = 2):
+    def __init__(self, num_cpus: int = 2, num_gpus: int = 0,
+                 extra_env: dict | None = None):
         self.temp_dir = tempfile.mkdtemp(prefix="rt_", dir="/tmp")  # short: socket paths
         # Ray's fixed defaults (dashboard 8265, agent 52365, Ray Client
         # 10001) would collide with another head on this host (the suite
@@ -104,11 +105,16 @@ class Head:
             subprocess.run(
                 [RAY, "start", "--head", f"--port={self.port}",
                  f"--num-cpus={num_cpus}", "--include-dashboard=false",
+                 *([f"--num-gpus={num_gpus}"] if num_gpus else []),
                  f"--dashboard-port={dashboard}",
                  f"--dashboard-agent-listen-port={agent}",
                  f"--ray-client-server-port={client}",
                  "--disable-usage-stats", f"--temp-dir={self.temp_dir}"],
-                env=env(), check=True, timeout=120, stdout=subprocess.PIPE,
+                # A node declaring GPUs refuses a CUDA_VISIBLE_DEVICES with
+                # fewer entries (the suite's "-1" hides TF's GPU probing).
+                env={k: v for k, v in env(**(extra_env or {})).items()
+                     if not (num_gpus and k == "CUDA_VISIBLE_DEVICES")},
+                check=True, timeout=120, stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT)
         except BaseException:
             self.stop()

@@ -30,7 +30,7 @@ pytest.importorskip("ray.train")
 from tests.multiworker import harness  # pylint: disable=g-import-not-at-top
 from tests.multiworker import ray_cluster  # pylint: disable=g-import-not-at-top
 from tests.multiworker.scripts import rel_launch  # pylint: disable=g-import-not-at-top
-from tfdist_opt.cluster import ray_launch  # pylint: disable=g-import-not-at-top
+from tfdist_opt.launch import ray_launch  # pylint: disable=g-import-not-at-top
 
 pytestmark = [pytest.mark.multiworker, pytest.mark.slow]
 

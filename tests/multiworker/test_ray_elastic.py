@@ -207,7 +207,7 @@ def test_lose_a_node_continue_on_one_grow_back(tmp_path):
             restored = json.load(f)
         assert restored["step"] == 2 and restored["calls"] % 3, restored
         # The restart after the loss was sized from the nodes left
-        # (tfdist_opt.cluster.ray_elastic): not at 2 workers on a stale view
+        # (tfdist_opt.launch.ray_elastic): not at 2 workers on a stale view
         # of the nodes, which waits 60 s for a placement no node can hold.
         starts = _group_starts(tag)
         assert [n for t, n in starts if t > removed_at][:1] == [1], starts

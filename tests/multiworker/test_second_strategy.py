@@ -71,7 +71,7 @@ def test_other_tf_config_in_same_process_is_refused():
 
 
 def test_rendezvous_ids_count_the_reuses_and_a_timeout_is_named(monkeypatch):
-    from tfdist_opt.cluster import kv_store
+    from tfdist_opt.coordination import kv_store
     from tfdist_opt.strategy.kinds import multi_worker
 
     _server._reset_for_tests()

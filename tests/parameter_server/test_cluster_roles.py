@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from tfdist_opt.cli import launch as launch_cli
-from tfdist_opt.cluster import launcher
+from tfdist_opt.launch import local as launcher
 from tfdist_opt.cluster import sources
 from tests.multiworker import harness
 

@@ -66,8 +66,8 @@ from typing import Any, Callable, Mapping
 
 from absl import logging
 
-from tfdist_opt.cluster.kv_store import KeyValueStore  # noqa: F401 (re-export)
-from tfdist_opt.cluster.kv_store import TFKeyValueStore  # noqa: F401 (re-export)
+from tfdist_opt.coordination.kv_store import KeyValueStore  # noqa: F401 (re-export)
+from tfdist_opt.coordination.kv_store import TFKeyValueStore  # noqa: F401 (re-export)
 
 PREEMPTION_EXIT_CODE = 42
 _PREFIX = "tfdist_opt/preemption"

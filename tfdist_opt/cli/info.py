@@ -8,7 +8,7 @@ lines when it starts (oneDNN, cuda stubs, absl's pre-init notice, a failed
 cuInit on a host without an NVIDIA driver), some before it reads
 `TF_CPP_MIN_LOG_LEVEL`. So `info` runs itself once more as a child with
 `--verbose` and the launcher's quiet environment, and passes the child's
-stderr through the launcher's filter (`tfdist_opt.cluster.log_filter`);
+stderr through the launcher's filter (`tfdist_opt.launch.log_filter`);
 stdout, tracebacks and warnings pass unchanged. `--verbose` (or a process
 that already imported TensorFlow, which prints nothing more) runs in this
 process, unfiltered.
@@ -25,7 +25,7 @@ import sys
 from typing import Any
 
 from tfdist_opt import versions
-from tfdist_opt.cluster import log_filter
+from tfdist_opt.launch import log_filter
 from tfdist_opt.strategy import config as config_lib
 from tfdist_opt.strategy import cpu_split
 from tfdist_opt.strategy import plan as plan_lib

@@ -24,9 +24,14 @@ import shlex
 import subprocess
 import sys
 
-from tfdist_opt.cluster import launcher as launcher_lib
-from tfdist_opt.cluster import remote
 from tfdist_opt.cluster import sources
+from tfdist_opt.launch import backends
+from tfdist_opt.launch import env_forward
+from tfdist_opt.launch import gpus as gpus_lib
+from tfdist_opt.launch import layout as layout_lib
+from tfdist_opt.launch import local as launcher_lib
+from tfdist_opt.launch import remote
+from tfdist_opt.launch.contract import RestartPolicy
 
 PROG = "tfdist-opt launch"
 
@@ -58,6 +63,17 @@ def build_parser() -> argparse.ArgumentParser:
                    default=launcher_lib.DEFAULT_TERM_TIMEOUT_S, metavar="S",
                    help="seconds between SIGTERM and SIGKILL when stopping "
                         "workers (default: %(default)g)")
+    p.add_argument("--gpus-per-worker", type=int, default=None, metavar="K",
+                   help="GPUs each worker sees (CUDA_VISIBLE_DEVICES; 0: CPU "
+                        "only). Local: disjoint slices of the visible GPUs "
+                        "(default: all, split equally); --ray: asked of Ray "
+                        "(default: 1 when the cluster has GPUs); --slurm: "
+                        "srun --gpus-per-task")
+    p.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="set NAME in every task (repeatable); NAME alone forwards "
+                        "this environment's value. With --ray the launcher's "
+                        "TFDIST_OPT_* and TF_* variables are forwarded too (local "
+                        "tasks inherit everything)")
     p.add_argument("--base-port", type=int, default=None, metavar="P",
                    help="local worker i listens on P+i (default: free ports)")
     p.add_argument("-v", "--verbose", action="store_true",
@@ -168,8 +184,14 @@ def _run(args, command: list[str]) -> int:
         raise ValueError("`--ps` with --slurm: launch gives every SLURM task the "
                          "worker role. Received: --slurm --ps. Expected: run "
                          "`tfdist-opt tf-config --slurm --num-ps K` in each task.")
+    if args.slurm and args.env:
+        raise ValueError("`--env` with --slurm: srun passes this environment to "
+                         "every task (SLURM's default --export=ALL). Received: "
+                         f"--slurm --env {args.env[0]}. Expected: set the variable "
+                         "before `launch --slurm --run` (or the srun line).")
     if args.slurm:
-        line = remote.srun_command(command, os.environ, port=args.port)
+        line = remote.srun_command(command, os.environ, port=args.port,
+                                   gpus_per_task=args.gpus_per_worker)
         if not args.run:
             print(shlex.join(line))
             return 0
@@ -186,6 +208,17 @@ def _run(args, command: list[str]) -> int:
         workers = (sources.parse_host_list(args.workers, default_port=args.port)
                    if args.workers is not None else
                    sources.read_hostfile(args.hostfile, port=args.port))
+        if args.env:
+            raise ValueError(
+                "`--env` with a host list: each printed line runs with the "
+                f"environment of the host it runs on. Received: --env {args.env[0]}. "
+                "Expected: set the variable on each host's line.")
+        if args.gpus_per_worker is not None:
+            raise ValueError(
+                "`--gpus-per-worker` with a host list: each printed line runs one "
+                "task on its own host. Received: --gpus-per-worker "
+                f"{args.gpus_per_worker}. Expected: set CUDA_VISIBLE_DEVICES on "
+                "each host's line, or use -n N, --ray or --slurm.")
         cluster = {"worker": workers}
         if args.ps is not None:
             if num_ps is not None:
@@ -220,15 +253,16 @@ def _run(args, command: list[str]) -> int:
         raise ValueError("Missing `-n`: how many local workers? Pass -n N "
                          "(or --slurm / --workers / --hostfile for a "
                          "cluster). Received: -n None")
-    result = launcher_lib.run_local(
-        command, args.num_workers, cpu_replicas=args.cpu_replicas,
-        max_restarts=args.max_restarts,
+    layout = gpus_lib.placed_layout(
+        args.num_workers, num_ps or 0, _local_evaluator(args.evaluator),
+        args.gpus_per_worker,
+        forward=env_forward.parse_env_flags(args.env, os.environ))
+    backend = backends.LocalBackend(
+        cpu_replicas=args.cpu_replicas,
         startup_timeout=args.startup_timeout or None,
         base_port=args.base_port, term_timeout=args.term_timeout,
-        num_ps=num_ps or 0,
-        evaluator=_local_evaluator(args.evaluator),
         quiet=not args.verbose)
-    return result.returncode
+    return backend.run(command, layout, RestartPolicy(args.max_restarts)).returncode
 
 
 def _run_ray(args, command: list[str]) -> int:
@@ -245,12 +279,15 @@ def _run_ray(args, command: list[str]) -> int:
     if args.num_workers is None:
         raise ValueError("Missing `-n`: how many Ray workers? Pass -n N or -n "
                          "MIN:MAX. Received: -n None")
-    from tfdist_opt.cluster import ray_launch  # pylint: disable=g-import-not-at-top
-    result = ray_launch.run_ray(
-        command, args.num_workers, address=args.ray or None,
-        max_restarts=args.max_restarts, storage_path=args.ray_storage,
+    layout = layout_lib.worker_layout(
+        args.num_workers,
+        env=env_forward.forwarded(
+            os.environ, env_forward.parse_env_flags(args.env, os.environ)),
+        gpus_per_worker=gpus_lib.check_gpus_per_worker(args.gpus_per_worker))
+    backend = backends.RayBackend(
+        address=args.ray or None, storage_path=args.ray_storage,
         resize_interval_s=args.ray_resize_interval, quiet=not args.verbose)
-    return result.returncode
+    return backend.run(command, layout, RestartPolicy(args.max_restarts)).returncode
 
 
 def _local_evaluator(text: str | None) -> bool:

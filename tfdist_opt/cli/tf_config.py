@@ -24,7 +24,7 @@ import sys
 import tempfile
 import warnings
 
-from tfdist_opt.cluster import launcher as launcher_lib
+from tfdist_opt.launch import local as launcher_lib
 from tfdist_opt.cluster import sources
 from tfdist_opt.cluster import tf_config as tf_config_lib
 

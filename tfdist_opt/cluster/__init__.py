@@ -1,21 +1,16 @@
-"""Cluster description: TF_CONFIG build/validate, cluster sources, launcher.
+"""Cluster description: TF_CONFIG build/validate, cluster sources, ports.
 
-Pure Python: nothing here imports TensorFlow (the launcher runs TF only in
-its child processes).
-
-The launcher contract (`tfdist-opt launch`): given N (or MIN:MAX) workers
-and a command, place them, hand each its TF_CONFIG, stream `[worker i]`
-output, return one exit code (`LaunchResult`), restart the whole group up
-to R times, leave nothing running. Two backends keep it:
-`launcher.run_local` (local process groups) and `ray_launch.run_ray` (Ray
-Train workers, `--ray`; imports Ray, so it is not imported here). SLURM and
-Kubernetes (`slurm`, `k8s`) stay generators.
+Pure Python: nothing here imports TensorFlow. What the cluster is (its
+tasks, their addresses, where they come from: host lists, hostfiles,
+SLURM, Kubernetes) lives here; running it is `tfdist_opt.launch`, and what
+a task does beside TensorFlow to coordinate with its peers is
+`tfdist_opt.coordination`. This is the lowest of the three layers: it
+imports neither.
 """
 
-from tfdist_opt.cluster.launcher import LaunchResult
-from tfdist_opt.cluster.launcher import PortInUseError
-from tfdist_opt.cluster.launcher import check_own_port
-from tfdist_opt.cluster.launcher import run_local
+from tfdist_opt.cluster.ports import LaunchError
+from tfdist_opt.cluster.ports import PortInUseError
+from tfdist_opt.cluster.ports import check_own_port
 from tfdist_opt.cluster.sources import expand_nodelist
 from tfdist_opt.cluster.sources import parse_host_list
 from tfdist_opt.cluster.sources import parse_hostfile
@@ -31,7 +26,7 @@ from tfdist_opt.cluster.tf_config import tf_config_from_file
 from tfdist_opt.cluster.tf_config import validate_tf_config
 
 __all__ = [
-    "LaunchResult",
+    "LaunchError",
     "PortInUseError",
     "TFConfigError",
     "apply_tf_config",
@@ -42,7 +37,6 @@ __all__ = [
     "parse_host_list",
     "parse_hostfile",
     "parse_tf_config",
-    "run_local",
     "slurm_cluster",
     "statefulset_cluster",
     "tf_config_from_env",

@@ -20,7 +20,8 @@ import dataclasses
 import time
 from typing import Any, Callable
 
-from tfdist_opt.cluster import startup_guard
+from tfdist_opt.coordination import startup_guard
+from tfdist_opt.coordination.task_env import TRAINING_ENDED_ENV  # noqa: F401
 from tfdist_opt.evaluation import checkpoints as checkpoints_lib
 
 RUNNING, WAITING, ENDED, NEVER_CAME = "running", "waiting", "ended", "never came"
@@ -29,7 +30,7 @@ RUNNING, WAITING, ENDED, NEVER_CAME = "running", "waiting", "ended", "never came
 # path the launcher creates once every training task has exited 0. An
 # evaluator that starts after a short training (its chief came and went
 # before the first probe) would otherwise wait `startup_timeout_s`.
-TRAINING_ENDED_ENV = "TFDIST_LAUNCH_TRAINING_ENDED_FILE"
+# (`TRAINING_ENDED_ENV`, imported above from `tfdist_opt.coordination.task_env`.)
 
 
 class ChiefWatch:

@@ -4,7 +4,7 @@ One `Inspector` per worker per `fit`, with one background thread. The
 training thread only swaps a tuple in `LocalProgress` (a few hundred
 nanoseconds per event, no I/O); the thread does everything else, every
 `poll_s` seconds, through the coordination service's key-value store
-(`tfdist_opt.cluster.kv_store`; no collective):
+(`tfdist_opt.coordination.kv_store`; no collective):
 
 - every worker writes its `Progress` record when it changed
   (`<ns>/progress/<task>`) and reads the chief's verdict (`<ns>/verdict`);

@@ -45,7 +45,7 @@ from typing import Any
 import keras
 
 from tfdist_opt.callbacks.throughput import SKIPPING_ATTR
-from tfdist_opt.cluster import kv_store
+from tfdist_opt.coordination import kv_store
 from tfdist_opt import _logging
 from tfdist_opt.stall import inspector as inspector_lib
 from tfdist_opt.stall import uneven

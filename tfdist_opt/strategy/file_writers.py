@@ -41,7 +41,7 @@ from typing import Iterator, NamedTuple
 
 from absl import logging
 
-from tfdist_opt.cluster import kv_store
+from tfdist_opt.coordination import kv_store
 from tfdist_opt.strategy import storage_sharing
 from tfdist_opt.strategy import topology
 

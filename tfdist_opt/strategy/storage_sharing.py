@@ -39,7 +39,7 @@ import time
 import uuid
 from typing import Callable, Iterable, Mapping
 
-from tfdist_opt.cluster.kv_store import KeyValueStore
+from tfdist_opt.coordination.kv_store import KeyValueStore
 
 MODES = ("auto", "shared", "per_worker")
 TOKEN_PREFIX = ".tfdist_opt_probe_"

@@ -76,9 +76,9 @@ def communication_options(config, plan):
 
 def build(config, plan, topology):
     from tfdist_opt import _logging
-    from tfdist_opt.cluster import faults
-    from tfdist_opt.cluster import launcher
-    from tfdist_opt.cluster import startup_guard
+    from tfdist_opt.coordination import faults
+    from tfdist_opt.cluster import ports
+    from tfdist_opt.coordination import startup_guard
     from tfdist_opt.stall import keras_binding as stall_binding
     from tfdist_opt.strategy import cpu_split
     from tfdist_opt.strategy import host_memory
@@ -98,7 +98,7 @@ def build(config, plan, topology):
         return strategy
     # Pre-flight: a taken port fails here, naming the port and the task,
     # instead of as a gRPC bind error deep inside TF.
-    launcher.check_own_port(topology.tf_config)
+    ports.check_own_port(topology.tf_config)
     faults.install_excepthook(topology.tf_config, config.collective_timeout_s)
     # Before TF's runtime starts: the pools are sized when it does.
     split = cpu_split.detect(config.cpu_split, topology.tf_config)
@@ -130,7 +130,7 @@ def build(config, plan, topology):
 
 
 def _rendezvous(barrier_id: str, timeout_s: float) -> None:
-    from tfdist_opt.cluster import kv_store
+    from tfdist_opt.coordination import kv_store
 
     if not kv_store.TFKeyValueStore().barrier(barrier_id, timeout_s):
         raise RuntimeError(

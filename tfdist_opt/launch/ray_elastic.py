@@ -25,7 +25,7 @@ for 2 workers and waited the 60 s out); node back -> 2 workers in 14 s
 (19-30 s without).
 
 A trainer built by hand (`TensorflowTrainer` with
-`tfdist_opt.cluster.ray_backend.TensorflowConfig`) gets the same with
+`tfdist_opt.launch.ray_backend.TensorflowConfig`) gets the same with
 `RunConfig(callbacks=[LostNodeCallback()])`.
 
 This module imports Ray; import it only where Ray is installed

@@ -2,7 +2,7 @@
 
 Each worker is started in its own session (so its own process group) with
 PR_SET_PDEATHSIG (Linux) and, when the launcher has a watchdog
-(`tfdist_opt.cluster.watchdog`), this launch's `TFDIST_LAUNCH_ID` in its
+(`tfdist_opt.coordination.watchdog`), this launch's `TFDIST_LAUNCH_ID` in its
 environment and its group registered with the watchdog. `Group.kill()`
 SIGKILLs every group and every tagged process, then reaps.
 """
@@ -19,8 +19,8 @@ import threading
 import time
 from typing import IO
 
-from tfdist_opt.cluster import watchdog as watchdog_lib
-from tfdist_opt.cluster.launch_checks import LaunchError
+from tfdist_opt.coordination import watchdog as watchdog_lib
+from tfdist_opt.launch.checks import LaunchError
 
 _POLL_S = 0.05
 

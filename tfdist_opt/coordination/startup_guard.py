@@ -26,7 +26,7 @@ import sys
 from typing import Any, Callable, Mapping
 
 from tfdist_opt.cluster import tf_config as tf_config_lib
-from tfdist_opt.cluster import watchdog as watchdog_lib
+from tfdist_opt.coordination import watchdog as watchdog_lib
 
 EXIT_STARTUP_TIMEOUT = 128 + signal.SIGKILL  # the guarded process's status
 

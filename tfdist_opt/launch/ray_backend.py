@@ -51,11 +51,11 @@ from ray.train.backend import Backend
 from ray.train.backend import BackendConfig
 
 from tfdist_opt.cluster import tf_config as tf_config_lib
+from tfdist_opt.coordination.task_env import NUM_WORKERS_ENV
+from tfdist_opt.coordination.task_env import RESTART_COUNT_ENV
+from tfdist_opt.coordination.task_env import WORKER_INDEX_ENV
 
 PIN_LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
-WORKER_INDEX_ENV = "TFDIST_LAUNCH_WORKER_INDEX"
-NUM_WORKERS_ENV = "TFDIST_LAUNCH_NUM_WORKERS"
-RESTART_COUNT_ENV = "TFDIST_LAUNCH_RESTART_COUNT"
 
 _held: list[socket.socket] = []  # this worker process's held port(s)
 
@@ -162,7 +162,7 @@ class TensorflowConfig(BackendConfig):
 
     Example:
         >>> from ray.train.tensorflow import TensorflowTrainer  # doctest: +SKIP
-        >>> from tfdist_opt.cluster.ray_backend import TensorflowConfig
+        >>> from tfdist_opt.launch.ray_backend import TensorflowConfig
         >>> trainer = TensorflowTrainer(
         ...     train_fn, tensorflow_config=TensorflowConfig(),
         ...     scaling_config=ray.train.ScalingConfig(num_workers=2))

@@ -7,7 +7,7 @@ launcher's `ray.util.queue.Queue` as `(rank, fd, line)`, runs the script as
 `__main__` (`runpy`, `sys.argv` set) and turns a non-zero exit code into
 `WorkerExit`, which fails the attempt (Ray restarts the group while
 `FailureConfig(max_failures)` allows; an elastic restart after a lost node
-is sized by `tfdist_opt.cluster.ray_elastic`). Imports no Ray and no TF at
+is sized by `tfdist_opt.launch.ray_elastic`). Imports no Ray and no TF at
 module level.
 """
 

@@ -27,7 +27,7 @@
   so is every process carrying this launch's `TFDIST_LAUNCH_ID` in its
   environment (grandchildren that left the group with `setsid` included).
   If the launcher itself is SIGKILLed, a watchdog process in its own
-  session (`tfdist_opt.cluster.watchdog`) sees its pipe close and does the
+  session (`tfdist_opt.coordination.watchdog`) sees its pipe close and does the
   same; each direct child also gets PR_SET_PDEATHSIG (Linux).
 
 Every argument is checked before anything starts (the command exists and
@@ -40,7 +40,6 @@ children's.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shlex
 import shutil
@@ -51,125 +50,26 @@ import threading
 import time
 from typing import IO, Mapping, Sequence
 
-from tfdist_opt.cluster import log_filter
-from tfdist_opt.cluster import process_group
-from tfdist_opt.cluster import sources
-from tfdist_opt.cluster import tf_config as tf_config_lib
-from tfdist_opt.cluster import watchdog as watchdog_lib
-from tfdist_opt.cluster.launch_checks import (  # noqa: F401  (re-exported)
+from tfdist_opt.coordination import watchdog as watchdog_lib
+from tfdist_opt.coordination.task_env import TRAINING_ENDED_ENV
+from tfdist_opt.launch import gpus as gpus_lib
+from tfdist_opt.launch import layout as layout_lib
+from tfdist_opt.launch import log_filter
+from tfdist_opt.launch import process_group
+from tfdist_opt.launch.checks import (  # noqa: F401  (re-exported)
     LaunchError, PortInUseError, check_command, check_cpu_replicas,
     check_launch_numbers, check_own_port, check_ports_free, port_in_use)
-from tfdist_opt.evaluation.loop import TRAINING_ENDED_ENV
+from tfdist_opt.launch.contract import EXIT_LAUNCH_ERROR
+from tfdist_opt.launch.contract import LaunchResult
+from tfdist_opt.launch.contract import RestartPolicy
+from tfdist_opt.launch.local_envs import (  # noqa: F401  (re-exported)
+    CPU_REPLICAS_ENV, NUM_WORKERS_ENV, RESTART_COUNT_ENV, WORKER_INDEX_ENV,
+    attempt_envs, evaluator_env, local_cluster, ps_task_envs, worker_env)
 
-RESTART_COUNT_ENV = "TFDIST_LAUNCH_RESTART_COUNT"
-WORKER_INDEX_ENV = "TFDIST_LAUNCH_WORKER_INDEX"
-NUM_WORKERS_ENV = "TFDIST_LAUNCH_NUM_WORKERS"
-CPU_REPLICAS_ENV = "TFDIST_OPT_CPU_REPLICAS"
 DEFAULT_STARTUP_TIMEOUT_S = 300.0
 DEFAULT_TERM_TIMEOUT_S = 5.0
-EXIT_LAUNCH_ERROR = 1  # a worker never joined / the launch itself failed
 _POLL_S = 0.05
 _JOIN_POLL_S = 0.25
-
-
-@dataclasses.dataclass
-class LaunchResult:
-    """How a launch ended.
-
-    Attributes:
-        returncode: int. 0 on success; the first failing worker's exit code
-            (128+N for a worker killed by signal N); 128+N when the launcher
-            got signal N; `EXIT_LAUNCH_ERROR` when a worker never joined.
-        restarts: int. Group restarts performed.
-        failed_worker: int or None. Index of the worker that failed last.
-        message: str. Why it ended, for humans.
-    """
-
-    returncode: int
-    restarts: int = 0
-    failed_worker: int | None = None
-    message: str = ""
-
-
-def local_cluster(num_workers: int, base_port: int | None = None
-                  ) -> list[str]:
-    """Loopback worker addresses: free ports, or base_port, base_port+1, ..."""
-    ports = None if base_port is None else [base_port + i for i in range(num_workers)]
-    return sources.local_addresses(num_workers, "localhost", ports)
-
-
-def worker_env(base_env: Mapping[str, str], index: int, addresses: Sequence[str],
-               restart_count: int = 0, cpu_replicas: int | None = None,
-               evaluator: str | None = None) -> dict[str, str]:
-    """Pure: the environment of local worker `index` (TF_CONFIG if N > 1).
-
-    With `evaluator` (its address), TF_CONFIG also names the side-car
-    `evaluator` task.
-    """
-    env = dict(base_env)
-    n = len(addresses)
-    cluster = _with_evaluator({"worker": list(addresses)}, evaluator)
-    cfg = (tf_config_lib.build_tf_config(cluster, "worker", index)
-           if n > 1 else None)
-    tf_config_lib.apply_tf_config(cfg, env)
-    env[RESTART_COUNT_ENV] = str(restart_count)
-    env[WORKER_INDEX_ENV] = str(index)
-    env[NUM_WORKERS_ENV] = str(n)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    if cpu_replicas is not None:
-        env[CPU_REPLICAS_ENV] = str(cpu_replicas)
-    return env
-
-
-def evaluator_env(base_env: Mapping[str, str], address: str,
-                  training: Mapping[str, Sequence[str]], restart_count: int = 0
-                  ) -> dict[str, str]:
-    """Pure: the environment of the side-car `evaluator` task.
-
-    Args:
-        address: str. The evaluator's address (TF_CONFIG needs one; the
-            side-car evaluator starts no server on it).
-        training: mapping. The training cluster (roles to addresses).
-    """
-    env = dict(base_env)
-    cluster = _with_evaluator(training, address)
-    tf_config_lib.apply_tf_config(
-        tf_config_lib.build_tf_config(cluster, "evaluator", 0), env)
-    env[RESTART_COUNT_ENV] = str(restart_count)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
-
-
-def _with_evaluator(cluster, evaluator):
-    cluster = {r: list(v) for r, v in cluster.items()}
-    if evaluator is not None:
-        cluster["evaluator"] = [evaluator]
-    return cluster
-
-
-def ps_task_envs(base_env: Mapping[str, str], num_workers: int, num_ps: int,
-                 addresses: Sequence[str], restart_count: int = 0,
-                 evaluator: str | None = None
-                 ) -> tuple[list[dict[str, str]], list[str]]:
-    """Pure: environments and labels of a local parameter-server cluster.
-
-    `addresses` holds 1 + num_workers + num_ps addresses: the chief, the
-    workers, then the ps tasks, started in that order. With `evaluator`
-    (its address), the side-car `evaluator` task comes last.
-    """
-    cluster = _with_evaluator({"chief": list(addresses[:1]),
-                               "worker": list(addresses[1:1 + num_workers]),
-                               "ps": list(addresses[1 + num_workers:])}, evaluator)
-    envs, labels = [], []
-    for task_type, task_index in tf_config_lib.all_tasks(cluster):
-        env = dict(base_env)
-        tf_config_lib.apply_tf_config(
-            tf_config_lib.build_tf_config(cluster, task_type, task_index), env)
-        env[RESTART_COUNT_ENV] = str(restart_count)
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        envs.append(env)
-        labels.append(f"{task_type} {task_index}")
-    return envs, labels
 
 
 # ------------------------------------------------------------ run_local
@@ -186,7 +86,10 @@ def run_local(argv: Sequence[str], num_workers: int, *,
               handle_signals: bool = True,
               num_ps: int = 0,
               evaluator: bool = False,
-              quiet: bool = False) -> LaunchResult:
+              quiet: bool = False,
+              layout: layout_lib.Layout | None = None,
+              gpus_per_worker: int | None = None,
+              discover_gpus=gpus_lib.discover) -> LaunchResult:
     """Runs `argv` as `num_workers` local workers of one cluster.
 
     Args:
@@ -225,8 +128,20 @@ def run_local(argv: Sequence[str], num_workers: int, *,
         quiet: bool. Keep TensorFlow's C++ start-up noise out of the
             output: `TF_CPP_MIN_LOG_LEVEL=2` in the workers unless `env`
             sets it, and known start-up lines dropped (see
-            `tfdist_opt.cluster.log_filter`). Defaults to `False`
+            `tfdist_opt.launch.log_filter`). Defaults to `False`
             (`tfdist-opt launch` passes `True` unless `--verbose`).
+        layout: `Layout` or None. The tasks to start, with their GPUs and
+            forwarded environment (`tfdist_opt.launch.layout`); its roles
+            must match `num_workers`, `num_ps` and `evaluator`. None: those
+            roles, GPUs placed by `tfdist_opt.launch.gpus` (from `env`'s
+            `CUDA_VISIBLE_DEVICES`, else `discover_gpus()`), nothing
+            forwarded.
+        gpus_per_worker: int or None. GPUs per training task when `layout`
+            is None (`--gpus-per-worker`; 0: CPU only). Defaults to `None`
+            (every visible GPU, split equally).
+        discover_gpus: callable. Lists GPUs when `CUDA_VISIBLE_DEVICES` is
+            unset. Defaults to `tfdist_opt.launch.gpus.discover`
+            (`nvidia-smi -L`).
 
     Returns:
         `LaunchResult`.
@@ -244,10 +159,7 @@ def run_local(argv: Sequence[str], num_workers: int, *,
             or num_workers < 1:
         raise ValueError("Invalid value for `-n`: expected a positive int. "
                          f"Received: -n {num_workers!r}")
-    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) \
-            or max_restarts < 0:
-        raise ValueError("Invalid value for `--max-restarts`: expected an int "
-                         f">= 0. Received: --max-restarts={max_restarts!r}")
+    policy = RestartPolicy(max_restarts)
     check_cpu_replicas(num_workers, cpu_replicas)
     if isinstance(num_ps, bool) or not isinstance(num_ps, int) or num_ps < 0:
         raise ValueError("Invalid value for `--ps`: expected an int >= 0. "
@@ -261,6 +173,16 @@ def run_local(argv: Sequence[str], num_workers: int, *,
     check_launch_numbers(num_workers, base_port, startup_timeout, term_timeout)
     base_env = dict(os.environ if env is None else env)
     check_command(argv, cwd, base_env.get("PATH", os.defpath))
+    expected = layout_lib.local_layout(num_workers, num_ps, evaluator)
+    if layout is None:
+        layout = gpus_lib.placed_layout(num_workers, num_ps, evaluator,
+                                        gpus_per_worker, base_env,
+                                        discover_fn=discover_gpus)
+    elif [t.label for t in layout.tasks] != [t.label for t in expected.tasks]:
+        raise ValueError(
+            "Invalid `layout`: its tasks must be the ones -n/--ps/--evaluator "
+            f"ask for. Received: {[t.label for t in layout.tasks]}. Expected: "
+            f"{[t.label for t in expected.tasks]}")
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
     lock = threading.Lock()
@@ -274,57 +196,22 @@ def run_local(argv: Sequence[str], num_workers: int, *,
                          "(TF_CPP_MIN_LOG_LEVEL=2; --verbose shows them)")
     launcher.watchdog = watchdog_lib.Watchdog(watchdog_lib.new_launch_id())
     old_handlers = launcher.install_signal_handlers() if handle_signals else {}
+
+    def attempt(restarts: int) -> LaunchResult:
+        envs, labels, ports, where = attempt_envs(
+            layout, base_env, base_port, cpu_replicas, restarts,
+            launcher.scratch if evaluator else None)
+        what = f"{len(envs)} task(s)" if num_ps else f"{num_workers} worker(s)"
+        launcher.log(f"starting {what} {where} (attempt "
+                     f"{restarts + 1} of {policy.attempts}): {shlex.join(argv)}")
+        return launcher.run_attempt(argv, envs, ports, startup_timeout,
+                                    term_timeout, cwd, labels)
+
     try:
-        restarts = 0
-        while True:
-            labels = None
-            ev = 1 if evaluator else 0
-            if num_ps:
-                n_train = 1 + num_workers + num_ps
-                addresses = local_cluster(n_train + ev, base_port)
-                ev_address = addresses[n_train] if ev else None
-                addresses = addresses[:n_train]
-                ports = [int(tf_config_lib.split_address(a)[1]) for a in addresses]
-                envs, labels = ps_task_envs(base_env, num_workers, num_ps,
-                                            addresses, restarts, ev_address)
-                check_ports_free(list(zip(labels, ports)))
-                where = f"(chief, workers, ps) on {', '.join(addresses)}"
-            elif num_workers > 1:
-                addresses = local_cluster(num_workers + ev, base_port)
-                ev_address = addresses[num_workers] if ev else None
-                addresses = addresses[:num_workers]
-                ports = [int(tf_config_lib.split_address(a)[1]) for a in addresses]
-                check_ports_free([(f"worker {i}", p) for i, p in enumerate(ports)])
-                where = f"on {', '.join(addresses)}"
-            else:  # one process: no cluster, no TF_CONFIG, no port
-                addresses, ports, where = ["localhost:0"], [], "without TF_CONFIG"
-                ev_address = None
-            if not num_ps:
-                envs = [worker_env(base_env, i, addresses, restarts, cpu_replicas,
-                                   ev_address)
-                        for i in range(num_workers)]
-                if ev:
-                    envs.append(evaluator_env(base_env, ev_address,
-                                              {"worker": addresses}, restarts))
-                    labels = [f"worker {i}" for i in range(num_workers)] + [
-                        "evaluator 0"]
-            if ev:  # started last; runs no TF server, so not waited for
-                where += f" + evaluator ({ev_address})"
-                envs[-1][TRAINING_ENDED_ENV] = os.path.join(
-                    launcher.scratch(), f"training-ended.{restarts}")
-            what = f"{len(envs)} task(s)" if num_ps else f"{num_workers} worker(s)"
-            launcher.log(f"starting {what} {where} (attempt "
-                         f"{restarts + 1} of {max_restarts + 1}): {shlex.join(argv)}")
-            result = launcher.run_attempt(argv, envs, ports, startup_timeout,
-                                          term_timeout, cwd, labels)
-            result.restarts = restarts
-            if (result.returncode == 0 or launcher.stop_signal is not None
-                    or restarts >= max_restarts):
-                launcher.log(result.message + launcher.hidden_note())
-                return result
-            restarts += 1
-            launcher.log(f"{result.message}; restarting the group "
-                         f"(restart {restarts} of {max_restarts})")
+        result = policy.run(attempt, lambda: launcher.stop_signal is not None,
+                            launcher.log)
+        launcher.log(result.message + launcher.hidden_note())
+        return result
     finally:
         launcher.watchdog.close()
         if launcher.scratch_dir is not None:

@@ -15,17 +15,22 @@ from typing import Mapping, Sequence
 
 from tfdist_opt.cluster import sources
 from tfdist_opt.cluster import tf_config as tf_config_lib
+from tfdist_opt.launch import gpus as gpus_lib
 
 
 def srun_command(argv: Sequence[str], environ: Mapping[str, str] | None = None,
                  port: int = sources.DEFAULT_PORT,
-                 python: str | None = None) -> list[str]:
+                 python: str | None = None,
+                 gpus_per_task: int | None = None) -> list[str]:
     """The `srun` line that runs `argv` once per task of this allocation.
 
     Each task runs `python -m tfdist_opt launch --slurm-task --port P -- argv`,
     which builds its TF_CONFIG from `SLURM_PROCID` and the step's node list
     and `exec`s the command. `--kill-on-bad-exit=1` gives the local
-    launcher's fail-together behaviour.
+    launcher's fail-together behaviour. With `gpus_per_task` K, SLURM
+    binds K GPUs to each task (`--gpus-per-task=K`) and sets its
+    `CUDA_VISIBLE_DEVICES`: the same per-worker count as `launch -n N
+    --gpus-per-worker K` and `--ray`.
 
     Raises:
         ValueError: not inside a SLURM allocation (no node list).
@@ -35,6 +40,8 @@ def srun_command(argv: Sequence[str], environ: Mapping[str, str] | None = None,
     cmd = ["srun", f"--ntasks={len(src.addresses)}", "--kill-on-bad-exit=1"]
     nodes = {tf_config_lib.split_address(a)[0] for a in src.addresses}
     cmd.append(f"--nodes={len(nodes)}")
+    if gpus_lib.check_gpus_per_worker(gpus_per_task):
+        cmd.append(f"--gpus-per-task={gpus_per_task}")
     cmd += [python or sys.executable, "-m", "tfdist_opt", "launch",
             "--slurm-task", f"--port={port}", "--", *argv]
     return cmd

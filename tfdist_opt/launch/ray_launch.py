@@ -1,16 +1,17 @@
 """The Ray backend of the launcher contract: `tfdist-opt launch --ray`.
 
-The contract (shared with `tfdist_opt.cluster.launcher.run_local`, the
-local-process backend): given N (or MIN:MAX) workers and a command, place
-them, hand each its TF_CONFIG, stream their output prefixed `[worker i]`,
-return one exit code (`LaunchResult`), restart the whole group up to R
-times, and leave nothing running. Here Ray's own pieces do the work: Ray
+The contract (`tfdist_opt.launch.contract`, shared with
+`tfdist_opt.launch.local.run_local`, the local-process backend): given N
+(or MIN:MAX) workers and a command, place them, hand each its TF_CONFIG,
+stream their output prefixed `[worker i]`, return one exit code
+(`LaunchResult`), restart the whole group as the `RestartPolicy` says, and
+leave nothing running. Here Ray's own pieces do the work: Ray
 Train V2's `DataParallelTrainer` (Ray's `TensorflowTrainer` is that trainer
 with a TF backend config; ours is `ray_backend.TensorflowConfig`, which
 keeps TensorFlow out of this process) places the workers (`ScalingConfig`),
 restarts the group (`FailureConfig(max_failures=R)`) and stores
 checkpoints (`RunConfig(storage_path=...)`); TF_CONFIG comes from
-`tfdist_opt.cluster.ray_backend.TensorflowConfig` (node addresses, held
+`tfdist_opt.launch.ray_backend.TensorflowConfig` (node addresses, held
 ports).
 
 The command must be a Python script or module (`python train.py ...`,
@@ -51,15 +52,17 @@ import threading
 import time
 from typing import IO, Mapping, Sequence
 
-from tfdist_opt.cluster import ray_worker
-from tfdist_opt.cluster.launch_checks import LaunchError
-from tfdist_opt.cluster.launcher import LaunchResult
+from tfdist_opt.cluster.ports import LaunchError
+from tfdist_opt.launch import env_forward
+from tfdist_opt.launch import gpus as gpus_lib
+from tfdist_opt.launch import ray_auth
+from tfdist_opt.launch import ray_driver
+from tfdist_opt.launch import ray_worker
+from tfdist_opt.launch.contract import EXIT_LAUNCH_ERROR
+from tfdist_opt.launch.contract import LaunchResult
+from tfdist_opt.launch.contract import RestartPolicy
+from tfdist_opt.launch.layout import parse_workers  # noqa: F401  (re-exported)
 
-EXIT_LAUNCH_ERROR = 1
-
-
-# The resource Ray gives the head node only (`ray.nodes()[i]["Resources"]`).
-HEAD_RESOURCE = "node:__internal_head__"
 
 # Ray Train V2's controller takes at most one `ray.train.report` (one backup)
 # per poll of its workers, every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (2 s by
@@ -68,23 +71,6 @@ HEAD_RESOURCE = "node:__internal_head__"
 # The launcher polls every 0.5 s unless that variable is set.
 REPORT_POLL_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
 REPORT_POLL_S = "0.5"
-
-
-def parse_workers(text) -> tuple[int, int | None]:
-    """`-n N` or `-n MIN:MAX` → (N, None) or (MIN, MAX).
-
-    Raises:
-        ValueError: not a positive int / MIN:MAX with 1 <= MIN <= MAX.
-    """
-    if isinstance(text, int) and not isinstance(text, bool):
-        text = str(text)
-    m = re.fullmatch(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?", str(text))
-    lo, hi = (int(m.group(1)), None if m.group(2) is None else int(m.group(2))) \
-        if m else (0, None)
-    if not m or lo < 1 or (hi is not None and hi < lo):
-        raise ValueError("Invalid value for `-n`: expected a positive int N or "
-                         f"MIN:MAX with 1 <= MIN <= MAX. Received: -n {text}")
-    return lo, hi
 
 
 def python_target(argv: Sequence[str]) -> tuple[str, str, list[str]]:
@@ -112,50 +98,6 @@ def python_target(argv: Sequence[str]) -> tuple[str, str, list[str]]:
 
 
 # ------------------------------------------------------------- driver side
-def _on_head_node():
-    """Scheduling strategy for the launcher's actors: the head node.
-
-    The head outlives any worker node (the cluster ends with it); "this
-    process's node" does not always: a driver joins the raylet Ray finds at
-    its own address, and where several nodes share one address (a
-    `ray.cluster_utils.Cluster`, nodes in containers on one host) that can
-    be a worker node. The attempt counter and the log queue placed there
-    died with it, and no later group could start (its `on_start` asks the
-    counter). Hard affinity: with a soft one Ray placed the first of these
-    actors on another node of the same address. Falls back to this
-    process's node (soft) when no node is marked head.
-    """
-    import ray  # pylint: disable=g-import-not-at-top
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # pylint: disable=g-import-not-at-top
-
-    heads = [n["NodeID"] for n in ray.nodes() if n.get("Alive")
-             and HEAD_RESOURCE in (n.get("Resources") or {})]
-    if heads:  # hard: a soft affinity placed the first actor elsewhere
-        return NodeAffinitySchedulingStrategy(heads[0], soft=False)
-    return NodeAffinitySchedulingStrategy(
-        ray.get_runtime_context().get_node_id(), soft=True)
-
-
-def _attempts_actor(strategy):
-    import ray  # pylint: disable=g-import-not-at-top
-
-    @ray.remote(num_cpus=0, scheduling_strategy=strategy)
-    class Attempts:
-        """Counts worker-group starts: the launcher's restart count."""
-
-        def __init__(self):
-            self.n = -1
-
-        def next(self):
-            self.n += 1
-            return self.n
-
-        def count(self):
-            return self.n
-
-    return Attempts.remote()
-
-
 def _exit_code(error) -> tuple[int, int | None, str]:
     """(exit code, failed worker, message) from Ray's training error."""
     failures = getattr(error, "worker_failures", None) or {}
@@ -182,7 +124,8 @@ def run_ray(argv: Sequence[str], num_workers, *,
             stdout: IO[str] | None = None,
             stderr: IO[str] | None = None,
             quiet: bool = True,
-            handle_signals: bool = True) -> LaunchResult:
+            handle_signals: bool = True,
+            gpus_per_worker: int | None = None) -> LaunchResult:
     """Runs `python SCRIPT ...` as Ray Train workers; the launcher contract.
 
     Args:
@@ -200,7 +143,9 @@ def run_ray(argv: Sequence[str], num_workers, *,
             considers growing a healthy group (Ray's
             `elastic_resize_monitor_interval_s`; None: Ray's default, 60 s).
         env: mapping or None. Variables set in each worker before the
-            script runs (in addition to what Ray's workers inherit).
+            script runs, on every node (`tfdist-opt launch --ray` passes the
+            launcher's `TFDIST_OPT_*` / `TF_*` and `--env`; see
+            `tfdist_opt.launch.env_forward`); the start line names them.
         cwd: str or None. Workers' working directory. Defaults to this
             process's.
         stdout: text stream for the workers' stdout. Defaults to sys.stdout.
@@ -209,6 +154,12 @@ def run_ray(argv: Sequence[str], num_workers, *,
             this environment sets it. Defaults to `True`.
         handle_signals: bool. SIGINT / SIGTERM stop the run (main thread
             only). Defaults to `True`.
+        gpus_per_worker: int or None. GPUs each worker asks Ray for
+            (`ScalingConfig(use_gpu=True, resources_per_worker={"GPU": K})`;
+            Ray then sets each worker's `CUDA_VISIBLE_DEVICES` to its own);
+            0: CPU only (`CUDA_VISIBLE_DEVICES=""`). None: 1 when the
+            cluster has GPUs, else none. More than the cluster has is a
+            `ValueError` right after joining, not a wait for resources.
 
     Returns:
         `LaunchResult`.
@@ -218,10 +169,8 @@ def run_ray(argv: Sequence[str], num_workers, *,
         ImportError: Ray Train is not installed (`pip install tfdist_opt[ray]`).
     """
     lo, hi = parse_workers(num_workers)
-    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) \
-            or max_restarts < 0:
-        raise ValueError("Invalid value for `--max-restarts`: expected an int "
-                         f">= 0. Received: --max-restarts={max_restarts!r}")
+    policy = RestartPolicy(max_restarts)
+    gpus_lib.check_gpus_per_worker(gpus_per_worker)
     if resize_interval_s is not None and (
             isinstance(resize_interval_s, bool)
             or not isinstance(resize_interval_s, (int, float))
@@ -237,6 +186,7 @@ def run_ray(argv: Sequence[str], num_workers, *,
         if not os.path.isfile(target):
             raise ValueError(f"Invalid command for `--ray`: no script {target}. "
                              f"Received: {shlex.join(argv)}")
+    forward_note = env_forward.describe(env or {})
     worker_env = dict(env or {})
     if quiet and "TF_CPP_MIN_LOG_LEVEL" not in os.environ:
         worker_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -245,11 +195,16 @@ def run_ray(argv: Sequence[str], num_workers, *,
     # output reaches this process through their file descriptors instead.
     worker_env.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
     runtime_env = {"env_vars": dict(worker_env)}
+    # A cluster that wants its token: found and sent, or a named error now
+    # instead of ~20 s of Ray's retries. Before `import ray`: Ray reads
+    # RAY_AUTH_MODE when its config first loads.
+    auth_set, auth_note = ({}, "") if address is None else ray_auth.prepare(address)
+    os.environ.update(auth_set)
     try:
         import ray  # pylint: disable=g-import-not-at-top
         from ray import train as ray_train  # pylint: disable=g-import-not-at-top
         from ray.util.queue import Queue  # pylint: disable=g-import-not-at-top
-        from tfdist_opt.cluster import ray_backend  # pylint: disable=g-import-not-at-top
+        from tfdist_opt.launch import ray_backend  # pylint: disable=g-import-not-at-top
     except ImportError as e:
         raise ImportError("`tfdist-opt launch --ray` needs Ray Train: pip install "
                           f"'tfdist_opt[ray]' ({e})") from e
@@ -282,7 +237,10 @@ def run_ray(argv: Sequence[str], num_workers, *,
         os.environ.setdefault(REPORT_POLL_ENV, REPORT_POLL_S)
         if address is None:
             os.environ[ray_backend.PIN_LOOPBACK_ENV] = "0"
-            ray.init(num_cpus=max(hi or lo, os.cpu_count() or 1),
+            # "local": a Ray of our own even when another instance runs
+            # here (with no address Ray joins the newest one it finds, and
+            # then refuses num_cpus).
+            ray.init(address="local", num_cpus=max(hi or lo, os.cpu_count() or 1),
                      include_dashboard=False, log_to_driver=False,
                      configure_logging=False, runtime_env=runtime_env)
         else:
@@ -295,11 +253,15 @@ def run_ray(argv: Sequence[str], num_workers, *,
                     f"{str(e).strip().splitlines()[-1]} (is it running, and "
                     "does this process have its auth token?)") from e
         log(f"Ray {'local instance started' if address is None else 'joined at ' + address}"
-            f" in {time.monotonic() - t0:.1f} s")
-        head = _on_head_node()  # a lost node must not take these along
+            f" in {time.monotonic() - t0:.1f} s" + (f" ({auth_note})" if auth_note else ""))
+        gpus, gpu_note = gpus_lib.ray_request(
+            gpus_per_worker, ray.cluster_resources().get("GPU", 0), lo)
+        if gpus_per_worker == 0:  # Ray sets no CUDA_VISIBLE_DEVICES then
+            worker_env[gpus_lib.GPU_ENV] = ""
+        head = ray_driver.on_head_node()  # a lost node must not take these along
         logs = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": head})
-        attempts = _attempts_actor(head)
-        pump = _Pump(logs, out, err, lock)
+        attempts = ray_driver.attempts_actor(head)
+        pump = ray_driver.Pump(logs, out, err, lock)
         pump.start()
         workers = lo if hi is None else (lo, hi)
         trainer = _trainer(
@@ -308,12 +270,16 @@ def run_ray(argv: Sequence[str], num_workers, *,
             ray_backend.TensorflowConfig(attempts=attempts),
             ray_train.ScalingConfig(
                 num_workers=workers,
+                **({"use_gpu": True, "resources_per_worker": {"GPU": gpus}}
+                   if gpus else {}),
                 **({} if resize_interval_s is None else
                    {"elastic_resize_monitor_interval_s": float(resize_interval_s)})),
-            _run_config(storage, max_restarts, elastic=hi is not None,
+            _run_config(storage, policy, elastic=hi is not None,
                         resize_interval_s=resize_interval_s))
         log(f"starting {workers if hi is None else f'{lo}..{hi}'} Ray worker(s) "
-            f"(up to {max_restarts + 1} attempt(s)): {shlex.join(argv)}")
+            f"(up to {policy.attempts} attempt(s))"
+            + "".join(f"; {n}" for n in (gpu_note, forward_note) if n)
+            + f": {shlex.join(argv)}")
         try:
             trainer.fit()
             code, failed, message = 0, None, "all Ray workers finished"
@@ -339,22 +305,31 @@ def run_ray(argv: Sequence[str], num_workers, *,
             os.environ.pop(ray_backend.PIN_LOOPBACK_ENV, None)
         if poll_was is None:
             os.environ.pop(REPORT_POLL_ENV, None)
+        for name in auth_set:
+            os.environ.pop(name, None)
         if own_storage:
             shutil.rmtree(storage, ignore_errors=True)
         for s, h in old_handlers.items():
             signal.signal(s, h)
 
 
-def _run_config(storage: str, max_restarts: int, elastic: bool,
+def _run_config(storage: str, policy: RestartPolicy | int, elastic: bool,
                 resize_interval_s: float | None = None):
     """Ray Train's RunConfig: storage, restarts, and for MIN:MAX the callback
     that sizes a restart after a lost node from the nodes left and keeps the
-    elastic view as fresh as the resize checks (`resize_interval_s`)."""
+    elastic view as fresh as the resize checks (`resize_interval_s`).
+
+    The restart policy is the launch contract's (`RestartPolicy`), carried
+    out by Ray Train's controller: `FailureConfig(max_failures=R)` restarts
+    the group after a failed attempt, as the local backend's loop does.
+    """
+    if not isinstance(policy, RestartPolicy):
+        policy = RestartPolicy(policy)
     from ray import train as ray_train  # pylint: disable=g-import-not-at-top
-    from tfdist_opt.cluster import ray_elastic  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.launch import ray_elastic  # pylint: disable=g-import-not-at-top
     return ray_train.RunConfig(
         storage_path=storage, name="tfdist_opt_launch",
-        failure_config=ray_train.FailureConfig(max_failures=max_restarts),
+        failure_config=ray_train.FailureConfig(max_failures=policy.max_restarts),
         callbacks=[ray_elastic.LostNodeCallback(
             refresh_s=max(1.0, resize_interval_s or 60.0))] if elastic else [])
 
@@ -372,39 +347,3 @@ def _trainer(train_loop_config, backend_config, scaling_config, run_config):
         ray_worker.worker_loop, train_loop_config=train_loop_config,
         backend_config=backend_config, scaling_config=scaling_config,
         run_config=run_config)
-
-
-class _Pump(threading.Thread):
-    """Prints the workers' queued lines prefixed `[worker i]`."""
-
-    def __init__(self, queue, out, err, lock):
-        super().__init__(daemon=True)
-        self.queue, self.out, self.err, self.lock = queue, out, err, lock
-        self._halt = threading.Event()
-
-    def run(self):
-        while not self._halt.is_set():
-            if not self._drain(0.2):
-                time.sleep(0.05)
-
-    def _drain(self, timeout) -> bool:
-        try:
-            items = [self.queue.get(timeout=timeout)]
-            items += self.queue.get_nowait_batch(self.queue.qsize())
-        except Exception:  # pylint: disable=broad-except
-            return False
-        with self.lock:
-            for index, fd, line in items:
-                stream = self.out if fd == 1 else self.err
-                stream.write(f"[worker {index}] {line}\n")
-            self.out.flush()
-            self.err.flush()
-        return True
-
-    def stop(self):
-        if self._halt.is_set():
-            return
-        self._halt.set()
-        self.join(timeout=5)
-        while self._drain(0.1):
-            pass

@@ -39,26 +39,28 @@ _SCAN_ROUNDS = 20
 _SCAN_PAUSE_S = 0.05
 
 
-# What `bare_python` runs: the two packages as bare namespaces, so importing
-# one `tfdist_opt.cluster` module runs neither package's `__init__`.
+# What `bare_python` runs: the packages as bare namespaces, so importing one
+# `tfdist_opt.coordination` module runs no package's `__init__`.
 _BARE = ("import sys, types\n"
          "for name, path in {packages!r}:\n"
          "    m = types.ModuleType(name); m.__path__ = [path]; sys.modules[name] = m\n"
-         "from tfdist_opt.cluster import {module} as m\n"
+         "from tfdist_opt.coordination import {module} as m\n"
          "sys.exit(m.{function}())\n")
 
 
 def bare_python(module: str, function: str, *args: str) -> list[str]:
-    """The command running `tfdist_opt.cluster.<module>.<function>()` in a small Python.
+    """The command running `tfdist_opt.coordination.<module>.<function>()` in a small Python.
 
     A watchdog runs with each launch and each worker's start-up, and needs
     the standard library only: without `site` and without the package's
     `__init__` (numpy, package metadata) it starts in ~0.06 CPU-s, not ~0.27
     (measured here). `module` must import nothing outside
-    `tfdist_opt.cluster` and the standard library.
+    `tfdist_opt.coordination`, `tfdist_opt.cluster` and the standard library.
     """
-    cluster = os.path.dirname(os.path.abspath(__file__))
-    packages = (("tfdist_opt", os.path.dirname(cluster)), ("tfdist_opt.cluster", cluster))
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(here)
+    packages = (("tfdist_opt", root), ("tfdist_opt.cluster", os.path.join(root, "cluster")),
+                ("tfdist_opt.coordination", here))
     code = _BARE.format(packages=packages, module=module, function=function)
     return [sys.executable, "-S", "-c", code, *args]
 
