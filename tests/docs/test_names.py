@@ -40,7 +40,7 @@ _OTHER_PROGRAMS = {
     "--kill-on-bad-exit": "srun", "--ntasks-per-node": "srun / sbatch",
     "--nodes": "srun / sbatch", "--ntasks": "srun", "--gpus-per-task": "srun / sbatch",
     "--signal": "sbatch",
-    "--head": "ray start", "--address": "ray start",
+    "--head": "ray start", "--address": "ray start", "--num-gpus": "ray start",
     "--pdb": "pytest", "--dist": "pytest-xdist",
     "--pid": "py-spy dump",
 }
