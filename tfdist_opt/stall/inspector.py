@@ -84,7 +84,7 @@ class LocalProgress:
 
 def _stopped(record: policy_lib.Progress) -> bool:
     """The worker's process is stopped (SIGSTOP), as far as this host can tell."""
-    state = stacks_lib.process_state(record.pid, record.host)
+    state = stacks_lib.process_state(record.pid, record.host_id)
     return state is not None and state.startswith("stopped")
 
 
@@ -119,6 +119,10 @@ class Inspector:
         stack_fn: callable. This process's stacks. Defaults to
             `stacks.own_stacks`.
         poll_s: float or None. Defaults to `poll_interval(warn_s)`.
+        pid, host, host_id: what this worker publishes about its process
+            (`stacks.hostname()`, `stacks.host_identity()` by default).
+        addresses: mapping or None. Task -> `host:port`, named when a
+            worker's stack does not arrive.
     """
 
     def __init__(self, local: LocalProgress, task: int, names: Mapping[int, str],
@@ -128,7 +132,8 @@ class Inspector:
                  exit_fn: Callable[[int], None] = _hard_exit,
                  stack_fn: Callable[[], str] = stacks_lib.own_stacks,
                  poll_s: float | None = None, pid: int | None = None,
-                 host: str | None = None):
+                 host: str | None = None, host_id: str | None = None,
+                 addresses: Mapping[int, str] | None = None):
         self.local, self.task, self.names = local, task, dict(names)
         self.tasks = sorted(self.names)
         self.store, self.ns = store, namespace
@@ -142,6 +147,8 @@ class Inspector:
         self.read_timeout_s = min(0.05, self.poll_s / 4)
         self.pid = os.getpid() if pid is None else pid
         self.host = stacks_lib.hostname() if host is None else host
+        self.host_id = stacks_lib.host_identity() if host_id is None else host_id
+        self.addresses = dict(addresses or {})
         self._published = None
         self._seen: dict[int, policy_lib.Progress] = {}
         self._verdict_n = 0  # chief: verdicts written
@@ -214,7 +221,7 @@ class Inspector:
         if phase == "step" and self.input_pending is not None and self.input_pending():
             phase = "input"
         return policy_lib.Progress(self.task, seq, step, phase, since,
-                                   self.pid, self.host)
+                                   self.pid, self.host, self.host_id)
 
     def publish(self) -> policy_lib.Progress:
         record = self.current()
@@ -285,7 +292,8 @@ class Inspector:
         """(stack or why it is unavailable, the worker's seq when it answered)."""
         if record is not None and _stopped(record):
             # Nothing to wait for (and TF's heartbeat ends the job ~10 s on).
-            return stacks_lib.unavailable_reason(record.pid, record.host, 0), None
+            return stacks_lib.unavailable_reason(
+                record.pid, record.host, record.host_id, 0), None
         deadline = time.monotonic() + self.stack_wait_s
         while True:
             left = deadline - time.monotonic()
@@ -299,8 +307,9 @@ class Inspector:
             time.sleep(0.05)
         if record is None:
             return "unavailable: it has not started fit", None
-        return stacks_lib.unavailable_reason(record.pid, record.host,
-                                             self.stack_wait_s), None
+        return stacks_lib.unavailable_reason(
+            record.pid, record.host, record.host_id, self.stack_wait_s,
+            self.addresses.get(task, "")), None
 
     def _abort(self, stall: policy_lib.Stall) -> None:
         what = policy_lib.describe(stall, self.names)
