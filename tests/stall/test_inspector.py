@@ -275,3 +275,30 @@ def test_host_identity_differs_between_network_namespaces():
                             "print(stacks.host_identity())"]).stdout.strip()
     assert there.split("/")[0] == here.split("/")[0]  # one kernel boot
     assert there != here
+
+
+def test_collective_timeout_aborts_a_step_once_and_never_an_input_wait():
+    store, clock = ThreadStore(), Clock()
+    aborted = []
+    pending = [False]
+    insp = inspector_lib.Inspector(
+        inspector_lib.LocalProgress(clock), 1, NAMES, store, "ns/1", warn_s=3.0,
+        input_pending=lambda: pending[0], clock=clock, out=io.StringIO(),
+        exit_fn=lambda code: None, collective_timeout_s=10.0,
+        abort_collectives=aborted.append)
+    insp.local.enter("step", step=7)
+    pending[0] = True  # waiting for its own batch: no collective yet
+    clock.t += 30.0
+    insp.check_deadline()
+    assert aborted == []
+    pending[0] = False
+    insp.local.enter("step", step=8)
+    clock.t += 9.5
+    insp.check_deadline()
+    assert aborted == []
+    clock.t += 1.0
+    insp.check_deadline()
+    insp.check_deadline()
+    assert aborted == ["worker 1's train step 8 has run 10 s (collective_timeout_s=10): "
+                       "its collectives are aborted (DeadlineExceededError)"]
+    assert insp.messages == aborted

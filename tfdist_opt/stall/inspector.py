@@ -24,6 +24,15 @@ nanoseconds per event, no I/O); the thread does everything else, every
 RPCs per poll: one read and at most one write per worker, plus one read per
 worker on the chief: O(workers), not O(workers^2).
 
+The same thread enforces `collective_timeout_s` (every worker, before any
+RPC, so a lost store cannot delay it): when this worker's train step has
+run longer than that with its batch there, it aborts the process's
+collectives (`abort_collectives`, TF's `abort_collective_ops` with
+DEADLINE_EXCEEDED), so the step raises `DeadlineExceededError` as TF's own
+per-collective timeout would. TF's own starts one OS thread per collective
+that sleeps out the whole timeout (thousands of threads over a run with a
+60 s timeout); this is one thread per worker.
+
 Pure Python: the store, clocks, the input probe and the exit are injected.
 """
 
@@ -123,6 +132,9 @@ class Inspector:
             (`stacks.hostname()`, `stacks.host_identity()` by default).
         addresses: mapping or None. Task -> `host:port`, named when a
             worker's stack does not arrive.
+        collective_timeout_s: float or None. `StrategyConfig.collective_timeout_s`.
+        abort_collectives: callable or None. Takes a message; aborts this
+            process's collectives (needed with `collective_timeout_s`).
     """
 
     def __init__(self, local: LocalProgress, task: int, names: Mapping[int, str],
@@ -133,7 +145,9 @@ class Inspector:
                  stack_fn: Callable[[], str] = stacks_lib.own_stacks,
                  poll_s: float | None = None, pid: int | None = None,
                  host: str | None = None, host_id: str | None = None,
-                 addresses: Mapping[int, str] | None = None):
+                 addresses: Mapping[int, str] | None = None,
+                 collective_timeout_s: float | None = None,
+                 abort_collectives: Callable[[str], None] | None = None):
         self.local, self.task, self.names = local, task, dict(names)
         self.tasks = sorted(self.names)
         self.store, self.ns = store, namespace
@@ -149,6 +163,9 @@ class Inspector:
         self.host = stacks_lib.hostname() if host is None else host
         self.host_id = stacks_lib.host_identity() if host_id is None else host_id
         self.addresses = dict(addresses or {})
+        self.collective_timeout_s = collective_timeout_s
+        self.abort_collectives = abort_collectives
+        self._deadline_fired = False
         self._published = None
         self._seen: dict[int, policy_lib.Progress] = {}
         self._verdict_n = 0  # chief: verdicts written
@@ -232,12 +249,31 @@ class Inspector:
         return record
 
     def tick(self) -> None:
-        """One poll: publish, then decide (chief) or follow the verdict."""
+        """One poll: the collective deadline, publish, then decide (chief) or
+        follow the verdict."""
+        self.check_deadline()
         mine = self.publish()
         if self.task == self.tasks[0]:
             self._decide(mine)
         else:
             self._follow()
+
+    def check_deadline(self) -> None:
+        """Aborts this worker's collectives once its step passed `collective_timeout_s`."""
+        if (not self.collective_timeout_s or self.abort_collectives is None
+                or self._deadline_fired):
+            return
+        record = self.current()
+        waited = self.clock() - record.since
+        if record.phase != "step" or waited < self.collective_timeout_s:
+            return
+        self._deadline_fired = True
+        label = self.names.get(self.task, f"worker {self.task}")
+        message = (f"{label}'s train step {record.step} has run {waited:.0f} s "
+                   f"(collective_timeout_s={self.collective_timeout_s:g}): its "
+                   "collectives are aborted (DeadlineExceededError)")
+        self._print(message)
+        self.abort_collectives(message)
 
     def _decide(self, mine: policy_lib.Progress) -> None:
         records = {self.task: mine}
