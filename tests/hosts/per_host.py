@@ -1,4 +1,4 @@
-"""Helpers for tests that run `tfdist-opt launch`'s per-host lines on a test bed."""
+"""Running `tfdist-opt launch`'s per-host lines on a test bed, for tests."""
 
 from __future__ import annotations
 
