@@ -248,6 +248,10 @@ class TestBed:
         except subprocess.TimeoutExpired:
             pass
 
+    def kill_processes(self, host) -> None:
+        """SIGKILLs every process living in `host` (daemons included)."""
+        _kill_namespace_processes(self._host(host).ns)
+
     # ------------------------------------------------------------ links
     def cut(self, host) -> None:
         """Takes `host`'s bridge port down: its packets just stop (no RST)."""
