@@ -119,11 +119,14 @@ def test_nothing_is_left_when_a_test_fails_or_is_interrupted(tmp_path, action):
     test_file.write_text(_CHILD_TEST.format(action=action))
     conftest = os.path.join(os.path.dirname(__file__), "conftest.py")
     (tmp_path / "conftest.py").write_text(open(conftest).read())
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    env = {k: v for k, v in testbed_lib.TestBed.env().items()
+           if not k.startswith(("PYTEST_", "TFDIST_TEST_WARM"))}
     p = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "-q",
-         "-s", "--rootdir", str(tmp_path), "-c", os.devnull, str(test_file)],
-        cwd=testbed_lib.REPO_ROOT, capture_output=True, text=True, timeout=120,
-        env=testbed_lib.TestBed.env())
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist",
+         "-q", "-s", "--rootdir", str(tmp_path), "-c", str(tmp_path / "pytest.ini"),
+         str(test_file)],
+        cwd=testbed_lib.REPO_ROOT, capture_output=True, text=True, timeout=120, env=env)
     lines = [l for l in p.stdout.splitlines() if l.startswith("NAMESPACES ")]
     assert lines, p.stdout[-3000:] + p.stderr[-3000:]
     names = lines[0].split()[1:]
