@@ -134,3 +134,15 @@ def test_nothing_is_left_when_a_test_fails_or_is_interrupted(tmp_path, action):
         testbed_lib.sweep_stale()
     assert not set(names) & set(testbed_lib.namespaces()), p.stdout[-2000:]
     assert p.returncode != 0 or action.startswith("os._exit")
+
+
+def test_a_process_that_never_closes_its_test_bed_removes_it_at_exit():
+    code = ("import sys\nfrom tests.hosts import testbed\nb = testbed.TestBed(1, rate=None)\n"
+            "b.popen(0, [sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+            "print(' '.join(b.namespaces()), flush=True)")
+    p = subprocess.run([sys.executable, "-c", code], cwd=testbed_lib.REPO_ROOT,
+                       capture_output=True, text=True, timeout=60,
+                       env=testbed_lib.TestBed.env())
+    names = p.stdout.split()
+    assert p.returncode == 0 and len(names) == 2, p.stdout + p.stderr
+    assert not set(names) & set(testbed_lib.namespaces())
