@@ -87,6 +87,8 @@ _FILE_SECONDS = {
     "callbacks/test_backup_store.py": 28, "strategy/test_keras_steps.py": 27,
     "parameter_server/test_keras_fit.py": 27, "multiworker/test_sidecar_evaluator.py": 26,
     "parameter_server/test_faults.py": 25, "multiworker/test_per_host_saving.py": 24,
+    "hosts/test_ray_hosts.py": 90, "hosts/test_lost_link.py": 50,
+    "hosts/test_per_host_lines.py": 38, "hosts/test_ps_hosts.py": 33,
 }
 
 

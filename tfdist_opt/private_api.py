@@ -220,6 +220,17 @@ ENTRIES: tuple[PrivateName, ...] = (
                 "the coordination service's barrier (no tf.* export): a repeated "
                 "opt_strategy() re-runs enable_collective_ops, and a peer's early "
                 "collective otherwise reaches the replaced executor and hangs"),
+    PrivateName("tensorflow.python.eager.context.Context", "abort_collective_ops",
+                "tfdist_opt.stall.keras_binding",
+                "`collective_timeout_s` is enforced by the stall inspector's one "
+                "thread, which aborts the collectives (as MultiWorkerMirrored's "
+                "own health check does): TF's per-collective `timeout_seconds` "
+                "starts one OS thread per collective that sleeps out the whole "
+                "timeout (base_collective_executor.cc: 'TODO: Share the timeout "
+                "watchdog thread among collectives'); no tf.* export"),
+    PrivateName("tensorflow.python.framework.errors", "DEADLINE_EXCEEDED",
+                "tfdist_opt.stall.keras_binding",
+                "the error code the aborted collectives raise with"),
     PrivateName("tensorflow.python.eager.context", "context",
                 "tfdist_opt.callbacks.restore_agreement",
                 "the restored-step agreement at on_train_begin posts and reads "

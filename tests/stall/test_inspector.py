@@ -9,6 +9,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 from tests.kv_fake import ThreadStore
 from tfdist_opt.stall import inspector as inspector_lib
 from tfdist_opt.stall import stacks
@@ -35,7 +37,8 @@ def make(task, store, clock, pending=None, abort_s=None, stack="STACK"):
         inspector_lib.LocalProgress(clock), task, NAMES, store, "ns/1",
         warn_s=3.0, abort_s=abort_s, input_pending=pending, clock=clock,
         out=out, exit_fn=exit_fn, stack_fn=lambda: f"{stack} of {task}",
-        pid=4242 + task, host="elsewhere")
+        pid=4242 + task, host="elsewhere", host_id="boot-x/net:1",
+        addresses={0: "10.0.0.1:2222", 1: "10.0.0.2:2222"})
     insp.stack_wait_s = 0.3
     return insp, out, codes
 
@@ -79,8 +82,10 @@ def test_missing_stack_says_why():
     chief.tick()
     clock.t += 3.0
     chief.tick()
+    # Another host (another published identity): its pid is not looked up here.
     assert ("worker 1's stack: unavailable: none arrived within 0.3 s (process "
-            "4243 on elsewhere;") in out.getvalue()
+            "4243 on host elsewhere at 10.0.0.2:2222, another host: its state "
+            "cannot be read from here;") in out.getvalue()
 
 
 def test_abort_every_worker_exits_with_the_stall_code():
@@ -178,13 +183,21 @@ def test_stopped_process_state_from_proc():
     try:
         os.kill(p.pid, signal.SIGSTOP)
         deadline = time.monotonic() + 5
-        while stacks.process_state(p.pid, stacks.hostname()) != "stopped (state T: SIGSTOP)":
+        here = stacks.host_identity()
+        while stacks.process_state(p.pid, here) != "stopped (state T: SIGSTOP)":
             assert time.monotonic() < deadline
             time.sleep(0.02)
-        assert stacks.unavailable_reason(p.pid, stacks.hostname(), 2.0) == (
+        assert stacks.unavailable_reason(p.pid, stacks.hostname(), here, 2.0) == (
             f"unavailable: process {p.pid} is stopped (state T: SIGSTOP), so it "
             "cannot report its stack or its latest position")
-        assert stacks.process_state(p.pid, "another-host") is None
+        # Same host name, another kernel or network namespace (another host,
+        # a container): the pid means nothing here, so /proc is not read.
+        assert stacks.process_state(p.pid, here + "x") is None
+        assert stacks.process_state(p.pid, "") is None
+        reason = stacks.unavailable_reason(p.pid, stacks.hostname(), here + "x", 2.0,
+                                           "198.18.0.11:2222")
+        assert "stopped" not in reason and "another host" in reason
+        assert f"on host {stacks.hostname()} at 198.18.0.11:2222" in reason
     finally:
         p.kill()
         p.wait(timeout=10)
@@ -246,3 +259,46 @@ def test_every_polled_key_exists_before_it_is_read():
     assert "worker 1's stack: STACK of 1" in out.getvalue()
     assert codes0 == [43] and codes1 == [43]
     assert store.misses == []
+
+
+def test_host_identity_differs_between_network_namespaces():
+    """Emulated hosts share the kernel and host name, not the network namespace."""
+    from tests.hosts import testbed as testbed_lib
+    reason = testbed_lib.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    here = stacks.host_identity()
+    assert here.count("/net:") == 1
+    with testbed_lib.TestBed(1, rate=None) as bed:
+        there = bed.run(0, [sys.executable, "-c",
+                            "from tfdist_opt.stall import stacks;"
+                            "print(stacks.host_identity())"]).stdout.strip()
+    assert there.split("/")[0] == here.split("/")[0]  # one kernel boot
+    assert there != here
+
+
+def test_collective_timeout_aborts_a_step_once_and_never_an_input_wait():
+    store, clock = ThreadStore(), Clock()
+    aborted = []
+    pending = [False]
+    insp = inspector_lib.Inspector(
+        inspector_lib.LocalProgress(clock), 1, NAMES, store, "ns/1", warn_s=3.0,
+        input_pending=lambda: pending[0], clock=clock, out=io.StringIO(),
+        exit_fn=lambda code: None, collective_timeout_s=10.0,
+        abort_collectives=aborted.append)
+    insp.local.enter("step", step=7)
+    pending[0] = True  # waiting for its own batch: no collective yet
+    clock.t += 30.0
+    insp.check_deadline()
+    assert aborted == []
+    pending[0] = False
+    insp.local.enter("step", step=8)
+    clock.t += 9.5
+    insp.check_deadline()
+    assert aborted == []
+    clock.t += 1.0
+    insp.check_deadline()
+    insp.check_deadline()
+    assert aborted == ["worker 1's train step 8 has run 10 s (collective_timeout_s=10): "
+                       "its collectives are aborted (DeadlineExceededError)"]
+    assert insp.messages == aborted

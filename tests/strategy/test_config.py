@@ -62,6 +62,12 @@ def test_stall_fields_defaults_env_and_off():
                        r"TFDIST_OPT_STALL_ABORT_S\)"):
         StrategyConfig.load(environ={"TFDIST_OPT_STALL_WARN_S": "0",
                                      "TFDIST_OPT_STALL_ABORT_S": "5"})
+    # The stall inspector's thread checks collective_timeout_s: it needs it on.
+    with pytest.raises(ValueError, match=r"`collective_timeout_s`: the timeout is checked "
+                       r"by the stall inspector's thread, and stall_warn_s=0 turns it "
+                       r"off. Received: collective_timeout_s=30"):
+        StrategyConfig(collective_timeout_s=30, stall_warn_s=0)
+    assert StrategyConfig(collective_timeout_s=30, stall_warn_s=5).collective_timeout_s == 30
     with pytest.raises(ValueError, match=r"Received: TFDIST_OPT_STALL_WARN_S='soon'"):
         StrategyConfig.load(environ={"TFDIST_OPT_STALL_WARN_S": "soon"})
 

@@ -45,6 +45,9 @@ def main(argv=None) -> int:
     parser.add_argument("--config", default=None, help="config file or preset")
     parser.add_argument("--result_json", default=None,
                         help="chief writes final metrics here")
+    parser.add_argument("--weights_npz", default=None,
+                        help="chief saves the final weights here (numpy .npz), "
+                             "to compare runs")
     parser.add_argument("--log_dir", default=None,
                         help="TensorBoard logs (chief only)")
     args = parser.parse_args(argv)
@@ -96,6 +99,8 @@ def main(argv=None) -> int:
               "throughput": monitor.summary()}
     # Every worker prints its line so a person can see the weights agree.
     print("RESULT " + json.dumps(result), flush=True)
+    if topo.is_chief and args.weights_npz:
+        np.savez(args.weights_npz, *model.get_weights())
     if topo.is_chief and args.result_json:
         with open(args.result_json, "w") as f:
             json.dump(result, f, indent=2)

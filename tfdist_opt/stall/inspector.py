@@ -24,6 +24,15 @@ nanoseconds per event, no I/O); the thread does everything else, every
 RPCs per poll: one read and at most one write per worker, plus one read per
 worker on the chief: O(workers), not O(workers^2).
 
+The same thread enforces `collective_timeout_s` (every worker, before any
+RPC, so a lost store cannot delay it): when this worker's train step has
+run longer than that with its batch there, it aborts the process's
+collectives (`abort_collectives`, TF's `abort_collective_ops` with
+DEADLINE_EXCEEDED), so the step raises `DeadlineExceededError` as TF's own
+per-collective timeout would. TF's own starts one OS thread per collective
+that sleeps out the whole timeout (thousands of threads over a run with a
+60 s timeout); this is one thread per worker.
+
 Pure Python: the store, clocks, the input probe and the exit are injected.
 """
 
@@ -84,7 +93,7 @@ class LocalProgress:
 
 def _stopped(record: policy_lib.Progress) -> bool:
     """The worker's process is stopped (SIGSTOP), as far as this host can tell."""
-    state = stacks_lib.process_state(record.pid, record.host)
+    state = stacks_lib.process_state(record.pid, record.host_id)
     return state is not None and state.startswith("stopped")
 
 
@@ -119,6 +128,13 @@ class Inspector:
         stack_fn: callable. This process's stacks. Defaults to
             `stacks.own_stacks`.
         poll_s: float or None. Defaults to `poll_interval(warn_s)`.
+        pid, host, host_id: what this worker publishes about its process
+            (`stacks.hostname()`, `stacks.host_identity()` by default).
+        addresses: mapping or None. Task -> `host:port`, named when a
+            worker's stack does not arrive.
+        collective_timeout_s: float or None. `StrategyConfig.collective_timeout_s`.
+        abort_collectives: callable or None. Takes a message; aborts this
+            process's collectives (needed with `collective_timeout_s`).
     """
 
     def __init__(self, local: LocalProgress, task: int, names: Mapping[int, str],
@@ -128,7 +144,10 @@ class Inspector:
                  exit_fn: Callable[[int], None] = _hard_exit,
                  stack_fn: Callable[[], str] = stacks_lib.own_stacks,
                  poll_s: float | None = None, pid: int | None = None,
-                 host: str | None = None):
+                 host: str | None = None, host_id: str | None = None,
+                 addresses: Mapping[int, str] | None = None,
+                 collective_timeout_s: float | None = None,
+                 abort_collectives: Callable[[str], None] | None = None):
         self.local, self.task, self.names = local, task, dict(names)
         self.tasks = sorted(self.names)
         self.store, self.ns = store, namespace
@@ -142,6 +161,11 @@ class Inspector:
         self.read_timeout_s = min(0.05, self.poll_s / 4)
         self.pid = os.getpid() if pid is None else pid
         self.host = stacks_lib.hostname() if host is None else host
+        self.host_id = stacks_lib.host_identity() if host_id is None else host_id
+        self.addresses = dict(addresses or {})
+        self.collective_timeout_s = collective_timeout_s
+        self.abort_collectives = abort_collectives
+        self._deadline_fired = False
         self._published = None
         self._seen: dict[int, policy_lib.Progress] = {}
         self._verdict_n = 0  # chief: verdicts written
@@ -214,7 +238,7 @@ class Inspector:
         if phase == "step" and self.input_pending is not None and self.input_pending():
             phase = "input"
         return policy_lib.Progress(self.task, seq, step, phase, since,
-                                   self.pid, self.host)
+                                   self.pid, self.host, self.host_id)
 
     def publish(self) -> policy_lib.Progress:
         record = self.current()
@@ -225,12 +249,31 @@ class Inspector:
         return record
 
     def tick(self) -> None:
-        """One poll: publish, then decide (chief) or follow the verdict."""
+        """One poll: the collective deadline, publish, then decide (chief) or
+        follow the verdict."""
+        self.check_deadline()
         mine = self.publish()
         if self.task == self.tasks[0]:
             self._decide(mine)
         else:
             self._follow()
+
+    def check_deadline(self) -> None:
+        """Aborts this worker's collectives once its step passed `collective_timeout_s`."""
+        if (not self.collective_timeout_s or self.abort_collectives is None
+                or self._deadline_fired):
+            return
+        record = self.current()
+        waited = self.clock() - record.since
+        if record.phase != "step" or waited < self.collective_timeout_s:
+            return
+        self._deadline_fired = True
+        label = self.names.get(self.task, f"worker {self.task}")
+        message = (f"{label}'s train step {record.step} has run {waited:.0f} s "
+                   f"(collective_timeout_s={self.collective_timeout_s:g}): its "
+                   "collectives are aborted (DeadlineExceededError)")
+        self._print(message)
+        self.abort_collectives(message)
 
     def _decide(self, mine: policy_lib.Progress) -> None:
         records = {self.task: mine}
@@ -285,7 +328,8 @@ class Inspector:
         """(stack or why it is unavailable, the worker's seq when it answered)."""
         if record is not None and _stopped(record):
             # Nothing to wait for (and TF's heartbeat ends the job ~10 s on).
-            return stacks_lib.unavailable_reason(record.pid, record.host, 0), None
+            return stacks_lib.unavailable_reason(
+                record.pid, record.host, record.host_id, 0), None
         deadline = time.monotonic() + self.stack_wait_s
         while True:
             left = deadline - time.monotonic()
@@ -299,8 +343,9 @@ class Inspector:
             time.sleep(0.05)
         if record is None:
             return "unavailable: it has not started fit", None
-        return stacks_lib.unavailable_reason(record.pid, record.host,
-                                             self.stack_wait_s), None
+        return stacks_lib.unavailable_reason(
+            record.pid, record.host, record.host_id, self.stack_wait_s,
+            self.addresses.get(task, "")), None
 
     def _abort(self, stall: policy_lib.Stall) -> None:
         what = policy_lib.describe(stall, self.names)

@@ -64,6 +64,9 @@ class StallSettings:
         abort_s: float or None. `StrategyConfig.stall_abort_s`.
         task: int. This worker's position among the chief and workers.
         names: dict. Position -> `chief 0` / `worker 1`.
+        addresses: dict. Position -> `host:port` (from TF_CONFIG).
+        collective_timeout_s: float or None. `StrategyConfig.collective_timeout_s`,
+            enforced by the inspector's thread (not passed to TF).
         marker: tf.Variable or None. Batches this worker's input pipeline
             produced (None without the inspector).
         enabled: bool. Set False to skip the inspector for later `fit`s
@@ -77,6 +80,8 @@ class StallSettings:
     task: int
     names: dict
     marker: Any
+    addresses: dict = dataclasses.field(default_factory=dict)
+    collective_timeout_s: float | None = None
     enabled: bool = True
     counting: bool = True
 
@@ -89,6 +94,13 @@ def group_names(tf_config) -> tuple[int, dict]:
     me = (tf_config["task"]["type"], int(tf_config["task"]["index"]))
     names = {n: f"{role} {i}" for n, (role, i) in enumerate(tasks)}
     return tasks.index(me), names
+
+
+def group_addresses(tf_config) -> dict:
+    """{position: host:port} over chief then workers (as `group_names`)."""
+    cluster = tf_config["cluster"]
+    return dict(enumerate(address for role in ("chief", "worker")
+                          for address in cluster.get(role) or ()))
 
 
 def attach(strategy, config, tf_config) -> None:
@@ -109,7 +121,16 @@ def attach(strategy, config, tf_config) -> None:
                                  name="tfdist_opt_input_marker")
     strategy._tfdist_stall = StallSettings(config.stall_warn_s,
                                            config.stall_abort_s, task, names,
-                                           marker)
+                                           marker, group_addresses(tf_config),
+                                           config.collective_timeout_s)
+
+
+def abort_collectives(message: str) -> None:
+    """Aborts this process's pending and later collectives with DEADLINE_EXCEEDED."""
+    from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
+    from tensorflow.python.framework import errors  # pylint: disable=g-import-not-at-top
+
+    context.context().abort_collective_ops(errors.DEADLINE_EXCEEDED, message)
 
 
 def set_enabled(strategy, enabled: bool) -> None:
@@ -271,7 +292,9 @@ class FitWatch:
             self.inspector = inspector_lib.Inspector(
                 self.local, self.task, self.names, self.store, self.ns,
                 settings.warn_s, settings.abort_s, input_pending=self._pending,
-                out=out)
+                out=out, addresses=settings.addresses,
+                collective_timeout_s=settings.collective_timeout_s,
+                abort_collectives=abort_collectives)
             self.callbacks = (_Front(self), _Back(self))
         else:
             self.callbacks = (_Agree(self), None)

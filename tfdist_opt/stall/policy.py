@@ -43,6 +43,8 @@ class Progress:
         since: float. Wall-clock time (seconds) this position began.
         pid: int. The worker's process id.
         host: str. The worker's host name.
+        host_id: str. The worker's `stacks.host_identity()` (whether its pid
+            can be looked up in another worker's `/proc`).
     """
 
     task: int
@@ -52,6 +54,7 @@ class Progress:
     since: float
     pid: int = 0
     host: str = ""
+    host_id: str = ""
 
     def key(self) -> tuple[int, int]:
         return (self.seq, _RANK.get(self.phase, 1))

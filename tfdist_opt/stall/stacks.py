@@ -7,11 +7,19 @@ A process that is not running (SIGSTOP, a debugger: state `T` / `t`) cannot
 report its own stack; `process_state()` reads that from `/proc` when the
 peer runs on this host, so the message can say why the stack is missing.
 
+"This host" is decided by `host_identity()`, which each worker publishes:
+the kernel's boot id plus the network namespace, not the host name or the
+address. Containers and network namespaces on one machine (or several
+machines cloned with one host name) share a name but not a process table
+view, and a pid read from another host's record in the local `/proc` names
+an unrelated process: a peer with another identity gets no `/proc` read.
+
 Pure Python, no TensorFlow.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import threading
@@ -58,9 +66,31 @@ def hostname() -> str:
     return socket.gethostname()
 
 
-def process_state(pid: int, host: str, proc_root: str = "/proc") -> str | None:
-    """`stopped (state T: SIGSTOP)` etc. for a process on this host, else None."""
-    if not pid or host != hostname():
+def host_identity() -> str:
+    """`boot-id/net:inode`: which kernel and network namespace this process is in.
+
+    Two processes whose identities are equal see one `/proc` for each
+    other's pids (same boot of one kernel, same network namespace, so the
+    same machine or container). Empty when `/proc` does not tell (not
+    Linux): then no peer counts as local.
+    """
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        net = os.stat("/proc/self/ns/net").st_ino
+    except OSError:
+        return ""
+    return f"{boot}/net:{net}"
+
+
+def process_state(pid: int, host_id: str, proc_root: str = "/proc") -> str | None:
+    """`stopped (state T: SIGSTOP)` etc. for a process on this host, else None.
+
+    `host_id` is the peer's published `host_identity()`; any other value
+    than this process's own (another host, or none published) gives None:
+    a pid of another host means nothing here.
+    """
+    if not pid or not host_id or host_id != host_identity():
         return None
     try:
         with open(f"{proc_root}/{pid}/stat", "rb") as f:
@@ -70,13 +100,28 @@ def process_state(pid: int, host: str, proc_root: str = "/proc") -> str | None:
     return _STATES.get(state, f"in state {state}")
 
 
-def unavailable_reason(pid: int, host: str, waited_s: float,
-                       proc_root: str = "/proc") -> str:
-    """Why a worker's stack did not arrive, as precisely as this host can tell."""
-    state = process_state(pid, host, proc_root)
+def unavailable_reason(pid: int, host: str, host_id: str, waited_s: float,
+                       address: str = "", proc_root: str = "/proc") -> str:
+    """Why a worker's stack did not arrive, as precisely as this host can tell.
+
+    Args:
+        pid: int. The worker's process id, as it published it.
+        host: str. Its host name, as it published it.
+        host_id: str. Its `host_identity()`, as it published it.
+        waited_s: float. How long the stack was waited for.
+        address: str. Its `host:port` in the cluster, if known.
+        proc_root: str. Where this host's process table is mounted.
+    """
+    state = process_state(pid, host_id, proc_root)
     if state is not None and state.startswith("stopped"):
         return (f"unavailable: process {pid} is {state}, so it cannot report "
                 "its stack or its latest position")
-    where = f"process {pid} on {host}" + (f", {state}" if state else "")
-    return (f"unavailable: none arrived within {waited_s:g} s ({where}; its "
-            "Python threads may be blocked, e.g. by native code holding the GIL)")
+    at = f" at {address}" if address else ""
+    if state is None:
+        return (f"unavailable: none arrived within {waited_s:g} s (process {pid} "
+                f"on host {host}{at}, another host: its state cannot be read "
+                "from here; the host or its network may be unreachable, or its "
+                "Python threads blocked, e.g. by native code holding the GIL)")
+    return (f"unavailable: none arrived within {waited_s:g} s (process {pid} on "
+            f"this host{at}, {state}; its Python threads may be blocked, e.g. "
+            "by native code holding the GIL)")

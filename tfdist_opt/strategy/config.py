@@ -62,9 +62,15 @@ class StrategyConfig(validation.ConfigFields):
             Defaults to `0`.
         num_packs: int. Packs for single-host NCCL / hierarchical copy.
             Defaults to `1`.
-        collective_timeout_s: float or None. Per-collective timeout in
-            seconds; a stuck peer raises `DeadlineExceededError` instead of
-            hanging. Defaults to `None` (TF's: none).
+        collective_timeout_s: float or None. Multi-worker `fit`: when a
+            train step (its input there) has run this many seconds, the
+            worker aborts its collectives and the step raises
+            `DeadlineExceededError` instead of hanging on a stuck peer. Set
+            it above the longest step (the first one traces). Checked by the
+            stall inspector's one thread (needs `stall_warn_s`), not by TF's
+            per-collective timeout, which starts one OS thread per
+            collective that lives for the whole timeout. Custom training
+            loops get no timeout. Defaults to `None` (none).
         cpu_replicas: int. Number of virtual CPU devices to create when no
             GPU is present (0 = off). Defaults to `0`.
         replicas: int or None. A replica count that stays fixed whatever
@@ -244,6 +250,13 @@ class StrategyConfig(validation.ConfigFields):
         validation.check_bool("fused_updates", self.fused_updates)
         validation.check_choice("jit_fallback", self.jit_fallback, JIT_FALLBACKS)
         _check_stall(self.stall_warn_s, self.stall_abort_s)
+        if self.collective_timeout_s and not self.stall_warn_s:
+            raise ValueError(
+                "Invalid value for `collective_timeout_s`: the timeout is checked "
+                "by the stall inspector's thread, and stall_warn_s="
+                f"{self.stall_warn_s!r} turns it off. Received: collective_timeout_s="
+                f"{self.collective_timeout_s!r}. Expected collective_timeout_s=None, "
+                "or a positive stall_warn_s.")
 
     # ------------------------------------------------------------ loading
     @classmethod

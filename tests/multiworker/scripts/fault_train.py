@@ -5,7 +5,9 @@ Flags: --steps N (total steps, one epoch), --die_task I --die_at_step K
 (append each finished step), --soak (print, at the end, RSS and the
 process's thread count from /proc/self/status, sampled every 10 steps:
 TF's own threads included, which `threading` cannot see),
---mark_step K (print "task I: reached step K" after step K).
+--mark_step K (print "task I: reached step K" after step K),
+--sleep_task I --sleep_at_step K --sleep_s S (task I sleeps S seconds after
+step K, like a peer stuck outside the collectives).
 """
 
 import argparse
@@ -26,6 +28,9 @@ def main():
     parser.add_argument("--die_at_step", type=int, default=-1)
     parser.add_argument("--soak", action="store_true")
     parser.add_argument("--mark_step", type=int, default=-1)
+    parser.add_argument("--sleep_task", type=int, default=-1)
+    parser.add_argument("--sleep_at_step", type=int, default=-1)
+    parser.add_argument("--sleep_s", type=float, default=0.0)
     args = parser.parse_args()
 
     strategy = tfdist_opt.opt_strategy()
@@ -54,6 +59,10 @@ def main():
             if me == args.die_task and batch + 1 == args.die_at_step:
                 print(f"task {me}: dying at step {batch + 1}", flush=True)
                 os._exit(1)
+            if me == args.sleep_task and batch + 1 == args.sleep_at_step:
+                print(f"task {me}: sleeping {args.sleep_s:g} s at step {batch + 1}",
+                      flush=True)
+                time.sleep(args.sleep_s)
             if batch + 1 == args.mark_step:
                 print(f"task {me}: reached step {batch + 1}", flush=True)
             if args.soak and batch % 10 == 0:

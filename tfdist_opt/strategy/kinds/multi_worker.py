@@ -63,14 +63,19 @@ def plan(config, topology, reasons: list[str]) -> plan_lib.StrategyPlan:
 
 
 def communication_options(config, plan):
-    """`tf.distribute.experimental.CommunicationOptions` for the collectives."""
+    """`tf.distribute.experimental.CommunicationOptions` for the collectives.
+
+    No `timeout_seconds`: TF's starts one OS thread per collective that
+    sleeps out the whole timeout (one per gradient pack per step, alive for
+    `collective_timeout_s`); the stall inspector's thread enforces
+    `collective_timeout_s` in `fit` instead (`tfdist_opt.stall.inspector`).
+    """
     import tensorflow as tf
 
     impl = tf.distribute.experimental.CommunicationImplementation
     bpp = config.bytes_per_pack
     return tf.distribute.experimental.CommunicationOptions(
         bytes_per_pack=bpp if isinstance(bpp, int) else 0,
-        timeout_seconds=config.collective_timeout_s,
         implementation=impl.NCCL if plan.all_reduce == "nccl" else impl.RING)
 
 
