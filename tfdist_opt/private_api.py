@@ -48,10 +48,14 @@ ENTRIES: tuple[PrivateName, ...] = (
                 "picks the models built under our scope (issue 17; Keras 3 "
                 "save/ModelCheckpoint are not chief-aware, tf_keras's were)"),
     PrivateName("keras.src.backend.common.global_state", "get_global_attribute",
-                "tfdist_opt.strategy.chief_saving",
-                "its 'object_name_uids' counter changes when a Keras object is "
-                "auto-named: the heap scan for new models is skipped otherwise "
-                "(Python has no instance-creation hook without patching Keras)"),
+                "tfdist_opt.strategy.model_registry",
+                "reads the thread's 'name_scope_stack': Keras builds and calls a "
+                "model inside `backend.name_scope(model.name, caller=model)`, "
+                "the one place a new model is seen (no instance-creation hook)"),
+    PrivateName("keras.src.backend.common.global_state", "set_global_attribute",
+                "tfdist_opt.strategy.model_registry",
+                "while our scope is entered, the 'name_scope_stack' is a list "
+                "that notes the models pushed on it"),
     PrivateName("keras.callbacks.ModelCheckpoint", "_save_model",
                 "tfdist_opt.strategy.chief_callbacks",
                 "the one method that makes the directory and saves; a non-writer "
@@ -127,8 +131,9 @@ ENTRIES: tuple[PrivateName, ...] = (
                 "the strategy Keras captured in __init__ (kept private)"),
     PrivateName("keras.src.trainers.epoch_iterator", "EpochIterator",
                 "tfdist_opt.stall.keras_binding",
-                "found as `epoch_iterator` in fit's frame at on_train_begin; "
-                "its `_num_batches` (set from the input's length) is cleared "
+                "the fit's EpochIterator (recorded by the model's per-instance "
+                "`_maybe_symbolic_build`, `runtime.FitCall`): its `_num_batches` "
+                "(set from the input's length) is cleared "
                 "when workers' lengths differ, so every worker's epoch ends by "
                 "TF's cross-worker end agreement instead of a worker leaving "
                 "the epoch while the others wait in a collective (no public hook)"),
@@ -229,9 +234,15 @@ ENTRIES: tuple[PrivateName, ...] = (
                 "tfdist_opt.callbacks.backup",
                 "the epoch fit starts at after a restore; Keras's own "
                 "BackupAndRestore sets it the same way (no public hook)"),
+    PrivateName("keras.src.backend.tensorflow.trainer.TFEpochIterator",
+                "_get_iterator", "tfdist_opt.gradients.fit_length",
+                "returns its `_distributed_dataset` (set in __init__): tells "
+                "the fit's training data from validation data when a dataset "
+                "is iterated"),
     PrivateName("keras.src.trainers.epoch_iterator", "EpochIterator",
                 "tfdist_opt.gradients.fit_length",
-                "found in the caller's frames when fit iterates its data; its "
+                "the fit's, recorded by the model's per-instance "
+                "`_maybe_symbolic_build` (`runtime.FitCall`); its "
                 "`num_batches` is the epoch length Keras derived from any input "
                 "kind (arrays, tf.data, generators, PyDataset, steps_per_epoch), "
                 "checked against grad_accum before step 1 (no public hook)"),
@@ -353,6 +364,33 @@ def missing() -> list[str]:
             out.append(f"{entry.owner}.{entry.attr} (used in {entry.used_in}: "
                        f"{entry.why}): {type(e).__name__}: {e}")
     return out
+
+
+def name_scope_stack():
+    """The calling thread's Keras name scope stack (a list), or None."""
+    from keras.src.backend.common import global_state
+    return global_state.get_global_attribute("name_scope_stack")
+
+
+def set_name_scope_stack(stack) -> None:
+    """Replaces the calling thread's Keras name scope stack."""
+    from keras.src.backend.common import global_state
+    global_state.set_global_attribute("name_scope_stack", stack)
+
+
+def distributed_dataset_of(epoch_iterator):
+    """The distributed dataset a Keras TF `EpochIterator` iterates, or None."""
+    return getattr(epoch_iterator, "_distributed_dataset", None)
+
+
+def initial_epoch(model) -> int | None:
+    """The epoch a restore set for Keras's next `fit` (`Trainer._initial_epoch`)."""
+    return getattr(model, "_initial_epoch", None)
+
+
+def clear_epoch_length(epoch_iterator) -> None:
+    """Makes a Keras `EpochIterator` run until its input ends (no known length)."""
+    epoch_iterator._num_batches = None  # pylint: disable=protected-access
 
 
 def _import_dotted(path: str) -> Any:

@@ -47,6 +47,8 @@ import keras
 from tfdist_opt.callbacks.throughput import SKIPPING_ATTR
 from tfdist_opt.cluster import kv_store
 from tfdist_opt import _logging
+from tfdist_opt import private_api
+from tfdist_opt import runtime
 from tfdist_opt.stall import inspector as inspector_lib
 from tfdist_opt.stall import uneven
 
@@ -252,7 +254,9 @@ class _Agree(keras.callbacks.Callback):
 class FitWatch:
     """One `fit`'s progress state, callbacks and inspector thread."""
 
-    def __init__(self, strategy, settings: StallSettings, store=None, out=None):
+    def __init__(self, strategy, settings: StallSettings, store=None, out=None,
+                 model=None):
+        self.model = model  # whose fit this is (its `runtime.FitCall`)
         self.task, self.names = settings.task, settings.names
         self.tasks = sorted(self.names)
         self.store = store or kv_store.TFKeyValueStore()
@@ -301,9 +305,9 @@ class FitWatch:
         warning = uneven.decide(counts, self.names)
         if warning is None:
             return
-        epoch_iterator = _fit_epoch_iterator()
+        epoch_iterator = _fit_epoch_iterator(self.model)
         if epoch_iterator is not None:
-            epoch_iterator._num_batches = None  # pylint: disable=protected-access
+            private_api.clear_epoch_length(epoch_iterator)
         if self.task == self.tasks[0]:
             _logging.log_once(warning, warning=True)
 
@@ -327,24 +331,10 @@ class FitWatch:
             self.inspector.stop()
 
 
-def _fit_epoch_iterator():
-    """The `EpochIterator` of the Keras `fit` calling us (its frame's local)."""
-    import inspect  # pylint: disable=g-import-not-at-top
-
-    from keras.src.trainers import epoch_iterator as ei  # pylint: disable=g-import-not-at-top
-
-    frame = inspect.currentframe()
-    try:
-        for _ in range(12):
-            frame = frame.f_back if frame is not None else None
-            if frame is None:
-                return None
-            found = frame.f_locals.get("epoch_iterator")
-            if frame.f_code.co_name == "fit" and isinstance(found, ei.EpochIterator):
-                return found
-        return None
-    finally:
-        del frame
+def _fit_epoch_iterator(model):
+    """The `EpochIterator` of `model`'s running `fit` (`runtime.FitCall`)."""
+    fit = runtime.FITS.get(model) if model is not None else None
+    return None if fit is None else fit.epoch_iterator
 
 
 def watch_fit(model, args: tuple, kwargs: dict):
@@ -362,7 +352,7 @@ def watch_fit(model, args: tuple, kwargs: dict):
         user = args[5]  # fit(x, y, batch_size, epochs, verbose, callbacks, ...)
     if user is not None and not isinstance(user, (list, tuple)):
         return args, kwargs, None  # a CallbackList: the caller's own container
-    watch = FitWatch(model._distribute_strategy, settings)
+    watch = FitWatch(model._distribute_strategy, settings, model=model)
     front, back = watch.callbacks
     wrapped = [front, *(user or ()), *([back] if back is not None else [])]
     if "callbacks" in kwargs or len(args) <= 5:

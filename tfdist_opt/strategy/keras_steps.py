@@ -63,6 +63,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 
+from tfdist_opt import runtime
 from tfdist_opt.strategy import global_batch
 from tfdist_opt.strategy import multi_step
 
@@ -129,7 +130,12 @@ class KerasSteps:
         # do not divide is refused (`global_batch`).
         global_batch.check_fit_input(self.distribute_strategy,
                                      args[0] if args else kwargs.get("x"))
-        return super().fit(*args, **kwargs)
+        # Keras keeps these in fit's locals; recorded for the code that
+        # needs them mid-fit (`runtime.FitCall`).
+        with runtime.fit_call(self, fit_argument(args, kwargs, "epochs", 1),
+                              fit_argument(args, kwargs, "initial_epoch", 0),
+                              fit_argument(args, kwargs, "callbacks", None)):
+            return super().fit(*args, **kwargs)
 
     def make_train_function(self, force=False):
         if self.train_function is not None and not force:
@@ -162,11 +168,36 @@ class KerasSteps:
             return make(force)
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        first = _peeked_generator_batch(iterator) if data_batch is None else None
-        if first is None:
-            return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
-        with self.distribute_strategy.scope():
-            self._symbolic_build(data_batch=first)
+        # Keras's fit calls this first with its training `EpochIterator`.
+        fit = runtime.FITS.get(self)
+        if fit is not None and fit.epoch_iterator is None:
+            fit.epoch_iterator = iterator
+        if fit is not None:
+            fit.building = True
+        try:
+            first = _peeked_generator_batch(iterator) if data_batch is None else None
+            if first is None:
+                return super()._maybe_symbolic_build(iterator=iterator,
+                                                     data_batch=data_batch)
+            with self.distribute_strategy.scope():
+                self._symbolic_build(data_batch=first)
+        finally:
+            if fit is not None:
+                fit.building = False
+
+
+# Positions in `keras.Model.fit(x, y, batch_size, epochs, verbose, callbacks,
+# validation_split, validation_data, shuffle, class_weight, sample_weight,
+# initial_epoch, ...)`.
+_FIT_POSITIONS = {"epochs": 3, "callbacks": 5, "initial_epoch": 11}
+
+
+def fit_argument(args: tuple, kwargs: dict, name: str, default):
+    """`fit`'s argument `name` from its `*args, **kwargs`."""
+    if name in kwargs:
+        return kwargs[name]
+    i = _FIT_POSITIONS[name]
+    return args[i] if len(args) > i else default
 
 
 @contextlib.contextmanager
