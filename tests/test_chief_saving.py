@@ -38,10 +38,18 @@ import pytest
 from tfdist_opt.strategy import chief_callbacks
 
 
+class _Strategy(types.SimpleNamespace):
+    """A stand-in strategy; weakly referenceable and hashed by identity, as a
+    real one is (tfdist_opt keeps its state in `runtime.runtime_of`)."""
+
+    __hash__ = object.__hash__
+    __eq__ = object.__eq__
+
+
 def _fake_strategy(task_id):
     """What `is_chief` reads: a 2-worker cluster, this task `worker:task_id`."""
     spec = tf.train.ClusterSpec({"worker": ["localhost:1", "localhost:2"]})
-    return types.SimpleNamespace(cluster_resolver=types.SimpleNamespace(
+    return _Strategy(cluster_resolver=types.SimpleNamespace(
         task_type="worker", task_id=task_id, cluster_spec=lambda: spec))
 
 

@@ -12,22 +12,40 @@ one small state object per instance, never an attribute on the instance.
 A side table's values must not refer to their key (the key would then
 never be collected); a `FitCall` names no model for that reason.
 
-Markers that stay on TF/Keras objects, because TF or Keras read them
-through the object itself:
+Markers that stay on TF/Keras objects, because TF, Keras or the user reach
+them through the object itself:
 
-- the per-instance subclasses (`_class_swap.cached_subclass`): a model's
-  (`strategy.chief_saving.ChiefSaving`, `strategy.keras_steps.KerasSteps`,
-  `parameter_server.keras_model.CoordinatorTraining`), an optimizer's
-  (`gradients.hooks`), a variable's (`gradients.replica_slots`,
-  `parameter_server.variables`), a callback's (`strategy.chief_callbacks`),
-  a distributed dataset's (`gradients.fit_length`): Python dispatches
-  methods on the class, and `isinstance` against the mixin is the marker;
-- `_tfdist_strategy` on a replica-slot variable's subclass instance
-  (`gradients.replica_slots`): TF's checkpoint code calls the variable's
-  `_serialize_to_tensors` with no other context;
-- the instance attributes a per-instance `scope` / `experimental_distribute_dataset`
-  wrapper puts on a strategy (`gradients.keras_binding`, `gradients.fit_length`):
-  Keras calls those methods on the strategy it holds.
+- per-instance subclasses (`_class_swap.cached_subclass`): Python
+  dispatches methods on the class, and `isinstance` against the mixin is
+  the marker. Models (`strategy.chief_saving.ChiefSaving`,
+  `strategy.keras_steps.KerasSteps`,
+  `parameter_server.keras_model.CoordinatorTraining`), optimizers
+  (`gradients.hooks.GradientHooks`, `gradients.sharded_state`,
+  `parameter_server.locked_updates`), variables (`gradients.replica_slots`,
+  `parameter_server.variables`), Keras callbacks
+  (`strategy.chief_callbacks`), distributed datasets
+  (`gradients.fit_length`, `parameter_server.strategy`). Their methods
+  carry a `_tfdist_` prefix where a plain name could collide with a TF or
+  Keras one (`_tfdist_saved_value`, `_tfdist_load_value`, `_tfdist_make`);
+  `GradientHooks._tfdist_mixin` marks the hook classes in an MRO
+  (`gradients.fused_updates`).
+- `_tfdist_strategy` and `_tfdist_shard` on replica-slot and ZeRO
+  shard variables (`gradients.replica_slots`, `gradients.sharded_state`):
+  TF variables cannot key a weak table (they are unhashable), and TF's
+  checkpoint code calls their `_serialize_to_tensors` with no other
+  context.
+- instance attributes that replace a method on one strategy
+  (`scope`, `experimental_distribute_dataset`,
+  `distribute_datasets_from_function`: `gradients.keras_binding`,
+  `gradients.fit_length`) or one Keras `Embedding` (`call`:
+  `parameter_server.variables`): Keras calls those methods on the object
+  it holds.
+- `_tfdist_dataset_fn` on a `tf.data` dataset from `build_dataset`
+  (`data.pipeline`): the dataset travels through user code to a
+  parameter-server `fit`, which reads how to rebuild it per worker.
+- `_tfdist_opt_skipping` on a model while `DistributedBackupAndRestore`
+  fast-forwards restored batches (`callbacks.throughput.SKIPPING_ATTR`):
+  user callbacks read it to leave those batches out of their statistics.
 """
 
 from __future__ import annotations
@@ -136,6 +154,8 @@ class ObjectState:
 
     Attributes:
         gradients: optimizer: `gradients.hooks.OptimizerState`.
+        accumulators: optimizer: its gradient accumulators
+            (`gradients.accumulation`; tracked as optimizer variables).
         powersgd: optimizer: `gradients.lowrank.PowerSGDState`.
         zero: optimizer: `gradients.sharded_state`'s shard plan.
         resume_epoch: model: the epoch a parameter-server backup restored
@@ -151,6 +171,7 @@ class ObjectState:
     """
 
     gradients: Any = None
+    accumulators: list | None = None
     powersgd: Any = None
     zero: Any = None
     resume_epoch: int = 0

@@ -52,7 +52,6 @@ from tfdist_opt import private_api
 from tfdist_opt import runtime
 from tfdist_opt.gradients import contract
 
-_CHECKED_ATTR = "_tfdist_grad_accum"
 # EpochIterator -> the fit's starting numbers while the check waits for a
 # length (unknown-length inputs), or None once checked.
 _FITS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -69,14 +68,15 @@ class FitLengthChecked(collections.abc.Iterable):
     """
 
     def __iter__(self):
-        before_epoch(vars(self).get(_CHECKED_ATTR, 1), self)
+        state = runtime.OBJECTS.get(self)
+        before_epoch(1 if state is None else state.grad_accum, self)
         return super().__iter__()
 
 
 def checked(dataset, grad_accum: int):
     """`dataset` (a distributed dataset), checked against each fit it feeds."""
     try:
-        vars(dataset)[_CHECKED_ATTR] = grad_accum
+        runtime.OBJECTS.of(dataset).grad_accum = grad_accum
         dataset.__class__ = _class_swap.cached_subclass(FitLengthChecked,
                                                         type(dataset))
     except (TypeError, AttributeError) as e:

@@ -48,12 +48,13 @@ def steps_running(strategy):
     (`tfdist_opt.strategy.model_registry`) gets its subclass at the next
     scope entry or exit outside training.
     """
-    count = getattr(strategy, "_tfdist_steps_running", 0)
-    strategy._tfdist_steps_running = count + 1
+    state = runtime.runtime_of(strategy)
+    count = state.steps_running
+    state.steps_running = count + 1
     try:
         yield
     finally:
-        strategy._tfdist_steps_running = count
+        state.steps_running = count
 
 
 def _steps_running(fn):
@@ -142,9 +143,10 @@ def fit(model: keras.Model, x=None, y=None, batch_size: int | None = None,
         cbs.on_train_begin()
     # A BackupAndRestore may move the start epoch: Keras's sets
     # `model._initial_epoch` (and Keras's fit reads it the same way), ours
-    # `_tfdist_resume_epoch`.
+    # `resume_epoch` (`runtime.ObjectState`).
     initial_epoch = getattr(model, "_initial_epoch", None) or initial_epoch
-    initial_epoch = max(initial_epoch, getattr(model, "_tfdist_resume_epoch", 0))
+    state = runtime.OBJECTS.get(model)
+    initial_epoch = max(initial_epoch, 0 if state is None else state.resume_epoch)
     logs = {}
     completed: list[int] = []
     with faults.named_ps_failure(strategy):

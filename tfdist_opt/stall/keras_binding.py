@@ -94,7 +94,7 @@ def group_names(tf_config) -> tuple[int, dict]:
 
 
 def attach(strategy, config, tf_config) -> None:
-    """Stores `StallSettings` on a multi-worker `strategy`.
+    """Stores `StallSettings` in a multi-worker `strategy`'s runtime.
 
     Call outside any strategy scope (the marker must be a plain local
     variable, not a mirrored one).
@@ -109,21 +109,25 @@ def attach(strategy, config, tf_config) -> None:
         with tf.device("/cpu:0"):
             marker = tf.Variable(0, dtype=tf.int64, trainable=False,
                                  name="tfdist_opt_input_marker")
-    strategy._tfdist_stall = StallSettings(config.stall_warn_s,
-                                           config.stall_abort_s, task, names,
-                                           marker)
+    runtime.runtime_of(strategy).stall = StallSettings(
+        config.stall_warn_s, config.stall_abort_s, task, names, marker)
 
 
 def set_enabled(strategy, enabled: bool) -> None:
     """Turns the inspector on or off for later `fit`s (a benchmark's A/B)."""
-    s = getattr(strategy, "_tfdist_stall", None)
+    s = _settings(strategy)
     if s is not None:
         s.enabled = enabled
 
 
 def settings_of(strategy) -> StallSettings | None:
-    s = getattr(strategy, "_tfdist_stall", None)
+    s = _settings(strategy)
     return s if s is not None and s.enabled else None
+
+
+def _settings(strategy) -> StallSettings | None:
+    state = runtime.peek(strategy)
+    return None if state is None else state.stall
 
 
 def count_inputs(strategy, distributed):

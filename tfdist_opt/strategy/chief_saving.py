@@ -57,8 +57,6 @@ def _write(model, method, filepath, args, kwargs):
 class ChiefSaving:
     """Mixin in front of a Keras Model class; see the module docstring."""
 
-    _tfdist_chief_saving = True
-
     def save(self, filepath, *args, **kwargs):
         return _write(self, super().save, filepath, args, kwargs)
 

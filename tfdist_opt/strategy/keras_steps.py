@@ -63,12 +63,12 @@ from __future__ import annotations
 import contextlib
 import warnings
 
+from tfdist_opt import private_api
 from tfdist_opt import runtime
 from tfdist_opt.strategy import global_batch
 from tfdist_opt.strategy import multi_step
 
 JIT_FALLBACKS = ("warn", "error")
-_FALLBACK_ATTR = "_tfdist_jit_fallback"
 # Collective op types (TF 2.21); none has an XLA kernel on CPU.
 _COLLECTIVE_PREFIXES = ("Collective", "Nccl")
 
@@ -90,12 +90,13 @@ def set_jit_fallback(strategy, jit_fallback: str) -> None:
         raise ValueError(
             f"Invalid value for `jit_fallback`: expected one of {JIT_FALLBACKS}. "
             f"Received: jit_fallback={jit_fallback!r}")
-    setattr(strategy, _FALLBACK_ATTR, jit_fallback)
+    runtime.runtime_of(strategy).jit_fallback = jit_fallback
 
 
 def jit_fallback_of(strategy) -> str:
     """The strategy's `jit_fallback` (`"warn"` unless `opt_strategy()` set it)."""
-    return getattr(strategy, _FALLBACK_ATTR, "warn")
+    state = runtime.peek(strategy)
+    return "warn" if state is None else state.jit_fallback
 
 
 def needs_inlined_steps(model) -> bool:
@@ -122,8 +123,6 @@ def needs_per_replica_xla(model) -> bool:
 
 class KerasSteps:
     """Mixin in front of a Keras Model class; see the module docstring."""
-
-    _tfdist_keras_steps = True
 
     def fit(self, *args, **kwargs):
         # Before Keras builds anything: a tf.data global batch the replicas
@@ -216,10 +215,8 @@ def _per_replica_step(model, name, step):
 def _peeked_generator_batch(iterator):
     """Specs of a Python generator input's batches (from the batches Keras
     already peeked; nothing is consumed), or None for any other input."""
-    from keras.src.trainers.data_adapters import generator_data_adapter
-
     adapter = getattr(iterator, "data_adapter", None)
-    if isinstance(adapter, generator_data_adapter.GeneratorDataAdapter):
+    if isinstance(adapter, private_api.generator_data_adapter_class()):
         return adapter.get_tf_dataset().element_spec
     return None
 
@@ -344,7 +341,7 @@ def _innermost_layer(error) -> str | None:
 def _fall_back(model, stage, reason):
     """Raises, or warns once per model and stage (every replica traces)."""
     strategy = model.distribute_strategy
-    warned = vars(model).setdefault("_tfdist_xla_warned", set())
+    warned = runtime.OBJECTS.of(model).xla_warned
     where = (f"jit_compile=True under {type(strategy).__name__} "
              f"({strategy.num_replicas_in_sync} replicas): the {stage} of model "
              f"{model.name!r} cannot be XLA-compiled per replica: {reason}")
