@@ -16,7 +16,8 @@ import tfdist_opt
 
 # Names that are a heap scan or a frame walk wherever they appear.
 ALWAYS = {"get_referrers", "get_referents", "get_objects", "_getframe",
-          "currentframe", "f_back", "getouterframes", "getinnerframes"}
+          "currentframe", "f_back", "getouterframes", "getinnerframes",
+          "f_locals", "tb_frame"}
 # Names that are one only as `inspect.<name>`.
 OF_INSPECT = {"stack", "trace"}
 
@@ -54,6 +55,6 @@ def test_each_form_is_caught_and_prose_is_not():
     for text in ("gc.get_referrers(x)", "gc.get_objects()", "sys._getframe(1)",
                  "inspect.currentframe()", "inspect.stack()", "f = f.f_back",
                  "from gc import get_referrers", "from inspect import currentframe",
-                 "getattr(gc, 'get_objects')()"):
+                 "getattr(gc, 'get_objects')()", "tb.tb_frame.f_locals['self']"):
         assert offences(text), text
     assert not offences('"""Not `gc.get_referrers`."""\nx = inspect.signature(f)\n')

@@ -61,11 +61,13 @@ divide, before step 1 (`global_batch`).
 from __future__ import annotations
 
 import contextlib
+import sys
 import warnings
 
 from tfdist_opt import private_api
 from tfdist_opt import runtime
 from tfdist_opt.strategy import global_batch
+from tfdist_opt.strategy import model_registry
 from tfdist_opt.strategy import multi_step
 
 JIT_FALLBACKS = ("warn", "error")
@@ -297,12 +299,14 @@ def _compiled_step(model, stage, step_fn):
 
 def _why_not_compilable(compiled, data) -> str | None:
     """Traces `compiled` for `data`; why XLA cannot compile it per replica."""
+    scopes = _ScopesLeftByErrors(private_api.name_scope_stack() or ())
     try:
-        concrete = compiled.get_concrete_function(data)
+        with _name_scope_stack(scopes):
+            concrete = compiled.get_concrete_function(data)
     except RuntimeError as e:
         if "merge_call" not in str(e):
             raise
-        layer = _innermost_layer(e)
+        layer = scopes.innermost_layer(e)
         return ("it calls merge_call (a cross-replica all-reduce: synchronized "
                 "BatchNormalization, or a collective in a custom step) "
                 + (f"in layer {layer!r} " if layer else "")
@@ -320,22 +324,53 @@ def _why_not_compilable(compiled, data) -> str | None:
     return None
 
 
-def _innermost_layer(error) -> str | None:
-    """The name of the deepest Keras layer (not a model) in the error's frames."""
-    import keras
+class _ScopesLeftByErrors(model_registry.RecordingStack):
+    """Keras's name scope stack, noting the first Keras layer (not a model)
+    whose scope each exception unwinds: the layer the error came from.
 
-    name = None
-    while error is not None:
-        tb = error.__traceback__
-        while tb is not None:
-            obj = tb.tb_frame.f_locals.get("self")
-            if isinstance(obj, keras.layers.Layer) and not isinstance(obj, keras.Model):
-                name = obj.name
-            tb = tb.tb_next
-        if name is not None:
-            return name
-        error = error.__cause__ or error.__context__
-    return None
+    Keras opens `backend.name_scope(layer.name, caller=layer)` around every
+    layer call and pops it in the scope's `__exit__`, where the propagating
+    exception is the one being handled (`sys.exc_info()`). Models pushed
+    meanwhile are noted as by `model_registry.recording()`.
+    """
+
+    def __init__(self, items=()):
+        super().__init__(items)
+        self._left: dict[int, tuple] = {}  # id(exception) -> (exception, name)
+
+    def pop(self, *args):
+        scope = super().pop(*args)
+        error = sys.exc_info()[1]
+        if error is not None and id(error) not in self._left:
+            import keras
+
+            caller = getattr(scope, "caller", None)
+            if isinstance(caller, keras.layers.Layer) and not isinstance(caller, keras.Model):
+                self._left[id(error)] = (error, caller.name)
+        return scope
+
+    def innermost_layer(self, error) -> str | None:
+        """The layer `error` (or an exception it was raised from) left first."""
+        while error is not None:
+            left = self._left.get(id(error))
+            if left is not None and left[0] is error:
+                return left[1]
+            error = error.__cause__ or error.__context__
+        return None
+
+
+@contextlib.contextmanager
+def _name_scope_stack(stack):
+    """Keras uses `stack` as this thread's name scope stack meanwhile."""
+    previous = private_api.name_scope_stack()
+    private_api.set_name_scope_stack(stack)
+    try:
+        yield
+    finally:
+        if private_api.name_scope_stack() is stack:
+            restored = previous if previous is not None else []
+            restored[:] = stack
+            private_api.set_name_scope_stack(restored)
 
 
 def _fall_back(model, stage, reason):

@@ -45,7 +45,7 @@ def _model_type() -> type:
     return keras.Model
 
 
-class _RecordingStack(list):
+class RecordingStack(list):
     """Keras's name scope stack, noting each Keras model pushed on it."""
 
     def append(self, scope):
@@ -60,10 +60,10 @@ class _RecordingStack(list):
 def recording():
     """Notes the Keras models built or called in this thread meanwhile."""
     previous = private_api.name_scope_stack()
-    if isinstance(previous, _RecordingStack):
+    if isinstance(previous, RecordingStack):
         yield
         return
-    recorder = _RecordingStack(previous or ())
+    recorder = RecordingStack(previous or ())
     private_api.set_name_scope_stack(recorder)
     try:
         yield
