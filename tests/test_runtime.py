@@ -71,6 +71,22 @@ def test_one_runtime_per_strategy_held_weakly():
     assert len(runtime._RUNTIMES) == n - 1
 
 
+def test_a_gradient_binding_does_not_keep_its_strategy_alive():
+    from tfdist_opt.gradients import keras_binding
+    from tfdist_opt.gradients.options import GradientOptions
+
+    class Strategy:
+        pass
+
+    s = Strategy()
+    keras_binding.attach(s, GradientOptions())
+    assert keras_binding.options_of(s) == GradientOptions()
+    n = len(runtime._RUNTIMES)
+    del s
+    gc.collect()
+    assert len(runtime._RUNTIMES) == n - 1
+
+
 def test_settings_and_fit_state_live_in_the_runtime(strategy):
     keras.utils.set_random_seed(0)
     with strategy.scope():

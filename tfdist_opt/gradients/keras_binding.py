@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 
 from absl import logging
 import tensorflow as tf
@@ -62,8 +63,14 @@ class GradientBinding:
                  options: GradientOptions):
         self.options = options
         self.tuned: dict = {}
-        self._strategy = strategy
+        # Weak: the binding lives in the strategy's runtime, which must not
+        # keep the strategy alive.
+        self._strategy_ref = weakref.ref(strategy)
         self._lock = threading.Lock()
+
+    @property
+    def _strategy(self):
+        return self._strategy_ref()
 
     def tuned_pack_size(self, variables) -> int | None:
         """The autotuned pack size for these variables (measured once)."""
