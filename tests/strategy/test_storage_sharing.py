@@ -93,11 +93,19 @@ def test_unwritable_directory_shares_by_what_it_sees(tmp_path, monkeypatch):
     assert results["worker_1"].writer_of("worker_1") == "worker_0"
 
 
+class _Strategy(types.SimpleNamespace):
+    """A stand-in strategy; weakly referenceable and hashed by identity, as a
+    real one is (tfdist_opt keeps its state in `runtime.runtime_of`)."""
+
+    __hash__ = object.__hash__
+    __eq__ = object.__eq__
+
+
 # ------------------------------------------------------- the binding
 def _strategy(task_id, mode="auto", n=2):
     spec = types.SimpleNamespace(as_dict=lambda: {
         "worker": [f"localhost:{i}" for i in range(n)]})
-    strategy = types.SimpleNamespace(cluster_resolver=types.SimpleNamespace(
+    strategy = _Strategy(cluster_resolver=types.SimpleNamespace(
         task_type="worker", task_id=task_id, cluster_spec=lambda: spec))
     file_writers.attach(strategy, mode)
     return strategy
@@ -120,7 +128,7 @@ def test_overrides_decide_without_a_probe(store, tmp_path):
     assert store.values == {}
     with pytest.raises(ValueError, match=r"Invalid value for `storage_sharing`: "
                        r"expected one of .*Received: storage_sharing='nfs'"):
-        file_writers.attach(types.SimpleNamespace(), "nfs")
+        file_writers.attach(_Strategy(), "nfs")
 
 
 def test_one_probe_per_directory_then_cached(store, tmp_path):

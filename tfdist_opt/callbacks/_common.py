@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import inspect
-import sys
-
 from tfdist_opt.strategy import topology as topology_lib
 from tfdist_opt import _logging
+from tfdist_opt import runtime
 from tfdist_opt.callbacks import ordering
 from tfdist_opt.callbacks.backup_store import atomic_write_text  # noqa: F401
 
@@ -39,48 +37,22 @@ def complete_step(model) -> int:
     return int(optimizer.iterations.numpy())
 
 
-def _callback_list_types() -> tuple[type, ...]:
-    types = []
-    import keras  # pylint: disable=g-import-not-at-top
+def check_fit_order(model) -> None:
+    """Runs `ordering.check_order` on the callbacks `model`'s running `fit` was given.
 
-    types.append(keras.callbacks.CallbackList)
-    tf_keras = sys.modules.get("tf_keras")
-    if tf_keras is not None:
-        types.append(tf_keras.callbacks.CallbackList)
-    return tuple(types)
-
-
-def _calling_callback_list():
-    """The `CallbackList` (Keras 3 or tf_keras) whose hook is calling us, if any.
-
-    Keras does not tell a callback about its siblings; the list is the
-    `self` of a caller a few frames up (`inspect.currentframe`, public
-    API). Used only at `on_train_begin`.
+    Keras does not tell a callback about its siblings; the model's
+    per-instance `fit` (models built under a strategy from `opt_strategy()`,
+    and `tfdist_opt.parameter_server.fit`) records them
+    (`runtime.FitCall`). When there is no record (another model, or a
+    custom training loop calling the hooks by hand), says once that the
+    order was not checked, instead of skipping the check silently.
     """
-    types = _callback_list_types()
-    frame = inspect.currentframe()
-    for _ in range(12):
-        if frame is None:
-            return None
-        owner = frame.f_locals.get("self")
-        if isinstance(owner, types):
-            return owner
-        frame = frame.f_back
-    return None
-
-
-def check_fit_order() -> None:
-    """Runs `ordering.check_order` on the list `fit` was given.
-
-    When the list cannot be found (a custom training loop calling the hooks
-    by hand), says once that the order was not checked, instead of
-    skipping the check silently.
-    """
-    cb_list = _calling_callback_list()
-    if cb_list is None:
+    fit = runtime.FITS.get(model) if model is not None else None
+    if fit is None:
         _logging.log_once(
-            "tfdist_opt callbacks: not called from a keras CallbackList, so "
-            "their order was not checked (see tfdist_opt.callbacks.ordering)",
+            "tfdist_opt callbacks: the fit's callback list is not known (a "
+            "model not built under opt_strategy(), or hooks called by hand), "
+            "so their order was not checked (see tfdist_opt.callbacks.ordering)",
             warning=True)
         return
-    ordering.check_order(cb_list.callbacks)
+    ordering.check_order(fit.callbacks)

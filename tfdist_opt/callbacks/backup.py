@@ -182,7 +182,7 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
 
     # ------------------------------------------------------------- hooks
     def on_train_begin(self, logs=None):
-        _common.check_fit_order()
+        _common.check_fit_order(self.model)
         self._reset()
         self._writes = file_writers.is_writer(
             getattr(self.model, "distribute_strategy", None), self.backup_dir)

@@ -125,7 +125,7 @@ class CommunicationProfiler(keras.callbacks.Callback):
 
     # ------------------------------------------------------------- hooks
     def on_train_begin(self, logs=None):
-        _common.check_fit_order()
+        _common.check_fit_order(self.model)
         self._reset()
         self._chief = _common.is_chief()
         self._tag = _common.task_tag()

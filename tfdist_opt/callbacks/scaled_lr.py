@@ -100,7 +100,7 @@ class ScaledLearningRate(keras.callbacks.Callback):
                                     self._resolved_warmup, self.after_warmup)
 
     def on_train_begin(self, logs=None):
-        _common.check_fit_order()
+        _common.check_fit_order(self.model)
         optimizer = self.model.optimizer
         if callable(getattr(optimizer, "_learning_rate", None)):
             raise ValueError(

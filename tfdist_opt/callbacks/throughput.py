@@ -97,7 +97,7 @@ class ThroughputMonitor(keras.callbacks.Callback):
 
     # ------------------------------------------------------------- hooks
     def on_train_begin(self, logs=None):
-        _common.check_fit_order()
+        _common.check_fit_order(self.model)
         self._reset()
         self._chief = _common.is_chief()
         self._num_replicas = self.model.distribute_strategy.num_replicas_in_sync

@@ -37,11 +37,10 @@ class TFKeyValueStore:
     """`KeyValueStore` over `tf.distribute`'s coordination service."""
 
     def __init__(self):
-        from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
-        from tensorflow.python.framework import errors  # pylint: disable=g-import-not-at-top
+        from tfdist_opt import private_api  # pylint: disable=g-import-not-at-top
 
-        self._context = context.context()
-        self._errors = errors
+        self._context = private_api.eager_context_module().context()
+        self._errors = private_api.tf_errors_module()
 
     def set(self, key: str, value: str) -> bool:
         try:

@@ -62,11 +62,11 @@ import contextlib
 
 import tensorflow as tf
 
+from tfdist_opt import runtime
 from tfdist_opt.gradients import allreduce
 from tfdist_opt.gradients import lowrank
 from tfdist_opt.gradients import replica_slots
 
-ACCUMULATORS_ATTR = "_tfdist_accumulators"
 ACCUMULATOR_NAME = "tfdist_accumulator"
 
 
@@ -94,13 +94,14 @@ def create_accumulators(optimizer, variables) -> list:
                 optimizer, v, ACCUMULATOR_NAME, v.shape, "zeros", _on_read_sum,
                 replica_slots.PerReplicaSum, _tfdist_strategy=strategy)
                 for v in variables]
-    setattr(optimizer, ACCUMULATORS_ATTR, accumulators)
+    runtime.OBJECTS.of(optimizer).accumulators = accumulators
     return accumulators
 
 
 def accumulators_of(optimizer) -> list | None:
     """The optimizer's accumulators, or None before it is built."""
-    return getattr(optimizer, ACCUMULATORS_ATTR, None)
+    state = runtime.OBJECTS.get(optimizer)
+    return None if state is None else state.accumulators
 
 
 def accumulate_and_apply(optimizer, grads, trainable_variables, state) -> tf.Tensor:

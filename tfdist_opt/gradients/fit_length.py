@@ -17,9 +17,11 @@ to one whose `__iter__` runs `before_epoch` first. Keras iterates the
 distributed dataset once in `_maybe_symbolic_build` (skipped here) and
 then at the first epoch's start, after `callbacks.on_train_begin()` (so a
 `BackupAndRestore` has restored the epoch and the optimizer's micro-step
-counter) and before step 1. The caller's frames then hold Keras's
-`EpochIterator` (`num_batches`: `steps_per_epoch`, or the input's length)
-and `fit`'s `epochs` and `initial_epoch` (already moved by a restore).
+counter) and before step 1. The model's per-instance `fit` recorded the
+fit (`runtime.FitCall`): Keras's `EpochIterator` (`num_batches`:
+`steps_per_epoch`, or the input's length), `epochs` and `initial_epoch`
+(moved by a restore: Keras's `model._initial_epoch`). Models built under
+a strategy from `opt_strategy()` have that `fit`; others are not checked.
 
 Raise or warn:
 
@@ -38,7 +40,6 @@ Raise or warn:
 from __future__ import annotations
 
 import collections.abc
-import inspect
 import threading
 import warnings
 import weakref
@@ -47,9 +48,10 @@ from absl import logging
 
 from tfdist_opt import _class_swap
 from tfdist_opt import _logging
+from tfdist_opt import private_api
+from tfdist_opt import runtime
 from tfdist_opt.gradients import contract
 
-_CHECKED_ATTR = "_tfdist_grad_accum"
 # EpochIterator -> the fit's starting numbers while the check waits for a
 # length (unknown-length inputs), or None once checked.
 _FITS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -66,14 +68,15 @@ class FitLengthChecked(collections.abc.Iterable):
     """
 
     def __iter__(self):
-        before_epoch(vars(self).get(_CHECKED_ATTR, 1))
+        state = runtime.OBJECTS.get(self)
+        before_epoch(1 if state is None else state.grad_accum, self)
         return super().__iter__()
 
 
 def checked(dataset, grad_accum: int):
     """`dataset` (a distributed dataset), checked against each fit it feeds."""
     try:
-        vars(dataset)[_CHECKED_ATTR] = grad_accum
+        runtime.OBJECTS.of(dataset).grad_accum = grad_accum
         dataset.__class__ = _class_swap.cached_subclass(FitLengthChecked,
                                                         type(dataset))
     except (TypeError, AttributeError) as e:
@@ -100,25 +103,27 @@ def watch(strategy, grad_accum: int) -> None:
         setattr(strategy, name, distribute)
 
 
-def before_epoch(grad_accum: int) -> None:
-    """Runs the check when `fit` starts iterating its training data.
+def before_epoch(grad_accum: int, dataset=None) -> None:
+    """Runs the check when `fit` starts iterating `dataset`, its training data.
 
     Raises:
         ValueError: the fit's length is known and it applies no update.
     """
     if grad_accum <= 1:
         return
-    fit = _calling_fit()
+    fit = _calling_fit(dataset)
     if fit is None:
         return
-    epoch_iterator, frame = fit
+    model, epoch_iterator, call = fit
     with _LOCK:
         first = epoch_iterator not in _FITS
         start = _FITS.get(epoch_iterator)
         if first:
-            start = {"epochs": int(frame.get("epochs") or 1),
-                     "initial_epoch": int(frame.get("initial_epoch") or 0),
-                     "pending": _pending_micro_steps(frame.get("self"))}
+            # Keras starts at `model._initial_epoch or initial_epoch` (a
+            # restore sets the former at on_train_begin, before this).
+            initial = private_api.initial_epoch(model) or call.initial_epoch
+            start = {"epochs": call.epochs, "initial_epoch": int(initial or 0),
+                     "pending": _pending_micro_steps(model)}
             _FITS[epoch_iterator] = start
     if start is None:  # checked already
         return
@@ -126,7 +131,7 @@ def before_epoch(grad_accum: int) -> None:
     if not first and steps is not None:
         # Keras counts the failed fetch that ended an epoch of unknown
         # length as a step; the optimizer's micro-step counter does not.
-        steps = _pending_micro_steps(frame.get("self")) - start["pending"] or steps
+        steps = _pending_micro_steps(model) - start["pending"] or steps
     if steps is None:
         _logging.log_once(
             f"tfdist_opt grad_accum={grad_accum}: this fit's input has no "
@@ -152,36 +157,22 @@ def before_epoch(grad_accum: int) -> None:
         warnings.warn(line, UserWarning, stacklevel=2)
 
 
-def _calling_fit():
-    """`(epoch_iterator, fit's locals)` when a Keras `fit` iterates its
-    training data; None for evaluate/predict, the symbolic build, or no
-    Keras caller.
+def _calling_fit(dataset):
+    """`(model, epoch_iterator, FitCall)` when a Keras `fit` iterates
+    `dataset` as its training data; None for evaluate/predict, the symbolic
+    build, or a model whose `fit` is not recorded.
 
-    Keras gives the dataset no hint which call iterates it, so the caller's
-    frames are inspected: the innermost Keras `EpochIterator`, then the
-    innermost frame of the model that owns it, which must be `fit` itself.
+    Keras gives the dataset no hint which call iterates it: the fit's
+    record (`runtime.FitCall`, kept by the model's per-instance `fit` and
+    `_maybe_symbolic_build`) holds its `EpochIterator`, whose distributed
+    dataset must be this one.
     """
-    from keras.src.trainers.epoch_iterator import EpochIterator
-
-    frame = inspect.currentframe()
-    epoch_iterator = None
-    try:
-        for _ in range(16):
-            frame = frame.f_back if frame is not None else None
-            if frame is None:
-                return None
-            owner = frame.f_locals.get("self")
-            if epoch_iterator is None:
-                if isinstance(owner, EpochIterator):
-                    epoch_iterator = owner
-                continue
-            if hasattr(owner, "train_function") and hasattr(owner, "optimizer"):
-                if frame.f_code.co_name != "fit":
-                    return None
-                return epoch_iterator, dict(frame.f_locals)
-        return None
-    finally:
-        del frame
+    for model, fit in runtime.FITS.items():
+        epoch_iterator = fit.epoch_iterator
+        if (epoch_iterator is not None and not fit.building
+                and private_api.distributed_dataset_of(epoch_iterator) is dataset):
+            return model, epoch_iterator, fit
+    return None
 
 
 def _pending_micro_steps(model) -> int:

@@ -48,6 +48,7 @@ What the overrides do (the upstream methods they rely on are checked by
 from __future__ import annotations
 
 from tfdist_opt import _class_swap
+from tfdist_opt import runtime
 
 import dataclasses
 
@@ -62,7 +63,6 @@ from tfdist_opt.gradients import replica_slots
 from tfdist_opt.gradients import sharded_state
 from tfdist_opt.gradients.options import GradientOptions
 
-STATE_ATTR = "_tfdist_gradients"
 
 
 @dataclasses.dataclass
@@ -89,7 +89,6 @@ class OptimizerState:
 class GradientHooks:
     """Mixin in front of a Keras 3 TF optimizer class; see the module doc."""
 
-    _tfdist_hooked = True
     _tfdist_mixin = True
 
     def build(self, variables):
@@ -180,17 +179,19 @@ def hook(optimizer, state: OptimizerState) -> None:
     if state.options.shard_optimizer_state:
         cls = sharded_state.sharded_class(cls)
     optimizer.__class__ = cls
-    setattr(optimizer, STATE_ATTR, state)
+    runtime.OBJECTS.of(optimizer).gradients = state
 
 
 def unhook(optimizer) -> None:
     """Gives `optimizer` back its original class (its variables stay)."""
     cls = type(optimizer)
-    if getattr(cls, "_tfdist_hooked", False):
+    if issubclass(cls, GradientHooks):
         optimizer.__class__ = next(
             c for c in cls.__mro__[1:] if not issubclass(c, GradientHooks)
             and not issubclass(c, sharded_state.ShardedStateHooks))
-    setattr(optimizer, STATE_ATTR, None)
+    state = runtime.OBJECTS.get(optimizer)
+    if state is not None:
+        state.gradients = None
 
 
 def is_hooked(optimizer) -> bool:
@@ -200,7 +201,8 @@ def is_hooked(optimizer) -> bool:
 
 def state_of(optimizer) -> OptimizerState | None:
     """The optimizer's `OptimizerState`, or None."""
-    return getattr(optimizer, STATE_ATTR, None)
+    state = runtime.OBJECTS.get(optimizer)
+    return None if state is None else state.gradients
 
 
 def can_fold_logs(optimizer) -> bool:

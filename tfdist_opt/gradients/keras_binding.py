@@ -1,7 +1,7 @@
 """Wires the gradient path into Keras 3 with no change to user code.
 
 `attach(strategy, options)` gives this one strategy *instance* a
-`GradientBinding` and wraps its `scope()` (an instance attribute; the class
+`GradientBinding` (in its `runtime.StrategyRuntime`) and wraps its `scope()` (an instance attribute; the class
 and every other strategy are untouched). Inside the wrapped scope a
 `tf.variable_creator_scope` watches variable creation: Keras creates an
 optimizer's first variable (`iteration`) in `BaseOptimizer.__init__`, under
@@ -33,17 +33,18 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 
 from absl import logging
 import tensorflow as tf
 
+from tfdist_opt import runtime
 from tfdist_opt.gradients import contract
 from tfdist_opt.gradients import fit_length
 from tfdist_opt.gradients import hooks
 from tfdist_opt.gradients import upstream
 from tfdist_opt.gradients.options import GradientOptions
 
-BINDING_ATTR = "_tfdist_gradient_binding"
 _WRAPPED = ("scope", "experimental_distribute_dataset",
             "distribute_datasets_from_function")
 
@@ -62,8 +63,14 @@ class GradientBinding:
                  options: GradientOptions):
         self.options = options
         self.tuned: dict = {}
-        self._strategy = strategy
+        # Weak: the binding lives in the strategy's runtime, which must not
+        # keep the strategy alive.
+        self._strategy_ref = weakref.ref(strategy)
         self._lock = threading.Lock()
+
+    @property
+    def _strategy(self):
+        return self._strategy_ref()
 
     def tuned_pack_size(self, variables) -> int | None:
         """The autotuned pack size for these variables (measured once)."""
@@ -121,7 +128,7 @@ def attach(strategy: tf.distribute.Strategy, options: GradientOptions
     """
     detach(strategy)
     binding = GradientBinding(strategy, options)
-    setattr(strategy, BINDING_ATTR, binding)
+    runtime.runtime_of(strategy).gradient_binding = binding
     if options.is_default:
         return strategy
     upstream.check()
@@ -136,7 +143,9 @@ def detach(strategy: tf.distribute.Strategy) -> tf.distribute.Strategy:
 
     Optimizers hooked earlier stay hooked (`hooks.unhook` reverts one).
     """
-    vars(strategy).pop(BINDING_ATTR, None)
+    state = runtime.peek(strategy)
+    if state is not None:
+        state.gradient_binding = None
     for name in _WRAPPED:
         vars(strategy).pop(name, None)
     return strategy
@@ -144,7 +153,8 @@ def detach(strategy: tf.distribute.Strategy) -> tf.distribute.Strategy:
 
 def binding_of(strategy) -> GradientBinding | None:
     """The strategy's `GradientBinding`, if `attach` gave it one."""
-    return vars(strategy).get(BINDING_ATTR) if strategy is not None else None
+    state = runtime.peek(strategy)
+    return None if state is None else state.gradient_binding
 
 
 def options_of(strategy) -> GradientOptions | None:

@@ -38,7 +38,8 @@ import warnings
 
 import tensorflow as tf
 
-_OFFER_ATTR = "_tfdist_log_offer"
+from tfdist_opt import private_api
+from tfdist_opt import runtime
 
 
 def eligible(model, optimizer_folds) -> bool:
@@ -49,9 +50,6 @@ def eligible(model, optimizer_folds) -> bool:
         optimizer_folds: Callable. `optimizer -> bool`: whether its gradient
             hooks sum offered logs (`hooks.can_fold_logs`).
     """
-    from keras.src.backend.tensorflow import trainer as tf_trainer  # pylint: disable=g-import-not-at-top
-    from keras.src.trainers import trainer as base_trainer  # pylint: disable=g-import-not-at-top
-
     strategy = model.distribute_strategy
     if model.run_eagerly or not getattr(strategy, "_fold_logs", False) or not getattr(
             strategy, "_pack_log_reductions", False):
@@ -60,22 +58,20 @@ def eligible(model, optimizer_folds) -> bool:
             or strategy.num_replicas_in_sync < 2):
         return False
     cls = type(model)
-    if (getattr(cls.train_step, "__code__", None)
-            is not tf_trainer.TensorFlowTrainer.train_step.__code__
+    train_step_code, compute_metrics_code = private_api.keras_train_step_code()
+    if (getattr(cls.train_step, "__code__", None) is not train_step_code
             or getattr(cls.compute_metrics, "__code__", None)
-            is not base_trainer.Trainer.compute_metrics.__code__):
+            is not compute_metrics_code):
         return False
     return model.optimizer is not None and optimizer_folds(model.optimizer)
 
 
 def train_step(model):
     """Keras's `train_step` with the metrics computed before the update."""
-    from keras.src import tree  # pylint: disable=g-import-not-at-top
-    from keras.src.losses import loss as loss_module  # pylint: disable=g-import-not-at-top
-    from keras.src.trainers.data_adapters import data_adapter_utils  # pylint: disable=g-import-not-at-top
+    import keras  # pylint: disable=g-import-not-at-top
 
     def step(data):
-        x, y, sample_weight = data_adapter_utils.unpack_x_y_sample_weight(data)
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         with tf.GradientTape() as tape:
             if model._call_has_training_arg:  # pylint: disable=protected-access
                 y_pred = model(x, training=True)
@@ -85,9 +81,9 @@ def train_step(model):
                 x=x, y=y, y_pred=y_pred, sample_weight=sample_weight,
                 training=True)
             model._loss_tracker.update_state(  # pylint: disable=protected-access
-                loss_module.unscale_loss_for_distribution(loss),
+                private_api.unscale_loss_for_distribution(loss),
                 sample_weight=tf.shape(
-                    next(i for i in tree.flatten(x) if i is not None))[0])
+                    next(i for i in keras.tree.flatten(x) if i is not None))[0])
             if model.optimizer is not None:
                 loss = model.optimizer.scale_loss(loss)
         # Upstream computes these after apply_gradients; they read only
@@ -114,13 +110,13 @@ def offer(strategy, logs) -> None:
     leaves = [v for v in tf.nest.flatten(logs)
               if isinstance(v, tf.Tensor) and v.shape.rank == 0
               and v.dtype == tf.float32]
-    setattr(strategy, _OFFER_ATTR, leaves or None)
+    runtime.runtime_of(strategy).log_offer = leaves or None
 
 
 def take(strategy) -> list | None:
     """The offered log values (once), or None."""
-    leaves = getattr(strategy, _OFFER_ATTR, None)
-    setattr(strategy, _OFFER_ATTR, None)
+    state = runtime.runtime_of(strategy)
+    leaves, state.log_offer = state.log_offer, None
     return leaves
 
 

@@ -50,6 +50,7 @@ import dataclasses
 from absl import logging
 import tensorflow as tf
 
+from tfdist_opt import runtime
 from tfdist_opt.gradients import allreduce
 from tfdist_opt.gradients import factor_ops
 from tfdist_opt.gradients import log_fold
@@ -57,7 +58,6 @@ from tfdist_opt.gradients import powersgd
 from tfdist_opt.gradients import replica_slots
 from tfdist_opt.gradients.options import GradientOptions
 
-STATE_ATTR = "_tfdist_powersgd"
 ERROR_NAME = "tfdist_powersgd_error"
 Q_NAME = "tfdist_powersgd_q"
 # The factors of one step travel as one pack each (one collective).
@@ -132,7 +132,7 @@ def init(optimizer, variables, options: GradientOptions) -> PowerSGDState:
                     name=f"{_sanitized(var)}_{Q_NAME}")
                 entries[m.index] = Entry(m, error, q)
     state = PowerSGDState(plan, entries, options)
-    setattr(optimizer, STATE_ATTR, state)
+    runtime.OBJECTS.of(optimizer).powersgd = state
     logging.info("tfdist_opt gradients: %s (rank %d, from update %d, "
                  "min compression %s, wire %s)", plan.describe(),
                  options.powersgd_rank, options.powersgd_start_step,
@@ -142,7 +142,8 @@ def init(optimizer, variables, options: GradientOptions) -> PowerSGDState:
 
 def state_of(optimizer) -> PowerSGDState | None:
     """The optimizer's `PowerSGDState`, or None before `init`."""
-    return getattr(optimizer, STATE_ATTR, None)
+    state = runtime.OBJECTS.get(optimizer)
+    return None if state is None else state.powersgd
 
 
 def all_reduce_sum(optimizer, grads_and_vars, state: PowerSGDState,

@@ -39,9 +39,9 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfdist_opt import _class_swap
+from tfdist_opt import runtime
 from tfdist_opt.strategy import virtual_replicas
 
-_IDS_ATTR = "_tfdist_local_replica_ids"
 
 
 class SavedWhole:
@@ -189,12 +189,13 @@ def data_slots(strategy) -> list[int]:
 
 def local_replica_ids(strategy) -> list[int]:
     """Global replica id of each local device, in local-device order."""
-    ids = vars(strategy).get(_IDS_ATTR)
+    state = runtime.runtime_of(strategy)
+    ids = state.local_replica_ids
     if ids is None:
         with tf.init_scope():
             out = strategy.run(
                 lambda: tf.distribute.get_replica_context().replica_id_in_sync_group)
             ids = [int(tf.get_static_value(x))
                    for x in strategy.experimental_local_results(out)]
-        setattr(strategy, _IDS_ATTR, ids)
+        state.local_replica_ids = ids
     return ids

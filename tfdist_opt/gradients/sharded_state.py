@@ -36,15 +36,13 @@ import math
 import tensorflow as tf
 
 from tfdist_opt import _class_swap
+from tfdist_opt import runtime
 from tfdist_opt.gradients import replica_slots
 from tfdist_opt.gradients import zero_collectives
 from tfdist_opt.gradients import zero_plan
 
-ZERO_ATTR = "_tfdist_zero"
 SHARD_ATTR = "_tfdist_shard"
 _UNSHARDED_NAMES = ("tfdist_accumulator",)
-# `hooks.STATE_ATTR` (hooks imports this module): the GradientOptions.
-_GRADIENT_STATE_ATTR = "_tfdist_gradients"
 
 
 
@@ -100,13 +98,13 @@ class ShardedStateHooks:
                                   getattr(self, "gradient_accumulation_steps", None))
         strategy = self._distribution_strategy
         keys = {self._var_key(v) for v in variables}
-        setattr(self, ZERO_ATTR, _Zero(keys, strategy,
-                                       zero_collectives.Collectives(strategy)))
+        runtime.OBJECTS.of(self).zero = _Zero(
+            keys, strategy, zero_collectives.Collectives(strategy))
         super().build(variables)
 
     def add_variable_from_reference(self, reference_variable, name=None,
                                     initializer="zeros"):
-        zero = getattr(self, ZERO_ATTR, None)
+        zero = _zero_of(self)
         if (zero is None or name in _UNSHARDED_NAMES
                 or self._var_key(reference_variable) not in zero.keys):
             return super().add_variable_from_reference(
@@ -116,7 +114,7 @@ class ShardedStateHooks:
 
     def _backend_update_step(self, grads, trainable_variables, learning_rate):
         ctx = tf.distribute.get_replica_context()
-        zero = getattr(self, ZERO_ATTR, None)
+        zero = _zero_of(self)
         if zero is None:
             return super()._backend_update_step(grads, trainable_variables,
                                                 learning_rate)
@@ -127,7 +125,7 @@ class ShardedStateHooks:
                 "does); each replica updates its own shard. Received a call in "
                 "the cross-replica context.")
         tvars = [getattr(v, "value", v) for v in trainable_variables]
-        state = getattr(self, _GRADIENT_STATE_ATTR)
+        state = runtime.OBJECTS.of(self).gradients
         r = _static_replica_id(ctx)
         n = ctx.num_replicas_in_sync
         layouts = [_layout(v.shape, n) for v in tvars]
@@ -145,6 +143,12 @@ class ShardedStateHooks:
             news.append(view.value)
         _gather_and_write(ctx, zero, tvars, layouts, news, r,
                           state.options.shard_bucket_bytes)
+
+
+def _zero_of(optimizer):
+    """The optimizer's `_Zero` (set in `build`), or None."""
+    state = runtime.OBJECTS.get(optimizer)
+    return None if state is None else state.zero
 
 
 def sharded_class(cls: type) -> type:

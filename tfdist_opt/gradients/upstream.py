@@ -5,16 +5,13 @@ under tf.distribute (keras-team/keras#17429 asks for a gradient-aggregation
 hook; tf_keras had `gradient_aggregator`). The hooks therefore override or
 call a few private methods of
 `keras.src.backend.tensorflow.optimizer.TFOptimizer` (the base of every
-Keras 3 optimizer on the TF backend). `SIGNATURES` lists each one with the
-parameters it had in Keras `CHECKED_KERAS`; `check()` compares them with the
+Keras 3 optimizer on the TF backend). Their entries in
+`tfdist_opt.private_api` carry the parameters each had in Keras
+`CHECKED_KERAS` (`SIGNATURES` lists them); `check()` compares them with the
 installed Keras and raises, naming the method and both versions, when one
 differs or is gone, so an upgrade fails at `opt_strategy()` time instead of
 training wrongly. A different Keras version with matching signatures is
 logged once and accepted.
-
-`ATTRIBUTES` lists the private attributes read (not called), with why;
-every private name here is also in `tfdist_opt.private_api` (resolved by
-tests/test_private_api.py).
 """
 
 from __future__ import annotations
@@ -24,44 +21,14 @@ import threading
 
 from absl import logging
 
+from tfdist_opt import private_api
+
 CHECKED_KERAS = "3.15"
 
-# (method, parameters incl. self, how the hooks use it). Overridden methods
-# are called through `super()`; "calls" means the hooks call it directly.
-SIGNATURES = (
-    ("build", ("self", "variables"),
-     "overridden: upstream build, then the accumulators and the autotune"),
-    ("_all_reduce_sum_gradients", ("self", "grads_and_vars"),
-     "overridden: compressed + packed all-reduce (keras-team/keras#17429)"),
-    ("_backend_apply_gradients", ("self", "grads", "trainable_variables"),
-     "overridden with grad_accum > 1: accumulate, all-reduce every k-th "
-     "micro-step; `apply` (unchanged) still filters, unscales, constrains "
-     "and counts micro-steps in `_iterations`"),
-    ("_get_current_learning_rate", ("self",),
-     "overridden with grad_accum > 1: schedules see updates, not micro-steps"),
-    ("apply", ("self", "grads", "trainable_variables"),
-     "relied on: calls `_backend_apply_gradients` once and then "
-     "`_iterations.assign_add(1)` once per call"),
-    ("update_step", ("self", "gradient", "variable", "learning_rate"),
-     "calls: one variable's update, inside `extended.update`"),
-    ("_apply_weight_decay", ("self", "variables"), "calls: on update steps"),
-    ("_get_variable_index", ("self", "variable"),
-     "calls: accumulator of a (possibly filtered) variable"),
-    ("add_variable_from_reference",
-     ("self", "reference_variable", "name", "initializer"),
-     "calls: creates the accumulators as tracked optimizer variables"),
-)
-
-ATTRIBUTES = (
-    ("TFOptimizer._distribution_strategy",
-     "the strategy Keras captured in `__init__` (tf.distribute.get_strategy())"),
-    ("BaseOptimizer._iterations", "micro-step counter (a Keras variable)"),
-    ("BaseOptimizer._trainable_variables", "the variables build() was given"),
-    ("BaseOptimizer._learning_rate", "float variable or schedule"),
-    ("keras.src.backend.common.global_state name_scope_stack[-1].caller",
-     "which optimizer is creating a variable: Keras wraps every optimizer "
-     "variable creation in `backend.name_scope(self.name, caller=self)`"),
-)
+# (method, parameters incl. self, how the hooks use it): the
+# `tfdist_opt.private_api` entries of `TFOptimizer` that carry `params`.
+SIGNATURES = tuple((e.attr, e.params, e.why) for e in private_api.ENTRIES
+                   if e.owner == private_api.TF_OPTIMIZER and e.params is not None)
 
 _LOCK = threading.Lock()
 _WARNED: set[str] = set()
@@ -69,9 +36,7 @@ _WARNED: set[str] = set()
 
 def optimizer_base():
     """`TFOptimizer`, the class whose methods `SIGNATURES` describes."""
-    from keras.src.backend.tensorflow.optimizer import TFOptimizer
-
-    return TFOptimizer
+    return private_api.tf_optimizer_class()
 
 
 def check(base=None) -> None:
@@ -113,9 +78,7 @@ def check(base=None) -> None:
 
 def creating_optimizer():
     """The Keras optimizer whose name scope is innermost, or None."""
-    from keras.src.backend.common import global_state
-
-    stack = global_state.get_global_attribute("name_scope_stack")
+    stack = private_api.name_scope_stack()
     if not stack:
         return None
     caller = getattr(stack[-1], "caller", None)
@@ -124,10 +87,9 @@ def creating_optimizer():
 
 def _check_name_scope_stack(version: str) -> None:
     import keras
-    from keras.src.backend.common import global_state
 
     with keras.name_scope("tfdist_probe", caller=check):
-        stack = global_state.get_global_attribute("name_scope_stack")
+        stack = private_api.name_scope_stack()
         ok = bool(stack) and getattr(stack[-1], "caller", None) is check
     if not ok:
         raise RuntimeError(

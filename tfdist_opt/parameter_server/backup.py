@@ -16,6 +16,7 @@ import re
 import keras
 import tensorflow as tf
 
+from tfdist_opt import runtime
 from tfdist_opt.parameter_server import variables as variables_lib
 
 
@@ -96,7 +97,7 @@ class BackupAndRestore(keras.callbacks.Callback):
         if latest:
             ckpt.restore(latest).assert_existing_objects_matched()
             self.restored_epoch = int(self._epoch.numpy())
-            self.model._tfdist_resume_epoch = self.restored_epoch + 1
+            runtime.OBJECTS.of(self.model).resume_epoch = self.restored_epoch + 1
 
     def on_epoch_end(self, epoch, logs=None):
         self._epoch.assign(epoch)

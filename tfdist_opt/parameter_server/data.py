@@ -19,6 +19,8 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
+from tfdist_opt import private_api
+
 
 def _is_array(x) -> bool:
     return isinstance(x, (np.ndarray, tf.Tensor)) or (
@@ -176,8 +178,7 @@ def class_weight_fn(class_weight, element_spec) -> Callable[[tf.data.Dataset], t
             f"Invalid value for `class_weight`: {what}. Received: class_weight="
             f"{class_weight!r}. Expected class_weight with a single-output "
             "(x, y) input and no sample_weight.")
-    from keras.src.trainers.data_adapters import tf_dataset_adapter
-    map_fn = tf_dataset_adapter.make_class_weight_map_fn(class_weight)
+    map_fn = private_api.make_class_weight_map_fn(class_weight)
     return lambda ds: ds.map(map_fn)
 
 

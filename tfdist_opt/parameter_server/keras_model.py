@@ -23,13 +23,12 @@ variables on the parameter servers.
 
 from __future__ import annotations
 
+from tfdist_opt import runtime
 from tfdist_opt.strategy import chief_saving
 
 
 class CoordinatorTraining:
     """Mixin in front of a Keras Model class; see the module docstring."""
-
-    _tfdist_coordinator_training = True
 
     def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto",
             callbacks=None, validation_split=0.0, validation_data=None,
@@ -93,7 +92,8 @@ def adopt_models(strategy) -> int:
     for how new models are found cheaply). Does nothing while
     `training.steps_running`.
     """
-    if getattr(strategy, "_tfdist_steps_running", 0):
+    state = runtime.peek(strategy)
+    if state is not None and state.steps_running:
         return 0
     return chief_saving.adopt_models(strategy, CoordinatorTraining)
 

@@ -59,7 +59,7 @@ def lock_adam_updates(optimizer) -> bool:
         True
     """
     cls = type(optimizer)
-    if getattr(cls, "_tfdist_locked_adam", False):
+    if issubclass(cls, _LockedAdam):
         return True
     if not isinstance(optimizer, keras.optimizers.Adam) or \
             cls.update_step is not keras.optimizers.Adam.update_step:
@@ -70,8 +70,6 @@ def lock_adam_updates(optimizer) -> bool:
 
 class _LockedAdam:
     """`update_step` as TF's fused, locked Adam kernel (see the module doc)."""
-
-    _tfdist_locked_adam = True
 
     def update_step(self, gradient, variable, learning_rate):
         index = self._get_variable_index(variable)

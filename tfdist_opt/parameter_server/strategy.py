@@ -13,25 +13,28 @@ public methods:
   the cluster.
 - `experimental_distribute_dataset`: if Keras 3's own trainer still gets
   here (a model built outside the scope and moved into it, or
-  `keras.Model.fit(model, ...)` called unbound) it stops at once with a
-  message naming `tfdist_opt.parameter_server.fit` instead of TF's.
+  `keras.Model.fit(model, ...)` called unbound) it stops at its first
+  batch with a message naming `tfdist_opt.parameter_server.fit` instead of
+  TF's.
 """
 
 from __future__ import annotations
 
+import collections.abc
 import contextlib
-import inspect
 
 import tensorflow as tf
 
-from tfdist_opt.strategy import chief_saving
+from tfdist_opt import _class_swap
+from tfdist_opt.strategy import model_registry
 
 FIT_INSTEAD = (
-    "Keras 3 `model.{method}` cannot run under parameter-server training: "
-    "Keras 3 has no ClusterCoordinator support (keras-team/keras#18624). "
-    "Build the model inside `strategy.scope()` (then `model.{method}` runs "
-    "on the cluster), or call `tfdist_opt.parameter_server.{method}(model, ...)`; "
-    "it takes the same arguments and returns the same result"
+    "Keras 3 `model.fit` / `evaluate` / `predict` cannot run under "
+    "parameter-server training: Keras 3 has no ClusterCoordinator support "
+    "(keras-team/keras#18624). Build the model inside `strategy.scope()` "
+    "(then `model.fit` and the others run on the cluster), or call "
+    "`tfdist_opt.parameter_server.fit(model, ...)` (or `evaluate`, "
+    "`predict`); it takes the same arguments and returns the same result"
     " (e.g. `history = tfdist_opt.parameter_server.fit(model, x, y, epochs=3)`).")
 
 
@@ -65,24 +68,34 @@ class KerasParameterServerStrategy(tf.distribute.ParameterServerStrategy):
     def scope(self):
         """The upstream scope; Keras models built in it train on the cluster.
 
-        On entry and exit, every Keras model whose `_distribute_strategy` is
-        this strategy gets the `keras_model.CoordinatorTraining` subclass.
-        The heap scan runs only when a variable or Keras object was created
-        since the last one (`chief_saving.adopt_models`).
+        On entry and exit, every Keras model Keras built under this strategy
+        (noted by `model_registry`) gets the `keras_model.CoordinatorTraining`
+        subclass.
         """
         from tfdist_opt.parameter_server import keras_model
         keras_model.adopt_models(self)
         try:
-            with super().scope(), tf.variable_creator_scope(chief_saving.count_variable):
+            with super().scope(), model_registry.recording():
                 yield self
         finally:
             keras_model.adopt_models(self)
 
     def experimental_distribute_dataset(self, dataset, options=None):
-        keras_method = _keras_caller()
-        if keras_method is not None:
-            raise KerasParameterServerError(FIT_INSTEAD.format(method=keras_method))
-        return super().experimental_distribute_dataset(dataset, options)
+        """The upstream method; iterating its result directly names our `fit`.
+
+        Keras 3's trainer iterates the distributed dataset itself, where
+        TF's message says to pass it to `create_per_worker_dataset`; the
+        result's class is swapped (per instance) to one that says what to
+        call instead (`KerasParameterServerError`). Passed to
+        `ClusterCoordinator.create_per_worker_dataset`, it works as upstream.
+        """
+        distributed = super().experimental_distribute_dataset(dataset, options)
+        try:
+            distributed.__class__ = _class_swap.cached_subclass(
+                _NamesOurFit, type(distributed))
+        except TypeError:
+            pass  # another dataset type: TF's own message
+        return distributed
 
     @property
     def coordinator(self) -> tf.distribute.coordinator.ClusterCoordinator:
@@ -90,23 +103,18 @@ class KerasParameterServerStrategy(tf.distribute.ParameterServerStrategy):
         return tf.distribute.coordinator.ClusterCoordinator(self)
 
 
-def _keras_caller() -> str | None:
-    """`"fit"`, `"evaluate"` or `"predict"` when called from Keras 3's trainer."""
-    frame = inspect.currentframe()
-    try:
-        f = frame.f_back.f_back if frame and frame.f_back else None
-        depth = 0
-        keras_seen = False
-        while f is not None and depth < 12:
-            module = f.f_globals.get("__name__", "")
-            if module.startswith("keras."):
-                keras_seen = True
-                if f.f_code.co_name in ("fit", "evaluate", "predict"):
-                    return f.f_code.co_name
-            elif keras_seen:
-                break
-            f = f.f_back
-            depth += 1
-        return "fit" if keras_seen else None
-    finally:
-        del frame
+class _NamesOurFit(collections.abc.Iterable):
+    """Mixin in front of a distributed dataset class: `iter()` outside the
+    coordinator raises `KerasParameterServerError` instead of TF's message.
+
+    Based on `collections.abc.Iterable`, as TF's distributed datasets are
+    (the `__class__` swap needs the same layout).
+    """
+
+    def __iter__(self):
+        try:
+            return super().__iter__()
+        except ValueError as e:
+            if "create_per_worker_dataset" not in str(e):
+                raise
+            raise KerasParameterServerError(FIT_INSTEAD) from None

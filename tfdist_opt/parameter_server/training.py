@@ -33,6 +33,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tfdist_opt import runtime
 from tfdist_opt.parameter_server import data as data_lib
 from tfdist_opt.parameter_server import faults
 from tfdist_opt.parameter_server import steps as steps_lib
@@ -40,22 +41,20 @@ from tfdist_opt.parameter_server import steps as steps_lib
 
 @contextlib.contextmanager
 def steps_running(strategy):
-    """Marks `strategy`'s coordinator as busy: no heap scan for new models.
+    """Marks `strategy`'s coordinator as busy: no model class is swapped.
 
-    A heap scan that took a reference to every tracked object
-    (`gc.get_objects()`) once broke a tuple a coordinator worker thread was
-    still filling ("SystemError: Objects/tupleobject.c:927: bad argument to
-    internal function", a `ClosureInputError` of a per-worker dataset); the
-    scan now uses `gc.get_referrers`, and none runs while steps run. `fit`,
-    `evaluate` and `predict` run inside this, where the coordinator's threads
-    work, so only scope entries outside training scan.
+    `fit`, `evaluate` and `predict` run inside this, where the
+    coordinator's threads work; a model noted meanwhile
+    (`tfdist_opt.strategy.model_registry`) gets its subclass at the next
+    scope entry or exit outside training.
     """
-    count = getattr(strategy, "_tfdist_steps_running", 0)
-    strategy._tfdist_steps_running = count + 1
+    state = runtime.runtime_of(strategy)
+    count = state.steps_running
+    state.steps_running = count + 1
     try:
         yield
     finally:
-        strategy._tfdist_steps_running = count
+        state.steps_running = count
 
 
 def _steps_running(fn):
@@ -140,12 +139,14 @@ def fit(model: keras.Model, x=None, y=None, batch_size: int | None = None,
     # as each step completes, in order, so callbacks see real progress.
     window = 2 * max(1, _num_workers(strategy))
     model.stop_training = False
-    cbs.on_train_begin()
+    with runtime.fit_call(model, epochs, initial_epoch, cbs):  # callback order
+        cbs.on_train_begin()
     # A BackupAndRestore may move the start epoch: Keras's sets
     # `model._initial_epoch` (and Keras's fit reads it the same way), ours
-    # `_tfdist_resume_epoch`.
+    # `resume_epoch` (`runtime.ObjectState`).
     initial_epoch = getattr(model, "_initial_epoch", None) or initial_epoch
-    initial_epoch = max(initial_epoch, getattr(model, "_tfdist_resume_epoch", 0))
+    state = runtime.OBJECTS.get(model)
+    initial_epoch = max(initial_epoch, 0 if state is None else state.resume_epoch)
     logs = {}
     completed: list[int] = []
     with faults.named_ps_failure(strategy):

@@ -33,6 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdist_opt import _class_swap
+from tfdist_opt import runtime
 
 ShardedVariable = tf.__internal__.distribute.ShardedVariable
 
@@ -78,15 +79,13 @@ def make_counter_atomic(counter) -> None:
             "Invalid value for `counter`: expected a Keras variable "
             f"(optimizer.iterations). Received: {type(counter).__name__}")
     cls = type(counter)
-    if getattr(cls, "_tfdist_atomic", False):
+    if issubclass(cls, _AtomicAssignAdd):
         return
     counter.__class__ = _atomic_class(cls)
 
 
 class _AtomicAssignAdd:
     """`assign_add` as one `tf.Variable.assign_add` (Keras 3's is assign(self + v))."""
-
-    _tfdist_atomic = True
 
     def assign_add(self, value):
         tf_var = self.value  # the tf.Variable (integer: never autocast)
@@ -138,11 +137,12 @@ def route_sharded_lookups(model: keras.Model) -> int:
             continue
         if not layer.built or not is_sharded(layer.embeddings):
             continue
-        if getattr(layer, "_tfdist_sharded_call", False):
+        state = runtime.OBJECTS.of(layer)
+        if state.sharded_call:
             routed += 1
             continue
         layer.call = types.MethodType(_sharded_embedding_call, layer)
-        layer._tfdist_sharded_call = True
+        state.sharded_call = True
         routed += 1
     return routed
 

@@ -47,6 +47,8 @@ import keras
 from tfdist_opt.callbacks.throughput import SKIPPING_ATTR
 from tfdist_opt.coordination import kv_store
 from tfdist_opt import _logging
+from tfdist_opt import private_api
+from tfdist_opt import runtime
 from tfdist_opt.stall import inspector as inspector_lib
 from tfdist_opt.stall import uneven
 
@@ -104,7 +106,7 @@ def group_addresses(tf_config) -> dict:
 
 
 def attach(strategy, config, tf_config) -> None:
-    """Stores `StallSettings` on a multi-worker `strategy`.
+    """Stores `StallSettings` in a multi-worker `strategy`'s runtime.
 
     Call outside any strategy scope (the marker must be a plain local
     variable, not a mirrored one).
@@ -119,30 +121,33 @@ def attach(strategy, config, tf_config) -> None:
         with tf.device("/cpu:0"):
             marker = tf.Variable(0, dtype=tf.int64, trainable=False,
                                  name="tfdist_opt_input_marker")
-    strategy._tfdist_stall = StallSettings(config.stall_warn_s,
-                                           config.stall_abort_s, task, names,
-                                           marker, group_addresses(tf_config),
-                                           config.collective_timeout_s)
+    runtime.runtime_of(strategy).stall = StallSettings(
+        config.stall_warn_s, config.stall_abort_s, task, names, marker,
+        group_addresses(tf_config), config.collective_timeout_s)
 
 
 def abort_collectives(message: str) -> None:
     """Aborts this process's pending and later collectives with DEADLINE_EXCEEDED."""
-    from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
-    from tensorflow.python.framework import errors  # pylint: disable=g-import-not-at-top
-
+    context = private_api.eager_context_module()
+    errors = private_api.tf_errors_module()
     context.context().abort_collective_ops(errors.DEADLINE_EXCEEDED, message)
 
 
 def set_enabled(strategy, enabled: bool) -> None:
     """Turns the inspector on or off for later `fit`s (a benchmark's A/B)."""
-    s = getattr(strategy, "_tfdist_stall", None)
+    s = _settings(strategy)
     if s is not None:
         s.enabled = enabled
 
 
 def settings_of(strategy) -> StallSettings | None:
-    s = getattr(strategy, "_tfdist_stall", None)
+    s = _settings(strategy)
     return s if s is not None and s.enabled else None
+
+
+def _settings(strategy) -> StallSettings | None:
+    state = runtime.peek(strategy)
+    return None if state is None else state.stall
 
 
 def count_inputs(strategy, distributed):
@@ -273,7 +278,9 @@ class _Agree(keras.callbacks.Callback):
 class FitWatch:
     """One `fit`'s progress state, callbacks and inspector thread."""
 
-    def __init__(self, strategy, settings: StallSettings, store=None, out=None):
+    def __init__(self, strategy, settings: StallSettings, store=None, out=None,
+                 model=None):
+        self.model = model  # whose fit this is (its `runtime.FitCall`)
         self.task, self.names = settings.task, settings.names
         self.tasks = sorted(self.names)
         self.store = store or kv_store.TFKeyValueStore()
@@ -324,9 +331,9 @@ class FitWatch:
         warning = uneven.decide(counts, self.names)
         if warning is None:
             return
-        epoch_iterator = _fit_epoch_iterator()
+        epoch_iterator = _fit_epoch_iterator(self.model)
         if epoch_iterator is not None:
-            epoch_iterator._num_batches = None  # pylint: disable=protected-access
+            private_api.clear_epoch_length(epoch_iterator)
         if self.task == self.tasks[0]:
             _logging.log_once(warning, warning=True)
 
@@ -350,24 +357,10 @@ class FitWatch:
             self.inspector.stop()
 
 
-def _fit_epoch_iterator():
-    """The `EpochIterator` of the Keras `fit` calling us (its frame's local)."""
-    import inspect  # pylint: disable=g-import-not-at-top
-
-    from keras.src.trainers import epoch_iterator as ei  # pylint: disable=g-import-not-at-top
-
-    frame = inspect.currentframe()
-    try:
-        for _ in range(12):
-            frame = frame.f_back if frame is not None else None
-            if frame is None:
-                return None
-            found = frame.f_locals.get("epoch_iterator")
-            if frame.f_code.co_name == "fit" and isinstance(found, ei.EpochIterator):
-                return found
-        return None
-    finally:
-        del frame
+def _fit_epoch_iterator(model):
+    """The `EpochIterator` of `model`'s running `fit` (`runtime.FitCall`)."""
+    fit = runtime.FITS.get(model) if model is not None else None
+    return None if fit is None else fit.epoch_iterator
 
 
 def watch_fit(model, args: tuple, kwargs: dict):
@@ -385,7 +378,7 @@ def watch_fit(model, args: tuple, kwargs: dict):
         user = args[5]  # fit(x, y, batch_size, epochs, verbose, callbacks, ...)
     if user is not None and not isinstance(user, (list, tuple)):
         return args, kwargs, None  # a CallbackList: the caller's own container
-    watch = FitWatch(model._distribute_strategy, settings)
+    watch = FitWatch(model._distribute_strategy, settings, model=model)
     front, back = watch.callbacks
     wrapped = [front, *(user or ()), *([back] if back is not None else [])]
     if "callbacks" in kwargs or len(args) <= 5:

@@ -43,6 +43,8 @@ import os
 import shutil
 
 from tfdist_opt import _class_swap
+from tfdist_opt import private_api
+from tfdist_opt import runtime
 from tfdist_opt.callbacks import restore_agreement
 from tfdist_opt.callbacks.summaries import ChiefOnlyTensorBoard
 from tfdist_opt.strategy import file_writers
@@ -84,14 +86,20 @@ class ChiefModelCheckpoint:
                 self.filepath = real
 
 
+def _decided_writes(callback) -> bool:
+    """What `on_train_begin` decided (True before it ran)."""
+    state = runtime.OBJECTS.get(callback)
+    return True if state is None or state.writes is None else state.writes
+
+
 class ChiefBackupAndRestore:
     """Mixin in front of `keras.callbacks.BackupAndRestore`."""
 
     def on_train_begin(self, logs=None):
         error = None
         try:
-            self._tfdist_writes = _writes(self, self.backup_dir)
-            if self._tfdist_writes:
+            writes = runtime.OBJECTS.of(self).writes = _writes(self, self.backup_dir)
+            if writes:
                 super().on_train_begin(logs)
             else:
                 self._load_read_only()
@@ -103,11 +111,10 @@ class ChiefBackupAndRestore:
 
     def _load_read_only(self):
         """Keras's fallback to the `.bkp` copy, without copying in the shared dir."""
-        from keras.src.utils import file_utils
         try:
             self._load_model()
         except OSError:
-            if not file_utils.exists(self._prev_weights_path):
+            if not private_api.file_exists(self._prev_weights_path):
                 raise
             # Keras loads only `*.weights.h5` names: read a private copy.
             paths = (self._weights_path, self._training_metadata_path)
@@ -123,14 +130,14 @@ class ChiefBackupAndRestore:
     def _save_model(self):
         # Saving reads each mirrored variable's local copy; no collective is
         # skipped by writing nothing here.
-        if getattr(self, "_tfdist_writes", True):
+        if _decided_writes(self):
             # Its model.save_weights must not start a save of its own (with
             # a barrier the other workers of the group never join).
             with file_writers.write_scope(_strategy(self), self.backup_dir):
                 super()._save_model()
 
     def on_train_end(self, logs=None):
-        if getattr(self, "_tfdist_writes", True):
+        if _decided_writes(self):
             super().on_train_end(logs)
 
 

@@ -31,13 +31,13 @@ loads as a plain Keras model.
 
 from __future__ import annotations
 
-import gc
 import os
 
 from tfdist_opt import _class_swap
 from tfdist_opt.stall import keras_binding as stall_binding
 from tfdist_opt.strategy import chief_callbacks
 from tfdist_opt.strategy import file_writers
+from tfdist_opt.strategy import model_registry
 
 
 def _write(model, method, filepath, args, kwargs):
@@ -56,8 +56,6 @@ def _write(model, method, filepath, args, kwargs):
 
 class ChiefSaving:
     """Mixin in front of a Keras Model class; see the module docstring."""
-
-    _tfdist_chief_saving = True
 
     def save(self, filepath, *args, **kwargs):
         return _write(self, super().save, filepath, args, kwargs)
@@ -88,69 +86,23 @@ def saving_class(cls: type) -> type:
     return _class_swap.cached_subclass(ChiefSaving, cls)
 
 
-_VARIABLES_CREATED = [0]
-
-
-def count_variable(next_creator, **kwargs):
-    """A `tf.variable_creator_scope` creator: counts variables made in our scope."""
-    _VARIABLES_CREATED[0] += 1
-    return next_creator(**kwargs)
-
-
-def _signature() -> tuple[int, int]:
-    """Changes whenever a variable is created in our scope or a Keras object is
-    auto-named (every layer, model, optimizer and metric without a `name=`)."""
-    from keras.src.backend.common import global_state
-    uids = global_state.get_global_attribute("object_name_uids") or {}
-    return _VARIABLES_CREATED[0], sum(uids.values())
-
-
 def adopt_models(strategy, mixin: type | None = None) -> int:
     """Swaps the class of every Keras model built under `strategy`; returns how many.
 
     `mixin` defaults to `ChiefSaving`; the parameter-server strategy passes
     its own (`tfdist_opt.parameter_server.keras_model.CoordinatorTraining`).
-
-    Scans the heap (`_holders`, ~0.1 s on a large one) only when
-    something was built since the last scan for `strategy` (`_signature`),
-    so the scope entries of repeated `fit`/`evaluate`/`predict` calls cost
-    nothing. Python has no instance-creation hook that does not patch a
-    Keras class for the whole process.
+    The models are those `model_registry` noted while our scope was
+    entered (where Keras built them), so a scope entry with nothing new
+    built costs nothing. Inside a `tf.function` nothing is swapped; the
+    next scope entry or exit outside one does it.
     """
-    import keras
     import tensorflow as tf
     if tf.inside_function():
         return 0
-    signature = _signature()
-    if getattr(strategy, "_tfdist_adopted_at", None) == signature:
-        return 0
     n = 0
-    for obj in _holders(strategy):
-        if (isinstance(obj, keras.Model)
-                and not isinstance(obj, mixin or ChiefSaving)
-                and getattr(obj, "_distribute_strategy", None) is strategy):
-            obj.__class__ = _class_swap.cached_subclass(mixin or ChiefSaving, type(obj))
+    for model in model_registry.take(strategy):
+        if not isinstance(model, mixin or ChiefSaving):
+            model.__class__ = _class_swap.cached_subclass(mixin or ChiefSaving,
+                                                          type(model))
             n += 1
-    strategy._tfdist_adopted_at = signature
     return n
-
-
-def _holders(target) -> list:
-    """The objects that hold `target` in an attribute (two `gc.get_referrers` passes).
-
-    Not `gc.get_objects()`: that takes a reference to every tracked object,
-    including a tuple another thread is still filling (`tuple(generator)`),
-    whose `_PyTuple_Resize` then fails with "SystemError:
-    Objects/tupleobject.c:927: bad argument to internal function" (seen in
-    a parameter-server coordinator thread). `get_referrers` holds only the
-    objects that refer to `target`: an instance directly, or its `__dict__`
-    when that is materialised.
-    """
-    direct = gc.get_referrers(target)
-    dicts = [r for r in direct if isinstance(r, dict)]
-    ids = {id(d) for d in dicts}
-    out = [r for r in direct if not isinstance(r, dict)]
-    if dicts:
-        out.extend(o for o in gc.get_referrers(*dicts)
-                   if id(getattr(o, "__dict__", None)) in ids)
-    return out

@@ -41,11 +41,11 @@ from typing import Iterator, NamedTuple
 
 from absl import logging
 
+from tfdist_opt import runtime
 from tfdist_opt.coordination import kv_store
 from tfdist_opt.strategy import storage_sharing
 from tfdist_opt.strategy import topology
 
-ATTR = "_tfdist_storage_sharing"
 _PREFIX = "tfdist_opt/storage"
 _LOCK = threading.Lock()
 _CACHE: dict[tuple[str, str], storage_sharing.Layout] = {}
@@ -62,7 +62,7 @@ def attach(strategy, mode: str) -> None:
     if mode not in storage_sharing.MODES:
         raise ValueError("Invalid value for `storage_sharing`: expected one of "
                          f"{storage_sharing.MODES}. Received: storage_sharing={mode!r}")
-    setattr(strategy, ATTR, mode)
+    runtime.runtime_of(strategy).storage_sharing = mode
 
 
 def _store():
@@ -128,7 +128,8 @@ def decide(strategy, directory) -> Decision | None:
     if cluster is None:
         return None
     me, tasks, by_probe = cluster
-    mode = getattr(strategy, ATTR, "auto")
+    state = runtime.peek(strategy)
+    mode = "auto" if state is None else state.storage_sharing
     path = os.fspath(directory)
     if mode == "per_worker":
         return Decision(me, storage_sharing.private_layout(

@@ -50,6 +50,7 @@ from tfdist_opt.stall import keras_binding as stall_binding
 from tfdist_opt.strategy import chief_saving
 from tfdist_opt.strategy import keras_steps
 from tfdist_opt.strategy import log_packing
+from tfdist_opt.strategy import model_registry
 from tfdist_opt.strategy import plain_iterator
 from tfdist_opt.strategy import worker_cpu_replicas
 
@@ -70,7 +71,7 @@ class _AdoptingScope:
     def scope(self):
         chief_saving.adopt_models(self, self._MODEL_MIXIN)
         try:
-            with super().scope(), tf.variable_creator_scope(chief_saving.count_variable):
+            with super().scope(), model_registry.recording():
                 yield self
         finally:
             chief_saving.adopt_models(self, self._MODEL_MIXIN)
@@ -106,10 +107,10 @@ class KerasMultiWorkerMirroredStrategy(_AdoptingScope,
     subclass (issues 17, 23): one worker per shared storage writes
     `model.save` / `save_weights` / `ModelCheckpoint` paths, and a worker on
     its own disk its own copy; the same subclass carries
-    `keras_steps.KerasSteps`. Keras's `fit` enters this scope too, so a model
-    built and fitted in one block is covered before its first callback runs.
-    The scan runs only when a variable or Keras object was created since the
-    last one.
+    `keras_steps.KerasSteps`. The models are those Keras built or called
+    while the scope was entered (`model_registry`); Keras's `fit` enters
+    this scope too, so a model first built by `fit` is covered before its
+    train function is made.
     """
 
     _MODEL_MIXIN = _MultiWorkerModel

@@ -61,13 +61,16 @@ divide, before step 1 (`global_batch`).
 from __future__ import annotations
 
 import contextlib
+import sys
 import warnings
 
+from tfdist_opt import private_api
+from tfdist_opt import runtime
 from tfdist_opt.strategy import global_batch
+from tfdist_opt.strategy import model_registry
 from tfdist_opt.strategy import multi_step
 
 JIT_FALLBACKS = ("warn", "error")
-_FALLBACK_ATTR = "_tfdist_jit_fallback"
 # Collective op types (TF 2.21); none has an XLA kernel on CPU.
 _COLLECTIVE_PREFIXES = ("Collective", "Nccl")
 
@@ -89,12 +92,13 @@ def set_jit_fallback(strategy, jit_fallback: str) -> None:
         raise ValueError(
             f"Invalid value for `jit_fallback`: expected one of {JIT_FALLBACKS}. "
             f"Received: jit_fallback={jit_fallback!r}")
-    setattr(strategy, _FALLBACK_ATTR, jit_fallback)
+    runtime.runtime_of(strategy).jit_fallback = jit_fallback
 
 
 def jit_fallback_of(strategy) -> str:
     """The strategy's `jit_fallback` (`"warn"` unless `opt_strategy()` set it)."""
-    return getattr(strategy, _FALLBACK_ATTR, "warn")
+    state = runtime.peek(strategy)
+    return "warn" if state is None else state.jit_fallback
 
 
 def needs_inlined_steps(model) -> bool:
@@ -122,14 +126,17 @@ def needs_per_replica_xla(model) -> bool:
 class KerasSteps:
     """Mixin in front of a Keras Model class; see the module docstring."""
 
-    _tfdist_keras_steps = True
-
     def fit(self, *args, **kwargs):
         # Before Keras builds anything: a tf.data global batch the replicas
         # do not divide is refused (`global_batch`).
         global_batch.check_fit_input(self.distribute_strategy,
                                      args[0] if args else kwargs.get("x"))
-        return super().fit(*args, **kwargs)
+        # Keras keeps these in fit's locals; recorded for the code that
+        # needs them mid-fit (`runtime.FitCall`).
+        with runtime.fit_call(self, fit_argument(args, kwargs, "epochs", 1),
+                              fit_argument(args, kwargs, "initial_epoch", 0),
+                              fit_argument(args, kwargs, "callbacks", None)):
+            return super().fit(*args, **kwargs)
 
     def make_train_function(self, force=False):
         if self.train_function is not None and not force:
@@ -162,11 +169,36 @@ class KerasSteps:
             return make(force)
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        first = _peeked_generator_batch(iterator) if data_batch is None else None
-        if first is None:
-            return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
-        with self.distribute_strategy.scope():
-            self._symbolic_build(data_batch=first)
+        # Keras's fit calls this first with its training `EpochIterator`.
+        fit = runtime.FITS.get(self)
+        if fit is not None and fit.epoch_iterator is None:
+            fit.epoch_iterator = iterator
+        if fit is not None:
+            fit.building = True
+        try:
+            first = _peeked_generator_batch(iterator) if data_batch is None else None
+            if first is None:
+                return super()._maybe_symbolic_build(iterator=iterator,
+                                                     data_batch=data_batch)
+            with self.distribute_strategy.scope():
+                self._symbolic_build(data_batch=first)
+        finally:
+            if fit is not None:
+                fit.building = False
+
+
+# Positions in `keras.Model.fit(x, y, batch_size, epochs, verbose, callbacks,
+# validation_split, validation_data, shuffle, class_weight, sample_weight,
+# initial_epoch, ...)`.
+_FIT_POSITIONS = {"epochs": 3, "callbacks": 5, "initial_epoch": 11}
+
+
+def fit_argument(args: tuple, kwargs: dict, name: str, default):
+    """`fit`'s argument `name` from its `*args, **kwargs`."""
+    if name in kwargs:
+        return kwargs[name]
+    i = _FIT_POSITIONS[name]
+    return args[i] if len(args) > i else default
 
 
 @contextlib.contextmanager
@@ -185,10 +217,8 @@ def _per_replica_step(model, name, step):
 def _peeked_generator_batch(iterator):
     """Specs of a Python generator input's batches (from the batches Keras
     already peeked; nothing is consumed), or None for any other input."""
-    from keras.src.trainers.data_adapters import generator_data_adapter
-
     adapter = getattr(iterator, "data_adapter", None)
-    if isinstance(adapter, generator_data_adapter.GeneratorDataAdapter):
+    if isinstance(adapter, private_api.generator_data_adapter_class()):
         return adapter.get_tf_dataset().element_spec
     return None
 
@@ -269,12 +299,14 @@ def _compiled_step(model, stage, step_fn):
 
 def _why_not_compilable(compiled, data) -> str | None:
     """Traces `compiled` for `data`; why XLA cannot compile it per replica."""
+    scopes = _ScopesLeftByErrors(private_api.name_scope_stack() or ())
     try:
-        concrete = compiled.get_concrete_function(data)
+        with _name_scope_stack(scopes):
+            concrete = compiled.get_concrete_function(data)
     except RuntimeError as e:
         if "merge_call" not in str(e):
             raise
-        layer = _innermost_layer(e)
+        layer = scopes.innermost_layer(e)
         return ("it calls merge_call (a cross-replica all-reduce: synchronized "
                 "BatchNormalization, or a collective in a custom step) "
                 + (f"in layer {layer!r} " if layer else "")
@@ -292,28 +324,59 @@ def _why_not_compilable(compiled, data) -> str | None:
     return None
 
 
-def _innermost_layer(error) -> str | None:
-    """The name of the deepest Keras layer (not a model) in the error's frames."""
-    import keras
+class _ScopesLeftByErrors(model_registry.RecordingStack):
+    """Keras's name scope stack, noting the first Keras layer (not a model)
+    whose scope each exception unwinds: the layer the error came from.
 
-    name = None
-    while error is not None:
-        tb = error.__traceback__
-        while tb is not None:
-            obj = tb.tb_frame.f_locals.get("self")
-            if isinstance(obj, keras.layers.Layer) and not isinstance(obj, keras.Model):
-                name = obj.name
-            tb = tb.tb_next
-        if name is not None:
-            return name
-        error = error.__cause__ or error.__context__
-    return None
+    Keras opens `backend.name_scope(layer.name, caller=layer)` around every
+    layer call and pops it in the scope's `__exit__`, where the propagating
+    exception is the one being handled (`sys.exc_info()`). Models pushed
+    meanwhile are noted as by `model_registry.recording()`.
+    """
+
+    def __init__(self, items=()):
+        super().__init__(items)
+        self._left: dict[int, tuple] = {}  # id(exception) -> (exception, name)
+
+    def pop(self, *args):
+        scope = super().pop(*args)
+        error = sys.exc_info()[1]
+        if error is not None and id(error) not in self._left:
+            import keras
+
+            caller = getattr(scope, "caller", None)
+            if isinstance(caller, keras.layers.Layer) and not isinstance(caller, keras.Model):
+                self._left[id(error)] = (error, caller.name)
+        return scope
+
+    def innermost_layer(self, error) -> str | None:
+        """The layer `error` (or an exception it was raised from) left first."""
+        while error is not None:
+            left = self._left.get(id(error))
+            if left is not None and left[0] is error:
+                return left[1]
+            error = error.__cause__ or error.__context__
+        return None
+
+
+@contextlib.contextmanager
+def _name_scope_stack(stack):
+    """Keras uses `stack` as this thread's name scope stack meanwhile."""
+    previous = private_api.name_scope_stack()
+    private_api.set_name_scope_stack(stack)
+    try:
+        yield
+    finally:
+        if private_api.name_scope_stack() is stack:
+            restored = previous if previous is not None else []
+            restored[:] = stack
+            private_api.set_name_scope_stack(restored)
 
 
 def _fall_back(model, stage, reason):
     """Raises, or warns once per model and stage (every replica traces)."""
     strategy = model.distribute_strategy
-    warned = vars(model).setdefault("_tfdist_xla_warned", set())
+    warned = runtime.OBJECTS.of(model).xla_warned
     where = (f"jit_compile=True under {type(strategy).__name__} "
              f"({strategy.num_replicas_in_sync} replicas): the {stage} of model "
              f"{model.name!r} cannot be XLA-compiled per replica: {reason}")

@@ -22,6 +22,8 @@ under a multi-worker strategy with `steps_per_execution > 1`.
 
 from __future__ import annotations
 
+from tfdist_opt import private_api
+
 
 def make_function(model, step):
     """A train/test function for `model` running `step` per replica, N per call.
@@ -39,14 +41,13 @@ def make_function(model, step):
     """
     import keras
     import tensorflow as tf
-    from keras.src.backend.tensorflow import trainer as tf_trainer
 
     def one_step_on_data(data):
         data = keras.tree.map_structure(
             lambda t: None if isinstance(t, tf.experimental.Optional) else t, data)
         strategy = model.distribute_strategy
         outputs = strategy.run(step, args=(data,))
-        return tf_trainer.reduce_per_replica(outputs, strategy, reduction="auto")
+        return private_api.reduce_per_replica(outputs, strategy, reduction="auto")
 
     def multi_step_on_iterator(iterator):
         n = model.steps_per_execution

@@ -14,15 +14,15 @@ take).
 
 from __future__ import annotations
 
-from tensorflow.python.distribute import collective_all_reduce_strategy as _cars
+from tfdist_opt import private_api
 
 
-class _CpuReplicasExtended(_cars.CollectiveAllReduceExtended):
+class _CpuReplicasExtended(private_api.collective_all_reduce_extended_class()):
     """TF's extended MWMS object with `local` CPU devices on each worker."""
 
     def __init__(self, container_strategy, cluster_resolver,
                  communication_options, local: int):
-        self._tfdist_local_cpus = local
+        self._local_cpu_replicas = local
         super().__init__(container_strategy, cluster_resolver=cluster_resolver,
                          communication_options=communication_options)
 
@@ -32,7 +32,7 @@ class _CpuReplicasExtended(_cars.CollectiveAllReduceExtended):
         if kind != "CPU":
             return devices, kind
         return tuple(f"{worker_device}/device:CPU:{i}"
-                     for i in range(self._tfdist_local_cpus)), kind
+                     for i in range(self._local_cpu_replicas)), kind
 
 
 def extended(container_strategy, cluster_resolver, communication_options,

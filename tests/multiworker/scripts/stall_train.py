@@ -36,6 +36,7 @@ strategy = tfdist_opt.opt_strategy(all_reduce="ring")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from tfdist_opt import runtime  # noqa: E402
 
 INDEX = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
 STALL_DIR = os.environ["STALL_DIR"]
@@ -208,7 +209,7 @@ def part2():
         data, kwargs = make()
         counter = Counter()
         model = model_in_scope()
-        stall = strategy._tfdist_stall  # pylint: disable=protected-access
+        stall = runtime.runtime_of(strategy).stall
         warn_s = stall.warn_s
         if "inspector off" in kind:  # as with stall_warn_s=0
             stall.warn_s = None
