@@ -129,7 +129,7 @@ def test_no_import_cycles():
 # gradients, callbacks, stall and parameter_server import one another).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("_lazy", "_logging", "_class_swap", "validation", "versions", "resources",
-     "config_files", "private_api"),
+     "config_files", "private_api", "seam", "runtime"),
     ("cluster",),  # cluster description: TF_CONFIG, sources, ports
     ("coordination",),  # in-worker: KV store, start-up guard, faults, watchdog
     ("data", "gradients", "strategy", "callbacks", "stall", "parameter_server",
