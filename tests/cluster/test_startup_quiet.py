@@ -36,3 +36,28 @@ def test_a_real_tensorflow_start_up_prints_nothing_under_launch():
     worker_lines = [ln for ln in (p.stdout + p.stderr).splitlines()
                     if ln.startswith("[worker 0]") and ln != "[worker 0] sum 3.0"]
     assert worker_lines == [], "\n".join(worker_lines)
+
+
+# What TF 2.19.1 printed here at start-up, in TSL's older log format.
+TSL_CUINIT = ("2026-12-06 13:32:31.984202: E external/local_xla/xla/stream_executor/"
+              "cuda/cuda_platform.cc:51] failed call to cuInit: INTERNAL: CUDA error: "
+              "Failed call to cuInit: UNKNOWN ERROR (303)")
+TSL_CUFFT = ("2026-12-06 13:31:43.053489: E external/local_xla/xla/stream_executor/"
+             "cuda/cuda_fft.cc:467] Unable to register cuFFT factory: Attempting to "
+             "register factory for plugin cuFFT when one has already been registered")
+TSL_INFO = ("2026-12-06 13:31:43.100000: I tensorflow/core/util/port.cc:153] oneDNN "
+            "custom operations are on.")
+TSL_ERROR = ("2026-12-06 13:31:50.000000: E tensorflow/core/common_runtime/"
+             "base_collective_executor.cc:249] BaseCollectiveExecutor::StartAbort")
+
+
+def test_the_older_tensorflow_log_format_is_filtered_alike():
+    from tfdist_opt.cluster import log_filter
+
+    keep = log_filter.StartupNoiseFilter(2, nvidia_driver=False)
+    assert [ln for ln in (TSL_CUINIT, TSL_CUFFT, TSL_INFO, TSL_ERROR) if keep(ln)] == [TSL_ERROR]
+    assert keep.hidden == 3
+    with_driver = log_filter.StartupNoiseFilter(2, nvidia_driver=True)
+    assert with_driver(TSL_CUINIT) and not with_driver(TSL_CUFFT)
+    verbose = log_filter.StartupNoiseFilter(0, nvidia_driver=True)
+    assert verbose(TSL_INFO)
