@@ -9,7 +9,7 @@ in a venv that has TensorFlow 2.19:
   (`TFDIST_MATRIX_CACHE`, default ~/.cache/tfdist_opt/version_matrix): the
   real TensorFlow 2.19 with its real dependencies;
 - otherwise a venv with only the metadata of TensorFlow 2.19.1 and Keras
-  3.10.0 (their `dist-info`, with TensorFlow 2.19.1's own requirements on
+  3.12.0 (their `dist-info`, with TensorFlow 2.19.1's own requirements on
   Keras, numpy, ml_dtypes and TensorBoard): what pip reads to decide, without
   the 570 MB wheel.
 
@@ -39,7 +39,7 @@ _TF_219_REQUIRES = ("keras>=3.5.0", "numpy<2.2.0,>=1.26.0",
 
 
 def _matrix_venv():
-    for cell in ("tf2.19-keras3.15", "tf2.19-keras3.10"):
+    for cell in ("tf2.19-keras3.15", "tf2.19-keras3.12"):
         py = CACHE / cell / "bin" / "python"
         if (CACHE / cell / ".tfdist_matrix_stamp").exists() and py.exists():
             return py
@@ -47,14 +47,14 @@ def _matrix_venv():
 
 
 def _stand_in_venv(root: pathlib.Path) -> pathlib.Path:
-    """A venv whose site-packages holds TF 2.19.1's and Keras 3.10.0's metadata."""
+    """A venv whose site-packages holds TF 2.19.1's and Keras 3.12.0's metadata."""
     venv.EnvBuilder(with_pip=False).create(root)
     py = root / "bin" / "python"
     site = pathlib.Path(subprocess.run(
         [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True, text=True, check=True, timeout=60).stdout.strip())
     for name, version, requires in (("tensorflow", "2.19.1", _TF_219_REQUIRES),
-                                    ("keras", "3.10.0", ("numpy", "ml-dtypes"))):
+                                    ("keras", "3.12.0", ("numpy", "ml-dtypes"))):
         info = site / f"{name}-{version}.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(

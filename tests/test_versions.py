@@ -25,7 +25,7 @@ def _fake(table):
 @pytest.mark.parametrize("table", [
     {"tensorflow": "2.21.0", "keras": "3.15.1", "tf-keras": "2.21.0"},
     {"tensorflow-cpu": "2.21.3", "keras": "3.12.0"},
-    {"tensorflow": "2.18.1", "keras": "3.10.0", "tf-keras": "2.18.0"},
+    {"tensorflow": "2.18.1", "keras": "3.12.0", "tf-keras": "2.18.0"},
     {"tensorflow": "2.19.1", "keras": "3.13.2"},
     {"tensorflow": "2.20.0", "keras": "3.15.1", "tf-keras": "2.20.1"},
 ])
@@ -50,11 +50,11 @@ def test_the_running_environment_is_a_tested_one():
      "keras 3.16.0 (expected 3.12.x to 3.15.x with TensorFlow 2.21)"),
     ({"tensorflow": "2.21.0", "keras": "3.11.0"},
      "keras 3.11.0 (expected 3.12.x to 3.15.x with TensorFlow 2.21)"),
-    ({"tensorflow": "2.19.0", "keras": "3.9.0"},
-     "keras 3.9.0 (expected 3.10.x to 3.15.x with TensorFlow 2.19)"),
+    ({"tensorflow": "2.19.0", "keras": "3.10.0"},
+     "keras 3.10.0 (expected 3.12.x to 3.15.x with TensorFlow 2.19)"),
     ({"tf-nightly": "2.22.0.dev20260101", "keras-nightly": "3.16.0.dev1"},
      "tf-nightly 2.22.0.dev20260101 (expected 2.18.x to 2.21.x), "
-     "keras-nightly 3.16.0.dev1 (expected 3.10.x to 3.15.x)"),
+     "keras-nightly 3.16.0.dev1 (expected 3.12.x to 3.15.x)"),
     ({"tensorflow": "2.21.0", "keras": "3.15.1", "tf-keras": "2.20.1"},
      "tf-keras 2.20.1 (expected 2.21.x, TensorFlow's minor)"),
 ])
@@ -64,10 +64,9 @@ def test_an_untested_version_warns_naming_the_checked_versions(table, named):
     assert len(record) == 1
     assert named in message
     assert message.startswith(
-        "tfdist_opt was tested with TensorFlow 2.18-2.21 (Keras 3.10-3.15 with "
-        "TensorFlow 2.18, 2.19, 2.20; Keras 3.12-3.15 with TensorFlow 2.21; "
-        "tf-keras of TensorFlow's minor); found ")
-    assert 'pip install "tensorflow>=2.18,<2.22" "keras>=3.10,<3.16"' in message
+        "tfdist_opt was tested with TensorFlow 2.18-2.21 (Keras 3.12-3.15 with "
+        "TensorFlow 2.18, 2.19, 2.20, 2.21; tf-keras of TensorFlow's minor); found ")
+    assert 'pip install "tensorflow>=2.18,<2.22" "keras>=3.12,<3.16"' in message
 
 
 def test_import_warns_once_without_importing_tensorflow(tmp_path):
@@ -116,8 +115,8 @@ def test_pyproject_requires_the_tested_ranges():
 
 
 @pytest.mark.parametrize("installed,line", [
-    ({"tensorflow": ("tensorflow", "2.19.1"), "keras": ("keras", "3.10.0")},
-     "tested set   : yes (tensorflow 2.19.1, keras 3.10.0); tested: TensorFlow 2.18-2.21 ("),
+    ({"tensorflow": ("tensorflow", "2.19.1"), "keras": ("keras", "3.12.0")},
+     "tested set   : yes (tensorflow 2.19.1, keras 3.12.0); tested: TensorFlow 2.18-2.21 ("),
     ({"tensorflow": ("tensorflow", "2.21.0"), "keras": ("keras", "3.11.0")},
      "tested set   : no: keras 3.11.0 (expected 3.12.x to 3.15.x with TensorFlow 2.21); "
      "tested: TensorFlow 2.18-2.21 ("),
