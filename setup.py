@@ -1,25 +1,15 @@
-"""Packaging for tfdist_opt."""
+"""The build step pyproject.toml cannot declare: configs/ and benchmarks/ in the wheel.
+
+Every setting (name, version, requirements, extras, console script) is in
+pyproject.toml; this file only adds `_BuildPyWithData` as `build_py`.
+"""
 
 import pathlib
-import re
 
 import setuptools
 from setuptools.command.build_py import build_py
 
 _HERE = pathlib.Path(__file__).parent
-_VERSION = re.search(
-    r'^__version__ = "([^"]+)"',
-    (_HERE / "tfdist_opt" / "__init__.py").read_text(),
-    re.M,
-).group(1)
-
-# Versions a test has run on (tests/test_versions.py reads this table back
-# from tfdist_opt/versions.py, so the two cannot drift apart).
-_TF = "tensorflow==2.21.*"
-_KERAS = "keras==3.15.*"
-_TF_KERAS = "tf-keras==2.21.*"
-_TENSORBOARD = "tensorboard==2.21.*"
-_RAY_TRAIN = "ray[train]==2.60.*"  # Ray Train V2 (TensorflowTrainer)
 
 # Top-level folders shipped inside the wheel as tfdist_opt/_data/<folder>/
 # (found by tfdist_opt/resources.py): folder -> file patterns.
@@ -70,52 +60,4 @@ class _BuildPyWithData(build_py):
         return out
 
 
-setuptools.setup(
-    name="tfdist_opt",
-    version=_VERSION,
-    description=(
-        "Fast, painless TensorFlow data-parallel training: Keras-3-safe "
-        "tf.distribute strategies, launcher, pipelines, callbacks, benchmarks."
-    ),
-    long_description=(_HERE / "README.md").read_text(),
-    long_description_content_type="text/markdown",
-    packages=setuptools.find_packages(include=["tfdist_opt", "tfdist_opt.*"]),
-    python_requires=">=3.11",  # tomllib
-    install_requires=[
-        _TF,
-        _KERAS,
-        "tensorflow-datasets>=4.9",
-        "importlib_resources",  # tfds download_and_prepare of local builders
-        "absl-py>=2.0",
-        "numpy>=1.26",
-        # TensorFlow asks for ml_dtypes>=0.5.1,<1. With numpy 2.4, importing
-        # ml_dtypes 0.7.0 takes 0.55-0.6 s (numpy's PyUFunc_AddLoop scans the
-        # loops registered so far for each new one, and 0.7 registers many
-        # more): 0.06 s with 0.6.0. TensorFlow imports it in every process,
-        # so every worker, restart and tool start pays it.
-        "ml_dtypes>=0.5.1,<0.7",
-    ],
-    extras_require={
-        "test": [
-            "pytest>=8",
-            "pytest-timeout>=2.3",
-            "pytest-xdist>=3.5",  # pytest.ini's `-n 2`
-            _TF_KERAS,
-            _TENSORBOARD,
-            "matplotlib>=3.8",
-            "pyyaml>=6",  # tests read `tfdist-opt k8s` manifests back
-            # tests/docs builds the site with `mkdocs build --strict`.
-            "mkdocs==1.6.1",
-            "mkdocs-material==9.8.2",
-            "mkdocstrings[python]==1.0.8",
-            "mkdocstrings-python==2.0.11",
-            _RAY_TRAIN,  # Ray tests: the Ray Train backend, launch --ray
-        ],
-        "legacy": [_TF_KERAS],
-        "ray": [_RAY_TRAIN],
-        "plot": ["matplotlib>=3.8"],
-        "tensorboard": [_TENSORBOARD],
-    },
-    cmdclass={"build_py": _BuildPyWithData},
-    entry_points={"console_scripts": ["tfdist-opt=tfdist_opt.cli:main"]},
-)
+setuptools.setup(cmdclass={"build_py": _BuildPyWithData})

@@ -5,6 +5,7 @@ import pytest
 from tfdist_opt import private_api
 
 
+@pytest.mark.compat
 def test_every_private_name_resolves():
     assert private_api.missing() == []
 
@@ -28,6 +29,7 @@ def test_a_missing_name_is_reported_with_its_reason(monkeypatch):
         "keras.no_such_module.Thing.attr (used in tfdist_opt.y: why not): "), reported[1]
 
 
+@pytest.mark.compat
 def test_instance_entries_are_checked_on_an_instance():
     entry = private_api.PrivateName("keras.optimizers.SGD()", "_iterations",
                                     "tfdist_opt.x", "because")

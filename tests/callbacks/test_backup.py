@@ -39,6 +39,7 @@ def test_rejects_bad_arguments(kwargs, match):
         DistributedBackupAndRestore(**kwargs)
 
 
+@pytest.mark.compat
 def test_mid_epoch_resume_equals_uninterrupted(strategy, tmp_path):
     ref = model(strategy)
     ref.fit(dataset(), epochs=3, verbose=0)

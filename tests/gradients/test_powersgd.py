@@ -125,6 +125,7 @@ def plain(strategy):
     return _fit(strategy, GradientOptions()).get_weights()
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize("start", [0, 2])
 def test_full_rank_equals_uncompressed(strategy, plain, start):
     model = _fit(strategy, _psgd(powersgd_rank=8, powersgd_start_step=start))

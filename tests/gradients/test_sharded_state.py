@@ -79,6 +79,7 @@ def unsharded():
     return out
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize("opt", ["adam", "sgd"])
 def test_same_math_and_one_nth_of_the_state(opt, unsharded):
     plain = _model(_strategy(False), opt)

@@ -76,6 +76,7 @@ def _assert_equal_training(single, w0, w1):
                                rtol=RTOL, atol=1e-6)
 
 
+@pytest.mark.compat
 def test_keras3_fit_two_workers_equals_one_process(keras3):
     _assert_equal_training(*_load_pair(keras3, "plain"))
 
@@ -97,10 +98,12 @@ def test_workers_on_one_host_split_its_cpus(keras3):
     assert got == expected
 
 
+@pytest.mark.compat
 def test_keras3_dict_dataset_and_steps_per_epoch(keras3):
     _assert_equal_training(*_load_pair(keras3, "dict"))
 
 
+@pytest.mark.compat
 def test_tf_keras_two_workers_equals_one_process(tmp_path):
     _assert_equal_training(*_load_pair(_start_pair(
         tmp_path, {"legacy": []}, ["--legacy"],

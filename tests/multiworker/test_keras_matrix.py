@@ -36,7 +36,7 @@ import pytest
 
 from tests.multiworker import harness
 
-pytestmark = [pytest.mark.multiworker, pytest.mark.slow]
+pytestmark = [pytest.mark.multiworker, pytest.mark.slow, pytest.mark.compat]
 
 SCRIPT = "tests/multiworker/scripts/keras_matrix.py"
 KINDS = ("mirrored", "worker0", "worker1")

@@ -51,6 +51,7 @@ def out(tmp_path_factory):
     return out
 
 
+@pytest.mark.compat
 @pytest.mark.multiworker
 def test_full_rank_equals_uncompressed(out):
     plain = _ws(_load(out / "plain_0.npz"))

@@ -32,6 +32,7 @@ def _max_rel(a, b):
                for x, y in zip(a, b))
 
 
+@pytest.mark.compat
 @pytest.mark.multiworker
 def test_sharded_state_on_two_workers(tmp_path):
     results = harness.run_workers(2, [SCRIPT, "--out", str(tmp_path)], timeout_s=240)

@@ -14,7 +14,8 @@ import pytest
 from tests.multiworker import harness
 
 # `grappler`: its processes run TensorFlow's graph optimizer, as users run (conftest.py).
-pytestmark = [pytest.mark.multiworker, pytest.mark.slow, pytest.mark.grappler]
+pytestmark = [pytest.mark.multiworker, pytest.mark.slow, pytest.mark.grappler,
+              pytest.mark.compat]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOL = 2e-5  # float32 rounding of 10 SGD steps of size ~1e-2

@@ -52,6 +52,7 @@ def collect(config_path: str | None = None) -> dict[str, Any]:
         },
         "built_with_cuda": tf.test.is_built_with_cuda(),
         "presets": [str(p) for p in config_lib.list_presets()],
+        "tested_set": _tested_set(),
     }
     try:
         cfg = config_lib.StrategyConfig.load(config_path)
@@ -93,6 +94,8 @@ def format_text(info: dict[str, Any]) -> str:
         + (f" ({', '.join(info['devices']['GPU'])})" if info['devices']['GPU'] else "")
         + ("" if info["built_with_cuda"] else " (TensorFlow built without CUDA)"),
     ]
+    if "tested_set" in info:
+        lines.append(_tested_set_line(info["tested_set"]))
     if "error" in info:
         lines.append(f"error        : {info['error']}")
         return "\n".join(lines)
@@ -159,6 +162,24 @@ def _collectives(s: dict[str, Any]) -> str:
     if impl is None:
         return "none (one device)"
     return _COLLECTIVES.get((s["kind"], impl), impl)
+
+
+def _tested_set() -> dict[str, Any]:
+    """The installed TensorFlow / Keras / tf-keras against the tested set."""
+    installed = versions.installed_versions()
+    why = versions.check(installed)
+    return {"tested": versions.tested_set(),
+            "installed": {pkg: f"{dist} {ver}" for pkg, (dist, ver) in installed.items()},
+            "outside": {pkg: f"{' '.join(installed[pkg])} ({reason})"
+                        for pkg, reason in why.items() if reason}}
+
+
+def _tested_set_line(tested: dict[str, Any]) -> str:
+    found = ", ".join(tested["installed"].values())
+    if not tested["outside"]:
+        return f"tested set   : yes ({found}); tested: {tested['tested']}"
+    return (f"tested set   : no: {', '.join(tested['outside'].values())}; "
+            f"tested: {tested['tested']}")
 
 
 def _stalls_line(cfg: dict[str, Any]) -> str:

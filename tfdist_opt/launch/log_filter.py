@@ -16,10 +16,13 @@ service, gRPC server; some of them twice); two workers bury the result. `launch`
    at level 2): lines in TF's C++ log format (`I0000 00:00:... file.cc:N]`)
    below the effective level are dropped — the user's level if they set
    one, else 2;
-3. drops two more start-up lines that say nothing about the job: absl's
-   "All log messages before absl::InitializeLog()" notice, and the
+3. drops more start-up lines that say nothing about the job: absl's
+   "All log messages before absl::InitializeLog()" notice, TF 2.18/2.19's
+   "Unable to register cuFFT/cuDNN/cuBLAS factory" errors, and the
    `failed call to cuInit` error on a host with no NVIDIA driver
    (`/proc/driver/nvidia/version` absent: there is no GPU to use).
+   TF 2.18/2.19 print some C++ lines with another prefix
+   (`2026-01-01 12:00:00.000000: E file.cc:N] ...`); both are read.
 
 Every other line — tracebacks, our own one-line decisions, TensorFlow
 errors — passes unchanged. Pure Python.
@@ -35,15 +38,26 @@ TF_LOG_LEVEL_ENV = "TF_CPP_MIN_LOG_LEVEL"
 QUIET_LEVEL = "2"  # 0 all, 1 no INFO, 2 no INFO/WARNING, 3 no ERROR either
 _NVIDIA_DRIVER = "/proc/driver/nvidia/version"
 
+# TF's C++ log prefixes, severity letter first captured: absl's (TF 2.20,
+# 2.21 and some 2.18/2.19 lines: severity, MMDD, time, thread id) and TSL's
+# older one (TF 2.18/2.19: date, time, severity), then the source file:line].
+_PREFIX = (r"^(?:([IWEF])\d{4} \d\d:\d\d:\d+\.\d+ +\d+ "
+           r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: ([IWEF]) )")
+_CPP_LINE = re.compile(_PREFIX + r"[\w./-]+:\d+\] ")
+_SEVERITY = {"I": 0, "W": 1, "E": 2, "F": 3}
 _ALWAYS = (
     re.compile(r"^WARNING: All log messages before absl::InitializeLog\(\) is "
                r"called are written to STDERR$"),
+    # TF 2.18/2.19, at import, on every host (an ERROR line about its own
+    # plugin registry, tensorflow/tensorflow#62075): "Unable to register
+    # cuFFT factory: Attempting to register factory for plugin cuFFT when
+    # one has already been registered" (and cuDNN, cuBLAS).
+    re.compile(_PREFIX + r"[\w./-]*cuda_(fft|dnn|blas)\.cc:\d+\] Unable to register "
+               r"cu\w+ factory: Attempting to register factory for plugin cu\w+ "
+               r"when one has already been registered$"),
 )
-# TF's C++ log prefix: severity letter, MMDD, time, thread id, file:line].
-_CPP_LINE = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [\w./-]+:\d+\] ")
-_SEVERITY = {"I": 0, "W": 1, "E": 2, "F": 3}
 _NO_DRIVER = (
-    re.compile(r"^E\d{4} [\d:. ]+\d+ cuda_(platform|driver|executor)\.cc:\d+\] "
+    re.compile(_PREFIX + r"[\w./-]*cuda_(platform|driver|executor)\.cc:\d+\] "
                r"failed call to cuInit"),
 )
 
@@ -95,7 +109,7 @@ class StartupNoiseFilter:
     def keep(self, line: str) -> bool:
         text = line.rstrip("\n")
         m = _CPP_LINE.match(text)
-        if (m and _SEVERITY[m.group(1)] < self.min_level) or any(
+        if (m and _SEVERITY[m.group(1) or m.group(2)] < self.min_level) or any(
                 p.search(text) for p in self.patterns):
             self.hidden += 1
             return False
