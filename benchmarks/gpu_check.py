@@ -284,7 +284,7 @@ def _two_workers(tmp, budget_s):
         # NCCL gets at most half the budget: a hang must leave RING its turn.
         deadline = time.monotonic() + (min(left, budget_s / 2) if impl == "nccl" else left)
         codes = []
-        for proc, _, log in procs:
+        for proc, _, _log in procs:
             try:
                 codes.append(proc.wait(timeout=max(1.0, deadline - time.monotonic())))
             except subprocess.TimeoutExpired:

@@ -26,7 +26,7 @@ _NAME = re.compile(r"\bTFDIST_[A-Z0-9_]*[A-Z0-9]\b")
 
 def env_table(dotted: str) -> str:
     module, cls = config_reference._import(dotted)  # noqa: SLF001
-    prefix = getattr(module, "ENV_PREFIX")
+    prefix = module.ENV_PREFIX
     rows = ["| variable | field | default |", "|---|---|---|"]
     for field in dataclasses.fields(cls):
         rows.append(f"| `{prefix}{field.name.upper()}` | "

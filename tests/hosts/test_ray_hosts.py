@@ -17,7 +17,6 @@ actors takes most of the ~2 minutes.
 import os
 import secrets
 import shutil
-import subprocess
 import sys
 import tempfile
 
