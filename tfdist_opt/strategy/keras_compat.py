@@ -91,8 +91,13 @@ class KerasMirroredStrategy(_AdoptingScope, tf.distribute.MirroredStrategy):
 def _rank(value) -> int | None:
     if isinstance(value, tf.distribute.DistributedValues):
         value = value.values[0]
+    if isinstance(value, (int, float)):
+        # Keras 3.10-3.12 with run_eagerly=True log Python floats.
+        return 0
     shape = getattr(value, "shape", None)
-    return None if shape is None else shape.rank
+    if shape is None:
+        return None
+    return len(shape) if isinstance(shape, tuple) else shape.rank
 
 
 class KerasMultiWorkerMirroredStrategy(_AdoptingScope,
