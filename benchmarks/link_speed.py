@@ -16,7 +16,9 @@ rotated every round so load changes fall on every setting alike:
   a custom loop);
 - `defaults`: `tfdist_opt.opt_strategy()` at its defaults + fit;
 - `bf16`: ours with `compression="bf16"`, `bytes_per_pack="auto"`;
-- `powersgd`: ours with `compression="powersgd"`, `powersgd_rank=4`; also run
+- `powersgd`: ours with `compression="powersgd"`, `powersgd_rank=4`, from the
+  first step (`powersgd_start_step=0`: its default 100 uncompressed updates
+  would be every timed step here); also run
   on an unshaped link (`--unshaped`) for `powersgd_vs_unshaped_<link>`.
 
 `compute` (one process, no TF_CONFIG, the same per-worker batch) runs once
@@ -68,7 +70,8 @@ SETTINGS = {  # name -> (train.py --peer_role, extra flags)
     "keras3_ctl": ("keras3_ctl", ()),
     "defaults": ("ours", ()),
     "bf16": ("ours", ("--compression=bf16", "--bytes_per_pack=auto")),
-    "powersgd": ("ours", ("--compression=powersgd", "--powersgd_rank=4")),
+    "powersgd": ("ours", ("--compression=powersgd", "--powersgd_rank=4",
+                          "--powersgd_start_step=0")),
 }
 PEERS = ("tf_keras", "keras3_ctl")
 OURS = ("defaults", "bf16", "powersgd")
