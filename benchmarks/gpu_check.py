@@ -68,7 +68,7 @@ if __package__ in (None, ""):  # run as `python benchmarks/gpu_check.py`
 from benchmarks import common  # pylint: disable=g-import-not-at-top
 from benchmarks import gpu_check_sections as sections  # pylint: disable=g-import-not-at-top
 
-NO_GPU = "gpu_check: no GPU visible to TensorFlow"
+NO_GPU = sections.NO_GPU
 SECTIONS = {"precision": 0.35, "two_workers": 0.40, "gradients": 0.25}
 
 _DRY = flags.DEFINE_boolean(
@@ -191,7 +191,7 @@ def _write(report):
 
 
 def _env(extra=None):
-    from tfdist_opt.cluster import log_filter  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.launch import log_filter  # pylint: disable=g-import-not-at-top
 
     env, _ = log_filter.quiet_env(os.environ)
     env.pop("TF_CONFIG", None)

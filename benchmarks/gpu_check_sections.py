@@ -16,6 +16,10 @@ import os
 import statistics
 import time
 
+# The one line gpu_check.py prints where TensorFlow sees no GPU (here, not
+# in gpu_check.py, so tests read it without defining that binary's flags).
+NO_GPU = "gpu_check: no GPU visible to TensorFlow"
+
 EQUAL_TOL = 1e-4       # 2 workers vs one process, float32, TF32 off
 POWERSGD_TOL = 1e-4    # full-rank PowerSGD vs uncompressed
 ZERO_TOL = 1e-5        # ZeRO-1 Adam vs unsharded Adam
