@@ -52,7 +52,7 @@ TSL_ERROR = ("2026-12-06 13:31:50.000000: E tensorflow/core/common_runtime/"
 
 
 def test_the_older_tensorflow_log_format_is_filtered_alike():
-    from tfdist_opt.cluster import log_filter
+    from tfdist_opt.launch import log_filter
 
     keep = log_filter.StartupNoiseFilter(2, nvidia_driver=False)
     assert [ln for ln in (TSL_CUINIT, TSL_CUFFT, TSL_INFO, TSL_ERROR) if keep(ln)] == [TSL_ERROR]
