@@ -1,8 +1,8 @@
-"""Emulated hosts for benchmarks: network namespaces joined by a bridge.
+"""Emulated hosts for benchmarks and tests: network namespaces joined by a bridge.
 
-A package-independent copy of the test bed the host tests use (benchmarks do
-not import from `tests/`); names start with `tfbb` so the two never touch
-each other's namespaces.
+`benchmarks/link_speed.py` uses it, and the multi-host tests through
+`tests/hosts/testbed.py` (benchmarks do not import from `tests/`, so it
+lives here).
 
 `TestBed(n)` makes n hosts on this machine, each a Linux network namespace
 with its own address (198.18.0.10, .11, ...: the RFC 2544 benchmark range
@@ -18,7 +18,8 @@ the kernel, so a link has bandwidth but no added delay or loss.
   a cable is pulled; `heal(host)` brings it back.
 - `close()` kills every process the test bed started (by process group,
   then anything still living in its namespaces) and deletes the
-  namespaces. It runs from the benchmark's `finally`, from `atexit`, and a new
+  namespaces. It runs from the benchmark's `finally` or the test fixture's finalizer,
+  from `atexit`, and a new
   test bed deletes the namespaces of test beds whose process died without
   either (SIGKILL).
 
