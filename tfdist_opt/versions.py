@@ -35,9 +35,7 @@ TENSORFLOW = ("2.18", "2.19", "2.20", "2.21")
 # Per TensorFlow minor: (lowest, highest) Keras minor tested. TensorFlow's
 # own floors are 3.5 (2.18, 2.19), 3.10 (2.20) and 3.12 (2.21); ours is
 # 3.12 everywhere: with Keras 3.10 (TF 2.19) the Keras option matrix also
-# failed `jit_compile=True` under Mirrored. (`run_eagerly=True` on 2 workers
-# fails with Keras 3.10 and 3.12 on every TF tried, and passes with 3.15:
-# README.md's "Supported versions".)
+# failed `jit_compile=True` under Mirrored.
 KERAS = {"2.18": ("3.12", "3.15"), "2.19": ("3.12", "3.15"),
          "2.20": ("3.12", "3.15"), "2.21": ("3.12", "3.15")}
 _KERAS_ALL = (min((k[0] for k in KERAS.values()), key=lambda v: tuple(map(int, v.split(".")))),
@@ -92,6 +90,14 @@ def _minor(v: str) -> tuple[int, int]:
 
 def _mm(v: str) -> str:
     return "%d.%d" % _minor(v)
+
+
+def keras_tested(version: str) -> bool:
+    """Whether a Keras version is inside the tested range (any TensorFlow)."""
+    return _minor(_KERAS_ALL[0]) <= _minor(version) <= _minor(_KERAS_ALL[1])
+
+
+KERAS_RANGE = "%s-%s" % _KERAS_ALL  # e.g. "3.12-3.15"
 
 
 def tested_set() -> str:

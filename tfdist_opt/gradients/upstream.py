@@ -22,8 +22,9 @@ import threading
 from absl import logging
 
 from tfdist_opt import private_api
+from tfdist_opt import versions
 
-CHECKED_KERAS = "3.15"
+CHECKED_KERAS = versions.KERAS_RANGE
 
 # (method, parameters incl. self, how the hooks use it): the
 # `tfdist_opt.private_api` entries of `TFOptimizer` that carry `params`.
@@ -66,7 +67,7 @@ def check(base=None) -> None:
             f"{CHECKED_KERAS}; in Keras {version} `{base.__name__}.iterations` "
             "is no longer a property.")
     _check_name_scope_stack(version)
-    if not version.startswith(CHECKED_KERAS + ".") and version != CHECKED_KERAS:
+    if not versions.keras_tested(version):
         with _LOCK:
             if version in _WARNED:
                 return

@@ -22,7 +22,10 @@ import dataclasses
 import importlib
 from typing import Any
 
-CHECKED_VERSIONS = {"tensorflow": "2.21", "keras": "3.15", "tf_keras": "2.21"}
+# Every entry resolved on each cell of the version matrix (.ci/version_matrix:
+# TensorFlow 2.18-2.21, each with Keras 3.12 and 3.15); no version needs
+# another name.
+CHECKED_VERSIONS = {"tensorflow": "2.18-2.21", "keras": "3.12-3.15", "tf_keras": "2.18-2.21"}
 
 
 @dataclasses.dataclass(frozen=True)
