@@ -16,9 +16,10 @@ thread's `name_scope_stack` (Keras's `global_state`). While our scope is
 entered, `recording()` puts a list there whose `append` notes every Keras
 model pushed, weakly; the strategy's scope exit (`take`) then hands over
 the ones built under that strategy. Nothing scans the heap or walks
-stack frames: `gc.get_referrers` handed out objects still under
-construction and crashed (SIGSEGV at scope exit), and `gc.get_objects`
-broke a `tuple(generator)` another thread was filling.
+stack frames: asking the garbage collector for an object's referrers
+handed out objects still under construction and crashed (SIGSEGV at scope
+exit), and listing every tracked object broke a `tuple(generator)` another
+thread was filling.
 
 A model built in our scope but first built later, outside it (a
 `Sequential` without an `Input`), is noted when Keras's `fit` builds it
