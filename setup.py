@@ -13,8 +13,7 @@ _HERE = pathlib.Path(__file__).parent
 
 # Top-level folders shipped inside the wheel as tfdist_opt/_data/<folder>/
 # (found by tfdist_opt/resources.py): folder -> file patterns.
-_SHIPPED = {"configs": ("*.json", "*.toml"),
-            "benchmarks": ("*.py", "train_lib/*.py")}
+_SHIPPED = {"configs": ("*.json", "*.toml"), "benchmarks": ("*.py", "train_lib/*.py")}
 
 
 class _BuildPyWithData(build_py):
@@ -43,8 +42,9 @@ class _BuildPyWithData(build_py):
             dest = pathlib.Path(self.build_lib) / "tfdist_opt" / "_data" / folder
             files = sorted({p for pat in patterns for p in (_HERE / folder).glob(pat)})
             if not files:
-                raise FileNotFoundError(f"setup.py: nothing to ship in {folder}/ "
-                                        f"(expected {', '.join(patterns)}).")
+                raise FileNotFoundError(
+                    f"setup.py: nothing to ship in {folder}/ (expected {', '.join(patterns)})."
+                )
             for src in files:
                 target = dest / src.relative_to(_HERE / folder)
                 if write:
@@ -54,8 +54,10 @@ class _BuildPyWithData(build_py):
             if folder == "benchmarks":
                 init = dest / "__init__.py"
                 if write:
-                    init.write_text('"""tfdist_opt benchmark binaries (copied '
-                                    'from the repository\'s benchmarks/)."""\n')
+                    init.write_text(
+                        '"""tfdist_opt benchmark binaries (copied '
+                        'from the repository\'s benchmarks/)."""\n'
+                    )
                 out.append(str(init))
         return out
 

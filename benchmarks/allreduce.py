@@ -60,30 +60,41 @@ from benchmarks import allreduce_transport  # pylint: disable=g-import-not-at-to
 from benchmarks import common  # pylint: disable=g-import-not-at-top
 from benchmarks import progress  # pylint: disable=g-import-not-at-top
 
-_MODE = flags.DEFINE_enum("mode", "all", ["all", "sweep", "model", "tcp"],
-                          "Which measurements to run.")
+_MODE = flags.DEFINE_enum(
+    "mode", "all", ["all", "sweep", "model", "tcp"], "Which measurements to run."
+)
 _MIN_BYTES = flags.DEFINE_integer("min_bytes", 4096, "Smallest sweep message.")
 _MAX_BYTES = flags.DEFINE_integer("max_bytes", 256 * 2**20, "Largest sweep message.")
 _ITERS = flags.DEFINE_integer("iters", 10, "Timed iterations per setting.")
 _WARMUP = flags.DEFINE_integer("warmup", 2, "Untimed iterations per setting.")
 _SWEEP_BUDGET = flags.DEFINE_integer(
-    "sweep_budget_bytes", 1 << 30,
-    "Bytes per sweep size across its timed iterations (at least 3 iterations).")
+    "sweep_budget_bytes",
+    1 << 30,
+    "Bytes per sweep size across its timed iterations (at least 3 iterations).",
+)
 _PSGD_RANK = flags.DEFINE_integer("powersgd_rank", 4, "Rank of the PowerSGD row.")
-_MODEL = flags.DEFINE_enum("model", "resnet50", ["resnet50", "small"],
-                           "Gradient shapes for the model mode.")
+_MODEL = flags.DEFINE_enum(
+    "model", "resnet50", ["resnet50", "small"], "Gradient shapes for the model mode."
+)
 _TCP_BYTES = flags.DEFINE_integer("tcp_bytes", 1 << 30, "Bytes per TCP trial.")
 _TCP_TRIALS = flags.DEFINE_integer("tcp_trials", 3, "TCP trials (best kept).")
 _CHANNELS = flags.DEFINE_integer(
-    "num_channels_per_target", None, "gRPC channels per peer for TF's server "
+    "num_channels_per_target",
+    None,
+    "gRPC channels per peer for TF's server "
     "(ConfigProto.rpc_options.num_channels_per_target; TF's default 1). Needs "
-    "its own launch: compare invocations.")
+    "its own launch: compare invocations.",
+)
 _RECV_CHUNK = flags.DEFINE_integer(
-    "recv_buf_max_chunk", None, "Bytes per piece of a RecvBuf response in TF's "
+    "recv_buf_max_chunk",
+    None,
+    "Bytes per piece of a RecvBuf response in TF's "
     "gRPC worker (ConfigProto.experimental.recv_buf_max_chunk; TF's default 0 "
-    "= 4096-byte pieces, -1 = one piece). Needs its own launch.")
+    "= 4096-byte pieces, -1 = one piece). Needs its own launch.",
+)
 _AUTOTUNE_CSV = flags.DEFINE_string(
-    "autotune_csv", None, "Also write the autotune trials to this CSV (chief).")
+    "autotune_csv", None, "Also write the autotune trials to this CSV (chief)."
+)
 
 
 # ------------------------------------------------------ building blocks
@@ -98,8 +109,7 @@ def _timer(strategy, replica_fn, iters, warmup):
     from tfdist_opt.gradients import timing
 
     t = timing.time_and_agree(strategy, replica_fn, iters, warmup)
-    return {"time_s": t.median_s, "time_min_s": t.min_s, "time_max_s": t.max_s,
-            "iters": iters}
+    return {"time_s": t.median_s, "time_min_s": t.min_s, "time_max_s": t.max_s, "iters": iters}
 
 
 def _scalar(outs):
@@ -119,9 +129,11 @@ def _sweep(strategy, n):
     sizes, size = 0, _MIN_BYTES.value
     while size <= _MAX_BYTES.value:
         sizes, size = sizes + 1, size * 4
-    settings = (("tf_default_fp32", host_memory.restore_defaults),
-                ("tf_default_fp32_tuned_malloc", host_memory.tune_for_collectives),
-                ("tf_default_fp32_no_mmap", allreduce_transport.no_mmap))
+    settings = (
+        ("tf_default_fp32", host_memory.restore_defaults),
+        ("tf_default_fp32_tuned_malloc", host_memory.tune_for_collectives),
+        ("tf_default_fp32_no_mmap", allreduce_transport.no_mmap),
+    )
     bar = progress.Progress(max(1, len(settings) * sizes), enabled=common.is_chief())
     for setting, apply in settings:
         apply()
@@ -129,16 +141,31 @@ def _sweep(strategy, n):
         while size <= _MAX_BYTES.value:
             t = tf.zeros([size // 4], tf.float32)
             iters = max(3, min(_ITERS.value, _SWEEP_BUDGET.value // size))
-            res = _timer(strategy, lambda t=t: _scalar([
-                tf.distribute.get_replica_context().all_reduce("SUM", t)]),
-                iters, min(_WARMUP.value, 1 if size > (64 << 20) else _WARMUP.value))
+            res = _timer(
+                strategy,
+                lambda t=t: _scalar([tf.distribute.get_replica_context().all_reduce("SUM", t)]),
+                iters,
+                min(_WARMUP.value, 1 if size > (64 << 20) else _WARMUP.value),
+            )
             algbw = size / res["time_s"]
-            rows.append({"section": "sweep", "setting": setting, "bytes": size,
-                         **res, "algbw_gbps": algbw / 1e9,
-                         "busbw_gbps": algbw * common.bus_factor(n) / 1e9})
-            logging.info("sweep %-30s %10d B  %8.3f ms  algbw %.3f GB/s  busbw %.3f GB/s",
-                         setting, size, 1e3 * res["time_s"], algbw / 1e9,
-                         algbw * common.bus_factor(n) / 1e9)
+            rows.append(
+                {
+                    "section": "sweep",
+                    "setting": setting,
+                    "bytes": size,
+                    **res,
+                    "algbw_gbps": algbw / 1e9,
+                    "busbw_gbps": algbw * common.bus_factor(n) / 1e9,
+                }
+            )
+            logging.info(
+                "sweep %-30s %10d B  %8.3f ms  algbw %.3f GB/s  busbw %.3f GB/s",
+                setting,
+                size,
+                1e3 * res["time_s"],
+                algbw / 1e9,
+                algbw * common.bus_factor(n) / 1e9,
+            )
             bar.done(f"sweep {setting} {size} B")
             size *= 4
     allreduce_transport.no_mmap(False)
@@ -148,12 +175,20 @@ def _sweep(strategy, n):
 
 # --------------------------------------------------------------- model
 _MODEL_ROWS = 10  # row(...) calls in _model, for the progress line's ETA
+
+
 def _model_shapes():
     import keras
 
     if _MODEL.value == "small":
-        model = keras.Sequential([keras.Input((256,)), keras.layers.Dense(1024),
-                                  keras.layers.Dense(1024), keras.layers.Dense(10)])
+        model = keras.Sequential(
+            [
+                keras.Input((256,)),
+                keras.layers.Dense(1024),
+                keras.layers.Dense(1024),
+                keras.layers.Dense(10),
+            ]
+        )
     else:
         model = keras.applications.ResNet50(weights=None)
     return [(tuple(v.shape), "float32") for v in model.trainable_variables]
@@ -178,11 +213,18 @@ def _model(strategy, n, is_chief):
 
     def row(setting, res, **extra):
         algbw = nbytes / res["time_s"]
-        r = {"section": "model", "setting": setting, "bytes": nbytes, **res,
-             "algbw_gbps": algbw / 1e9, "busbw_gbps": algbw * common.bus_factor(n) / 1e9,
-             **extra}
-        logging.info("model %-28s %8.2f ms  busbw %.3f GB/s", setting,
-                     1e3 * res["time_s"], r["busbw_gbps"])
+        r = {
+            "section": "model",
+            "setting": setting,
+            "bytes": nbytes,
+            **res,
+            "algbw_gbps": algbw / 1e9,
+            "busbw_gbps": algbw * common.bus_factor(n) / 1e9,
+            **extra,
+        }
+        logging.info(
+            "model %-28s %8.2f ms  busbw %.3f GB/s", setting, 1e3 * res["time_s"], r["busbw_gbps"]
+        )
         bar.done(f"model {setting}")
         rows.append(r)
         return r
@@ -196,52 +238,109 @@ def _model(strategy, n, is_chief):
     # The baseline is TF as it comes, glibc's malloc included; every "ours"
     # row runs with the allocator policy opt_strategy() sets (host_memory).
     host_memory.restore_defaults()
-    default = row("tf_default_fp32", _timer(strategy, plain, iters, warmup),
-                  num_tensors=len(grads))
+    default = row("tf_default_fp32", _timer(strategy, plain, iters, warmup), num_tensors=len(grads))
     host_memory.tune_for_collectives()
-    malloc_only = row("tf_default_fp32_tuned_malloc",
-                      _timer(strategy, plain, iters, warmup))
+    malloc_only = row("tf_default_fp32_tuned_malloc", _timer(strategy, plain, iters, warmup))
     sizes = [4 * _numel(s) for s, _ in shapes]
     policy = packing.auto_pack_policy(sizes)
-    auto = row("ours_auto_policy_fp32", _timer(
-        strategy, ours(GradientOptions(bytes_per_pack="auto")), iters, warmup),
-        num_packs=len(packing.assign_buckets(sizes, policy)), policy=policy.describe())
-    best, trials = autotune.tune(strategy, shapes, GradientOptions(),
-                                 warmup=1, iters=max(3, iters // 2),
-                                 csv_path=_AUTOTUNE_CSV.value if is_chief else None)
+    auto = row(
+        "ours_auto_policy_fp32",
+        _timer(strategy, ours(GradientOptions(bytes_per_pack="auto")), iters, warmup),
+        num_packs=len(packing.assign_buckets(sizes, policy)),
+        policy=policy.describe(),
+    )
+    best, trials = autotune.tune(
+        strategy,
+        shapes,
+        GradientOptions(),
+        warmup=1,
+        iters=max(3, iters // 2),
+        csv_path=_AUTOTUNE_CSV.value if is_chief else None,
+    )
     for t in trials:
-        rows.append({"section": "autotune", "setting": f"bytes_per_pack={t['bytes_per_pack']}",
-                     "bytes": nbytes, "time_s": t["median_s"], "bytes_per_pack":
-                     t["bytes_per_pack"], "num_packs": t["num_packs"], "chosen": t["chosen"],
-                     "busbw_gbps": nbytes / t["median_s"] * common.bus_factor(n) / 1e9})
-    tuned = row("ours_autotuned_fp32", _timer(
-        strategy, ours(GradientOptions(bytes_per_pack=best)), iters, warmup),
-        bytes_per_pack=best)
+        rows.append(
+            {
+                "section": "autotune",
+                "setting": f"bytes_per_pack={t['bytes_per_pack']}",
+                "bytes": nbytes,
+                "time_s": t["median_s"],
+                "bytes_per_pack": t["bytes_per_pack"],
+                "num_packs": t["num_packs"],
+                "chosen": t["chosen"],
+                "busbw_gbps": nbytes / t["median_s"] * common.bus_factor(n) / 1e9,
+            }
+        )
+    tuned = row(
+        "ours_autotuned_fp32",
+        _timer(strategy, ours(GradientOptions(bytes_per_pack=best)), iters, warmup),
+        bytes_per_pack=best,
+    )
     pack_best = min((auto, tuned), key=lambda r: r["time_s"])
     pack_bpp = best if pack_best is tuned else "auto"
-    bf16_one = row("bf16_one_pack", _timer(strategy, ours(GradientOptions(
-        bytes_per_pack=0, compression="bf16")), iters, warmup))
-    bf16 = row("ours_bf16_packed", _timer(strategy, ours(GradientOptions(
-        bytes_per_pack=pack_bpp, compression="bf16")), iters, warmup),
-        bytes_per_pack=pack_bpp)
-    fp16 = row("ours_fp16_packed", _timer(strategy, ours(GradientOptions(
-        bytes_per_pack=pack_bpp, compression="fp16")), iters, warmup),
-        bytes_per_pack=pack_bpp)
+    bf16_one = row(
+        "bf16_one_pack",
+        _timer(
+            strategy, ours(GradientOptions(bytes_per_pack=0, compression="bf16")), iters, warmup
+        ),
+    )
+    bf16 = row(
+        "ours_bf16_packed",
+        _timer(
+            strategy,
+            ours(GradientOptions(bytes_per_pack=pack_bpp, compression="bf16")),
+            iters,
+            warmup,
+        ),
+        bytes_per_pack=pack_bpp,
+    )
+    fp16 = row(
+        "ours_fp16_packed",
+        _timer(
+            strategy,
+            ours(GradientOptions(bytes_per_pack=pack_bpp, compression="fp16")),
+            iters,
+            warmup,
+        ),
+        bytes_per_pack=pack_bpp,
+    )
 
     psgd, psgd_plan = _powersgd(strategy, shapes, iters, warmup)
-    psgd = row(f"ours_powersgd_rank{_PSGD_RANK.value}", psgd,
-               sent_bytes=psgd_plan.sent_bytes, matrices=len(psgd_plan.matrices))
-    for r, sent in ((default, nbytes), (malloc_only, nbytes), (auto, nbytes),
-                    (tuned, nbytes), (bf16_one, nbytes // 2), (bf16, nbytes // 2),
-                    (fp16, nbytes // 2)):
+    psgd = row(
+        f"ours_powersgd_rank{_PSGD_RANK.value}",
+        psgd,
+        sent_bytes=psgd_plan.sent_bytes,
+        matrices=len(psgd_plan.matrices),
+    )
+    for r, sent in (
+        (default, nbytes),
+        (malloc_only, nbytes),
+        (auto, nbytes),
+        (tuned, nbytes),
+        (bf16_one, nbytes // 2),
+        (bf16, nbytes // 2),
+        (fp16, nbytes // 2),
+    ):
         r["sent_bytes"] = sent
 
     # Where the time goes: local work alone, no collective.
-    row("local_cast_bf16_only", _timer(strategy, lambda: _scalar(
-        [tf.cast(g, tf.bfloat16) for g in grads]), iters, warmup))
-    row("local_concat_split_only", _timer(strategy, lambda: _scalar(tf.split(
-        tf.concat([tf.reshape(g, [-1]) for g in grads], 0),
-        [_numel(s) for s, _ in shapes])), iters, warmup))
+    row(
+        "local_cast_bf16_only",
+        _timer(strategy, lambda: _scalar([tf.cast(g, tf.bfloat16) for g in grads]), iters, warmup),
+    )
+    row(
+        "local_concat_split_only",
+        _timer(
+            strategy,
+            lambda: _scalar(
+                tf.split(
+                    tf.concat([tf.reshape(g, [-1]) for g in grads], 0),
+                    [_numel(s) for s, _ in shapes],
+                )
+            ),
+            iters,
+            warmup,
+        ),
+    )
     summary = {
         "speedup_malloc": default["time_s"] / malloc_only["time_s"],
         "speedup_pack": default["time_s"] / pack_best["time_s"],
@@ -250,7 +349,8 @@ def _model(strategy, n, is_chief):
         "speedup_fp16": default["time_s"] / fp16["time_s"],
         "speedup_powersgd": default["time_s"] / psgd["time_s"],
         "powersgd_bytes_ratio": nbytes / psgd_plan.sent_bytes,
-        "model_bytes": nbytes, "model_tensors": len(grads),
+        "model_bytes": nbytes,
+        "model_tensors": len(grads),
         "autotuned_bytes_per_pack": best,
     }
     return rows, summary
@@ -266,8 +366,12 @@ def _powersgd(strategy, shapes, iters, warmup):
     from tfdist_opt.gradients.options import GradientOptions
 
     saved = keras_binding.options_of(strategy)
-    keras_binding.attach(strategy, GradientOptions(
-        compression="powersgd", powersgd_rank=_PSGD_RANK.value, powersgd_start_step=0))
+    keras_binding.attach(
+        strategy,
+        GradientOptions(
+            compression="powersgd", powersgd_rank=_PSGD_RANK.value, powersgd_start_step=0
+        ),
+    )
     try:
         with strategy.scope():
             variables = [keras.Variable(tf.zeros(s, d)) for s, d in shapes]
@@ -300,52 +404,67 @@ def main(argv):
 
     cfg = tf_config_lib.tf_config_from_env(os.environ)
     task = cfg["task"]["index"] if cfg else 0
-    host = (cfg["cluster"]["worker"][0].rsplit(":", 1)[0] if cfg else "127.0.0.1")
+    host = cfg["cluster"]["worker"][0].rsplit(":", 1)[0] if cfg else "127.0.0.1"
     allreduce_transport.apply_rpc_options(_CHANNELS.value, _RECV_CHUNK.value)
     strategy = opt_strategy(all_reduce="auto")
     n = strategy.num_replicas_in_sync
     workers = common.num_workers()
     chief = common.is_chief()
     if n < 2:
-        logging.warning("one replica: all-reduce is a no-op; run under "
-                        "`tfdist-opt launch -n 2` for real figures")
+        logging.warning(
+            "one replica: all-reduce is a no-op; run under "
+            "`tfdist-opt launch -n 2` for real figures"
+        )
     rows, summary = [], {}
     mode = _MODE.value
     if mode in ("all", "tcp"):
         tcp = allreduce_transport.tcp_stream(
-            _all_sum, strategy, task, workers, host, _TCP_BYTES.value,
-            _TCP_TRIALS.value)
-        rows.append({"section": "tcp", "setting": "python_single_stream",
-                     "bytes": _TCP_BYTES.value, "time_s": _TCP_BYTES.value / tcp,
-                     "algbw_gbps": tcp / 1e9})
+            _all_sum, strategy, task, workers, host, _TCP_BYTES.value, _TCP_TRIALS.value
+        )
+        rows.append(
+            {
+                "section": "tcp",
+                "setting": "python_single_stream",
+                "bytes": _TCP_BYTES.value,
+                "time_s": _TCP_BYTES.value / tcp,
+                "algbw_gbps": tcp / 1e9,
+            }
+        )
         summary["tcp_gbps"] = tcp / 1e9
         logging.info("tcp single stream: %.2f GB/s", tcp / 1e9)
     if mode in ("all", "sweep"):
         sweep = _sweep(strategy, n)
         rows += sweep
         summary["best_busbw_gbps"] = max(r["busbw_gbps"] for r in sweep)
-        for key, setting in (("best_busbw_gbps_default_malloc", "tf_default_fp32"),
-                             ("best_busbw_gbps_no_mmap", "tf_default_fp32_no_mmap")):
-            summary[key] = max(r["busbw_gbps"] for r in sweep
-                               if r["setting"] == setting)
+        for key, setting in (
+            ("best_busbw_gbps_default_malloc", "tf_default_fp32"),
+            ("best_busbw_gbps_no_mmap", "tf_default_fp32_no_mmap"),
+        ):
+            summary[key] = max(r["busbw_gbps"] for r in sweep if r["setting"] == setting)
     if mode in ("all", "model"):
         model_rows, model_summary = _model(strategy, n, chief)
         rows += model_rows
         summary.update(model_summary)
     if "tcp_gbps" in summary and "best_busbw_gbps" in summary:
-        summary["busbw_fraction_of_loopback"] = (
-            summary["best_busbw_gbps"] / summary["tcp_gbps"])
+        summary["busbw_fraction_of_loopback"] = summary["best_busbw_gbps"] / summary["tcp_gbps"]
     summary["num_replicas"] = n
     if _CHANNELS.value is not None:
         summary["num_channels_per_target"] = _CHANNELS.value
     if _RECV_CHUNK.value is not None:
         summary["recv_buf_max_chunk"] = _RECV_CHUNK.value
-    plot = common.PlotSpec(x="setting", ys=("busbw_gbps",),
-                           title=f"all-reduce busbw, {n} replicas", ylabel="GB/s")
-    common.write_report("allreduce", common.flag_config(), rows, summary,
-                        output_json=common.OUTPUT_JSON.value,
-                        csv_path=common.CSV.value, plot_path=common.PLOT.value,
-                        plot=plot)
+    plot = common.PlotSpec(
+        x="setting", ys=("busbw_gbps",), title=f"all-reduce busbw, {n} replicas", ylabel="GB/s"
+    )
+    common.write_report(
+        "allreduce",
+        common.flag_config(),
+        rows,
+        summary,
+        output_json=common.OUTPUT_JSON.value,
+        csv_path=common.CSV.value,
+        plot_path=common.PLOT.value,
+        plot=plot,
+    )
     if chief:
         for k, v in summary.items():
             print(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}")

@@ -13,8 +13,9 @@ import threading
 import time
 
 
-def tcp_stream(all_sum, strategy, task: int, num_workers: int, host: str,
-               nbytes: int, trials: int) -> float:
+def tcp_stream(
+    all_sum, strategy, task: int, num_workers: int, host: str, nbytes: int, trials: int
+) -> float:
     """Bytes/s of one TCP stream worker 1 -> worker 0 (0 elsewhere).
 
     `all_sum(strategy, values)` sums floats over workers (a collective), used

@@ -42,12 +42,12 @@ from absl import flags
 from absl import logging
 
 OUTPUT_JSON = flags.DEFINE_string(
-    "output_json", None, "Write the results as JSON here (chief only).")
-CSV = flags.DEFINE_string(
-    "csv", None, "Write the result rows as CSV here (chief only).")
+    "output_json", None, "Write the results as JSON here (chief only)."
+)
+CSV = flags.DEFINE_string("csv", None, "Write the result rows as CSV here (chief only).")
 PLOT = flags.DEFINE_string(
-    "plot", None, "Write a PNG plot of the results here (chief only; needs "
-    "matplotlib).")
+    "plot", None, "Write a PNG plot of the results here (chief only; needs matplotlib)."
+)
 
 _THIS_MODULE = __name__
 
@@ -77,15 +77,13 @@ class RateStats:
 
     def format(self, unit: str = "images/sec") -> str:
         """`images/sec: X +/- Y (jitter = Z)`."""
-        return (f"{unit}: {self.median:.1f} +/- {self.spread:.1f} "
-                f"(jitter = {self.jitter:.1f})")
+        return f"{unit}: {self.median:.1f} +/- {self.spread:.1f} (jitter = {self.jitter:.1f})"
 
     def to_dict(self, prefix: str = "") -> dict[str, float]:
         return {prefix + k: v for k, v in dataclasses.asdict(self).items()}
 
 
-def summarize(durations_s: Sequence[float], items_per_step: float,
-              warmup: int = 0) -> RateStats:
+def summarize(durations_s: Sequence[float], items_per_step: float, warmup: int = 0) -> RateStats:
     """Per-step rates -> median, +/- spread and jitter.
 
     Args:
@@ -104,23 +102,34 @@ def summarize(durations_s: Sequence[float], items_per_step: float,
     if not measured:
         raise ValueError(
             f"Invalid value for `durations_s`: no step left after warm-up. "
-            f"Received: {len(durations_s)} step(s), warmup={warmup}.")
+            f"Received: {len(durations_s)} step(s), warmup={warmup}."
+        )
     if min(measured) <= 0:
-        raise ValueError("Invalid value for `durations_s`: expected positive "
-                         f"durations. Received: min={min(measured)!r}")
+        raise ValueError(
+            "Invalid value for `durations_s`: expected positive "
+            f"durations. Received: min={min(measured)!r}"
+        )
     rates = [items_per_step / d for d in measured]
     median = statistics.median(rates)
     n = len(rates)
     stdev = statistics.stdev(rates) if n > 1 else 0.0
     mad = statistics.median(abs(r - median) for r in rates)
-    return RateStats(median=median, spread=1.2533 * stdev / math.sqrt(n),
-                     jitter=1.4826 * mad,
-                     mean=items_per_step * n / sum(measured), steps=n,
-                     step_time_median_s=statistics.median(measured))
+    return RateStats(
+        median=median,
+        spread=1.2533 * stdev / math.sqrt(n),
+        jitter=1.4826 * mad,
+        mean=items_per_step * n / sum(measured),
+        steps=n,
+        step_time_median_s=statistics.median(measured),
+    )
 
 
-def time_steps(step_fn: Callable[[], Any], steps: int, warmup: int = 0,
-               clock: Callable[[], float] = time.perf_counter) -> list[float]:
+def time_steps(
+    step_fn: Callable[[], Any],
+    steps: int,
+    warmup: int = 0,
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[float]:
     """Runs `step_fn` `warmup + steps` times; returns the last `steps` durations.
 
     `step_fn` must finish its work before returning (e.g. pull a batch, or
@@ -213,8 +222,7 @@ def flag_config(extra_modules: Sequence[str] = ()) -> dict[str, Any]:
         wanted.add(getattr(sys.modules["__main__"], "__file__", "") or "")
     config = {}
     for module, module_flags in by_module.items():
-        if module in wanted or module.endswith(tuple(
-                os.path.basename(w) for w in wanted if w)):
+        if module in wanted or module.endswith(tuple(os.path.basename(w) for w in wanted if w)):
             for flag in module_flags:
                 config[flag.name] = flag.value
     return dict(sorted(config.items()))
@@ -239,16 +247,22 @@ def define_strategy_flags() -> Callable[[], Any]:
     from tfdist_opt.gradients import powersgd  # pylint: disable=g-import-not-at-top
     from tfdist_opt.strategy import config as config_lib  # pylint: disable=g-import-not-at-top
 
-    choices = {"mode": config_lib.MODES, "all_reduce": config_lib.ALL_REDUCE,
-               "mixed_precision": config_lib.MIXED_PRECISION,
-               "compression": config_lib.COMPRESSION,
-               "powersgd_wire": powersgd.WIRES,
-               "storage_sharing": config_lib.STORAGE_SHARING,
-               "cpu_split": config_lib.CPU_SPLIT,
-               "jit_fallback": config_lib.JIT_FALLBACKS}
+    choices = {
+        "mode": config_lib.MODES,
+        "all_reduce": config_lib.ALL_REDUCE,
+        "mixed_precision": config_lib.MIXED_PRECISION,
+        "compression": config_lib.COMPRESSION,
+        "powersgd_wire": powersgd.WIRES,
+        "storage_sharing": config_lib.STORAGE_SHARING,
+        "cpu_split": config_lib.CPU_SPLIT,
+        "jit_fallback": config_lib.JIT_FALLBACKS,
+    }
     config_flag = flags.DEFINE_string(
-        "config", None, "StrategyConfig file (.json/.toml) or preset name from "
-        "configs/ (e.g. multi_worker_ring_cpu).")
+        "config",
+        None,
+        "StrategyConfig file (.json/.toml) or preset name from "
+        "configs/ (e.g. multi_worker_ring_cpu).",
+    )
     holders, int_or_word = {}, {}
     for field in dataclasses.fields(config_lib.StrategyConfig):
         name, kind, doc = field.name, field.type, f"StrategyConfig.{field.name}"
@@ -276,7 +290,8 @@ def define_strategy_flags() -> Callable[[], Any]:
                 except ValueError:
                     raise app.UsageError(
                         f"Invalid value for `--{name}`: expected a non-negative "
-                        f"int or {word}. Received: --{name}={value}") from None
+                        f"int or {word}. Received: --{name}={value}"
+                    ) from None
         return config_lib.StrategyConfig.load(config_flag.value, **overrides)
 
     return strategy_config
@@ -302,12 +317,18 @@ class PlotSpec:
     ylabel: str = ""
 
 
-def write_report(name: str, config: Mapping[str, Any],
-                 results: Sequence[Mapping[str, Any]],
-                 summary: Mapping[str, Any], *, output_json: str | None = None,
-                 csv_path: str | None = None, plot_path: str | None = None,
-                 plot: PlotSpec | None = None,
-                 environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+def write_report(
+    name: str,
+    config: Mapping[str, Any],
+    results: Sequence[Mapping[str, Any]],
+    summary: Mapping[str, Any],
+    *,
+    output_json: str | None = None,
+    csv_path: str | None = None,
+    plot_path: str | None = None,
+    plot: PlotSpec | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """Builds the report and, on the chief only, writes JSON / CSV / PNG.
 
     Args:
@@ -326,12 +347,18 @@ def write_report(name: str, config: Mapping[str, Any],
         ValueError: `plot_path` without a `plot` spec.
         ImportError: `plot_path` given and matplotlib is missing.
     """
-    report = {"benchmark": name, "config": dict(config),
-              "environment": environment(), "results": [dict(r) for r in results],
-              "summary": dict(summary)}
+    report = {
+        "benchmark": name,
+        "config": dict(config),
+        "environment": environment(),
+        "results": [dict(r) for r in results],
+        "summary": dict(summary),
+    }
     if plot_path and plot is None:
-        raise ValueError("Invalid arguments: `plot_path` needs a `plot` "
-                         f"PlotSpec. Received: plot_path={plot_path!r}, plot=None")
+        raise ValueError(
+            "Invalid arguments: `plot_path` needs a `plot` "
+            f"PlotSpec. Received: plot_path={plot_path!r}, plot=None"
+        )
     if not is_chief(environ):
         return report
     if output_json:
@@ -360,8 +387,7 @@ def write_csv(path: str, rows: Sequence[Mapping[str, Any]]) -> None:
             writer.writerow({k: row.get(k, "") for k in columns})
 
 
-def plot_results(path: str, rows: Sequence[Mapping[str, Any]],
-                 spec: PlotSpec) -> None:
+def plot_results(path: str, rows: Sequence[Mapping[str, Any]], spec: PlotSpec) -> None:
     """PNG of `spec.ys` against `spec.x`; matplotlib is imported lazily."""
     try:
         import matplotlib  # pylint: disable=g-import-not-at-top
@@ -372,7 +398,8 @@ def plot_results(path: str, rows: Sequence[Mapping[str, Any]],
         raise ImportError(
             "--plot needs matplotlib, which is not installed. Install it with "
             "`pip install matplotlib` (or `pip install tfdist_opt[plot]`), or "
-            "drop --plot.") from e
+            "drop --plot."
+        ) from e
     xs = [str(r.get(spec.x)) for r in rows]
     fig, ax = plt.subplots(figsize=(7, 4))
     if spec.kind == "line":
@@ -381,8 +408,12 @@ def plot_results(path: str, rows: Sequence[Mapping[str, Any]],
     else:
         width = 0.8 / max(1, len(spec.ys))
         for k, y in enumerate(spec.ys):
-            ax.bar([i + k * width for i in range(len(xs))],
-                   [r.get(y) or 0 for r in rows], width=width, label=y)
+            ax.bar(
+                [i + k * width for i in range(len(xs))],
+                [r.get(y) or 0 for r in rows],
+                width=width,
+                label=y,
+            )
         ax.set_xticks([i + width * (len(spec.ys) - 1) / 2 for i in range(len(xs))])
         ax.set_xticklabels(xs, rotation=20, ha="right")
     ax.set_xlabel(spec.x)

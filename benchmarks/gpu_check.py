@@ -72,27 +72,33 @@ NO_GPU = sections.NO_GPU
 SECTIONS = {"precision": 0.35, "two_workers": 0.40, "gradients": 0.25}
 
 _DRY = flags.DEFINE_boolean(
-    "dry_run_cpu", False, "Run every section on CPU with tiny sizes (GPUs "
-    "hidden): exercises the script where no GPU is.")
+    "dry_run_cpu",
+    False,
+    "Run every section on CPU with tiny sizes (GPUs hidden): exercises the script where no GPU is.",
+)
 _BUDGET = flags.DEFINE_float(
-    "budget_s", 420.0, "Seconds for the sections together (probe apart), "
-    "shared " + ", ".join(f"{k} {v:.0%}" for k, v in SECTIONS.items()) + ".")
+    "budget_s",
+    420.0,
+    "Seconds for the sections together (probe apart), "
+    "shared " + ", ".join(f"{k} {v:.0%}" for k, v in SECTIONS.items()) + ".",
+)
 _BATCH = flags.DEFINE_integer("batch_size", 1024, "Batch per replica.")
 _WIDTH = flags.DEFINE_integer("width", 4096, "MLP width (precision section).")
 _ROUNDS = flags.DEFINE_integer("rounds", 6, "Interleaved rounds (precision).")
 _STEPS = flags.DEFINE_integer("steps_per_round", 50, "Steps per setting per round.")
 _EQUAL_STEPS = flags.DEFINE_integer(
-    "equal_steps", 30, "Steps trained before weights are compared (two_workers, gradients).")
+    "equal_steps", 30, "Steps trained before weights are compared (two_workers, gradients)."
+)
 _MEMORY_MB = flags.DEFINE_integer(
-    "logical_memory_mb", 8192, "Memory limit of each logical GPU device.")
+    "logical_memory_mb", 8192, "Memory limit of each logical GPU device."
+)
 _SECTION = flags.DEFINE_string("section", None, "Internal: run one section here.")
 _SECTION_OUT = flags.DEFINE_string("section_out", None, "Internal: the section's JSON.")
 _ALL_REDUCE = flags.DEFINE_string("worker_all_reduce", "nccl", "Internal: two_workers.")
 _SECTION_BUDGET = flags.DEFINE_float("section_budget_s", 0.0, "Internal.")
 
 _FORWARDED = (_DRY, _BATCH, _WIDTH, _ROUNDS, _STEPS, _EQUAL_STEPS, _MEMORY_MB)
-_DRY_SIZES = {"batch_size": 8, "width": 32, "rounds": 2, "steps_per_round": 2,
-              "equal_steps": 3}
+_DRY_SIZES = {"batch_size": 8, "width": 32, "rounds": 2, "steps_per_round": 2, "equal_steps": 3}
 
 
 def _size(flag):
@@ -107,24 +113,38 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     if _SECTION.value:
-        return sections.RUNNERS[_SECTION.value](sections.SectionOptions(
-            out=_SECTION_OUT.value, dry_run_cpu=_DRY.value,
-            batch_size=_size(_BATCH), width=_size(_WIDTH), rounds=_size(_ROUNDS),
-            steps_per_round=_size(_STEPS), equal_steps=_size(_EQUAL_STEPS),
-            logical_memory_mb=_MEMORY_MB.value, budget_s=_SECTION_BUDGET.value,
-            all_reduce=_ALL_REDUCE.value))
+        return sections.RUNNERS[_SECTION.value](
+            sections.SectionOptions(
+                out=_SECTION_OUT.value,
+                dry_run_cpu=_DRY.value,
+                batch_size=_size(_BATCH),
+                width=_size(_WIDTH),
+                rounds=_size(_ROUNDS),
+                steps_per_round=_size(_STEPS),
+                equal_steps=_size(_EQUAL_STEPS),
+                logical_memory_mb=_MEMORY_MB.value,
+                budget_s=_SECTION_BUDGET.value,
+                all_reduce=_ALL_REDUCE.value,
+            )
+        )
     return _orchestrate()
 
 
 def _orchestrate() -> int:
     """Runs each section in a child (this process never starts TF's runtime)."""
     tmp = tempfile.mkdtemp(prefix="gpu_check_")
-    report = {"benchmark": "gpu_check", "config": common.flag_config(),
-              "environment": {"python": platform.python_version(),
-                              "platform": platform.platform(),
-                              "cpu_count": os.cpu_count(),
-                              "load_avg_1m": os.getloadavg()[0]},
-              "results": [], "summary": {}}
+    report = {
+        "benchmark": "gpu_check",
+        "config": common.flag_config(),
+        "environment": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpu_count": os.cpu_count(),
+            "load_avg_1m": os.getloadavg()[0],
+        },
+        "results": [],
+        "summary": {},
+    }
     probe = _child("probe", tmp, 90)
     if probe.get("status") != "done":
         print(f"gpu_check: the probe failed: {probe.get('error')}", flush=True)
@@ -136,28 +156,37 @@ def _orchestrate() -> int:
         report["summary"] = {"gpus": 0, "checked": False}
         _write(report)
         shutil.rmtree(tmp, ignore_errors=True)
-        tf_line = (f"TensorFlow {probe['environment']['tf']} (built with CUDA: "
-                   f"{probe['environment']['built_with_cuda']})")
+        tf_line = (
+            f"TensorFlow {probe['environment']['tf']} (built with CUDA: "
+            f"{probe['environment']['built_with_cuda']})"
+        )
         if driver and "CUDA_VISIBLE_DEVICES" not in os.environ:
             # A GPU TensorFlow cannot use is a failed check, not "no GPU".
-            print(f"gpu_check: the NVIDIA driver lists {len(driver)} GPU(s) but "
-                  f"{tf_line} sees none: its CUDA libraries are missing (pip "
-                  "install \"tensorflow[and-cuda]\" at this TensorFlow's version).",
-                  flush=True)
+            print(
+                f"gpu_check: the NVIDIA driver lists {len(driver)} GPU(s) but "
+                f"{tf_line} sees none: its CUDA libraries are missing (pip "
+                'install "tensorflow[and-cuda]" at this TensorFlow\'s version).',
+                flush=True,
+            )
             return 1
-        print(f"{NO_GPU} {tf_line[len('TensorFlow '):]}; nothing to check "
-              "(--dry_run_cpu runs the same code on CPU).", flush=True)
+        print(
+            f"{NO_GPU} {tf_line[len('TensorFlow ') :]}; nothing to check "
+            "(--dry_run_cpu runs the same code on CPU).",
+            flush=True,
+        )
         return 0
     failed = []
     for name, share in SECTIONS.items():
         budget = max(60.0, share * _BUDGET.value)
-        row = (_two_workers(tmp, budget) if name == "two_workers"
-               else _child(name, tmp, budget))
+        row = _two_workers(tmp, budget) if name == "two_workers" else _child(name, tmp, budget)
         report["results"].append(row)
         report["summary"].update(row.get("summary", {}))
         _write(report)
-        print(f"{name}: {row.get('status')} in {row.get('wall_s', 0):.0f} s; "
-              + json.dumps(row.get("summary", {})), flush=True)
+        print(
+            f"{name}: {row.get('status')} in {row.get('wall_s', 0):.0f} s; "
+            + json.dumps(row.get("summary", {})),
+            flush=True,
+        )
         if row.get("status") != "done" or row.get("ok") is False:
             failed.append(name)
     report["summary"]["failed_sections"] = failed
@@ -166,8 +195,7 @@ def _orchestrate() -> int:
         print(f"gpu_check: FAILED: {', '.join(failed)} (logs in {tmp})", flush=True)
         return 1
     shutil.rmtree(tmp, ignore_errors=True)
-    print("gpu_check: all checks passed" + (" (dry run on CPU)" if _DRY.value else ""),
-          flush=True)
+    print("gpu_check: all checks passed" + (" (dry run on CPU)" if _DRY.value else ""), flush=True)
     return 0
 
 
@@ -176,8 +204,9 @@ def _driver_gpus():
     if not shutil.which("nvidia-smi"):
         return []
     try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
-                             timeout=30).stdout
+        out = subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return []
     return [line.strip() for line in out.splitlines() if line.startswith("GPU ")]
@@ -205,8 +234,12 @@ def _env(extra=None):
 
 
 def _argv(section, out, *extra):
-    args = [sys.executable, os.path.abspath(__file__), f"--section={section}",
-            f"--section_out={out}"]
+    args = [
+        sys.executable,
+        os.path.abspath(__file__),
+        f"--section={section}",
+        f"--section_out={out}",
+    ]
     for flag in _FORWARDED:
         if flags.FLAGS[flag.name].present or flag is _DRY:
             args.append(f"--{flag.name}={flag.value}")
@@ -221,7 +254,10 @@ def _child(section, tmp, budget_s, extra_env=None, *extra):
     with open(log, "w") as f:
         proc = subprocess.Popen(
             _argv(section, out, f"--section_budget_s={budget_s:g}", *extra),
-            env=_env(extra_env), stdout=f, stderr=subprocess.STDOUT)
+            env=_env(extra_env),
+            stdout=f,
+            stderr=subprocess.STDOUT,
+        )
         try:
             status = "done" if proc.wait(timeout=budget_s) == 0 else "failed"
         except subprocess.TimeoutExpired:
@@ -277,10 +313,18 @@ def _two_workers(tmp, budget_s):
             cfg = tf_config_lib.build_tf_config(cluster, "worker", i)
             out = os.path.join(tmp, f"worker_{impl}_{i}.json")
             log = open(os.path.join(tmp, f"worker_{impl}_{i}.log"), "w")
-            procs.append((subprocess.Popen(
-                _argv("worker", out, f"--worker_all_reduce={impl}"),
-                env=_env({"TF_CONFIG": json.dumps(cfg)}), stdout=log,
-                stderr=subprocess.STDOUT), out, log))
+            procs.append(
+                (
+                    subprocess.Popen(
+                        _argv("worker", out, f"--worker_all_reduce={impl}"),
+                        env=_env({"TF_CONFIG": json.dumps(cfg)}),
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                    ),
+                    out,
+                    log,
+                )
+            )
         # NCCL gets at most half the budget: a hang must leave RING its turn.
         deadline = time.monotonic() + (min(left, budget_s / 2) if impl == "nccl" else left)
         codes = []
@@ -298,16 +342,28 @@ def _two_workers(tmp, budget_s):
         attempt = {"all_reduce": impl, "exit_codes": codes}
         if codes == [0, 0] and chief.get("status") == "done":
             attempts.append(attempt)
-            row = dict(chief, attempts=attempts, section="two_workers",
-                       wall_s=time.monotonic() - start, budget_s=budget_s)
-            row["summary"] = dict(chief.get("summary", {}),
-                                  two_workers_all_reduce=impl,
-                                  two_workers_nccl_accepted=impl == "nccl")
+            row = dict(
+                chief,
+                attempts=attempts,
+                section="two_workers",
+                wall_s=time.monotonic() - start,
+                budget_s=budget_s,
+            )
+            row["summary"] = dict(
+                chief.get("summary", {}),
+                two_workers_all_reduce=impl,
+                two_workers_nccl_accepted=impl == "nccl",
+            )
             return row
         attempt["error"] = _first_error(procs[0][2].name) or _first_error(procs[1][2].name)
         attempts.append(attempt)
-    return {"section": "two_workers", "status": "failed", "attempts": attempts,
-            "wall_s": time.monotonic() - start, "budget_s": budget_s}
+    return {
+        "section": "two_workers",
+        "status": "failed",
+        "attempts": attempts,
+        "wall_s": time.monotonic() - start,
+        "budget_s": budget_s,
+    }
 
 
 def _first_error(path):

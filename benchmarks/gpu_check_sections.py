@@ -20,10 +20,10 @@ import time
 # in gpu_check.py, so tests read it without defining that binary's flags).
 NO_GPU = "gpu_check: no GPU visible to TensorFlow"
 
-EQUAL_TOL = 1e-4       # 2 workers vs one process, float32, TF32 off
-POWERSGD_TOL = 1e-4    # full-rank PowerSGD vs uncompressed
-ZERO_TOL = 1e-5        # ZeRO-1 Adam vs unsharded Adam
-LOSS_TOL = 0.1         # mixed precision held-out loss vs float32 (reported)
+EQUAL_TOL = 1e-4  # 2 workers vs one process, float32, TF32 off
+POWERSGD_TOL = 1e-4  # full-rank PowerSGD vs uncompressed
+ZERO_TOL = 1e-5  # ZeRO-1 Adam vs unsharded Adam
+LOSS_TOL = 0.1  # mixed precision held-out loss vs float32 (reported)
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 
 
@@ -69,16 +69,31 @@ def probe(opts):
     gpus = []
     for d in tf.config.list_physical_devices("GPU"):
         details = tf.config.experimental.get_device_details(d)
-        gpus.append({"name": d.name, "device_name": details.get("device_name"),
-                     "compute_capability": details.get("compute_capability")})
+        gpus.append(
+            {
+                "name": d.name,
+                "device_name": details.get("device_name"),
+                "compute_capability": details.get("compute_capability"),
+            }
+        )
     import keras  # pylint: disable=g-import-not-at-top
 
-    save(opts.out, {"section": "probe", "status": "done", "environment": {
-        "tf": tf.__version__, "keras": keras.__version__,
-        "built_with_cuda": tf.test.is_built_with_cuda(),
-        "cuda": tf.sysconfig.get_build_info().get("cuda_version"),
-        "cudnn": tf.sysconfig.get_build_info().get("cudnn_version"),
-        "gpus": gpus, "dry_run_cpu": opts.dry_run_cpu}})
+    save(
+        opts.out,
+        {
+            "section": "probe",
+            "status": "done",
+            "environment": {
+                "tf": tf.__version__,
+                "keras": keras.__version__,
+                "built_with_cuda": tf.test.is_built_with_cuda(),
+                "cuda": tf.sysconfig.get_build_info().get("cuda_version"),
+                "cudnn": tf.sysconfig.get_build_info().get("cudnn_version"),
+                "gpus": gpus,
+                "dry_run_cpu": opts.dry_run_cpu,
+            },
+        },
+    )
     return 0
 
 
@@ -108,8 +123,7 @@ def _mlp(keras, dim, width, policy="float32"):
 def _max_rel(a, b):
     import numpy as np  # pylint: disable=g-import-not-at-top
 
-    return max(float(np.abs(x - y).max() / (np.abs(y).max() + 1e-30))
-               for x, y in zip(a, b))
+    return max(float(np.abs(x - y).max() / (np.abs(y).max() + 1e-30)) for x, y in zip(a, b))
 
 
 def precision(opts):
@@ -134,15 +148,25 @@ def precision(opts):
         with strategy.scope():
             model = _mlp(keras, dim, width, policy)
             model.set_weights(initial)
-            model.compile(keras.optimizers.SGD(0.01, momentum=0.9),
-                          keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                          jit_compile=jit)
+            model.compile(
+                keras.optimizers.SGD(0.01, momentum=0.9),
+                keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                jit_compile=jit,
+            )
         model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0)  # trace, compile
         trained.append((model, iter(strategy.experimental_distribute_dataset(data))))
         result["compiled"] = len(trained)  # a cut run shows how far it got
         save(opts.out, result)
-    rows = [{"setting": f"{p} xla={'on' if j else 'off'}", "policy": p, "xla": j,
-             "ex_per_s": [], "round_loss": []} for p, j in settings]
+    rows = [
+        {
+            "setting": f"{p} xla={'on' if j else 'off'}",
+            "policy": p,
+            "xla": j,
+            "ex_per_s": [],
+            "round_loss": [],
+        }
+        for p, j in settings
+    ]
     result.update(status="running", plan=_plan(strategy), rows=rows)
     for r in range(opts.rounds):
         if r and time.monotonic() > deadline:
@@ -165,22 +189,31 @@ def precision(opts):
         row["heldout_loss"] = float(model.evaluate(xt, yt, batch_size=batch, verbose=0))
     for row in rows:
         base = next(r for r in rows if r["policy"] == "float32" and r["xla"] == row["xla"])
-        row["heldout_loss_rel_vs_float32"] = (
-            abs(row["heldout_loss"] - base["heldout_loss"]) / abs(base["heldout_loss"]))
+        row["heldout_loss_rel_vs_float32"] = abs(row["heldout_loss"] - base["heldout_loss"]) / abs(
+            base["heldout_loss"]
+        )
         row["within_loss_tol"] = row["heldout_loss_rel_vs_float32"] <= LOSS_TOL
         key = f"{row['policy']}_xla_{'on' if row['xla'] else 'off'}"
         summary[f"ex_per_s_{key}"] = row["median_ex_per_s"]
         summary[f"speedup_{key}"] = row["median_ex_per_s"] / rows[0]["median_ex_per_s"]
-    result.update(status="done", summary=summary, loss_tol=LOSS_TOL,
-                  global_batch=batch, width=width, steps_per_round=steps)
+    result.update(
+        status="done",
+        summary=summary,
+        loss_tol=LOSS_TOL,
+        global_batch=batch,
+        width=width,
+        steps_per_round=steps,
+    )
     save(opts.out, result)
     return 0
 
 
 def _plan(strategy):
-    return {"strategy": type(strategy).__name__,
-            "replicas": strategy.num_replicas_in_sync,
-            "devices": list(getattr(strategy.extended, "worker_devices", ()))}
+    return {
+        "strategy": type(strategy).__name__,
+        "replicas": strategy.num_replicas_in_sync,
+        "devices": list(getattr(strategy.extended, "worker_devices", ())),
+    }
 
 
 def _limit_gpu(count, memory_mb):
@@ -189,9 +222,9 @@ def _limit_gpu(count, memory_mb):
 
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
-        tf.config.set_logical_device_configuration(gpus[0], [
-            tf.config.LogicalDeviceConfiguration(memory_limit=memory_mb)
-        ] * count)
+        tf.config.set_logical_device_configuration(
+            gpus[0], [tf.config.LogicalDeviceConfiguration(memory_limit=memory_mb)] * count
+        )
     tf.config.experimental.enable_tensor_float_32_execution(False)
     return bool(gpus)
 
@@ -208,8 +241,7 @@ def worker(opts):
     global_batch = batch * strategy.num_replicas_in_sync
     x, y = _data(global_batch * steps, dim, seed=0)
     options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = (
-        tf.data.experimental.AutoShardPolicy.DATA)
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch).with_options(options)
     keras.utils.set_random_seed(5)
     initial = _mlp(keras, dim, width).get_weights()
@@ -218,31 +250,42 @@ def worker(opts):
         with scope:
             model = _mlp(keras, dim, width)
             model.set_weights(initial)
-            model.compile(keras.optimizers.SGD(0.05),
-                          keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+            model.compile(
+                keras.optimizers.SGD(0.05),
+                keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            )
         times = []
         stamp = keras.callbacks.LambdaCallback(
-            on_train_batch_end=lambda b, logs: times.append(time.perf_counter()))
+            on_train_batch_end=lambda b, logs: times.append(time.perf_counter())
+        )
         model.fit(data, epochs=1, verbose=0, shuffle=False, callbacks=[stamp])
         gaps = [b - a for a, b in zip(times, times[1:])]
-        gaps = gaps[min(2, len(gaps) - 1):]  # warm-up steps out, one kept
+        gaps = gaps[min(2, len(gaps) - 1) :]  # warm-up steps out, one kept
         return model.get_weights(), global_batch / statistics.median(gaps)
 
     from tfdist_opt.strategy import topology  # pylint: disable=g-import-not-at-top
 
     chief = topology.strategy_is_chief(strategy)
     weights, rate = fit(strategy.scope())
-    result = {"section": "two_workers", "status": "running", "plan": _plan(strategy),
-              "all_reduce": opts.all_reduce, "ex_per_s_worker": rate,
-              "global_batch": global_batch, "steps": steps}
+    result = {
+        "section": "two_workers",
+        "status": "running",
+        "plan": _plan(strategy),
+        "all_reduce": opts.all_reduce,
+        "ex_per_s_worker": rate,
+        "global_batch": global_batch,
+        "steps": steps,
+    }
     save(opts.out, result)
     if chief:
         # One process, the same global batch: plain Keras, no strategy.
         reference, reference_rate = fit(contextlib.nullcontext())
         diff = _max_rel(weights, reference)
-        result["summary"] = {"two_workers_max_rel_vs_one_process": diff,
-                             "two_workers_ex_per_s": rate,
-                             "one_process_ex_per_s": reference_rate}
+        result["summary"] = {
+            "two_workers_max_rel_vs_one_process": diff,
+            "two_workers_ex_per_s": rate,
+            "one_process_ex_per_s": reference_rate,
+        }
         result.update(ok=diff <= EQUAL_TOL, tolerance=EQUAL_TOL)
     result["status"] = "done"
     save(opts.out, result)
@@ -258,7 +301,8 @@ def gradients(opts):
 
     on_gpu = _limit_gpu(2, opts.logical_memory_mb)
     strategy = tfdist_opt.opt_strategy(
-        fused_updates=False, **({} if on_gpu else {"cpu_replicas": 2}))
+        fused_updates=False, **({} if on_gpu else {"cpu_replicas": 2})
+    )
     batch, steps = min(opts.batch_size, 128), opts.equal_steps
     global_batch = batch * strategy.num_replicas_in_sync
     x, y = _data(global_batch * steps, 16 * 16 * 3, seed=0)
@@ -269,12 +313,15 @@ def gradients(opts):
         keras_binding.attach(strategy, options)
         keras.utils.set_random_seed(9)
         with strategy.scope():
-            model = keras.Sequential([
-                keras.Input((16, 16, 3)),
-                keras.layers.Conv2D(16, 3, activation="tanh"),
-                keras.layers.Flatten(), keras.layers.Dense(10)])
-            model.compile(optimizer(), keras.losses.SparseCategoricalCrossentropy(
-                from_logits=True))
+            model = keras.Sequential(
+                [
+                    keras.Input((16, 16, 3)),
+                    keras.layers.Conv2D(16, 3, activation="tanh"),
+                    keras.layers.Flatten(),
+                    keras.layers.Dense(10),
+                ]
+            )
+            model.compile(optimizer(), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         model.fit(x, y, batch_size=global_batch, epochs=1, verbose=0, shuffle=False)
         return model.get_weights()
 
@@ -289,26 +336,40 @@ def gradients(opts):
         return keras.optimizers.Adam(0.01, epsilon=1e-3)
 
     plain = GradientOptions(fused_updates=False)
-    psgd = dict(compression="powersgd", powersgd_min_compression=0,
-                powersgd_start_step=0, fused_updates=False)
+    psgd = dict(
+        compression="powersgd",
+        powersgd_min_compression=0,
+        powersgd_start_step=0,
+        fused_updates=False,
+    )
     result = {"section": "gradients", "status": "running", "plan": _plan(strategy)}
     sgd_ref = fit(plain, sgd)
     full = _max_rel(fit(GradientOptions(powersgd_rank=32, **psgd), sgd), sgd_ref)
     rank1 = _max_rel(fit(GradientOptions(powersgd_rank=1, **psgd), sgd), sgd_ref)
-    result["powersgd"] = {"full_rank_max_rel": full, "rank1_max_rel": rank1,
-                          "tolerance": POWERSGD_TOL}
+    result["powersgd"] = {
+        "full_rank_max_rel": full,
+        "rank1_max_rel": rank1,
+        "tolerance": POWERSGD_TOL,
+    }
     save(opts.out, result)
     adam_ref = fit(plain, adam)
-    zero = _max_rel(fit(GradientOptions(shard_optimizer_state=True, fused_updates=False),
-                        adam), adam_ref)
+    zero = _max_rel(
+        fit(GradientOptions(shard_optimizer_state=True, fused_updates=False), adam), adam_ref
+    )
     result["zero1"] = {"max_rel": zero, "tolerance": ZERO_TOL}
     ok = full <= POWERSGD_TOL and rank1 > POWERSGD_TOL and zero <= ZERO_TOL
-    result.update(status="done", ok=ok, summary={
-        "powersgd_full_rank_max_rel": full, "powersgd_rank1_max_rel": rank1,
-        "zero1_max_rel": zero, "gradients_ok": ok})
+    result.update(
+        status="done",
+        ok=ok,
+        summary={
+            "powersgd_full_rank_max_rel": full,
+            "powersgd_rank1_max_rel": rank1,
+            "zero1_max_rel": zero,
+            "gradients_ok": ok,
+        },
+    )
     save(opts.out, result)
     return 0
 
 
-RUNNERS = {"probe": probe, "precision": precision, "worker": worker,
-           "gradients": gradients}
+RUNNERS = {"probe": probe, "precision": precision, "worker": worker, "gradients": gradients}

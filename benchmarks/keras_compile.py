@@ -43,17 +43,19 @@ from benchmarks import common  # pylint: disable=g-import-not-at-top
 from benchmarks.train_lib import compile_compare  # pylint: disable=g-import-not-at-top
 from benchmarks.train_lib import models  # pylint: disable=g-import-not-at-top
 
-COMPARES = {"jit": ("jit_compile=False", "jit_compile=True"),
-            "steps_per_execution": ("steps_per_execution=1", "steps_per_execution=N")}
+COMPARES = {
+    "jit": ("jit_compile=False", "jit_compile=True"),
+    "steps_per_execution": ("steps_per_execution=1", "steps_per_execution=N"),
+}
 
 _MODEL = flags.DEFINE_enum("model", "mlp", ["mlp", "cnn_small"], "Model to train.")
 _COMPARE = flags.DEFINE_enum("compare", "jit", list(COMPARES), "What to compare.")
 _BATCH = flags.DEFINE_integer("batch_size", 32, "Batch size per replica.")
 _ROUNDS = flags.DEFINE_integer("rounds", 6, "Alternated rounds per setting.")
-_STEPS = flags.DEFINE_integer("steps_per_round", 10,
-                              "Train-function calls timed per setting per round.")
-_SPE = flags.DEFINE_integer("steps_per_execution", 8,
-                            "N for --compare=steps_per_execution.")
+_STEPS = flags.DEFINE_integer(
+    "steps_per_round", 10, "Train-function calls timed per setting per round."
+)
+_SPE = flags.DEFINE_integer("steps_per_execution", 8, "N for --compare=steps_per_execution.")
 _IMAGE = flags.DEFINE_integer("image_size", None, "Input side (default per model).")
 _NUM_CLASSES = 10
 _strategy_config = common.define_strategy_flags()
@@ -86,12 +88,13 @@ def main(argv):
         with strategy.scope():
             keras.utils.set_random_seed(1)
             model = models.build_model(_MODEL.value, size, _NUM_CLASSES)
-            model.compile(keras.optimizers.SGD(0.01),
-                          keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                          **compile_kwargs(compare, which, spe))
+            model.compile(
+                keras.optimizers.SGD(0.01),
+                keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                **compile_kwargs(compare, which, spe),
+            )
         # Builds, traces and runs the train function once (warm-up).
-        model.fit(dataset, steps_per_epoch=steps_per_call(compare, which, spe),
-                  epochs=1, verbose=0)
+        model.fit(dataset, steps_per_epoch=steps_per_call(compare, which, spe), epochs=1, verbose=0)
         iterator = iter(strategy.experimental_distribute_dataset(dataset))
         trained.append((model, iterator))
 
@@ -109,21 +112,41 @@ def main(argv):
         run(which)
     rates = {0: [], 1: []}
     for r in range(_ROUNDS.value):
-        for which in ((0, 1) if r % 2 == 0 else (1, 0)):
+        for which in (0, 1) if r % 2 == 0 else (1, 0):
             rates[which].append(run(which))
-        print(f"round {r}: {COMPARES[compare][0]} {rates[0][-1]:.1f} ex/s, "
-              f"{COMPARES[compare][1]} {rates[1][-1]:.1f} ex/s", flush=True)
+        print(
+            f"round {r}: {COMPARES[compare][0]} {rates[0][-1]:.1f} ex/s, "
+            f"{COMPARES[compare][1]} {rates[1][-1]:.1f} ex/s",
+            flush=True,
+        )
     ratios = [b / a for a, b in zip(rates[0], rates[1])]
-    rows = [{"setting": COMPARES[compare][w], "median_ex_per_s": statistics.median(rates[w]),
-             "min_ex_per_s": min(rates[w]), "max_ex_per_s": max(rates[w]),
-             "rounds": rates[w]} for w in (0, 1)]
+    rows = [
+        {
+            "setting": COMPARES[compare][w],
+            "median_ex_per_s": statistics.median(rates[w]),
+            "min_ex_per_s": min(rates[w]),
+            "max_ex_per_s": max(rates[w]),
+            "rounds": rates[w],
+        }
+        for w in (0, 1)
+    ]
     key = "jit_speedup" if compare == "jit" else "spe_speedup"
-    summary = {key: statistics.median(ratios), f"{key}_min": min(ratios),
-               f"{key}_max": max(ratios), "global_batch": global_batch,
-               "replicas": strategy.num_replicas_in_sync}
+    summary = {
+        key: statistics.median(ratios),
+        f"{key}_min": min(ratios),
+        f"{key}_max": max(ratios),
+        "global_batch": global_batch,
+        "replicas": strategy.num_replicas_in_sync,
+    }
     print(f"{key}: {summary[key]:.3f} (rounds {min(ratios):.3f}-{max(ratios):.3f})")
-    common.write_report("keras_compile", common.flag_config(), rows, summary,
-                        output_json=common.OUTPUT_JSON.value, csv_path=common.CSV.value)
+    common.write_report(
+        "keras_compile",
+        common.flag_config(),
+        rows,
+        summary,
+        output_json=common.OUTPUT_JSON.value,
+        csv_path=common.CSV.value,
+    )
 
 
 if __name__ == "__main__":

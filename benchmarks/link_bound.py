@@ -29,8 +29,10 @@ def rate_bytes_per_s(link: str) -> float:
     """
     m = _RATE.match(str(link).strip().lower())
     if not m or float(m.group(1)) <= 0:
-        raise ValueError(f"Invalid value for `link`: expected a tc rate such as "
-                         f"1gbit, 10gbit or 500mbit. Received: link={link!r}")
+        raise ValueError(
+            f"Invalid value for `link`: expected a tc rate such as "
+            f"1gbit, 10gbit or 500mbit. Received: link={link!r}"
+        )
     return float(m.group(1)) * _UNIT[m.group(2)] / 8
 
 
@@ -53,27 +55,43 @@ def payload_bytes(setting: str, params: int, sent_bytes: int | None = None) -> i
     return 4 * params
 
 
-def bound(*, wire_bytes: float, rate: float, compute_s: float | None,
-          global_batch: int, measured_eps: float) -> dict:
+def bound(
+    *,
+    wire_bytes: float,
+    rate: float,
+    compute_s: float | None,
+    global_batch: int,
+    measured_eps: float,
+) -> dict:
     """The link bound of one measured setting (see the module docstring)."""
     link_s = wire_bytes / rate
-    out = {"wire_bytes_per_step": int(wire_bytes), "link_s": link_s,
-           "link_bound_eps": global_batch / link_s if link_s else None}
+    out = {
+        "wire_bytes_per_step": int(wire_bytes),
+        "link_s": link_s,
+        "link_bound_eps": global_batch / link_s if link_s else None,
+    }
     if compute_s is not None:
         bound_s = max(compute_s, link_s)
         serial_s = compute_s + link_s
-        out.update(compute_s=compute_s, bound_step_s=bound_s,
-                   serial_step_s=serial_s, bound_eps=global_batch / bound_s,
-                   serial_bound_eps=global_batch / serial_s,
-                   link_fraction=measured_eps * bound_s / global_batch,
-                   serial_fraction=measured_eps * serial_s / global_batch)
+        out.update(
+            compute_s=compute_s,
+            bound_step_s=bound_s,
+            serial_step_s=serial_s,
+            bound_eps=global_batch / bound_s,
+            serial_bound_eps=global_batch / serial_s,
+            link_fraction=measured_eps * bound_s / global_batch,
+            serial_fraction=measured_eps * serial_s / global_batch,
+        )
     return out
 
 
-def busbw_fraction(rows: list[dict], rate: float, min_bytes: int = 4 << 20,
-                   setting: str | None = None) -> float | None:
+def busbw_fraction(
+    rows: list[dict], rate: float, min_bytes: int = 4 << 20, setting: str | None = None
+) -> float | None:
     """Smallest busbw / link rate over the sweep rows of >= `min_bytes`."""
-    picked = [r["busbw_gbps"] * 1e9 / rate for r in rows
-              if r.get("bytes", 0) >= min_bytes
-              and (setting is None or r.get("setting") == setting)]
+    picked = [
+        r["busbw_gbps"] * 1e9 / rate
+        for r in rows
+        if r.get("bytes", 0) >= min_bytes and (setting is None or r.get("setting") == setting)
+    ]
     return min(picked) if picked else None

@@ -70,30 +70,34 @@ SETTINGS = {  # name -> (train.py --peer_role, extra flags)
     "keras3_ctl": ("keras3_ctl", ()),
     "defaults": ("ours", ()),
     "bf16": ("ours", ("--compression=bf16", "--bytes_per_pack=auto")),
-    "powersgd": ("ours", ("--compression=powersgd", "--powersgd_rank=4",
-                          "--powersgd_start_step=0")),
+    "powersgd": (
+        "ours",
+        ("--compression=powersgd", "--powersgd_rank=4", "--powersgd_start_step=0"),
+    ),
 }
 PEERS = ("tf_keras", "keras3_ctl")
 OURS = ("defaults", "bf16", "powersgd")
 
-_LINKS = flags.DEFINE_list("link", ["1gbit", "10gbit"],
-                           "tc rates of the emulated links, one run set each.")
-_SETTINGS = flags.DEFINE_list("settings", list(SETTINGS),
-                              f"Settings to measure, of {list(SETTINGS)}.")
+_LINKS = flags.DEFINE_list(
+    "link", ["1gbit", "10gbit"], "tc rates of the emulated links, one run set each."
+)
+_SETTINGS = flags.DEFINE_list(
+    "settings", list(SETTINGS), f"Settings to measure, of {list(SETTINGS)}."
+)
 _ROUNDS = flags.DEFINE_integer("rounds", 2, "Alternated rounds.")
 _MODEL = flags.DEFINE_string("model", "mlp", "benchmarks/train.py --model.")
-_IMAGE_SIZE = flags.DEFINE_integer("image_size", None,
-                                   "benchmarks/train.py --image_size.")
+_IMAGE_SIZE = flags.DEFINE_integer("image_size", None, "benchmarks/train.py --image_size.")
 _BATCH = flags.DEFINE_integer("batch_size", 32, "Batch per worker.")
 _BATCHES = flags.DEFINE_integer("num_batches", 24, "Timed batches per run.")
 _WARMUP = flags.DEFINE_integer("num_warmup_batches", 5, "Warm-up batches per run.")
-_UNSHAPED = flags.DEFINE_bool("unshaped", True, "Also run powersgd on an "
-                              "unshaped link (powersgd_vs_unshaped_<link>).")
+_UNSHAPED = flags.DEFINE_bool(
+    "unshaped", True, "Also run powersgd on an unshaped link (powersgd_vs_unshaped_<link>)."
+)
 _SWEEP = flags.DEFINE_bool("sweep", True, "All-reduce sweep on each link.")
-_SWEEP_MAX = flags.DEFINE_integer("sweep_max_bytes", 64 << 20,
-                                  "Largest all-reduce of the sweep.")
+_SWEEP_MAX = flags.DEFINE_integer("sweep_max_bytes", 64 << 20, "Largest all-reduce of the sweep.")
 _SWEEP_BUDGET = flags.DEFINE_integer(
-    "sweep_budget_bytes", 64 << 20, "allreduce.py --sweep_budget_bytes.")
+    "sweep_budget_bytes", 64 << 20, "allreduce.py --sweep_budget_bytes."
+)
 _TIMEOUT = flags.DEFINE_integer("run_timeout_s", 600, "Limit per cluster run.")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -103,24 +107,40 @@ _PORTS = iter(range(23000, 30000))
 def _python_env() -> dict:
     env = testbed_lib.TestBed.env({"TF_CPP_MIN_LOG_LEVEL": "2"})
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    for key in ("TF_USE_LEGACY_KERAS", "TFDIST_LAUNCH_NUM_WORKERS",
-                "TFDIST_LAUNCH_WORKER_INDEX", "TFDIST_LAUNCH_RESTART_COUNT"):
+    for key in (
+        "TF_USE_LEGACY_KERAS",
+        "TFDIST_LAUNCH_NUM_WORKERS",
+        "TFDIST_LAUNCH_WORKER_INDEX",
+        "TFDIST_LAUNCH_RESTART_COUNT",
+    ):
         env.pop(key, None)
     return env
 
 
 def _tx_bytes(bed, host) -> int:
-    out = subprocess.run(["ip", "netns", "exec", host.ns, "cat",
-                          "/sys/class/net/eth0/statistics/tx_bytes"],
-                         capture_output=True, text=True, timeout=30, check=True)
+    out = subprocess.run(
+        ["ip", "netns", "exec", host.ns, "cat", "/sys/class/net/eth0/statistics/tx_bytes"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     return int(out.stdout.strip())
 
 
 def _train_argv(role: str, extra, out: str) -> list[str]:
-    argv = [sys.executable, os.path.join(HERE, "train.py"), f"--model={_MODEL.value}",
-            f"--batch_size={_BATCH.value}", f"--num_batches={_BATCHES.value}",
-            f"--num_warmup_batches={_WARMUP.value}", f"--peer_role={role}",
-            "--overlap_steps=0", f"--output_json={out}", *extra]
+    argv = [
+        sys.executable,
+        os.path.join(HERE, "train.py"),
+        f"--model={_MODEL.value}",
+        f"--batch_size={_BATCH.value}",
+        f"--num_batches={_BATCHES.value}",
+        f"--num_warmup_batches={_WARMUP.value}",
+        f"--peer_role={role}",
+        "--overlap_steps=0",
+        f"--output_json={out}",
+        *extra,
+    ]
     if _IMAGE_SIZE.value:
         argv.append(f"--image_size={_IMAGE_SIZE.value}")
     return argv
@@ -134,13 +154,13 @@ def _run_cluster(bed, argv_for, tmp: str, label: str) -> tuple[dict, int]:
     procs, logs = [], []
     for i, host in enumerate(bed.hosts):
         env = _python_env()
-        env["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers},
-                                       "task": {"type": "worker", "index": i}})
+        env["TF_CONFIG"] = json.dumps(
+            {"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}}
+        )
         env.update(argv_for[1])
         log = open(os.path.join(tmp, f"{label}_{i}.log"), "w+")
         logs.append(log)
-        procs.append(bed.popen(host, argv_for[0], env=env, stdout=log,
-                               stderr=subprocess.STDOUT))
+        procs.append(bed.popen(host, argv_for[0], env=env, stdout=log, stderr=subprocess.STDOUT))
     deadline = time.monotonic() + _TIMEOUT.value
     try:
         for p in procs:
@@ -153,9 +173,11 @@ def _run_cluster(bed, argv_for, tmp: str, label: str) -> tuple[dict, int]:
     if failed:
         logs[failed[0][0]].seek(0)
         tail = logs[failed[0][0]].read()[-4000:]
-        raise RuntimeError(f"{label}: worker {failed[0][0]} exited with "
-                           f"{failed[0][1]} (None: killed at --run_timeout_s); "
-                           f"its output ends:\n{tail}")
+        raise RuntimeError(
+            f"{label}: worker {failed[0][0]} exited with "
+            f"{failed[0][1]} (None: killed at --run_timeout_s); "
+            f"its output ends:\n{tail}"
+        )
     for log in logs:
         log.close()
     with open(argv_for[2]) as f:
@@ -168,20 +190,33 @@ def _run_compute(tmp: str, label: str) -> dict:
     env = _python_env()
     env.pop("TF_CONFIG", None)
     env["TF_USE_LEGACY_KERAS"] = "0"
-    p = subprocess.run(_train_argv("ours", (), out), env=env, cwd=testbed_lib.REPO_ROOT,
-                       capture_output=True, text=True, timeout=_TIMEOUT.value)
+    p = subprocess.run(
+        _train_argv("ours", (), out),
+        env=env,
+        cwd=testbed_lib.REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=_TIMEOUT.value,
+    )
     if p.returncode != 0:
-        raise RuntimeError(f"{label}: exited with {p.returncode}; its output "
-                           f"ends:\n{(p.stdout + p.stderr)[-4000:]}")
+        raise RuntimeError(
+            f"{label}: exited with {p.returncode}; its output "
+            f"ends:\n{(p.stdout + p.stderr)[-4000:]}"
+        )
     with open(out) as f:
         return json.load(f)
 
 
 def _sweep(bed, tmp: str, label: str) -> list[dict]:
     out = os.path.join(tmp, f"{label}.json")
-    argv = [sys.executable, os.path.join(HERE, "allreduce.py"), "--mode=sweep",
-            f"--max_bytes={_SWEEP_MAX.value}",
-            f"--sweep_budget_bytes={_SWEEP_BUDGET.value}", f"--output_json={out}"]
+    argv = [
+        sys.executable,
+        os.path.join(HERE, "allreduce.py"),
+        "--mode=sweep",
+        f"--max_bytes={_SWEEP_MAX.value}",
+        f"--sweep_budget_bytes={_SWEEP_BUDGET.value}",
+        f"--output_json={out}",
+    ]
     report, _ = _run_cluster(bed, (argv, {}, out), tmp, label)
     return report["results"]
 
@@ -211,10 +246,15 @@ def _measure(beds: dict, names: list[str], tmp: str, printer) -> dict:
                 role, extra = SETTINGS[setting]
                 out = os.path.join(tmp, label + ".json")
                 report, tx = _run_cluster(
-                    beds[link], (_train_argv(role, extra, out),
-                                 {"TF_USE_LEGACY_KERAS":
-                                  "1" if role == "tf_keras" else "0"}, out),
-                    tmp, label)
+                    beds[link],
+                    (
+                        _train_argv(role, extra, out),
+                        {"TF_USE_LEGACY_KERAS": "1" if role == "tf_keras" else "0"},
+                        out,
+                    ),
+                    tmp,
+                    label,
+                )
             row = report["results"][0]
             pool = pools.setdefault((link, setting), _Pool())
             pool.windows += row.pop("window_durations_s", None) or []
@@ -223,9 +263,11 @@ def _measure(beds: dict, names: list[str], tmp: str, printer) -> dict:
             steps = _BATCHES.value + _WARMUP.value
             pool.tx.append(tx / steps)
             pool.row = row
-            printer(f"round {r + 1}/{_ROUNDS.value} {link:>8} {setting:>10}: "
-                    f"{row['median']:8.1f} ex/s ({time.monotonic() - started:.0f} s, "
-                    f"load {pool.loads[-1]:.1f})")
+            printer(
+                f"round {r + 1}/{_ROUNDS.value} {link:>8} {setting:>10}: "
+                f"{row['median']:8.1f} ex/s ({time.monotonic() - started:.0f} s, "
+                f"load {pool.loads[-1]:.1f})"
+            )
     return pools
 
 
@@ -238,13 +280,21 @@ def _rows_and_summary(pools: dict, sweeps: dict) -> tuple[list, dict]:
         eps = _pooled_eps(compute, c_row)
         compute_s = _BATCH.value / eps
         summary["compute_eps"] = eps
-        rows.append({"link": "none", "setting": "compute", "median": eps,
-                     "round_medians": compute.round_eps,
-                     "load_avg_1m_rounds": compute.loads, "compute_s": compute_s})
-    links = sorted({link for link, _ in pools if link not in ("compute",)},
-                   key=lambda x: (x == "unshaped", x))
+        rows.append(
+            {
+                "link": "none",
+                "setting": "compute",
+                "median": eps,
+                "round_medians": compute.round_eps,
+                "load_avg_1m_rounds": compute.loads,
+                "compute_s": compute_s,
+            }
+        )
+    links = sorted(
+        {link for link, _ in pools if link not in ("compute",)}, key=lambda x: (x == "unshaped", x)
+    )
     for link in links:
-        rate = (None if link == "unshaped" else link_bound.rate_bytes_per_s(link))
+        rate = None if link == "unshaped" else link_bound.rate_bytes_per_s(link)
         medians = {}
         for (l, setting), pool in pools.items():
             if l != link:
@@ -252,38 +302,47 @@ def _rows_and_summary(pools: dict, sweeps: dict) -> tuple[list, dict]:
             row = dict(pool.row)
             eps = _pooled_eps(pool, row)
             medians[setting] = eps
-            row.update(link=link, setting=setting, median=eps,
-                       round_medians=pool.round_eps, load_avg_1m_rounds=pool.loads,
-                       tx_bytes_per_step=statistics.median(pool.tx))
+            row.update(
+                link=link,
+                setting=setting,
+                median=eps,
+                round_medians=pool.round_eps,
+                load_avg_1m_rounds=pool.loads,
+                tx_bytes_per_step=statistics.median(pool.tx),
+            )
             if rate:
                 payload = link_bound.payload_bytes(
-                    setting, row["params"], row.get("sent_bytes_per_step"))
+                    setting, row["params"], row.get("sent_bytes_per_step")
+                )
                 n = row.get("workers", 2)
-                row.update(link_bound.bound(
-                    wire_bytes=payload * link_bound.bus_factor(n), rate=rate,
-                    compute_s=compute_s, global_batch=row["global_batch"],
-                    measured_eps=eps))
+                row.update(
+                    link_bound.bound(
+                        wire_bytes=payload * link_bound.bus_factor(n),
+                        rate=rate,
+                        compute_s=compute_s,
+                        global_batch=row["global_batch"],
+                        measured_eps=eps,
+                    )
+                )
                 if setting in OURS and "link_fraction" in row:
                     summary[f"{setting}_link_fraction_{link}"] = row["link_fraction"]
             rows.append(row)
         peer = max((medians[p] for p in PEERS if p in medians), default=None)
         for setting, eps in medians.items():
-            key = (f"peer_{setting}" if setting in PEERS else setting)
+            key = f"peer_{setting}" if setting in PEERS else setting
             summary[f"{key}_eps_{link}"] = eps
             if peer and setting in OURS:
                 summary[f"{setting}_vs_peer_{link}"] = eps / peer
     unshaped = summary.get("powersgd_eps_unshaped")
     for link in links:
         if unshaped and f"powersgd_eps_{link}" in summary and link != "unshaped":
-            summary[f"powersgd_vs_unshaped_{link}"] = (
-                summary[f"powersgd_eps_{link}"] / unshaped)
+            summary[f"powersgd_vs_unshaped_{link}"] = summary[f"powersgd_eps_{link}"] / unshaped
     for link, sweep in sweeps.items():
         rate = link_bound.rate_bytes_per_s(link)
         for row in sweep:
             row.update(link=link, busbw_fraction=row["busbw_gbps"] * 1e9 / rate)
             rows.append(row)
-        frac = link_bound.busbw_fraction(sweep, rate,
-                                         setting="tf_default_fp32_tuned_malloc")
+        frac = link_bound.busbw_fraction(sweep, rate, setting="tf_default_fp32_tuned_malloc")
         if frac is not None:
             summary[f"allreduce_busbw_fraction_4mb_plus_{link}"] = frac
     loads = [l for r in rows for l in r.get("load_avg_1m_rounds", [])]
@@ -307,19 +366,25 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     unknown = [s for s in _SETTINGS.value if s not in SETTINGS]
     if unknown or not _SETTINGS.value:
-        raise app.UsageError(f"Invalid value for `--settings`: expected names "
-                             f"of {list(SETTINGS)}. Received: --settings="
-                             f"{','.join(_SETTINGS.value)}")
+        raise app.UsageError(
+            f"Invalid value for `--settings`: expected names "
+            f"of {list(SETTINGS)}. Received: --settings="
+            f"{','.join(_SETTINGS.value)}"
+        )
     for link in _LINKS.value:
         try:
             link_bound.rate_bytes_per_s(link)
         except ValueError as e:
             raise app.UsageError(str(e).replace("`link`", "`--link`")) from None
-    for name, value in (("rounds", _ROUNDS.value), ("batch_size", _BATCH.value),
-                        ("num_batches", _BATCHES.value)):
+    for name, value in (
+        ("rounds", _ROUNDS.value),
+        ("batch_size", _BATCH.value),
+        ("num_batches", _BATCHES.value),
+    ):
         if value < 1:
-            raise app.UsageError(f"Invalid value for `--{name}`: expected a "
-                                 f"positive int. Received: --{name}={value}")
+            raise app.UsageError(
+                f"Invalid value for `--{name}`: expected a positive int. Received: --{name}={value}"
+            )
     reason = testbed_lib.unavailable_reason()
     if reason:
         raise app.UsageError(f"link_speed needs emulated hosts: {reason}")
@@ -346,18 +411,25 @@ def main(argv):
 
         shutil.rmtree(tmp, ignore_errors=True)
     rows, summary = _rows_and_summary(pools, sweeps)
-    config = {**common.flag_config(),
-              "settings": {s: " ".join(SETTINGS[s][1]) or SETTINGS[s][0]
-                           for s in _SETTINGS.value},
-              "hosts": "2 emulated hosts (network namespaces on a bridge, "
-                       "tc tbf on both ends of each link, 198.18.0.10/.11), "
-                       "one worker each",
-              "bound": "link_s = payload x 2(n-1)/n / link rate; bound step = "
-                       "max(compute alone, link_s); link_fraction = bound "
-                       "step / measured step"}
-    common.write_report("link_speed", config, rows, summary,
-                        output_json=common.OUTPUT_JSON.value,
-                        csv_path=common.CSV.value, plot_path=None)
+    config = {
+        **common.flag_config(),
+        "settings": {s: " ".join(SETTINGS[s][1]) or SETTINGS[s][0] for s in _SETTINGS.value},
+        "hosts": "2 emulated hosts (network namespaces on a bridge, "
+        "tc tbf on both ends of each link, 198.18.0.10/.11), "
+        "one worker each",
+        "bound": "link_s = payload x 2(n-1)/n / link rate; bound step = "
+        "max(compute alone, link_s); link_fraction = bound "
+        "step / measured step",
+    }
+    common.write_report(
+        "link_speed",
+        config,
+        rows,
+        summary,
+        output_json=common.OUTPUT_JSON.value,
+        csv_path=common.CSV.value,
+        plot_path=None,
+    )
     for key, value in summary.items():
         printer(f"{key}: {value:.4g}" if isinstance(value, float) else f"{key}: {value}")
     printer(f"total wall time {time.perf_counter() - started:.1f} s")

@@ -49,8 +49,9 @@ if __package__ in (None, ""):  # run as `python benchmarks/memory.py`
 
 from benchmarks import common  # pylint: disable=g-import-not-at-top
 
-_ROLE = flags.DEFINE_enum("role", None, ["unsharded", "sharded"],
-                          "Internal: which run this process belongs to.")
+_ROLE = flags.DEFINE_enum(
+    "role", None, ["unsharded", "sharded"], "Internal: which run this process belongs to."
+)
 _PART_DIR = flags.DEFINE_string("part_dir", None, "Internal: where workers write.")
 _WORKERS = flags.DEFINE_integer("workers", 2, "Worker tasks in each run.")
 _WIDTH = flags.DEFINE_integer("width", 4096, "Hidden width.")
@@ -60,24 +61,28 @@ _BATCH = flags.DEFINE_integer("batch_size", 16, "Examples per worker step.")
 _STEPS = flags.DEFINE_integer("steps", 8, "Training steps per run.")
 _WARMUP = flags.DEFINE_integer("warmup", 3, "Untimed first steps.")
 _REPEATS = flags.DEFINE_integer(
-    "repeats", 1, "Alternate unsharded and sharded runs this many times.")
+    "repeats", 1, "Alternate unsharded and sharded runs this many times."
+)
 _MMAP = flags.DEFINE_integer(
-    "malloc_mmap_threshold", 0,
+    "malloc_mmap_threshold",
+    0,
     "If > 0, set glibc's MALLOC_MMAP_THRESHOLD_ (bytes) in the workers: "
     "buffers above it are mmapped and given back to the OS when freed, so "
     "RSS follows live memory instead of glibc's high-water mark (0: the "
-    "default, a dynamic threshold that grows up to 32 MiB).")
+    "default, a dynamic threshold that grows up to 32 MiB).",
+)
 _TIMEOUT = flags.DEFINE_integer("run_timeout_s", 900, "Wall-clock limit per run.")
 _GATHER = flags.DEFINE_integer(
-    "shard_bucket_bytes", 32 << 20,
+    "shard_bucket_bytes",
+    32 << 20,
     "The sharded run's `shard_bucket_bytes` (bound on one gather bucket of "
-    "updated shards; 0: one bucket per dtype).")
+    "updated shards; 0: one bucket per dtype).",
+)
 
 
 def num_params(input_dim, width, depth):
     """Parameters of the MLP (weights + biases)."""
-    return ((input_dim + 1) * width + depth * (width + 1) * width
-            + (width + 1) * input_dim)
+    return (input_dim + 1) * width + depth * (width + 1) * width + (width + 1) * input_dim
 
 
 def _rss_now() -> int:
@@ -110,14 +115,17 @@ def run_role(role):
     from tfdist_opt.gradients import sharded_state  # pylint: disable=g-import-not-at-top
     from tfdist_opt.strategy import opt_strategy  # pylint: disable=g-import-not-at-top
 
-    strategy = (opt_strategy(shard_optimizer_state=True,
-                             shard_bucket_bytes=_GATHER.value)
-                if role == "sharded" else opt_strategy())
+    strategy = (
+        opt_strategy(shard_optimizer_state=True, shard_bucket_bytes=_GATHER.value)
+        if role == "sharded"
+        else opt_strategy()
+    )
     n = strategy.num_replicas_in_sync
     with strategy.scope():
         layers = [keras.Input((_IN.value,))]
-        layers += [keras.layers.Dense(_WIDTH.value, activation="relu")
-                   for _ in range(_DEPTH.value + 1)]
+        layers += [
+            keras.layers.Dense(_WIDTH.value, activation="relu") for _ in range(_DEPTH.value + 1)
+        ]
         layers.append(keras.layers.Dense(_IN.value))
         model = keras.Sequential(layers)
         model.compile(keras.optimizers.Adam(1e-4), "mse")
@@ -129,8 +137,7 @@ def run_role(role):
     x = rng.normal(size=(global_batch, _IN.value)).astype("float32")
     ds = tf.data.Dataset.from_tensors((x, x)).repeat()
     opts = tf.data.Options()
-    opts.experimental_distribute.auto_shard_policy = (
-        tf.data.experimental.AutoShardPolicy.OFF)
+    opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     times = []
     mem = {}
 
@@ -144,20 +151,28 @@ def run_role(role):
                 mem["rss_after_warmup_bytes"] = _rss_now()
                 mem["peak_reset"] = _reset_peak_rss()
 
-    model.fit(ds.with_options(opts), epochs=1, steps_per_epoch=_STEPS.value,
-              verbose=0, callbacks=[StepTimer()])
-    measured = times[_WARMUP.value:] or times
+    model.fit(
+        ds.with_options(opts),
+        epochs=1,
+        steps_per_epoch=_STEPS.value,
+        verbose=0,
+        callbacks=[StepTimer()],
+    )
+    measured = times[_WARMUP.value :] or times
     if mem.pop("peak_reset", False):
         mem["steady_peak_rss_bytes"] = _peak_rss_since_reset()
     mem["rss_end_bytes"] = _rss_now()
     row = {
-        "setting": role, "task": json_task_index(),
-        "replicas": n, "params": model.count_params(),
+        "setting": role,
+        "task": json_task_index(),
+        "replicas": n,
+        "params": model.count_params(),
         "optimizer_state_bytes_per_replica": state_bytes,
         "baseline_rss_bytes": baseline_rss,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "examples_per_sec": global_batch * len(measured) / sum(measured),
-        "step_times_s": times, **mem,
+        "step_times_s": times,
+        **mem,
     }
     if tf.config.list_physical_devices("GPU"):
         row["gpu_peak_bytes"] = tf.config.experimental.get_memory_info("GPU:0")["peak"]
@@ -174,11 +189,24 @@ def json_task_index() -> int:
 
 
 def _launch(role, part_dir, repeat=0):
-    passthrough = [f"--{f.name}={f.value}" for f in (
-        _WORKERS, _WIDTH, _IN, _DEPTH, _BATCH, _STEPS, _WARMUP, _GATHER)]
-    cmd = [sys.executable, "-m", "tfdist_opt", "launch", "--workers",
-           str(_WORKERS.value), "--", sys.executable, os.path.abspath(__file__),
-           f"--role={role}", f"--part_dir={part_dir}", *passthrough]
+    passthrough = [
+        f"--{f.name}={f.value}"
+        for f in (_WORKERS, _WIDTH, _IN, _DEPTH, _BATCH, _STEPS, _WARMUP, _GATHER)
+    ]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tfdist_opt",
+        "launch",
+        "--workers",
+        str(_WORKERS.value),
+        "--",
+        sys.executable,
+        os.path.abspath(__file__),
+        f"--role={role}",
+        f"--part_dir={part_dir}",
+        *passthrough,
+    ]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
     if _MMAP.value > 0:
@@ -186,20 +214,23 @@ def _launch(role, part_dir, repeat=0):
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = repo + os.pathsep + env.get("PYTHONPATH", "")
     load = os.getloadavg()[0]  # the shared host's load when this run starts
-    proc = subprocess.run(cmd, env=env, timeout=_TIMEOUT.value, capture_output=True,
-                          text=True, check=False)
+    proc = subprocess.run(
+        cmd, env=env, timeout=_TIMEOUT.value, capture_output=True, text=True, check=False
+    )
     rows = []
     for task in range(_WORKERS.value):
         path = os.path.join(part_dir, f"{role}_{task}.json")
         if not os.path.exists(path):
-            raise RuntimeError(f"the {role} run failed (exit {proc.returncode}):\n"
-                               + proc.stderr[-4000:])
+            raise RuntimeError(
+                f"the {role} run failed (exit {proc.returncode}):\n" + proc.stderr[-4000:]
+            )
         final = os.path.join(part_dir, f"{role}_{task}_r{repeat}.json")
         os.replace(path, final)
         path = final
         if not os.path.exists(path):
-            raise RuntimeError(f"the {role} run failed (exit {proc.returncode}):\n"
-                               + proc.stderr[-4000:])
+            raise RuntimeError(
+                f"the {role} run failed (exit {proc.returncode}):\n" + proc.stderr[-4000:]
+            )
         with open(path) as f:
             rows.append(dict(json.load(f), repeat=repeat, load_1min=load))
     return rows
@@ -213,16 +244,17 @@ def summarize(rows, workers):
     state_plain = max(r["optimizer_state_bytes_per_replica"] for r in plain)
     state_shard = max(r["optimizer_state_bytes_per_replica"] for r in shard)
     saved = saved_state = state_plain - state_shard
-    rss_saved = (min(r["peak_rss_bytes"] for r in plain)
-                 - max(r["peak_rss_bytes"] for r in shard))
+    rss_saved = min(r["peak_rss_bytes"] for r in plain) - max(r["peak_rss_bytes"] for r in shard)
     eps_plain = min(r["examples_per_sec"] for r in plain)
     eps_shard = min(r["examples_per_sec"] for r in shard)
     out = {
         "params": plain[0]["params"],
-        "state_bytes_unsharded": state_plain, "state_bytes_sharded": state_shard,
+        "state_bytes_unsharded": state_plain,
+        "state_bytes_sharded": state_shard,
         "state_bytes_ratio": state_shard / state_plain,
         "state_bytes_goal": 1 / workers + 0.01,
-        "state_bytes_saved": saved, "peak_rss_saved_bytes": rss_saved,
+        "state_bytes_saved": saved,
+        "peak_rss_saved_bytes": rss_saved,
         "rss_saved_over_state_saved": rss_saved / saved if saved else None,
         "examples_per_sec_unsharded": eps_plain,
         "examples_per_sec_sharded": eps_shard,
@@ -237,15 +269,16 @@ def summarize(rows, workers):
     out["steady_rss_saved_bytes"] = worst_saved("rss_after_warmup_bytes")
     out["steady_peak_rss_saved_bytes"] = worst_saved("steady_peak_rss_bytes")
     out["examples_per_sec_median_unsharded"] = statistics.median(
-        r["examples_per_sec"] for r in plain)
-    out["examples_per_sec_median_sharded"] = statistics.median(
-        r["examples_per_sec"] for r in shard)
+        r["examples_per_sec"] for r in plain
+    )
+    out["examples_per_sec_median_sharded"] = statistics.median(r["examples_per_sec"] for r in shard)
     for key in ("steady_rss_saved_bytes", "steady_peak_rss_saved_bytes"):
         if out[key] is not None and saved_state:
             out[key.replace("_bytes", "_over_state_saved")] = out[key] / saved_state
     if all("gpu_peak_bytes" in r for r in rows):
-        out["gpu_peak_saved_bytes"] = (min(r["gpu_peak_bytes"] for r in plain)
-                                       - max(r["gpu_peak_bytes"] for r in shard))
+        out["gpu_peak_saved_bytes"] = min(r["gpu_peak_bytes"] for r in plain) - max(
+            r["gpu_peak_bytes"] for r in shard
+        )
     return out
 
 
@@ -256,13 +289,21 @@ def main(argv):
         run_role(_ROLE.value)
         return
     with tempfile.TemporaryDirectory() as tmp:
-        rows = [r for rep in range(_REPEATS.value)
-                for role in ("unsharded", "sharded")
-                for r in _launch(role, tmp, rep)]
+        rows = [
+            r
+            for rep in range(_REPEATS.value)
+            for role in ("unsharded", "sharded")
+            for r in _launch(role, tmp, rep)
+        ]
     summary = summarize(rows, _WORKERS.value)
-    common.write_report("memory", common.flag_config(), rows, summary,
-                        output_json=common.OUTPUT_JSON.value,
-                        csv_path=common.CSV.value)
+    common.write_report(
+        "memory",
+        common.flag_config(),
+        rows,
+        summary,
+        output_json=common.OUTPUT_JSON.value,
+        csv_path=common.CSV.value,
+    )
     print(json.dumps(summary, indent=2))
 
 

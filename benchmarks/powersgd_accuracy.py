@@ -68,6 +68,7 @@ class _Curve:
             def on_train_batch_end(cb, batch, logs=None):
                 cb.losses.append(float(logs["loss"]))
                 cb.times.append(time.perf_counter() - cb.start)
+
         self.callback = Callback()
 
 
@@ -105,25 +106,43 @@ def main(argv):
     xt, yt = teacher_data(4096, _DIM.value, seed=1)
     opts = tf.data.Options()
     opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    train = tf.data.Dataset.from_tensor_slices((x, y)).batch(
-        global_batch, drop_remainder=True).with_options(opts)
-    test = tf.data.Dataset.from_tensor_slices((xt, yt)).batch(
-        global_batch, drop_remainder=True).with_options(opts)
+    train = (
+        tf.data.Dataset.from_tensor_slices((x, y))
+        .batch(global_batch, drop_remainder=True)
+        .with_options(opts)
+    )
+    test = (
+        tf.data.Dataset.from_tensor_slices((xt, yt))
+        .batch(global_batch, drop_remainder=True)
+        .with_options(opts)
+    )
     variants = [("none", GradientOptions())] + [
-        (f"powersgd_rank{r}", GradientOptions(
-            compression="powersgd", powersgd_rank=int(r),
-            powersgd_start_step=_START.value)) for r in _RANKS.value]
+        (
+            f"powersgd_rank{r}",
+            GradientOptions(
+                compression="powersgd", powersgd_rank=int(r), powersgd_start_step=_START.value
+            ),
+        )
+        for r in _RANKS.value
+    ]
     rows = []
     for name, options in variants:
         keras_binding.attach(strategy, options)
         keras.utils.set_random_seed(7)
         with strategy.scope():
-            model = keras.Sequential([
-                keras.Input((_DIM.value,)), keras.layers.Dense(256, activation="relu"),
-                keras.layers.Dense(256, activation="relu"), keras.layers.Dense(10)])
-            model.compile(keras.optimizers.SGD(_LR.value, momentum=0.9),
-                          keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                          metrics=["accuracy"])
+            model = keras.Sequential(
+                [
+                    keras.Input((_DIM.value,)),
+                    keras.layers.Dense(256, activation="relu"),
+                    keras.layers.Dense(256, activation="relu"),
+                    keras.layers.Dense(10),
+                ]
+            )
+            model.compile(
+                keras.optimizers.SGD(_LR.value, momentum=0.9),
+                keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                metrics=["accuracy"],
+            )
         curve = _Curve(keras).callback
         started = time.perf_counter()
         model.fit(train, epochs=1, verbose=0, shuffle=False, callbacks=[curve])
@@ -133,32 +152,52 @@ def main(argv):
         state = lowrank.state_of(model.optimizer)
         dense = sum(4 * int(tf.size(v)) for v in model.trainable_variables)
         timed = curve.times[-1] - curve.times[9] if len(curve.times) > 10 else wall
-        row = {"variant": name, "steps": _STEPS.value, "global_batch": global_batch,
-               "test_accuracy": float(test_acc), "test_loss": float(test_loss),
-               "final_train_loss": final, "target_loss": _TARGET.value,
-               "steps_to_target": step, "seconds_to_target": seconds,
-               "examples_per_sec": global_batch * (len(curve.times) - 10) / timed,
-               "wall_s": wall, "dense_bytes_per_step": dense,
-               "sent_bytes_per_step": state.plan.sent_bytes if state else dense,
-               "train_loss_running_mean": [round(v, 5) for v in curve.losses],
-               "seconds": [round(v, 3) for v in curve.times]}
+        row = {
+            "variant": name,
+            "steps": _STEPS.value,
+            "global_batch": global_batch,
+            "test_accuracy": float(test_acc),
+            "test_loss": float(test_loss),
+            "final_train_loss": final,
+            "target_loss": _TARGET.value,
+            "steps_to_target": step,
+            "seconds_to_target": seconds,
+            "examples_per_sec": global_batch * (len(curve.times) - 10) / timed,
+            "wall_s": wall,
+            "dense_bytes_per_step": dense,
+            "sent_bytes_per_step": state.plan.sent_bytes if state else dense,
+            "train_loss_running_mean": [round(v, 5) for v in curve.losses],
+            "seconds": [round(v, 3) for v in curve.times],
+        }
         rows.append(row)
         if common.is_chief():
-            print(f"{name:18s} acc {test_acc:.4f} loss {test_loss:.4f} "
-                  f"train {final:.4f} to-target {step} steps / {seconds} s "
-                  f"{row['examples_per_sec']:.0f} ex/s bytes {row['sent_bytes_per_step']}",
-                  flush=True)
+            print(
+                f"{name:18s} acc {test_acc:.4f} loss {test_loss:.4f} "
+                f"train {final:.4f} to-target {step} steps / {seconds} s "
+                f"{row['examples_per_sec']:.0f} ex/s bytes {row['sent_bytes_per_step']}",
+                flush=True,
+            )
     by = {r["variant"]: r for r in rows}
     summary = {f"{name}_test_accuracy": r["test_accuracy"] for name, r in by.items()}
-    summary.update({f"{name}_steps_to_target": r["steps_to_target"]
-                    for name, r in by.items()})
-    common.write_report("powersgd_accuracy", {
-        "steps": _STEPS.value, "batch_size": _BATCH.value, "dim": _DIM.value,
-        "ranks": _RANKS.value, "start_step": _START.value,
-        "learning_rate": _LR.value, "target_loss": _TARGET.value,
-        "task": "teacher network (dim-32 tanh-10) argmax labels, generated; "
-                "held-out 4096 examples; student dim-256-256-10"},
-        rows, summary, output_json=common.OUTPUT_JSON.value)
+    summary.update({f"{name}_steps_to_target": r["steps_to_target"] for name, r in by.items()})
+    common.write_report(
+        "powersgd_accuracy",
+        {
+            "steps": _STEPS.value,
+            "batch_size": _BATCH.value,
+            "dim": _DIM.value,
+            "ranks": _RANKS.value,
+            "start_step": _START.value,
+            "learning_rate": _LR.value,
+            "target_loss": _TARGET.value,
+            "task": "teacher network (dim-32 tanh-10) argmax labels, generated; "
+            "held-out 4096 examples; student dim-256-256-10",
+        },
+        rows,
+        summary,
+        output_json=common.OUTPUT_JSON.value,
+    )
+
 
 if __name__ == "__main__":
     app.run(main)

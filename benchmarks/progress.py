@@ -40,11 +40,17 @@ class Progress:
         'progress 1/4 (25%) round 1/2 baseline: elapsed 10s, ETA 30s'
     """
 
-    def __init__(self, total: int, enabled: bool = True, out: IO[str] | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        total: int,
+        enabled: bool = True,
+        out: IO[str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         if isinstance(total, bool) or not isinstance(total, int) or total < 1:
-            raise ValueError(f"Invalid value for `total`: expected an int >= 1. "
-                             f"Received: total={total!r}")
+            raise ValueError(
+                f"Invalid value for `total`: expected an int >= 1. Received: total={total!r}"
+            )
         self.total = total
         self.enabled = enabled
         self.count = 0
@@ -57,8 +63,10 @@ class Progress:
         left = max(0, self.total - self.count)
         eta = elapsed / self.count * left if self.count else 0.0
         pct = min(100, round(100 * self.count / self.total))
-        return (f"progress {self.count}/{self.total} ({pct}%) {label}: "
-                f"elapsed {format_seconds(elapsed)}, ETA {format_seconds(eta)}")
+        return (
+            f"progress {self.count}/{self.total} ({pct}%) {label}: "
+            f"elapsed {format_seconds(elapsed)}, ETA {format_seconds(eta)}"
+        )
 
     def done(self, label: str) -> str:
         """Marks one unit finished; prints and returns its line."""

@@ -50,8 +50,9 @@ if __package__ in (None, ""):  # run as `python benchmarks/ps.py`
 
 from benchmarks import common  # pylint: disable=g-import-not-at-top
 
-_ROLE = flags.DEFINE_enum("role", None, ["ps", "allreduce"],
-                          "Internal: which run this process belongs to.")
+_ROLE = flags.DEFINE_enum(
+    "role", None, ["ps", "allreduce"], "Internal: which run this process belongs to."
+)
 _PART_JSON = flags.DEFINE_string("part_json", None, "Internal: the run's result file.")
 _WORKERS = flags.DEFINE_integer("workers", 2, "Worker tasks in each run.")
 _PS = flags.DEFINE_integer("ps", 2, "Parameter-server tasks in the PS run.")
@@ -81,13 +82,15 @@ def make_data(rows, fields, n, seed=0):
 
 
 def make_model(keras, rows, dim, fields, hidden):
-    return keras.Sequential([
-        keras.Input((fields,), dtype="int64"),
-        keras.layers.Embedding(rows, dim),
-        keras.layers.Flatten(),
-        keras.layers.Dense(hidden, activation="relu"),
-        keras.layers.Dense(1),
-    ])
+    return keras.Sequential(
+        [
+            keras.Input((fields,), dtype="int64"),
+            keras.layers.Embedding(rows, dim),
+            keras.layers.Flatten(),
+            keras.layers.Dense(hidden, activation="relu"),
+            keras.layers.Dense(1),
+        ]
+    )
 
 
 def dense_params(dim, fields, hidden):
@@ -128,38 +131,56 @@ def run_role(role):
 
     with strategy.scope():
         model = make_model(keras, _ROWS.value, _DIM.value, _FIELDS.value, _HIDDEN.value)
-        model.compile(keras.optimizers.Adam(_LR.value),
-                      keras.losses.BinaryCrossentropy(from_logits=True))
+        model.compile(
+            keras.optimizers.Adam(_LR.value), keras.losses.BinaryCrossentropy(from_logits=True)
+        )
     if role == "ps":
         steps = n // _BATCH.value
-        hist = ps.fit(model, train_x, train_y, batch_size=_BATCH.value,
-                      epochs=_EPOCHS.value, steps_per_epoch=steps, verbose=0,
-                      callbacks=[EpochTimer()])
+        hist = ps.fit(
+            model,
+            train_x,
+            train_y,
+            batch_size=_BATCH.value,
+            epochs=_EPOCHS.value,
+            steps_per_epoch=steps,
+            verbose=0,
+            callbacks=[EpochTimer()],
+        )
         test_loss = ps.evaluate(model, test_x, test_y, batch_size=1024)
         iterations = int(model.optimizer.iterations.numpy())
         examples_per_step = _BATCH.value
     else:
         global_batch = _BATCH.value * workers
         steps = n // global_batch
-        ds = tf.data.Dataset.from_tensor_slices((train_x, train_y)).shuffle(
-            n, seed=0).repeat().batch(global_batch, drop_remainder=True)
-        hist = model.fit(ds, epochs=_EPOCHS.value, steps_per_epoch=steps, verbose=0,
-                         callbacks=[EpochTimer()])
-        test_loss = model.evaluate(tf.data.Dataset.from_tensor_slices(
-            (test_x, test_y)).batch(1024), verbose=0)
+        ds = (
+            tf.data.Dataset.from_tensor_slices((train_x, train_y))
+            .shuffle(n, seed=0)
+            .repeat()
+            .batch(global_batch, drop_remainder=True)
+        )
+        hist = model.fit(
+            ds, epochs=_EPOCHS.value, steps_per_epoch=steps, verbose=0, callbacks=[EpochTimer()]
+        )
+        test_loss = model.evaluate(
+            tf.data.Dataset.from_tensor_slices((test_x, test_y)).batch(1024), verbose=0
+        )
         iterations = int(model.optimizer.iterations.numpy())
         examples_per_step = global_batch
     measured = times[1:] or times
     rates = [steps * examples_per_step / t for t in measured]
     row = {
-        "setting": role, "examples_per_sec": statistics.median(rates),
-        "examples_per_sec_epochs": rates, "epoch_times_s": times,
-        "steps_per_epoch": steps, "iterations": iterations,
+        "setting": role,
+        "examples_per_sec": statistics.median(rates),
+        "examples_per_sec_epochs": rates,
+        "epoch_times_s": times,
+        "steps_per_epoch": steps,
+        "iterations": iterations,
         "final_train_loss": float(hist.history["loss"][-1]),
         "train_loss_epochs": [float(v) for v in hist.history["loss"]],
         "test_loss": float(test_loss),
-        "bytes_per_step": bytes_per_step(role, _BATCH.value, _DIM.value, _FIELDS.value,
-                                         _HIDDEN.value, workers),
+        "bytes_per_step": bytes_per_step(
+            role, _BATCH.value, _DIM.value, _FIELDS.value, _HIDDEN.value, workers
+        ),
         "examples_per_step": examples_per_step,
     }
     if role == "ps":
@@ -174,22 +195,32 @@ def run_role(role):
 
 # --------------------------------------------------------------- driver
 def _launch(role, part):
-    passthrough = [f"--{f.name}={f.value}" for f in (
-        _WORKERS, _PS, _ROWS, _DIM, _FIELDS, _HIDDEN, _BATCH, _EXAMPLES, _EPOCHS, _LR)]
+    passthrough = [
+        f"--{f.name}={f.value}"
+        for f in (_WORKERS, _PS, _ROWS, _DIM, _FIELDS, _HIDDEN, _BATCH, _EXAMPLES, _EPOCHS, _LR)
+    ]
     cmd = [sys.executable, "-m", "tfdist_opt", "launch", "--workers", str(_WORKERS.value)]
     if role == "ps":
         cmd += ["--ps", str(_PS.value)]
-    cmd += ["--", sys.executable, os.path.abspath(__file__), f"--role={role}",
-            f"--part_json={part}", *passthrough]
+    cmd += [
+        "--",
+        sys.executable,
+        os.path.abspath(__file__),
+        f"--role={role}",
+        f"--part_json={part}",
+        *passthrough,
+    ]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = repo + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run(cmd, env=env, timeout=_TIMEOUT.value, capture_output=True,
-                          text=True, check=False)
+    proc = subprocess.run(
+        cmd, env=env, timeout=_TIMEOUT.value, capture_output=True, text=True, check=False
+    )
     if proc.returncode != 0 or not os.path.exists(part):
-        raise RuntimeError(f"the {role} run failed (exit {proc.returncode}):\n"
-                           + proc.stderr[-4000:])
+        raise RuntimeError(
+            f"the {role} run failed (exit {proc.returncode}):\n" + proc.stderr[-4000:]
+        )
     with open(part) as f:
         return json.load(f)
 
@@ -201,8 +232,7 @@ def main(argv):
         run_role(_ROLE.value)
         return
     with tempfile.TemporaryDirectory() as tmp:
-        rows = [_launch(role, os.path.join(tmp, f"{role}.json"))
-                for role in ("ps", "allreduce")]
+        rows = [_launch(role, os.path.join(tmp, f"{role}.json")) for role in ("ps", "allreduce")]
     by = {r["setting"]: r for r in rows}
     summary = {
         "speedup_ps_vs_allreduce": by["ps"]["examples_per_sec"]
@@ -214,13 +244,21 @@ def main(argv):
         "bytes_per_step_allreduce": by["allreduce"]["bytes_per_step"],
     }
     for r in rows:
-        print(f"{r['setting']:>9}: examples/sec {r['examples_per_sec']:.0f} "
-              f"(epochs: {', '.join(f'{x:.0f}' for x in r['examples_per_sec_epochs'])}), "
-              f"bytes/step {r['bytes_per_step']:.0f}, test loss {r['test_loss']:.4f}, "
-              f"final train loss {r['final_train_loss']:.4f}")
+        print(
+            f"{r['setting']:>9}: examples/sec {r['examples_per_sec']:.0f} "
+            f"(epochs: {', '.join(f'{x:.0f}' for x in r['examples_per_sec_epochs'])}), "
+            f"bytes/step {r['bytes_per_step']:.0f}, test loss {r['test_loss']:.4f}, "
+            f"final train loss {r['final_train_loss']:.4f}"
+        )
     print(json.dumps(summary, indent=1))
-    common.write_report("ps", common.flag_config(), rows, summary,
-                        output_json=common.OUTPUT_JSON.value, csv_path=common.CSV.value)
+    common.write_report(
+        "ps",
+        common.flag_config(),
+        rows,
+        summary,
+        output_json=common.OUTPUT_JSON.value,
+        csv_path=common.CSV.value,
+    )
 
 
 if __name__ == "__main__":

@@ -49,8 +49,10 @@ from benchmarks import progress
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Rounds; each runs both backends.")
 _WORKERS = flags.DEFINE_integer("workers", 2, "Workers per run.")
 _TRAIN_ARGS = flags.DEFINE_string(
-    "train_args", "--model=mlp --num_batches=60 --num_warmup_batches=10",
-    "Arguments for benchmarks/train.py.")
+    "train_args",
+    "--model=mlp --num_batches=60 --num_warmup_batches=10",
+    "Arguments for benchmarks/train.py.",
+)
 _TIMEOUT = flags.DEFINE_float("timeout_s", 600, "Seconds per run.")
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -75,39 +77,67 @@ if attempt == 0 and index == 0:
 
 
 def _env() -> dict:
-    env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
-               RAY_USAGE_STATS_ENABLED="0", TF_CPP_MIN_LOG_LEVEL="2",
-               PYTHONPATH=_REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(
+        os.environ,
+        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
+        RAY_USAGE_STATS_ENABLED="0",
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PYTHONPATH=_REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
     env.pop("TF_CONFIG", None)
     return env
 
 
-def _launch(ray: bool, workers: int, command: list[str], extra=(),
-            env=None) -> tuple:
-    cmd = [sys.executable, "-m", "tfdist_opt", "launch", *(["--ray"] if ray else []),
-           "-n", str(workers), *extra, "--", *command]
+def _launch(ray: bool, workers: int, command: list[str], extra=(), env=None) -> tuple:
+    cmd = [
+        sys.executable,
+        "-m",
+        "tfdist_opt",
+        "launch",
+        *(["--ray"] if ray else []),
+        "-n",
+        str(workers),
+        *extra,
+        "--",
+        *command,
+    ]
     t0 = time.monotonic()
-    r = subprocess.run(cmd, env={**_env(), **(env or {})}, cwd=_REPO, capture_output=True, text=True,
-                       timeout=_TIMEOUT.value)
+    r = subprocess.run(
+        cmd,
+        env={**_env(), **(env or {})},
+        cwd=_REPO,
+        capture_output=True,
+        text=True,
+        timeout=_TIMEOUT.value,
+    )
     wall = time.monotonic() - t0
     if r.returncode not in (0,) and not extra:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n"
-                           f"{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
+        raise RuntimeError(
+            f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
+        )
     return r, wall
 
 
 def _train_run(backend: str, tmp: str, tag: str) -> dict:
     ray = backend == "ray"
     out = os.path.join(tmp, f"{tag}.json")
-    command = [sys.executable, "benchmarks/train.py", *_TRAIN_ARGS.value.split(),
-               f"--output_json={out}"]
-    r, wall = _launch(ray, _WORKERS.value, command,
-                      env=_OMP1 if backend == "launch_omp1" else None)
+    command = [
+        sys.executable,
+        "benchmarks/train.py",
+        *_TRAIN_ARGS.value.split(),
+        f"--output_json={out}",
+    ]
+    r, wall = _launch(ray, _WORKERS.value, command, env=_OMP1 if backend == "launch_omp1" else None)
     with open(out) as f:
         eps = json.load(f)["summary"]["opt_eps"]
     m = _STARTUP_RE.search(r.stderr)
-    return {"backend": backend, "tag": tag, "eps": eps,
-            "wall_s": wall, "ray_startup_s": float(m.group(1)) if m else None}
+    return {
+        "backend": backend,
+        "tag": tag,
+        "eps": eps,
+        "wall_s": wall,
+        "ray_startup_s": float(m.group(1)) if m else None,
+    }
 
 
 def _restart_seconds(ray: bool, tmp: str) -> float:
@@ -115,8 +145,7 @@ def _restart_seconds(ray: bool, tmp: str) -> float:
     script = os.path.join(d, "restart.py")
     with open(script, "w") as f:
         f.write(_RESTART_SCRIPT)
-    r, _ = _launch(ray, _WORKERS.value, [sys.executable, script, d],
-                   extra=("--max-restarts", "1"))
+    r, _ = _launch(ray, _WORKERS.value, [sys.executable, script, d], extra=("--max-restarts", "1"))
     if r.returncode != 0:
         raise RuntimeError(f"restart run failed ({r.returncode}):\n{r.stderr[-3000:]}")
     read = lambda name: float(open(os.path.join(d, name)).read())
@@ -131,7 +160,7 @@ def main(argv):
     prog = progress.Progress(len(_BACKENDS) * n + 2)
     with tempfile.TemporaryDirectory(prefix="ray_launch_bench_") as tmp:
         for i in range(n):
-            order = _BACKENDS[i % 3:] + _BACKENDS[:i % 3]  # rotate who goes first
+            order = _BACKENDS[i % 3 :] + _BACKENDS[: i % 3]  # rotate who goes first
             for backend in order:
                 rows.append(dict(_train_run(backend, tmp, f"r{i}_{backend}"), round=i))
                 prog.done(f"round {i + 1}/{n} {backend}")
@@ -143,21 +172,26 @@ def main(argv):
     eps = lambda i, b: next(r["eps"] for r in rows if r["round"] == i and r["backend"] == b)
     ratios = [eps(i, "ray") / eps(i, "launch") for i in range(n)]
     ratios_omp1 = [eps(i, "ray") / eps(i, "launch_omp1") for i in range(n)]
-    summary = {"ray_over_launch": statistics.median(ratios),
-               "ray_over_launch_per_round": ratios,
-               "ray_over_launch_omp1": statistics.median(ratios_omp1),
-               "ray_over_launch_omp1_per_round": ratios_omp1,
-               "launch_eps": statistics.median(by("launch", "eps")),
-               "launch_omp1_eps": statistics.median(by("launch_omp1", "eps")),
-               "ray_eps": statistics.median(by("ray", "eps")),
-               "launch_wall_s": statistics.median(by("launch", "wall_s")),
-               "ray_wall_s": statistics.median(by("ray", "wall_s")),
-               "ray_startup_s": statistics.median(
-                   [s for s in by("ray", "ray_startup_s") if s is not None] or [0.0]),
-               "ray_restart_s": restart["ray"], "launch_restart_s": restart["launch"]}
+    summary = {
+        "ray_over_launch": statistics.median(ratios),
+        "ray_over_launch_per_round": ratios,
+        "ray_over_launch_omp1": statistics.median(ratios_omp1),
+        "ray_over_launch_omp1_per_round": ratios_omp1,
+        "launch_eps": statistics.median(by("launch", "eps")),
+        "launch_omp1_eps": statistics.median(by("launch_omp1", "eps")),
+        "ray_eps": statistics.median(by("ray", "eps")),
+        "launch_wall_s": statistics.median(by("launch", "wall_s")),
+        "ray_wall_s": statistics.median(by("ray", "wall_s")),
+        "ray_startup_s": statistics.median(
+            [s for s in by("ray", "ray_startup_s") if s is not None] or [0.0]
+        ),
+        "ray_restart_s": restart["ray"],
+        "launch_restart_s": restart["launch"],
+    }
     print(json.dumps(summary, indent=1))
-    common.write_report("ray_launch", common.flag_config(), rows, summary,
-                        output_json=common.OUTPUT_JSON.value)
+    common.write_report(
+        "ray_launch", common.flag_config(), rows, summary, output_json=common.OUTPUT_JSON.value
+    )
 
 
 if __name__ == "__main__":

@@ -55,13 +55,11 @@ _PROBED: list[str | None] = []
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["ip", *args], capture_output=True, text=True,
-                          timeout=30, check=check)
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=check)
 
 
 def _tc(*args: str) -> None:
-    subprocess.run(["tc", *args], capture_output=True, text=True, timeout=30,
-                   check=True)
+    subprocess.run(["tc", *args], capture_output=True, text=True, timeout=30, check=True)
 
 
 def namespaces() -> list[str]:
@@ -86,8 +84,10 @@ def unavailable_reason() -> str | None:
         probe = f"{PREFIX}{os.getpid()}xprobe"
         made = _ip("netns", "add", probe, check=False)
         if made.returncode != 0:
-            reason = ("emulated hosts need root with CAP_NET_ADMIN (`ip netns add` "
-                      f"failed: {made.stderr.strip()})")
+            reason = (
+                "emulated hosts need root with CAP_NET_ADMIN (`ip netns add` "
+                f"failed: {made.stderr.strip()})"
+            )
         else:
             _ip("netns", "del", probe, check=False)
     _PROBED.append(reason)
@@ -149,8 +149,9 @@ class TestBed:
 
     def __init__(self, n: int, rate: str | None = "1gbit"):
         if not isinstance(n, int) or not 1 <= n <= 200:
-            raise ValueError(f"Invalid value for `n`: expected an int in [1, 200]. "
-                             f"Received: n={n!r}")
+            raise ValueError(
+                f"Invalid value for `n`: expected an int in [1, 200]. Received: n={n!r}"
+            )
         sweep_stale()
         self.name = f"{PREFIX}{os.getpid()}x{next(_SERIAL)}"
         self.switch = f"{self.name}sw"
@@ -174,16 +175,42 @@ class TestBed:
             self.hosts.append(host)
             _ip("netns", "add", host.ns)
             _ip("-n", host.ns, "link", "set", "lo", "up")
-            _ip("link", "add", "eth0", "netns", host.ns, "type", "veth",
-                "peer", "name", host.port, "netns", self.switch)
+            _ip(
+                "link",
+                "add",
+                "eth0",
+                "netns",
+                host.ns,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                host.port,
+                "netns",
+                self.switch,
+            )
             _ip("-n", host.ns, "addr", "add", f"{host.address}/24", "dev", "eth0")
             _ip("-n", host.ns, "link", "set", "eth0", "up")
             _ip("-n", self.switch, "link", "set", host.port, "master", "br0")
             _ip("-n", self.switch, "link", "set", host.port, "up")
             if rate:
                 for ns, dev in ((host.ns, "eth0"), (self.switch, host.port)):
-                    _tc("-n", ns, "qdisc", "add", "dev", dev, "root", "tbf",
-                        "rate", rate, "burst", "512kb", "latency", "100ms")
+                    _tc(
+                        "-n",
+                        ns,
+                        "qdisc",
+                        "add",
+                        "dev",
+                        dev,
+                        "root",
+                        "tbf",
+                        "rate",
+                        rate,
+                        "burst",
+                        "512kb",
+                        "latency",
+                        "100ms",
+                    )
 
     def __getitem__(self, index: int) -> Host:
         return self.hosts[index]
@@ -203,13 +230,16 @@ class TestBed:
         """This process's environment plus the repository on PYTHONPATH."""
         env = dict(os.environ)
         env.pop("TF_CONFIG", None)
-        env.update({"TF_CPP_MIN_LOG_LEVEL": "2",
-                    "PYTHONPATH": REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")})
+        env.update(
+            {
+                "TF_CPP_MIN_LOG_LEVEL": "2",
+                "PYTHONPATH": REPO_ROOT + os.pathsep + env.get("PYTHONPATH", ""),
+            }
+        )
         env.update(extra or {})
         return env
 
-    def popen(self, host, argv: list[str], env: dict | None = None,
-              **kwargs) -> subprocess.Popen:
+    def popen(self, host, argv: list[str], env: dict | None = None, **kwargs) -> subprocess.Popen:
         """Starts `argv` inside `host` in a new process group (killed by `close`).
 
         `env` is the whole environment (default: `env()`); other keyword
@@ -224,13 +254,16 @@ class TestBed:
         kwargs.setdefault("cwd", REPO_ROOT)
         proc = subprocess.Popen(
             ["ip", "netns", "exec", self._host(host).ns, *argv],
-            env=self.env() if env is None else env, start_new_session=True,
-            **kwargs)
+            env=self.env() if env is None else env,
+            start_new_session=True,
+            **kwargs,
+        )
         self._procs.append(proc)
         return proc
 
-    def run(self, host, argv: list[str], timeout: float = 60,
-            env: dict | None = None, **kwargs) -> subprocess.CompletedProcess:
+    def run(
+        self, host, argv: list[str], timeout: float = 60, env: dict | None = None, **kwargs
+    ) -> subprocess.CompletedProcess:
         """Runs `argv` inside `host` and waits (killed at `timeout`, then raises)."""
         proc = self.popen(host, argv, env=env, **kwargs)
         try:
@@ -286,8 +319,9 @@ class TestBed:
         for ns in self.namespaces():
             if ns not in mine:
                 continue
-            while _ip("netns", "pids", ns, check=False).stdout.strip() and \
-                    time.monotonic() < deadline:
+            while (
+                _ip("netns", "pids", ns, check=False).stdout.strip() and time.monotonic() < deadline
+            ):
                 time.sleep(0.05)
             _ip("netns", "del", ns, check=False)
         _OPEN.discard(self)

@@ -94,32 +94,34 @@ from benchmarks.train_lib import settings as settings_lib
 # pylint: enable=g-import-not-at-top
 
 _MODEL = flags.DEFINE_enum("model", "cnn_small", list(settings_lib.MODELS), "Model to train.")
-_BATCH = flags.DEFINE_integer("batch_size", 32, "Batch size per replica "
-                              "(per micro-batch with grad_accum).")
-_WARMUP = flags.DEFINE_integer("num_warmup_batches", 5,
-                               "Batches run before timing starts.")
+_BATCH = flags.DEFINE_integer(
+    "batch_size", 32, "Batch size per replica (per micro-batch with grad_accum)."
+)
+_WARMUP = flags.DEFINE_integer("num_warmup_batches", 5, "Batches run before timing starts.")
 _NUM_BATCHES = flags.DEFINE_integer("num_batches", 40, "Batches timed.")
-_DISPLAY_EVERY = flags.DEFINE_integer("display_every", 10,
-                                      "Print a progress line every N batches.")
+_DISPLAY_EVERY = flags.DEFINE_integer("display_every", 10, "Print a progress line every N batches.")
 _IMAGE_SIZE = flags.DEFINE_integer(
-    "image_size", None, "Input side (default: 224 for resnet50, 16 for mlp, "
-    "else 32).")
+    "image_size", None, "Input side (default: 224 for resnet50, 16 for mlp, else 32)."
+)
 _NUM_CLASSES = flags.DEFINE_integer("num_classes", 10, "Output classes.")
 _DATA = flags.DEFINE_string(
-    "data", "synthetic",
+    "data",
+    "synthetic",
     "synthetic | tfrecord:PATTERN (tf.train.Example with an encoded `image` "
     "and an int64 `label`) | tfds:NAME (a dataset prepared in --tfds_data_dir; "
-    "never downloaded).")
-_TFDS_DATA_DIR = flags.DEFINE_string("tfds_data_dir", None,
-                                     "data_dir for --data=tfds:NAME.")
-_TFDS_SPLIT = flags.DEFINE_string("tfds_split", "train",
-                                  "Split for --data=tfds:NAME.")
+    "never downloaded).",
+)
+_TFDS_DATA_DIR = flags.DEFINE_string("tfds_data_dir", None, "data_dir for --data=tfds:NAME.")
+_TFDS_SPLIT = flags.DEFINE_string("tfds_split", "train", "Split for --data=tfds:NAME.")
 _SHUFFLE_BUFFER = flags.DEFINE_integer(
-    "shuffle_buffer", 1024, "Shuffle buffer, the same in both pipelines.")
+    "shuffle_buffer", 1024, "Shuffle buffer, the same in both pipelines."
+)
 _LEARNING_RATE = flags.DEFINE_float("learning_rate", 0.01, "SGD learning rate.")
 _SEED = flags.DEFINE_integer("seed", 0, "Data and shuffle seed.")
 _COMPARE = flags.DEFINE_enum(
-    "compare", "none", list(settings_lib.COMPARES),
+    "compare",
+    "none",
+    list(settings_lib.COMPARES),
     "none: measure the configured setup only; baseline: also plain "
     "tf.distribute defaults in the same run; ablation: baseline, each "
     "optimisation alone, then all; peer: against tf_keras + plain MWMS and "
@@ -132,46 +134,74 @@ _COMPARE = flags.DEFINE_enum(
     "collective (the default) against --fold_logs=false, each in its own "
     "cluster per round (summary key fold_speedup = folded / not); "
     "cpu_split: scaling plus ours with --cpu_split=pin (each worker pinned "
-    "to its own cores).")
+    "to its own cores).",
+)
 _FOLD_LOGS = flags.DEFINE_bool(
-    "fold_logs", True, "Multi-worker: Keras's logged values ride in the "
+    "fold_logs",
+    True,
+    "Multi-worker: Keras's logged values ride in the "
     "step's gradient collective where eligible (tfdist_opt.gradients."
-    "log_fold); false: their own packed collective (for --compare=fold).")
+    "log_fold); false: their own packed collective (for --compare=fold).",
+)
 _PEER_ROLE = flags.DEFINE_enum(
-    "peer_role", None, ["ours", *peers.PEERS],
-    "Internal, set by --compare=peer: train as this role for one round.")
+    "peer_role",
+    None,
+    ["ours", *peers.PEERS],
+    "Internal, set by --compare=peer: train as this role for one round.",
+)
 _OVERLAP_STEPS = flags.DEFINE_integer(
-    "overlap_steps", 3, "Multi-worker, without an in-process comparison: after "
+    "overlap_steps",
+    3,
+    "Multi-worker, without an in-process comparison: after "
     "timing, profile this many more steps (TF profiler) and report "
     "overlap_fraction, the share of all-reduce time before backprop ends "
-    "(0: off).")
+    "(0: off).",
+)
 _BREAKDOWN_STEPS = flags.DEFINE_integer(
-    "breakdown_steps", 0, "After timing, profile this many more steps (TF "
+    "breakdown_steps",
+    0,
+    "After timing, profile this many more steps (TF "
     "profiler) and report `step_breakdown`: per step, the median ms of the "
     "input wait, forward/loss/metrics, backward, the gradient arithmetic "
     "(PowerSGD), XLA calls, each collective and the optimizer apply "
     "(train_lib/breakdown.py); any worker count, also with --compare=scaling "
-    "(both roles) (0: off).")
+    "(both roles) (0: off).",
+)
 _EPOCHS = flags.DEFINE_integer(
-    "epochs", 1, "Run each round's timed batches as this many Keras epochs "
+    "epochs",
+    1,
+    "Run each round's timed batches as this many Keras epochs "
     "(one fit call, --num_batches / rounds / epochs batches each, after a "
     "separate warm-up fit) and report the slowest / fastest epoch "
     "(`epoch_spread`; with --compare=scaling `epoch_spread_<role>` and "
-    "`epoch_spread_ratio` = ours / one process).")
+    "`epoch_spread_ratio` = ours / one process).",
+)
 _TRACE_DIR = flags.DEFINE_string(
-    "trace_dir", None, "Keep the --overlap_steps profile here (TensorBoard's "
-    "profile plugin reads it); default: a temp dir, removed.")
+    "trace_dir",
+    None,
+    "Keep the --overlap_steps profile here (TensorBoard's "
+    "profile plugin reads it); default: a temp dir, removed.",
+)
 _PEER_WORKERS = flags.DEFINE_integer(
-    "peer_workers", 2, "--compare=peer without TF_CONFIG: workers per local "
-    "cluster (under `tfdist-opt launch -n N`: N).")
+    "peer_workers",
+    2,
+    "--compare=peer without TF_CONFIG: workers per local "
+    "cluster (under `tfdist-opt launch -n N`: N).",
+)
 _METRICS = flags.DEFINE_list(
-    "metrics", [], "Keras metrics every model of the run compiles with, "
+    "metrics",
+    [],
+    "Keras metrics every model of the run compiles with, "
     "e.g. accuracy or accuracy,top_k_categorical_accuracy (default: the loss "
-    "only).")
+    "only).",
+)
 _ROUNDS = flags.DEFINE_integer(
-    "rounds", 2, "With --compare: split --num_batches into this many rounds; "
+    "rounds",
+    2,
+    "With --compare: split --num_batches into this many rounds; "
     "each round runs every setting in turn (load changes on a shared machine "
-    "then fall on all settings alike).")
+    "then fall on all settings alike).",
+)
 
 # --config and every StrategyConfig field, default None: an unset flag
 # overrides nothing.
@@ -181,8 +211,9 @@ strategy_config = common.define_strategy_flags()
 def _check_positive(**values: int) -> None:
     for name, value in values.items():
         if value < 1:
-            raise app.UsageError(f"Invalid value for `--{name}`: expected a "
-                                 f"positive int. Received: --{name}={value}")
+            raise app.UsageError(
+                f"Invalid value for `--{name}`: expected a positive int. Received: --{name}={value}"
+            )
 
 
 def main(argv):
@@ -193,28 +224,49 @@ def main(argv):
     role = _PEER_ROLE.value
     compare = "none" if role else _COMPARE.value
     if _OVERLAP_STEPS.value < 0:
-        raise app.UsageError("Invalid value for `--overlap_steps`: expected an "
-                             f"int >= 0. Received: --overlap_steps="
-                             f"{_OVERLAP_STEPS.value}")
-    _check_positive(batch_size=_BATCH.value, num_batches=_NUM_BATCHES.value,
-                    rounds=_ROUNDS.value, display_every=_DISPLAY_EVERY.value,
-                    peer_workers=_PEER_WORKERS.value, epochs=_EPOCHS.value)
+        raise app.UsageError(
+            "Invalid value for `--overlap_steps`: expected an "
+            f"int >= 0. Received: --overlap_steps="
+            f"{_OVERLAP_STEPS.value}"
+        )
+    _check_positive(
+        batch_size=_BATCH.value,
+        num_batches=_NUM_BATCHES.value,
+        rounds=_ROUNDS.value,
+        display_every=_DISPLAY_EVERY.value,
+        peer_workers=_PEER_WORKERS.value,
+        epochs=_EPOCHS.value,
+    )
     if _BREAKDOWN_STEPS.value < 0:
-        raise app.UsageError("Invalid value for `--breakdown_steps`: expected "
-                             "an int >= 0. Received: --breakdown_steps="
-                             f"{_BREAKDOWN_STEPS.value}")
+        raise app.UsageError(
+            "Invalid value for `--breakdown_steps`: expected "
+            "an int >= 0. Received: --breakdown_steps="
+            f"{_BREAKDOWN_STEPS.value}"
+        )
     if inputs_lib.parse_data(_DATA.value)[0] != "synthetic" and (
-            compare in ("peer", "scaling", "fold", "cpu_split") or role):
-        raise app.UsageError(f"Invalid value for `--data` with --compare={compare}: "
-                             f"expected synthetic. Received: --data={_DATA.value}")
+        compare in ("peer", "scaling", "fold", "cpu_split") or role
+    ):
+        raise app.UsageError(
+            f"Invalid value for `--data` with --compare={compare}: "
+            f"expected synthetic. Received: --data={_DATA.value}"
+        )
     settings = settings_lib.plan_settings(cfg, compare)
     args = settings_lib.RunArgs.build(
-        settings=settings, model=_MODEL.value, batch_size=_BATCH.value,
-        num_classes=_NUM_CLASSES.value, seed=_SEED.value,
-        learning_rate=_LEARNING_RATE.value, compare=compare,
-        display_every=_DISPLAY_EVERY.value, image_size=_IMAGE_SIZE.value,
-        rounds=_ROUNDS.value, warmup=_WARMUP.value, batches=_NUM_BATCHES.value,
-        metrics=_METRICS.value, epochs=_EPOCHS.value)
+        settings=settings,
+        model=_MODEL.value,
+        batch_size=_BATCH.value,
+        num_classes=_NUM_CLASSES.value,
+        seed=_SEED.value,
+        learning_rate=_LEARNING_RATE.value,
+        compare=compare,
+        display_every=_DISPLAY_EVERY.value,
+        image_size=_IMAGE_SIZE.value,
+        rounds=_ROUNDS.value,
+        warmup=_WARMUP.value,
+        batches=_NUM_BATCHES.value,
+        metrics=_METRICS.value,
+        epochs=_EPOCHS.value,
+    )
     if compare in ("peer", "scaling", "fold", "cpu_split"):
         return _peer_main(cfg, args, started)
     if role in peers.PEERS:
@@ -222,25 +274,29 @@ def main(argv):
     # Before any other TF op (virtual devices / collectives are set up here).
     import tfdist_opt  # pylint: disable=g-import-not-at-top
 
-    strategy = tfdist_opt.opt_strategy(
-        settings_lib.strategy_config_for(cfg, compare))
+    strategy = tfdist_opt.opt_strategy(settings_lib.strategy_config_for(cfg, compare))
     if not _FOLD_LOGS.value:
         type(strategy)._fold_logs = False  # pylint: disable=protected-access
     replicas = strategy.num_replicas_in_sync
     workers = common.num_workers()
     printer = runner.Printer(common.is_chief())
     inputs = inputs_lib.Inputs(
-        strategy, _DATA.value, args.batch_size * replicas, args.image_size,
-        args.num_classes, args.warmup + args.batches, args.seed,
-        _SHUFFLE_BUFFER.value, tfds_split=_TFDS_SPLIT.value,
-        tfds_data_dir=_TFDS_DATA_DIR.value)
-    report.header(printer, cfg, strategy, inputs, settings, args, replicas,
-                  workers)
+        strategy,
+        _DATA.value,
+        args.batch_size * replicas,
+        args.image_size,
+        args.num_classes,
+        args.warmup + args.batches,
+        args.seed,
+        _SHUFFLE_BUFFER.value,
+        tfds_split=_TFDS_SPLIT.value,
+        tfds_data_dir=_TFDS_DATA_DIR.value,
+    )
+    report.header(printer, cfg, strategy, inputs, settings, args, replicas, workers)
 
     # Round-robin: every setting runs one chunk per round, so load changes on
     # a shared machine fall on all settings alike.
-    runs = [runner.SettingRun(s, strategy, inputs, args, printer)
-            for s in settings]
+    runs = [runner.SettingRun(s, strategy, inputs, args, printer) for s in settings]
     bar = progress.Progress(args.rounds * len(runs), enabled=common.is_chief())
     for r in range(args.rounds):
         for run in runs:
@@ -251,47 +307,64 @@ def main(argv):
         stats = run.stats()
         medians[run.setting.name] = stats.median
         printer("-" * 64)
-        printer(f"total images/sec: {stats.median:.2f}  ({run.setting.name}: "
-                f"{stats.format('images/sec')}; mean {stats.mean:.2f})")
+        printer(
+            f"total images/sec: {stats.median:.2f}  ({run.setting.name}: "
+            f"{stats.format('images/sec')}; mean {stats.mean:.2f})"
+        )
         printer("-" * 64)
         rows.append(report.result_row(run, args, inputs, replicas, workers))
         if role:  # raw windows for the --compare=peer coordinator
             import keras  # pylint: disable=g-import-not-at-top
 
-            rows[-1].update(window_durations_s=run.window_durations,
-                            keras="keras " + keras.__version__)
+            rows[-1].update(
+                window_durations_s=run.window_durations, keras="keras " + keras.__version__
+            )
     summary = report.summarize(medians, compare)
     if runs[-1].epoch_eps:
         spread = runs[-1].epoch_spread()
         summary["epoch_spread"] = spread
-        rows[-1].update(epoch_eps=[round(e, 2) for e in runs[-1].epoch_eps],
-                        epoch_spread=spread)
-        printer(f"epochs: {len(runs[-1].epoch_eps)}, slowest/fastest "
-                f"{spread:.2f}")
-    overlap_steps = (_OVERLAP_STEPS.value if workers > 1
-                     and not args.in_process_compare else 0)
+        rows[-1].update(epoch_eps=[round(e, 2) for e in runs[-1].epoch_eps], epoch_spread=spread)
+        printer(f"epochs: {len(runs[-1].epoch_eps)}, slowest/fastest {spread:.2f}")
+    overlap_steps = _OVERLAP_STEPS.value if workers > 1 and not args.in_process_compare else 0
     if overlap_steps or _BREAKDOWN_STEPS.value:
         events = overlap.trace_events(
-            runs[-1].model, runs[-1].dataset,
-            max(overlap_steps, _BREAKDOWN_STEPS.value), _TRACE_DIR.value,
-            profile=common.is_chief())
-        figures = (overlap.overlap_from_events(events)
-                   if events is not None and overlap_steps else None)
+            runs[-1].model,
+            runs[-1].dataset,
+            max(overlap_steps, _BREAKDOWN_STEPS.value),
+            _TRACE_DIR.value,
+            profile=common.is_chief(),
+        )
+        figures = (
+            overlap.overlap_from_events(events) if events is not None and overlap_steps else None
+        )
         if figures:
             summary.update(figures)
             rows[-1].update(figures)
-            printer(f"overlap_fraction: {figures['overlap_fraction']:.3f} "
-                    f"(all-reduce time before backprop ends), first pack "
-                    f"early in {figures['early_start_fraction']:.0%} of steps")
-        parts = (breakdown.breakdown_from_events(
-            events, runs[-1].model.optimizer.name)
-            if events is not None and _BREAKDOWN_STEPS.value else None)
+            printer(
+                f"overlap_fraction: {figures['overlap_fraction']:.3f} "
+                f"(all-reduce time before backprop ends), first pack "
+                f"early in {figures['early_start_fraction']:.0%} of steps"
+            )
+        parts = (
+            breakdown.breakdown_from_events(events, runs[-1].model.optimizer.name)
+            if events is not None and _BREAKDOWN_STEPS.value
+            else None
+        )
         if parts:
             rows[-1]["step_breakdown"] = parts
             printer(breakdown.format_breakdown(parts))
-    report.write(rows, summary, cfg=cfg, strategy=strategy, settings=settings,
-                 args=args, inputs=inputs, replicas=replicas, workers=workers,
-                 printer=printer)
+    report.write(
+        rows,
+        summary,
+        cfg=cfg,
+        strategy=strategy,
+        settings=settings,
+        args=args,
+        inputs=inputs,
+        replicas=replicas,
+        workers=workers,
+        printer=printer,
+    )
     printer(f"total wall time {time.perf_counter() - started:.1f} s")
     logging.info("summary: %s", summary)
 
@@ -299,32 +372,41 @@ def main(argv):
 def _peer_main(cfg, args, started):
     printer = runner.Printer(common.is_chief())
     result = peer_compare.coordinate(
-        args, peer_workers=_PEER_WORKERS.value, printer=printer,
-        binary=os.path.abspath(__file__))
+        args, peer_workers=_PEER_WORKERS.value, printer=printer, binary=os.path.abspath(__file__)
+    )
     if result is None:  # not worker 0 of the launch
         return
     rows, summary, config = result
     common.write_report(
-        "train", {**common.flag_config(), "strategy_config": cfg.to_dict(),
-                  **config},
-        rows, summary, output_json=common.OUTPUT_JSON.value,
-        csv_path=common.CSV.value, plot_path=common.PLOT.value,
-        plot=common.PlotSpec(x="setting", ys=("median",),
-                             ylabel="images/sec (global)",
-                             title=f"{args.model}: ours vs {args.compare}"))
+        "train",
+        {**common.flag_config(), "strategy_config": cfg.to_dict(), **config},
+        rows,
+        summary,
+        output_json=common.OUTPUT_JSON.value,
+        csv_path=common.CSV.value,
+        plot_path=common.PLOT.value,
+        plot=common.PlotSpec(
+            x="setting",
+            ys=("median",),
+            ylabel="images/sec (global)",
+            title=f"{args.model}: ours vs {args.compare}",
+        ),
+    )
     for row in rows:
-        printer(f"{row['setting']:>18}: {row['median']:10.2f} images/sec "
-                f"(rounds: {row['round_medians']}, slowest/fastest "
-                f"{row['round_spread'] or 0:.2f})")
+        printer(
+            f"{row['setting']:>18}: {row['median']:10.2f} images/sec "
+            f"(rounds: {row['round_medians']}, slowest/fastest "
+            f"{row['round_spread'] or 0:.2f})"
+        )
     if "fraction_of_one_process" in summary:
-        printer(f"fraction_of_one_process (ours / one process): "
-                f"{summary['fraction_of_one_process']:.2f}")
+        printer(
+            f"fraction_of_one_process (ours / one process): "
+            f"{summary['fraction_of_one_process']:.2f}"
+        )
     elif "fold_speedup" in summary:
-        printer(f"fold_speedup (logs folded / own collective): "
-                f"{summary['fold_speedup']:.3f}")
+        printer(f"fold_speedup (logs folded / own collective): {summary['fold_speedup']:.3f}")
     else:
-        printer(f"speedup_vs_peer (ours / faster peer): "
-                f"{summary['speedup_vs_peer']:.2f}x")
+        printer(f"speedup_vs_peer (ours / faster peer): {summary['speedup_vs_peer']:.2f}x")
     printer(f"total wall time {time.perf_counter() - started:.1f} s")
     logging.info("summary: %s", summary)
 
@@ -334,12 +416,15 @@ def _peer_child(role, args):
     run = peers.PeerRun(role, args, _SHUFFLE_BUFFER.value)
     run.run(args.batches)
     replicas = run.strategy.num_replicas_in_sync
-    row = report.result_row(run, args, run.inputs, replicas,
-                            common.num_workers())
+    row = report.result_row(run, args, run.inputs, replicas, common.num_workers())
     row.update(window_durations_s=run.window_durations, keras=run.keras_version)
-    common.write_report("train", common.flag_config(), [row],
-                        {"peer_eps": row["median"]},
-                        output_json=common.OUTPUT_JSON.value)
+    common.write_report(
+        "train",
+        common.flag_config(),
+        [row],
+        {"peer_eps": row["median"]},
+        output_json=common.OUTPUT_JSON.value,
+    )
 
 
 if __name__ == "__main__":

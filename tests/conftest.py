@@ -52,16 +52,20 @@ GRAPPLER_RUN = os.environ.get(GRAPPLER_ENV) == "1"
 TEST_GPUS = os.environ.get("TFDIST_OPT_TEST_GPUS") == "1"
 if not TEST_GPUS:
     os.environ["CUDA_VISIBLE_DEVICES"] = "-1"
-_GPU_SKIP = ("TFDIST_OPT_TEST_GPUS=1 keeps the GPUs visible, and this test checks "
-             "CPU behaviour (virtual CPU devices, RING, exact float32 sums); "
-             "run it without the variable (GPUs hidden)")
+_GPU_SKIP = (
+    "TFDIST_OPT_TEST_GPUS=1 keeps the GPUs visible, and this test checks "
+    "CPU behaviour (virtual CPU devices, RING, exact float32 sums); "
+    "run it without the variable (GPUs hidden)"
+)
 
 
 def pytest_report_header(config):
     if TEST_GPUS:
         return "tfdist_opt: GPUs visible (TFDIST_OPT_TEST_GPUS=1): only `gpu` tests run"
-    return ("tfdist_opt: GPUs hidden (CUDA_VISIBLE_DEVICES=-1); "
-            "TFDIST_OPT_TEST_GPUS=1 runs the `gpu` tests on them")
+    return (
+        "tfdist_opt: GPUs hidden (CUDA_VISIBLE_DEVICES=-1); "
+        "TFDIST_OPT_TEST_GPUS=1 runs the `gpu` tests on them"
+    )
 
 
 def _is_xdist_controller(config) -> bool:
@@ -73,22 +77,37 @@ def _is_xdist_controller(config) -> bool:
 # Seconds each of the longest files took in full runs here (2 cores, `-n 2`/`-n 3`,
 # warm subprocesses); only the order of files depends on it.
 _FILE_SECONDS = {
-    "multiworker/test_ray.py": 140, "multiworker/test_ray_elastic.py": 100,
+    "multiworker/test_ray.py": 140,
+    "multiworker/test_ray_elastic.py": 100,
     "multiworker/test_ray_layout.py": 165,
-    "multiworker/test_resize_resume.py": 80, "multiworker/test_keras_matrix.py": 80,
-    "benchmarks/test_train.py": 65, "docs/test_worker_examples.py": 60,
-    "multiworker/test_stall_abort.py": 55, "multiworker/test_callbacks.py": 50,
-    "gradients/test_powersgd.py": 45, "gradients/test_keras_gradients.py": 40,
-    "multiworker/test_stalls.py": 37, "parameter_server/test_launch_ps.py": 33,
-    "multiworker/test_frozen_chief.py": 32, "multiworker/test_shared_saving.py": 32,
-    "multiworker/test_keras_fit.py": 32, "multiworker/test_preemption.py": 31,
-    "multiworker/test_restart_resume.py": 30, "benchmarks/test_train_peer.py": 30,
-    "benchmarks/test_ps.py": 29, "gradients/test_sharded_state.py": 29,
-    "callbacks/test_backup_store.py": 28, "strategy/test_keras_steps.py": 27,
-    "parameter_server/test_keras_fit.py": 27, "multiworker/test_sidecar_evaluator.py": 26,
-    "parameter_server/test_faults.py": 25, "multiworker/test_per_host_saving.py": 24,
-    "hosts/test_ray_hosts.py": 90, "hosts/test_lost_link.py": 50,
-    "hosts/test_per_host_lines.py": 38, "hosts/test_ps_hosts.py": 33,
+    "multiworker/test_resize_resume.py": 80,
+    "multiworker/test_keras_matrix.py": 80,
+    "benchmarks/test_train.py": 65,
+    "docs/test_worker_examples.py": 60,
+    "multiworker/test_stall_abort.py": 55,
+    "multiworker/test_callbacks.py": 50,
+    "gradients/test_powersgd.py": 45,
+    "gradients/test_keras_gradients.py": 40,
+    "multiworker/test_stalls.py": 37,
+    "parameter_server/test_launch_ps.py": 33,
+    "multiworker/test_frozen_chief.py": 32,
+    "multiworker/test_shared_saving.py": 32,
+    "multiworker/test_keras_fit.py": 32,
+    "multiworker/test_preemption.py": 31,
+    "multiworker/test_restart_resume.py": 30,
+    "benchmarks/test_train_peer.py": 30,
+    "benchmarks/test_ps.py": 29,
+    "gradients/test_sharded_state.py": 29,
+    "callbacks/test_backup_store.py": 28,
+    "strategy/test_keras_steps.py": 27,
+    "parameter_server/test_keras_fit.py": 27,
+    "multiworker/test_sidecar_evaluator.py": 26,
+    "parameter_server/test_faults.py": 25,
+    "multiworker/test_per_host_saving.py": 24,
+    "hosts/test_ray_hosts.py": 90,
+    "hosts/test_lost_link.py": 50,
+    "hosts/test_per_host_lines.py": 38,
+    "hosts/test_ps_hosts.py": 33,
 }
 
 
@@ -103,12 +122,14 @@ def pytest_collection_modifyitems(config, items):
     file last). Files not in `_FILE_SECONDS`: those that start clusters
     before the rest.
     """
+
     def seconds(item):
         rel = item.path.relative_to(item.config.rootpath / "tests").as_posix()
         if rel in _FILE_SECONDS:
             return _FILE_SECONDS[rel]
         heavy = item.get_closest_marker("multiworker") or item.get_closest_marker("slow")
         return 10 if heavy else 0
+
     per_file = {}
     for item in items:
         per_file[item.path] = max(per_file.get(item.path, 0), seconds(item))
@@ -155,7 +176,8 @@ def pytest_configure(config):
     cpu = tf.config.list_physical_devices("CPU")[0]
     try:
         tf.config.set_logical_device_configuration(
-            cpu, [tf.config.LogicalDeviceConfiguration()] * NUM_VIRTUAL_CPUS)
+            cpu, [tf.config.LogicalDeviceConfiguration()] * NUM_VIRTUAL_CPUS
+        )
     except RuntimeError:  # already initialised (e.g. a plugin ran an op)
         pass
     # Initialise the runtime now, so no later opt_strategy(cpu_replicas=k)
@@ -198,8 +220,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         if hasattr(report, "wasxfail"):
             continue
         longrepr = report.longrepr
-        reason = (longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3
-                  else str(longrepr))
+        reason = (
+            longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        )
         reason = reason.removeprefix("Skipped: ")
         by_reason.setdefault(reason, []).append(report.nodeid)
     if not by_reason:
@@ -242,12 +265,17 @@ def fake_gpus(monkeypatch):
     real = tf.config.list_physical_devices
 
     def install(n):
-        fakes = [tf.config.PhysicalDevice(name=f"/physical_device:GPU:{i}",
-                                          device_type="GPU") for i in range(n)]
+        fakes = [
+            tf.config.PhysicalDevice(name=f"/physical_device:GPU:{i}", device_type="GPU")
+            for i in range(n)
+        ]
         monkeypatch.setattr(
-            tf.config, "list_physical_devices",
-            lambda device_type=None: fakes if device_type == "GPU" else real(device_type))
+            tf.config,
+            "list_physical_devices",
+            lambda device_type=None: fakes if device_type == "GPU" else real(device_type),
+        )
         return [d.name for d in fakes]
+
     return install
 
 
@@ -278,5 +306,4 @@ def strategy():
     """
     import tfdist_opt
 
-    return tfdist_opt.opt_strategy(cpu_replicas=2, mode="mirrored",
-                                   all_reduce="reduce_to_one")
+    return tfdist_opt.opt_strategy(cpu_replicas=2, mode="mirrored", all_reduce="reduce_to_one")

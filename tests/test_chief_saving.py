@@ -49,8 +49,11 @@ class _Strategy(types.SimpleNamespace):
 def _fake_strategy(task_id):
     """What `is_chief` reads: a 2-worker cluster, this task `worker:task_id`."""
     spec = tf.train.ClusterSpec({"worker": ["localhost:1", "localhost:2"]})
-    return _Strategy(cluster_resolver=types.SimpleNamespace(
-        task_type="worker", task_id=task_id, cluster_spec=lambda: spec))
+    return _Strategy(
+        cluster_resolver=types.SimpleNamespace(
+            task_type="worker", task_id=task_id, cluster_spec=lambda: spec
+        )
+    )
 
 
 def _fitted(task_id):
@@ -70,15 +73,21 @@ def private_tmp(tmp_path, monkeypatch):
 
 
 def test_adopt_swaps_each_file_writing_callback_once(tmp_path):
-    cbs = [keras.callbacks.ModelCheckpoint(str(tmp_path / "c.keras")),
-           keras.callbacks.BackupAndRestore(str(tmp_path / "b")),
-           keras.callbacks.CSVLogger(str(tmp_path / "l.csv")),
-           keras.callbacks.EarlyStopping()]
+    cbs = [
+        keras.callbacks.ModelCheckpoint(str(tmp_path / "c.keras")),
+        keras.callbacks.BackupAndRestore(str(tmp_path / "b")),
+        keras.callbacks.CSVLogger(str(tmp_path / "l.csv")),
+        keras.callbacks.EarlyStopping(),
+    ]
     assert chief_callbacks.adopt(cbs) == 3
     assert chief_callbacks.adopt(keras.callbacks.CallbackList(cbs)) == 0
     assert chief_callbacks.adopt(None) == 0
     assert [type(c).__name__ for c in cbs] == [
-        "ModelCheckpoint", "BackupAndRestore", "CSVLogger", "EarlyStopping"]
+        "ModelCheckpoint",
+        "BackupAndRestore",
+        "CSVLogger",
+        "EarlyStopping",
+    ]
     assert isinstance(cbs[0], chief_callbacks.ChiefModelCheckpoint)
     assert type(cbs[3]) is keras.callbacks.EarlyStopping
 
@@ -115,7 +124,7 @@ def test_non_chief_backup_restores_read_only_and_never_writes(tmp_path):
         v.assign(np.full(v.shape, 0.5, "float32"))
     chief_cb = keras.callbacks.BackupAndRestore(str(backup))
     chief_cb.set_model(chief_model)
-    chief_cb.on_epoch_end(2)              # plain Keras: writes epoch 3's backup
+    chief_cb.on_epoch_end(2)  # plain Keras: writes epoch 3's backup
     before = {p: os.stat(backup / p).st_mtime_ns for p in os.listdir(backup)}
 
     model = _fitted(task_id=1)
@@ -137,7 +146,7 @@ def test_non_chief_backup_falls_back_to_bkp_without_touching_files(tmp_path):
     chief_cb = keras.callbacks.BackupAndRestore(str(backup), double_checkpoint=True)
     chief_cb.set_model(chief_model)
     chief_cb.on_epoch_end(0)
-    chief_cb.on_epoch_end(1)              # latest = epoch 2, .bkp = epoch 1
+    chief_cb.on_epoch_end(1)  # latest = epoch 2, .bkp = epoch 1
     (backup / "latest.weights.h5").write_bytes(b"torn write")
     model = _fitted(task_id=1)
     cb = keras.callbacks.BackupAndRestore(str(backup), double_checkpoint=True)
@@ -163,6 +172,7 @@ def test_non_chief_keras_tensorboard_writes_nothing(tmp_path):
 
 def test_chief_tensorboard_of_ours_is_left_alone(tmp_path):
     from tfdist_opt.callbacks.summaries import ChiefTensorBoard
+
     tb = ChiefTensorBoard(str(tmp_path / "tb"))
     assert chief_callbacks.adopt([tb]) == 0
     assert type(tb) is ChiefTensorBoard
@@ -172,6 +182,7 @@ def test_non_chief_on_its_own_storage_writes_every_route(tmp_path, private_tmp):
     """storage_sharing='per_worker' (what the probe finds on a per-host disk):
     worker 1 keeps its own copy of each file (issue 23)."""
     from tfdist_opt.strategy import file_writers
+
     model = _fitted(task_id=1)
     file_writers.attach(model._distribute_strategy, "per_worker")
     ckpt = keras.callbacks.ModelCheckpoint(str(tmp_path / "ckpts" / "ep{epoch}.keras"))

@@ -25,8 +25,11 @@ def test_both_configs_read_the_file_named_by_the_environment(tmp_path):
 def test_data_env_layer_and_precedence(tmp_path):
     f = tmp_path / "job.json"
     f.write_text(json.dumps({"data": {"seed": 1, "prefetch": 3}}))
-    env = {"TFDIST_OPT_DATA_SEED": "5", "TFDIST_OPT_DATA_SHUFFLE": "off",
-           "TFDIST_OPT_DATA_SHUFFLE_BUFFER": "auto"}
+    env = {
+        "TFDIST_OPT_DATA_SEED": "5",
+        "TFDIST_OPT_DATA_SHUFFLE": "off",
+        "TFDIST_OPT_DATA_SHUFFLE_BUFFER": "auto",
+    }
     opts = PipelineOptions.load(f, environ=env, prefetch=None)
     assert (opts.seed, opts.prefetch, opts.shuffle) == (5, 3, False)
     assert PipelineOptions.load(f, environ=env, seed=9).seed == 9
@@ -35,14 +38,23 @@ def test_data_env_layer_and_precedence(tmp_path):
 
 
 def test_unknown_data_variable_is_refused_with_the_valid_names():
-    with pytest.raises(ValueError, match=r"Unknown environment variable TFDIST_OPT_DATA_SEDE='1'. Expected one of: TFDIST_OPT_DATA_SHARD_POLICY"):
+    with pytest.raises(
+        ValueError,
+        match=r"Unknown environment variable TFDIST_OPT_DATA_SEDE='1'. Expected one of: TFDIST_OPT_DATA_SHARD_POLICY",
+    ):
         PipelineOptions.load(environ={"TFDIST_OPT_DATA_SEDE": "1"})
 
 
 def test_a_range_error_names_the_variable_that_set_it():
-    with pytest.raises(ValueError, match=r"Received: num_packs=0 \(set by environment variable TFDIST_OPT_NUM_PACKS\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"Received: num_packs=0 \(set by environment variable TFDIST_OPT_NUM_PACKS\)",
+    ):
         StrategyConfig.load(environ={"TFDIST_OPT_NUM_PACKS": "0"})
-    with pytest.raises(ValueError, match=r"Received: prefetch=-1 \(set by environment variable TFDIST_OPT_DATA_PREFETCH\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"Received: prefetch=-1 \(set by environment variable TFDIST_OPT_DATA_PREFETCH\)",
+    ):
         PipelineOptions.load(environ={"TFDIST_OPT_DATA_PREFETCH": "-1"})
 
 
@@ -56,7 +68,9 @@ def test_a_range_error_names_the_file_that_set_it(tmp_path):
 def test_a_section_that_is_not_a_table_is_named(tmp_path):
     f = tmp_path / "c.json"
     f.write_text(json.dumps({"strategy": "ring"}))
-    with pytest.raises(ValueError, match=r"c.json: `strategy` must be a table.*Received: strategy='ring'"):
+    with pytest.raises(
+        ValueError, match=r"c.json: `strategy` must be a table.*Received: strategy='ring'"
+    ):
         StrategyConfig.load(f, environ={})
     f.write_text(json.dumps({"data": [1]}))
     with pytest.raises(ValueError, match=r"`data` must be a table"):
@@ -70,11 +84,18 @@ def test_a_binary_file_is_named(tmp_path):
         StrategyConfig.load(f, environ={})
 
 
-@pytest.mark.parametrize("annotation,raw,expected", [
-    ("int | str", "auto", "auto"), ("int | str", "12", 12),
-    ("float | None", "none", None), ("float | None", "2.5", 2.5),
-    ("bool | None", "", None), ("bool", "yes", True), ("str", " x ", "x"),
-    ("int | None", "3", 3),
-])
+@pytest.mark.parametrize(
+    "annotation,raw,expected",
+    [
+        ("int | str", "auto", "auto"),
+        ("int | str", "12", 12),
+        ("float | None", "none", None),
+        ("float | None", "2.5", 2.5),
+        ("bool | None", "", None),
+        ("bool", "yes", True),
+        ("str", " x ", "x"),
+        ("int | None", "3", 3),
+    ],
+)
 def test_env_values_parse_by_field_type(annotation, raw, expected):
     assert config_files.parse_env_value("V", "f", raw, annotation) == expected

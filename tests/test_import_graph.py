@@ -49,7 +49,7 @@ def import_graph(root: pathlib.Path = ROOT) -> dict[str, set[str]]:
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:  # relative: climb level-1 packages
-                    parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
                     base = ".".join(parts + ([base] if base else []))
                 names = [f"{base}.{a.name}" for a in node.names]
             else:
@@ -101,25 +101,29 @@ def test_the_checker_finds_function_level_and_type_checking_cycles(tmp_path):
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "sub" / "__init__.py").write_text(
-        "from typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n    from tfdist_opt.a import A\n")
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tfdist_opt.a import A\n"
+    )
     (pkg / "a.py").write_text("from tfdist_opt.sub import x\n")
     (pkg / "b.py").write_text("def f():\n    from . import c\n")
     (pkg / "c.py").write_text("import tfdist_opt.b\n")
     (pkg / "d.py").write_text("from tfdist_opt import a\n")
     assert cycles(import_graph(pkg)) == {
-        ("tfdist_opt.a", "tfdist_opt.sub"), ("tfdist_opt.b", "tfdist_opt.c")}
+        ("tfdist_opt.a", "tfdist_opt.sub"),
+        ("tfdist_opt.b", "tfdist_opt.c"),
+    }
 
 
 def test_no_import_cycles():
     found = cycles(import_graph())
     assert found - ALLOWED_CYCLES == set(), (
         "import cycles (each: modules that import each other, directly or "
-        f"through others): {sorted(found - ALLOWED_CYCLES)}")
+        f"through others): {sorted(found - ALLOWED_CYCLES)}"
+    )
     stale = ALLOWED_CYCLES - found
     if stale:
-        pytest.fail(f"allowed cycles no longer present; delete them from "
-                    f"ALLOWED_CYCLES: {sorted(stale)}")
+        pytest.fail(
+            f"allowed cycles no longer present; delete them from ALLOWED_CYCLES: {sorted(stale)}"
+        )
 
 
 # Package layers, lowest first: a module may import its own layer and the
@@ -128,12 +132,30 @@ def test_no_import_cycles():
 # training packages share one layer: they are still entangled (strategy,
 # gradients, callbacks, stall and parameter_server import one another).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("_lazy", "_logging", "_class_swap", "validation", "versions", "resources",
-     "config_files", "private_api", "seam", "runtime"),
+    (
+        "_lazy",
+        "_logging",
+        "_class_swap",
+        "validation",
+        "versions",
+        "resources",
+        "config_files",
+        "private_api",
+        "seam",
+        "runtime",
+    ),
     ("cluster",),  # cluster description: TF_CONFIG, sources, ports
     ("coordination",),  # in-worker: KV store, start-up guard, faults, watchdog
-    ("data", "gradients", "strategy", "callbacks", "stall", "parameter_server",
-     "evaluation", "model_parallel"),  # training
+    (
+        "data",
+        "gradients",
+        "strategy",
+        "callbacks",
+        "stall",
+        "parameter_server",
+        "evaluation",
+        "model_parallel",
+    ),  # training
     ("launch",),  # layout, restart policy, local and Ray backends
     ("", "__main__", "cli", "examples"),  # the package root, CLI, examples
 )
@@ -149,8 +171,9 @@ def layer_of(module: str, layers=LAYERS) -> int | None:
     return None
 
 
-def layer_violations(graph: dict[str, set[str]], layers=LAYERS
-                     ) -> tuple[set[tuple[str, str]], set[str]]:
+def layer_violations(
+    graph: dict[str, set[str]], layers=LAYERS
+) -> tuple[set[tuple[str, str]], set[str]]:
     """(imports from a lower layer to a higher one, modules in no layer)."""
     upward, unplaced = set(), set()
     for mod, targets in graph.items():
@@ -172,8 +195,7 @@ def test_the_layer_check_finds_an_upward_import(tmp_path):
     (pkg / "__init__.py").write_text("")
     (pkg / "cluster" / "__init__.py").write_text("")
     (pkg / "launch" / "__init__.py").write_text("from tfdist_opt.cluster import ports\n")
-    (pkg / "cluster" / "ports.py").write_text(
-        "def f():\n    from tfdist_opt.launch import local\n")
+    (pkg / "cluster" / "ports.py").write_text("def f():\n    from tfdist_opt.launch import local\n")
     (pkg / "launch" / "local.py").write_text("")
     (pkg / "newpkg.py").write_text("")
     upward, unplaced = layer_violations(import_graph(pkg))
@@ -183,8 +205,8 @@ def test_the_layer_check_finds_an_upward_import(tmp_path):
 
 def test_no_import_runs_from_a_lower_layer_to_a_higher_one():
     upward, unplaced = layer_violations(import_graph())
-    assert not unplaced, (
-        f"modules in no layer (add their package to LAYERS): {sorted(unplaced)}")
+    assert not unplaced, f"modules in no layer (add their package to LAYERS): {sorted(unplaced)}"
     assert not upward, (
         "imports from a lower layer to a higher one (move the name down, or "
-        f"the importer up): {sorted(upward)}")
+        f"the importer up): {sorted(upward)}"
+    )

@@ -20,8 +20,9 @@ import zipfile
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-_IGNORE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info",
-                                 "__pycache__", ".pytest_cache", "results", "out")
+_IGNORE = shutil.ignore_patterns(
+    ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", "results", "out"
+)
 
 pytestmark = pytest.mark.slow
 
@@ -34,11 +35,19 @@ def installed(tmp_path_factory):
     shutil.copytree(REPO, src, ignore=_IGNORE)
     dist, site = root / "dist", root / "site"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run(pip + ["wheel", str(src), "--no-deps", *_isolation(),
-                          "-w", str(dist)], check=True, timeout=300, cwd=root)
+    subprocess.run(
+        pip + ["wheel", str(src), "--no-deps", *_isolation(), "-w", str(dist)],
+        check=True,
+        timeout=300,
+        cwd=root,
+    )
     (wheel,) = dist.glob("tfdist_opt-*.whl")
-    subprocess.run(pip + ["install", "--no-deps", "--target", str(site), str(wheel)],
-                   check=True, timeout=300, cwd=root)
+    subprocess.run(
+        pip + ["install", "--no-deps", "--target", str(site), str(wheel)],
+        check=True,
+        timeout=300,
+        cwd=root,
+    )
     return site, wheel
 
 
@@ -54,11 +63,15 @@ def _isolation():
 
 
 def _run(site, args, elsewhere, timeout=240):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("TFDIST_OPT_") and k not in ("PYTHONPATH", "TF_CONFIG")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("TFDIST_OPT_") and k not in ("PYTHONPATH", "TF_CONFIG")
+    }
     env["PYTHONPATH"] = str(site)
-    return subprocess.run(args, cwd=elsewhere, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        args, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_the_wheel_carries_configs_and_benchmarks_byte_for_byte(installed):
@@ -66,11 +79,15 @@ def test_the_wheel_carries_configs_and_benchmarks_byte_for_byte(installed):
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         shipped = {n for n in names if n.startswith("tfdist_opt/_data/")}
-        expected = ([("configs", p) for p in sorted((REPO / "configs").iterdir())
-                     if p.suffix in (".json", ".toml")]
-                    + [("benchmarks", p) for p in sorted((REPO / "benchmarks").glob("*.py"))]
-                    + [("benchmarks", p) for p in sorted(
-                        (REPO / "benchmarks" / "train_lib").glob("*.py"))])
+        expected = (
+            [
+                ("configs", p)
+                for p in sorted((REPO / "configs").iterdir())
+                if p.suffix in (".json", ".toml")
+            ]
+            + [("benchmarks", p) for p in sorted((REPO / "benchmarks").glob("*.py"))]
+            + [("benchmarks", p) for p in sorted((REPO / "benchmarks" / "train_lib").glob("*.py"))]
+        )
         assert len(expected) >= 8
         for folder, path in expected:
             name = f"tfdist_opt/_data/{folder}/{path.relative_to(REPO / folder)}"
@@ -89,26 +106,31 @@ def test_presets_load_by_name_from_the_installed_wheel(installed, tmp_path):
         "names = [p.stem for p in config_files.list_presets()]\n"
         "loaded = {n: tfdist_opt.StrategyConfig.load(n).to_dict() for n in names}\n"
         "print(json.dumps({'file': tfdist_opt.__file__, 'dir': str(config_files.presets_dir()),"
-        " 'loaded': loaded}))\n")
+        " 'loaded': loaded}))\n"
+    )
     res = _run(site, [sys.executable, "-c", script], tmp_path)
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert out["file"].startswith(str(site)), out["file"]
     assert out["dir"] == str(site / "tfdist_opt" / "_data" / "configs")
-    repo_presets = sorted(p.stem for p in (REPO / "configs").iterdir()
-                          if p.suffix in (".json", ".toml"))
+    repo_presets = sorted(
+        p.stem for p in (REPO / "configs").iterdir() if p.suffix in (".json", ".toml")
+    )
     assert sorted(out["loaded"]) == repo_presets
     assert out["loaded"]["cpu_test"]["cpu_replicas"] == 2
 
 
-@pytest.mark.parametrize("name,binary,flag", [
-    ("train", "train.py", "--model"),
-    ("allreduce", "allreduce.py", "--mode"),
-    ("input", "input_pipeline.py", "--batch_size")])
+@pytest.mark.parametrize(
+    "name,binary,flag",
+    [
+        ("train", "train.py", "--model"),
+        ("allreduce", "allreduce.py", "--mode"),
+        ("input", "input_pipeline.py", "--batch_size"),
+    ],
+)
 def test_bench_help_runs_the_installed_binaries(installed, tmp_path, name, binary, flag):
     site, _ = installed
-    res = _run(site, [str(site / "bin" / "tfdist-opt"), "bench", name, "--help"],
-               tmp_path)
+    res = _run(site, [str(site / "bin" / "tfdist-opt"), "bench", name, "--help"], tmp_path)
     out = res.stdout + res.stderr
     assert "Traceback" not in out, out
     # absl's --help exits 1 after printing the main module's flags.

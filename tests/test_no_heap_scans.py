@@ -15,9 +15,18 @@ import pathlib
 import tfdist_opt
 
 # Names that are a heap scan or a frame walk wherever they appear.
-ALWAYS = {"get_referrers", "get_referents", "get_objects", "_getframe",
-          "currentframe", "f_back", "getouterframes", "getinnerframes",
-          "f_locals", "tb_frame"}
+ALWAYS = {
+    "get_referrers",
+    "get_referents",
+    "get_objects",
+    "_getframe",
+    "currentframe",
+    "f_back",
+    "getouterframes",
+    "getinnerframes",
+    "f_locals",
+    "tb_frame",
+}
 # Names that are one only as `inspect.<name>`.
 OF_INSPECT = {"stack", "trace"}
 
@@ -28,14 +37,15 @@ def offences(source: str) -> list[str]:
         name = None
         if isinstance(node, ast.Attribute):
             if node.attr in ALWAYS or (
-                    node.attr in OF_INSPECT and isinstance(node.value, ast.Name)
-                    and node.value.id == "inspect"):
+                node.attr in OF_INSPECT
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "inspect"
+            ):
                 name = node.attr
         elif isinstance(node, ast.Name) and node.id in ALWAYS:
             name = node.id
         elif isinstance(node, ast.ImportFrom) and node.module in ("gc", "inspect", "sys"):
-            name = next((a.name for a in node.names
-                         if a.name in ALWAYS | OF_INSPECT), None)
+            name = next((a.name for a in node.names if a.name in ALWAYS | OF_INSPECT), None)
         elif isinstance(node, ast.Constant) and node.value in ALWAYS:
             name = node.value  # getattr(gc, "get_referrers")
         if name is not None:
@@ -45,16 +55,26 @@ def offences(source: str) -> list[str]:
 
 def test_no_heap_scan_or_frame_walk_in_the_package():
     root = pathlib.Path(tfdist_opt.__file__).parent
-    found = [f"{path.relative_to(root.parent)}:{line}"
-             for path in sorted(root.rglob("*.py"))
-             for line in offences(path.read_text())]
+    found = [
+        f"{path.relative_to(root.parent)}:{line}"
+        for path in sorted(root.rglob("*.py"))
+        for line in offences(path.read_text())
+    ]
     assert not found, "\n".join(found)
 
 
 def test_each_form_is_caught_and_prose_is_not():
-    for text in ("gc.get_referrers(x)", "gc.get_objects()", "sys._getframe(1)",
-                 "inspect.currentframe()", "inspect.stack()", "f = f.f_back",
-                 "from gc import get_referrers", "from inspect import currentframe",
-                 "getattr(gc, 'get_objects')()", "tb.tb_frame.f_locals['self']"):
+    for text in (
+        "gc.get_referrers(x)",
+        "gc.get_objects()",
+        "sys._getframe(1)",
+        "inspect.currentframe()",
+        "inspect.stack()",
+        "f = f.f_back",
+        "from gc import get_referrers",
+        "from inspect import currentframe",
+        "getattr(gc, 'get_objects')()",
+        "tb.tb_frame.f_locals['self']",
+    ):
         assert offences(text), text
     assert not offences('"""Not `gc.get_referrers`."""\nx = inspect.signature(f)\n')

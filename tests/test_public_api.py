@@ -14,12 +14,15 @@ def test_every_exported_name_resolves():
 
 
 def test_import_does_not_load_tensorflow():
-    code = ("import sys, tfdist_opt, tfdist_opt.cluster, tfdist_opt.data, "
-            "tfdist_opt.gradients, tfdist_opt.callbacks, tfdist_opt.model_parallel; "
-            "tfdist_opt.StrategyConfig.load(environ={}); "
-            "print('tensorflow' in sys.modules)")
-    p = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT,
-                       capture_output=True, text=True, timeout=60)
+    code = (
+        "import sys, tfdist_opt, tfdist_opt.cluster, tfdist_opt.data, "
+        "tfdist_opt.gradients, tfdist_opt.callbacks, tfdist_opt.model_parallel; "
+        "tfdist_opt.StrategyConfig.load(environ={}); "
+        "print('tensorflow' in sys.modules)"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+    )
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "False"
 

@@ -17,8 +17,14 @@ from tfdist_opt.strategy import keras_steps
 # `_tfdist_dataset_fn` (travels with a build_dataset dataset),
 # `_tfdist_opt_skipping` (read by user callbacks), `_tfdist_opt` /
 # `_tfdist_opt_ps` (attributes of tfdist_opt's own excepthook functions).
-KEPT = {"_tfdist_shard", "_tfdist_mixin", "_tfdist_dataset_fn",
-        "_tfdist_opt_skipping", "_tfdist_opt", "_tfdist_opt_ps"}
+KEPT = {
+    "_tfdist_shard",
+    "_tfdist_mixin",
+    "_tfdist_dataset_fn",
+    "_tfdist_opt_skipping",
+    "_tfdist_opt",
+    "_tfdist_opt_ps",
+}
 
 
 def offences(source: str) -> list[str]:
@@ -29,11 +35,18 @@ def offences(source: str) -> list[str]:
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
-                if (isinstance(t, ast.Attribute) and t.attr.startswith("_tfdist_")
-                        and t.attr not in KEPT):
+                if (
+                    isinstance(t, ast.Attribute)
+                    and t.attr.startswith("_tfdist_")
+                    and t.attr not in KEPT
+                ):
                     name = t.attr
-        elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
-              and node.value.startswith("_tfdist_") and node.value not in KEPT):
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value.startswith("_tfdist_")
+            and node.value not in KEPT
+        ):
             name = node.value
         if name is not None:
             out.append(f"{node.lineno}: {name}")
@@ -42,16 +55,21 @@ def offences(source: str) -> list[str]:
 
 def test_no_tfdist_attributes_set_on_objects():
     root = pathlib.Path(tfdist_opt.__file__).parent
-    found = [f"{path.relative_to(root.parent)}:{line}"
-             for path in sorted(root.rglob("*.py"))
-             for line in offences(path.read_text())]
+    found = [
+        f"{path.relative_to(root.parent)}:{line}"
+        for path in sorted(root.rglob("*.py"))
+        for line in offences(path.read_text())
+    ]
     assert not found, "\n".join(found)
 
 
 def test_each_form_is_caught():
-    for text in ('setattr(strategy, "_tfdist_stall", s)', "strategy._tfdist_x = 1",
-                 'vars(model).setdefault("_tfdist_xla_warned", set())',
-                 'ATTR = "_tfdist_gradients"'):
+    for text in (
+        'setattr(strategy, "_tfdist_stall", s)',
+        "strategy._tfdist_x = 1",
+        'vars(model).setdefault("_tfdist_xla_warned", set())',
+        'ATTR = "_tfdist_gradients"',
+    ):
         assert offences(text), text
     assert not offences("x = self._tfdist_saved_value()\ndef _tfdist_make(self): pass")
 
@@ -92,11 +110,10 @@ def test_settings_and_fit_state_live_in_the_runtime(strategy):
     with strategy.scope():
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
         model.compile(keras.optimizers.SGD(0.1), "mse")
-    model.fit(np.ones((16, 4), "float32"), np.ones((16, 1), "float32"),
-              batch_size=8, verbose=0)
+    model.fit(np.ones((16, 4), "float32"), np.ones((16, 1), "float32"), batch_size=8, verbose=0)
     state = runtime.peek(strategy)
     assert state is not None and state.gradient_binding is not None
     assert state.jit_fallback == "warn"
-    assert runtime.FITS.get(model) is None                  # only while fit runs
+    assert runtime.FITS.get(model) is None  # only while fit runs
     for obj in (strategy, model, model.optimizer):
         assert [k for k in vars(obj) if k.startswith("_tfdist_")] == [], obj

@@ -53,8 +53,15 @@ def probe(tmp_path):
 def _run(args, env_extra=None, input_text="hello\n", cwd=None, timeout=120):
     env = dict(os.environ, WARM_TEST_FOO="bar", TF_CPP_MIN_LOG_LEVEL="2")
     env.update(env_extra or {})
-    return subprocess.run([*warm_python.PYTHON, *args], env=env, input=input_text,
-                          capture_output=True, text=True, cwd=cwd, timeout=timeout)
+    return subprocess.run(
+        [*warm_python.PYTHON, *args],
+        env=env,
+        input=input_text,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+    )
 
 
 def _fields(p):
@@ -62,9 +69,11 @@ def _fields(p):
 
 
 def test_the_child_sees_what_python_script_py_sees(probe, tmp_path):
-    p = _run([str(probe), "a", "b"], env_extra={"PYTHONPATH": str(tmp_path / "extra"),
-                                                "WARM_TEST_DIR": str(tmp_path / "extra")},
-             cwd=str(tmp_path))
+    p = _run(
+        [str(probe), "a", "b"],
+        env_extra={"PYTHONPATH": str(tmp_path / "extra"), "WARM_TEST_DIR": str(tmp_path / "extra")},
+        cwd=str(tmp_path),
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     got = _fields(p)
     assert got["argv"] == [str(probe), "a", "b"]
@@ -89,8 +98,9 @@ def test_exit_codes_and_tracebacks_are_the_interpreters(probe):
     assert p.returncode == 1 and "ValueError: boom" in p.stderr
     assert _run([str(probe), "exit"]).returncode == 7
     p = _run([str(probe) + ".missing"])
-    real = subprocess.run([sys.executable, str(probe) + ".missing"], capture_output=True,
-                          text=True, timeout=60)
+    real = subprocess.run(
+        [sys.executable, str(probe) + ".missing"], capture_output=True, text=True, timeout=60
+    )
     assert (p.returncode, p.stderr) == (real.returncode, real.stderr) == (2, real.stderr)
 
 
@@ -98,9 +108,14 @@ def test_exit_codes_and_tracebacks_are_the_interpreters(probe):
 def _sleeping(probe):
     """(client, child pid) of a warm `probe.py sleep`; the client is killed after."""
     env = dict(os.environ, WARM_TEST_FOO="bar", TF_CPP_MIN_LOG_LEVEL="2")
-    p = subprocess.Popen([*warm_python.PYTHON, str(probe), "sleep"], env=env,
-                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
-                         start_new_session=True)
+    p = subprocess.Popen(
+        [*warm_python.PYTHON, str(probe), "sleep"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         yield p, json.loads(p.stdout.readline())["pid"]
     finally:
@@ -129,8 +144,12 @@ def test_an_import_time_variable_gets_its_own_zygote(probe):
     assert a["zygote"] == b["zygote"]  # forked from one warm process
     assert c["zygote"] != a["zygote"] and c["level"] == "1"
     # A job's tasks never share a zygote (nor, so, a hash seed).
-    d = _fields(_run([str(probe)], env_extra={
-        "TF_CONFIG": '{"cluster": {}, "task": {"type": "worker", "index": 1}}'}))
+    d = _fields(
+        _run(
+            [str(probe)],
+            env_extra={"TF_CONFIG": '{"cluster": {}, "task": {"type": "worker", "index": 1}}'},
+        )
+    )
     assert d["zygote"] not in (a["zygote"], c["zygote"])
 
 
@@ -148,8 +167,12 @@ def test_what_it_cannot_serve_runs_the_real_interpreter():
     p = _run(["-u", "-c", "import sys; print(sys.orig_argv[1:3])"])
     assert p.returncode == 0 and p.stdout.strip() == "['-u', '-c']", p.stderr
     env = {k: v for k, v in os.environ.items() if k != warm_python.MANAGER_ENV}
-    p = subprocess.Popen([*warm_python.PYTHON, "-c", "import os; print(os.getpid())"],
-                         env=env, stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [*warm_python.PYTHON, "-c", "import os; print(os.getpid())"],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     out, _ = p.communicate(timeout=60)
     assert p.returncode == 0 and int(out) == p.pid  # the client exec'd the interpreter
 
@@ -159,14 +182,16 @@ def test_a_childs_own_python_children_fork_warm_too(probe, tmp_path):
     a launcher's workers) gets a warm child too; `-c` code runs the real
     interpreter (the launcher's small watchdogs)."""
     outer = tmp_path / "outer.py"
-    outer.write_text(textwrap.dedent(f"""
+    outer.write_text(
+        textwrap.dedent(f"""
         import os, subprocess, sys
         print(os.path.basename(sys.executable), os.getpid(), flush=True)
         subprocess.run([sys.executable, {str(probe)!r}], input="hi\\n", text=True,
                        check=True, timeout=120)
         subprocess.run([sys.executable, "-c", "import sys; print('tensorflow' in sys.modules)"],
                        check=True, timeout=120)
-    """))
+    """)
+    )
     p = _run([str(outer)])
     assert p.returncode == 0, p.stderr[-2000:]
     first, probed, code = p.stdout.splitlines()
@@ -184,8 +209,12 @@ def test_the_zygote_holds_the_package_but_not_its_keras_wiring():
     assert p.returncode == 0, p.stderr[-2000:]
     mods = set(json.loads(p.stdout))
     assert "tfdist_opt" in mods  # imported once, in the zygote
-    wiring = {"tfdist_opt.strategy.build", "tfdist_opt.strategy.keras_compat",
-              "tfdist_opt.gradients.keras_binding", "tfdist_opt.gradients.hooks"}
+    wiring = {
+        "tfdist_opt.strategy.build",
+        "tfdist_opt.strategy.keras_compat",
+        "tfdist_opt.gradients.keras_binding",
+        "tfdist_opt.gradients.hooks",
+    }
     assert not wiring & mods, wiring & mods
 
 
@@ -199,9 +228,11 @@ def test_xdist_workers_use_the_controllers_manager(request):
     assert os.path.exists(manager), manager
 
 
-GRAPPLER_PROBE = ("import tensorflow as tf; "
-                  "print(tf.config.optimizer.get_experimental_options()"
-                  ".get('disable_meta_optimizer', False))")
+GRAPPLER_PROBE = (
+    "import tensorflow as tf; "
+    "print(tf.config.optimizer.get_experimental_options()"
+    ".get('disable_meta_optimizer', False))"
+)
 
 
 def _grappler_off_in_child(env_extra=None):

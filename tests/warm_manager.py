@@ -40,8 +40,7 @@ class Manager:
         self._sock.bind(self.path)
         self._sock.listen(64)
         self._closed = False
-        self._thread = threading.Thread(target=self._loop, name="warm-python-manager",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="warm-python-manager", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
@@ -91,15 +90,36 @@ class Manager:
             zenv = dict(env)
             with open(os.path.join(self.dir, key + ".log"), "ab") as log:
                 proc = subprocess.Popen(
-                    [sys.executable, warm_python.HERE, "serve", path, str(os.getpid()),
-                     str(self.idle_s)],
-                    env=zenv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                    cwd=self.dir, start_new_session=True)
+                    [
+                        sys.executable,
+                        warm_python.HERE,
+                        "serve",
+                        path,
+                        str(os.getpid()),
+                        str(self.idle_s),
+                    ],
+                    env=zenv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    cwd=self.dir,
+                    start_new_session=True,
+                )
             self._procs[key] = proc
             if os.environ.get("TFDIST_TEST_WARM_LOG"):  # diagnostics: every zygote start
                 with open(os.environ["TFDIST_TEST_WARM_LOG"], "a") as f:
-                    f.write(json.dumps({"t": time.time(), "key": key, "slot": slot,
-                                        "pid": os.getpid(), "env": env}) + "\n")
+                    f.write(
+                        json.dumps(
+                            {
+                                "t": time.time(),
+                                "key": key,
+                                "slot": slot,
+                                "pid": os.getpid(),
+                                "env": env,
+                            }
+                        )
+                        + "\n"
+                    )
             deadline = time.monotonic() + 120
             while not os.path.exists(path):
                 if proc.poll() is not None or time.monotonic() > deadline:

@@ -61,11 +61,34 @@ PYTHON = [sys.executable, "-I", "-S", HERE, "client"]
 
 # Read (or possibly read) while TensorFlow, Keras and their dependencies
 # import: a zygote serves only clients whose values match its own.
-_IMPORT_PREFIXES = ("TF_", "KERAS_", "XLA_", "LD_", "PYTHON", "OMP_", "MKL_",
-                    "KMP_", "OPENBLAS_", "GOTO", "NPY_", "NUMPY_", "MALLOC_",
-                    "JEMALLOC", "TCMALLOC", "CUDA_", "NVIDIA_", "GRPC_", "ABSL",
-                    "PROTOCOL_BUFFERS_", "MPL", "MATPLOTLIB", "HDF5_", "XDG_",
-                    "LC_", "TZ")
+_IMPORT_PREFIXES = (
+    "TF_",
+    "KERAS_",
+    "XLA_",
+    "LD_",
+    "PYTHON",
+    "OMP_",
+    "MKL_",
+    "KMP_",
+    "OPENBLAS_",
+    "GOTO",
+    "NPY_",
+    "NUMPY_",
+    "MALLOC_",
+    "JEMALLOC",
+    "TCMALLOC",
+    "CUDA_",
+    "NVIDIA_",
+    "GRPC_",
+    "ABSL",
+    "PROTOCOL_BUFFERS_",
+    "MPL",
+    "MATPLOTLIB",
+    "HDF5_",
+    "XDG_",
+    "LC_",
+    "TZ",
+)
 _IMPORT_NAMES = {"HOME", "LANG", "LANGUAGE", "PATH"}
 # Applied in the child (they are read later, or the child redoes their effect).
 # The temp dir: the child clears `tempfile.tempdir` (TensorFlow's import fills
@@ -73,15 +96,31 @@ _IMPORT_NAMES = {"HOME", "LANG", "LANGUAGE", "PATH"}
 # found) and TensorFlow's C++ reads TMPDIR when it makes a temp file. Keyed,
 # the tests that give each worker its own TMPDIR started 24 zygotes a run.
 _LATE_NAMES = {"TF_CONFIG", "PYTHONPATH", "PYTHONUNBUFFERED", "TMPDIR", "TEMP", "TMP"}
-_FORWARDED = [s for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP,
-                          signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
-                          signal.SIGALRM, signal.SIGCONT, signal.SIGWINCH,
-                          signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)]
+_FORWARDED = [
+    s
+    for s in (
+        signal.SIGTERM,
+        signal.SIGINT,
+        signal.SIGHUP,
+        signal.SIGQUIT,
+        signal.SIGUSR1,
+        signal.SIGUSR2,
+        signal.SIGALRM,
+        signal.SIGCONT,
+        signal.SIGWINCH,
+        signal.SIGTSTP,
+        signal.SIGTTIN,
+        signal.SIGTTOU,
+    )
+]
 
 
 def _import_env(env: dict) -> dict:
-    return {k: v for k, v in env.items() if k not in _LATE_NAMES
-            and (k in _IMPORT_NAMES or k.startswith(_IMPORT_PREFIXES))}
+    return {
+        k: v
+        for k, v in env.items()
+        if k not in _LATE_NAMES and (k in _IMPORT_NAMES or k.startswith(_IMPORT_PREFIXES))
+    }
 
 
 def _task_slot(env: dict) -> str:
@@ -105,8 +144,9 @@ def write_nested_python(manager: str) -> None:
     path = nested_python(manager)
     os.makedirs(os.path.dirname(path))
     with open(path, "w") as f:
-        f.write(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -I -S '
-                f'{shlex.quote(HERE)} nested "$@"\n')
+        f.write(
+            f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -I -S {shlex.quote(HERE)} nested "$@"\n'
+        )
     os.chmod(path, 0o755)
 
 
@@ -121,6 +161,7 @@ def recv_line(sock: socket.socket) -> str:
 
 
 # ---------------------------------------------------------------- client
+
 
 def _parse(argv: list[str]):
     """('path'|'module'|'code', target, sys.argv) or None (not servable)."""
@@ -148,8 +189,9 @@ def client(argv: list[str], nested: bool = False) -> None:
     try:
         with socket.socket(socket.AF_UNIX) as m:
             m.connect(manager)
-            m.sendall((json.dumps({"env": _import_env(env),
-                                   "slot": _task_slot(env)}) + "\n").encode())
+            m.sendall(
+                (json.dumps({"env": _import_env(env), "slot": _task_slot(env)}) + "\n").encode()
+            )
             path = json.loads(recv_line(m))["path"]
         sock = socket.socket(socket.AF_UNIX)
         sock.connect(path)
@@ -157,9 +199,16 @@ def client(argv: list[str], nested: bool = False) -> None:
         _exec_real(argv)
     ignored = [int(s) for s in _FORWARDED if signal.getsignal(s) == signal.SIG_IGN]
     fds = [fd for fd in _open_fds() if fd != sock.fileno()]
-    request = {"how": how[0], "target": how[1], "argv": how[2], "env": env,
-               "cwd": os.getcwd(), "umask": _umask(), "fds": fds,
-               "ignored": ignored}
+    request = {
+        "how": how[0],
+        "target": how[1],
+        "argv": how[2],
+        "env": env,
+        "cwd": os.getcwd(),
+        "umask": _umask(),
+        "fds": fds,
+        "ignored": ignored,
+    }
     socket.send_fds(sock, [(json.dumps(request) + "\n").encode()], fds)
     try:
         pid = int(recv_line(sock))
@@ -207,6 +256,7 @@ def _umask() -> int:
 
 # ---------------------------------------------------------------- zygote
 
+
 def serve(path: str, owner: int, idle_s: float) -> dict:
     """The zygote's loop. Returns only in a forked child: its request."""
     import gc
@@ -214,9 +264,11 @@ def serve(path: str, owner: int, idle_s: float) -> dict:
     import time
 
     import numpy as np
+
     # TensorFlow imports Keras 3 itself (tf_keras instead under
     # TF_USE_LEGACY_KERAS=1, part of the key): what a fresh process loads.
     import tensorflow  # noqa: F401
+
     # The package itself (pure Python: it reads no environment and patches
     # nothing at import; ~0.15 CPU-s a child). Its TensorFlow-backed modules
     # are not: they wire Keras, and a plain-Keras reference must not see it.
@@ -338,8 +390,11 @@ def _become(request: dict, fds: list[int], conn: socket.socket, np) -> dict:
     os.environ.clear()
     os.environ.update(env)
     base = sys.path[1:]  # the zygote ran without PYTHONPATH
-    first = {"path": lambda: os.path.dirname(os.path.realpath(request["target"])),
-             "module": os.getcwd, "code": lambda: ""}[request["how"]]()
+    first = {
+        "path": lambda: os.path.dirname(os.path.realpath(request["target"])),
+        "module": os.getcwd,
+        "code": lambda: "",
+    }[request["how"]]()
     sys.path[:] = [first, *_pythonpath(env.get("PYTHONPATH", "")), *base]
     sys.argv[:] = request["argv"]
     unbuffered = bool(env.get("PYTHONUNBUFFERED"))
@@ -350,9 +405,13 @@ def _become(request: dict, fds: list[int], conn: socket.socket, np) -> dict:
         if mode == "r":
             return io.TextIOWrapper(io.BufferedReader(raw), encoding=enc, errors=errors)
         buffered = raw if unbuffered else io.BufferedWriter(raw)
-        return io.TextIOWrapper(buffered, encoding=enc, errors=err or errors,
-                                line_buffering=line or os.isatty(fd),
-                                write_through=unbuffered)
+        return io.TextIOWrapper(
+            buffered,
+            encoding=enc,
+            errors=err or errors,
+            line_buffering=line or os.isatty(fd),
+            write_through=unbuffered,
+        )
 
     sys.stdin = sys.__stdin__ = stream(0, "r", False)
     sys.stdout = sys.__stdout__ = stream(1, "w", False)
@@ -364,7 +423,8 @@ def _become(request: dict, fds: list[int], conn: socket.socket, np) -> dict:
     random.seed()
     np.random.seed()
     sys.modules["tensorflow"].config.optimizer.set_experimental_options(
-        {"disable_meta_optimizer": env.get(GRAPPLER_ENV) != "1"})
+        {"disable_meta_optimizer": env.get(GRAPPLER_ENV) != "1"}
+    )
     return request
 
 
@@ -389,8 +449,9 @@ def run(request: dict) -> None:
             with open(target, "rb") as f:
                 source = f.read()
         except OSError as e:  # the interpreter's own message and status
-            sys.stderr.write(f"{_REAL}: can't open file {main.__file__!r}: "
-                             f"[Errno {e.errno}] {e.strerror}\n")
+            sys.stderr.write(
+                f"{_REAL}: can't open file {main.__file__!r}: [Errno {e.errno}] {e.strerror}\n"
+            )
             sys.exit(2)
         code = compile(source, main.__file__, "exec")
     else:

@@ -21,10 +21,14 @@ def cached_subclass(mixin: type, cls: type) -> type:
     with _LOCK:
         sub = _CLASSES.get((mixin, cls))
         if sub is None:
-            sub = type(cls.__name__, (mixin, cls), {
-                "__module__": cls.__module__,
-                "__qualname__": cls.__qualname__,
-                "__doc__": cls.__doc__,
-            })
+            sub = type(
+                cls.__name__,
+                (mixin, cls),
+                {
+                    "__module__": cls.__module__,
+                    "__qualname__": cls.__qualname__,
+                    "__doc__": cls.__doc__,
+                },
+            )
             _CLASSES[(mixin, cls)] = sub
     return sub

@@ -34,8 +34,16 @@ SECTIONS = ("strategy", "data")
 _NOTES = ("description",)
 SUFFIXES = (".json", ".toml")
 
-_BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True,
-               "0": False, "false": False, "no": False, "off": False}
+_BOOL_WORDS = {
+    "1": True,
+    "true": True,
+    "yes": True,
+    "on": True,
+    "0": False,
+    "false": False,
+    "no": False,
+    "off": False,
+}
 
 
 # --------------------------------------------------------------- presets
@@ -43,8 +51,7 @@ def presets_dir() -> pathlib.Path:
     """The folder of preset files: `configs/` of the source checkout, else
     the installed wheel's copy (`tfdist_opt/resources.py`); a path that does
     not exist when neither does."""
-    return (resources.data_dir("configs")
-            or pathlib.Path(__file__).resolve().parents[1] / "configs")
+    return resources.data_dir("configs") or pathlib.Path(__file__).resolve().parents[1] / "configs"
 
 
 def list_presets() -> list[pathlib.Path]:
@@ -67,7 +74,8 @@ def resolve_path(path: str | os.PathLike) -> pathlib.Path:
     names = ", ".join(q.stem for q in list_presets()) or "none"
     raise ValueError(
         f"Invalid config file: no such file or preset. Received: {path!s}. "
-        f"Expected a .json/.toml path or a preset name ({names}).")
+        f"Expected a .json/.toml path or a preset name ({names})."
+    )
 
 
 # ------------------------------------------------------------------ files
@@ -77,13 +85,15 @@ def read_document(path: str | os.PathLike) -> tuple[pathlib.Path, dict[str, Any]
     if p.suffix not in SUFFIXES:
         raise ValueError(
             f"Invalid config file: unsupported extension. Received: {p}. "
-            "Expected a .json or .toml file.")
+            "Expected a .json or .toml file."
+        )
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(
             f"Invalid config file {p}: not UTF-8 text (byte {e.start}); "
-            "expected a JSON or TOML file.") from None
+            "expected a JSON or TOML file."
+        ) from None
     except OSError as e:
         raise ValueError(f"Invalid config file {p}: cannot read it ({e.strerror}).") from None
     if p.suffix == ".toml":
@@ -97,11 +107,13 @@ def read_document(path: str | os.PathLike) -> tuple[pathlib.Path, dict[str, Any]
         except json.JSONDecodeError as e:
             raise ValueError(
                 f"Invalid config file {p}: not valid JSON ({e.msg} at line "
-                f"{e.lineno} column {e.colno}).") from None
+                f"{e.lineno} column {e.colno})."
+            ) from None
     if not isinstance(data, dict):
         raise ValueError(
             f"Invalid config file {p}: expected a JSON object / TOML table at "
-            f"top level. Received: {type(data).__name__}")
+            f"top level. Received: {type(data).__name__}"
+        )
     return p, data
 
 
@@ -118,18 +130,19 @@ def read_section(path: str | os.PathLike, section: str) -> dict[str, Any]:
             raise ValueError(
                 f"Invalid config file {p}: `{section}` must be a table / "
                 f"object of fields. Received: {section}={values!r} "
-                f"({type(values).__name__})")
+                f"({type(values).__name__})"
+            )
     elif section == SECTIONS[0]:
         values = {k: v for k, v in data.items() if k not in SECTIONS}
     else:
         values = {}
-    return {k: v for k, v in values.items()
-            if not k.startswith("_") and k not in _NOTES}
+    return {k: v for k, v in values.items() if not k.startswith("_") and k not in _NOTES}
 
 
 # ------------------------------------------------------------ environment
-def env_values(cls, environ: Mapping[str, str], prefix: str,
-               skip_prefixes: tuple[str, ...] = ()) -> dict[str, tuple[str, Any]]:
+def env_values(
+    cls, environ: Mapping[str, str], prefix: str, skip_prefixes: tuple[str, ...] = ()
+) -> dict[str, tuple[str, Any]]:
     """`prefix<FIELD>` variables parsed by each field's type.
 
     Returns:
@@ -142,17 +155,16 @@ def env_values(cls, environ: Mapping[str, str], prefix: str,
     fields = {f.name: f for f in dataclasses.fields(cls)}
     out: dict[str, tuple[str, Any]] = {}
     for key, raw in environ.items():
-        if (not key.startswith(prefix) or key in NON_FIELD_ENVS
-                or key.startswith(skip_prefixes)):
+        if not key.startswith(prefix) or key in NON_FIELD_ENVS or key.startswith(skip_prefixes):
             continue
-        name = key[len(prefix):].lower()
+        name = key[len(prefix) :].lower()
         if name not in fields:
             raise ValueError(
                 f"Unknown environment variable {key}={raw!r}. Expected one of: "
                 + ", ".join(prefix + n.upper() for n in fields)
-                + f", {CONFIG_FILE_ENV}.")
-        out[name] = (key, parse_env_value(key, name, raw,
-                                          str(fields[name].type)))
+                + f", {CONFIG_FILE_ENV}."
+            )
+        out[name] = (key, parse_env_value(key, name, raw, str(fields[name].type)))
     return out
 
 
@@ -167,7 +179,8 @@ def parse_env_value(key: str, name: str, raw: str, annotation: str) -> Any:
             return _BOOL_WORDS[text.lower()]
         raise ValueError(
             f"Invalid value for `{name}` (from {key}): expected a boolean "
-            f"(1/0, true/false, yes/no, on/off). Received: {key}={raw!r}")
+            f"(1/0, true/false, yes/no, on/off). Received: {key}={raw!r}"
+        )
     if "int" in types:
         try:
             return int(text)
@@ -176,7 +189,8 @@ def parse_env_value(key: str, name: str, raw: str, annotation: str) -> Any:
                 return text
             raise ValueError(
                 f"Invalid value for `{name}` (from {key}): expected an "
-                f"integer. Received: {key}={raw!r}") from None
+                f"integer. Received: {key}={raw!r}"
+            ) from None
     if "float" in types:
         try:
             return float(text)
@@ -184,14 +198,21 @@ def parse_env_value(key: str, name: str, raw: str, annotation: str) -> Any:
             raise ValueError(
                 f"Invalid value for `{name}` (from {key}): expected a number"
                 + (" or 'none'" if "None" in types else "")
-                + f". Received: {key}={raw!r}") from None
+                + f". Received: {key}={raw!r}"
+            ) from None
     return text
 
 
 # ------------------------------------------------------------------ load
-def load(cls, path: str | os.PathLike | None, environ: Mapping[str, str] | None,
-         overrides: Mapping[str, Any], section: str, prefix: str,
-         skip_prefixes: tuple[str, ...] = ()):
+def load(
+    cls,
+    path: str | os.PathLike | None,
+    environ: Mapping[str, str] | None,
+    overrides: Mapping[str, Any],
+    section: str,
+    prefix: str,
+    skip_prefixes: tuple[str, ...] = (),
+):
     """Builds `cls` from defaults < file section < environment < overrides.
 
     `None` overrides are ignored (absl flags left unset change nothing). A
@@ -207,8 +228,7 @@ def load(cls, path: str | os.PathLike | None, environ: Mapping[str, str] | None,
         cls.check_keys(values, f"config file {path}")
         merged.update(values)
         origin.update({k: f"config file {path}" for k in values})
-    for name, (key, value) in env_values(cls, environ, prefix,
-                                         skip_prefixes).items():
+    for name, (key, value) in env_values(cls, environ, prefix, skip_prefixes).items():
         merged[name] = value
         origin[name] = f"environment variable {key}"
     explicit = {k: v for k, v in overrides.items() if v is not None}

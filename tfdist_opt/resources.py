@@ -44,8 +44,9 @@ def data_dir(name: str) -> pathlib.Path | None:
         ValueError: `name` is not one of the shipped folders.
     """
     if name not in SHIPPED:
-        raise ValueError(f"Unrecognized data folder: {name!r}. Expected one "
-                         f"of: {', '.join(SHIPPED)}.")
+        raise ValueError(
+            f"Unrecognized data folder: {name!r}. Expected one of: {', '.join(SHIPPED)}."
+        )
     root = checkout_root()
     if root is not None and (root / name).is_dir():
         return root / name
@@ -60,5 +61,4 @@ def data_dir(name: str) -> pathlib.Path | None:
 def describe_locations(name: str) -> str:
     """Where `data_dir(name)` looked, for error messages."""
     root = pathlib.Path(__file__).resolve().parent
-    return (f"{root.parent / name} (source checkout) and "
-            f"{root / DATA_DIR / name} (installed wheel)")
+    return f"{root.parent / name} (source checkout) and {root / DATA_DIR / name} (installed wheel)"

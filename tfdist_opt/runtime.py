@@ -223,8 +223,7 @@ def fit_call(model, epochs, initial_epoch, callbacks):
     elif hasattr(callbacks, "callbacks"):  # a CallbackList
         callbacks = callbacks.callbacks
     previous = FITS.get(model)
-    FITS.set(model, FitCall(int(epochs or 1), int(initial_epoch or 0),
-                            list(callbacks)))
+    FITS.set(model, FitCall(int(epochs or 1), int(initial_epoch or 0), list(callbacks)))
     try:
         yield
     finally:

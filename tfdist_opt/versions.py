@@ -36,20 +36,36 @@ TENSORFLOW = ("2.18", "2.19", "2.20", "2.21")
 # own floors are 3.5 (2.18, 2.19), 3.10 (2.20) and 3.12 (2.21); ours is
 # 3.12 everywhere: with Keras 3.10 (TF 2.19) the Keras option matrix also
 # failed `jit_compile=True` under Mirrored.
-KERAS = {"2.18": ("3.12", "3.15"), "2.19": ("3.12", "3.15"),
-         "2.20": ("3.12", "3.15"), "2.21": ("3.12", "3.15")}
-_KERAS_ALL = (min((k[0] for k in KERAS.values()), key=lambda v: tuple(map(int, v.split(".")))),
-               max((k[1] for k in KERAS.values()), key=lambda v: tuple(map(int, v.split(".")))))
+KERAS = {
+    "2.18": ("3.12", "3.15"),
+    "2.19": ("3.12", "3.15"),
+    "2.20": ("3.12", "3.15"),
+    "2.21": ("3.12", "3.15"),
+}
+_KERAS_ALL = (
+    min((k[0] for k in KERAS.values()), key=lambda v: tuple(map(int, v.split(".")))),
+    max((k[1] for k in KERAS.values()), key=lambda v: tuple(map(int, v.split(".")))),
+)
 # Per TensorFlow minor: (lowest, highest) Python with TensorFlow wheels, our
 # floor being 3.11 (tomllib). The matrix here runs Python 3.11.
-PYTHON = {"2.18": ("3.11", "3.12"), "2.19": ("3.11", "3.12"),
-          "2.20": ("3.11", "3.13"), "2.21": ("3.11", "3.13")}
+PYTHON = {
+    "2.18": ("3.11", "3.12"),
+    "2.19": ("3.11", "3.12"),
+    "2.20": ("3.11", "3.13"),
+    "2.21": ("3.11", "3.13"),
+}
 
 # Distributions that install the `tensorflow` / `keras` / `tf_keras` modules.
 _DISTRIBUTIONS = {
-    "tensorflow": ("tensorflow", "tensorflow-cpu", "tensorflow-gpu",
-                   "tensorflow-intel", "tensorflow-macos", "tf-nightly",
-                   "tf-nightly-cpu"),
+    "tensorflow": (
+        "tensorflow",
+        "tensorflow-cpu",
+        "tensorflow-gpu",
+        "tensorflow-intel",
+        "tensorflow-macos",
+        "tf-nightly",
+        "tf-nightly-cpu",
+    ),
     "keras": ("keras", "keras-nightly"),
     "tf-keras": ("tf-keras", "tf-keras-nightly"),
 }
@@ -59,8 +75,9 @@ class UnsupportedVersionWarning(UserWarning):
     """TensorFlow, Keras or tf-keras is outside the tested versions."""
 
 
-def installed_versions(version: Callable[[str], str] = metadata.version
-                       ) -> dict[str, tuple[str, str]]:
+def installed_versions(
+    version: Callable[[str], str] = metadata.version,
+) -> dict[str, tuple[str, str]]:
     """{"tensorflow"|"keras"|"tf-keras": (distribution, version)} installed.
 
     Args:
@@ -105,10 +122,10 @@ def tested_set() -> str:
     floors = {}
     for tf in TENSORFLOW:
         floors.setdefault(KERAS[tf], []).append(tf)
-    keras = "; ".join(f"Keras {lo}-{hi} with TensorFlow {', '.join(tfs)}"
-                      for (lo, hi), tfs in floors.items())
-    return (f"TensorFlow {TENSORFLOW[0]}-{TENSORFLOW[-1]} ({keras}; "
-            "tf-keras of TensorFlow's minor)")
+    keras = "; ".join(
+        f"Keras {lo}-{hi} with TensorFlow {', '.join(tfs)}" for (lo, hi), tfs in floors.items()
+    )
+    return f"TensorFlow {TENSORFLOW[0]}-{TENSORFLOW[-1]} ({keras}; tf-keras of TensorFlow's minor)"
 
 
 def check(installed: Mapping[str, tuple[str, str]]) -> dict[str, str | None]:
@@ -127,39 +144,47 @@ def check(installed: Mapping[str, tuple[str, str]]) -> dict[str, str | None]:
     tf = _mm(installed["tensorflow"][1]) if "tensorflow" in installed else None
     tf_known = tf in TENSORFLOW
     if "tensorflow" in installed:
-        out["tensorflow"] = None if tf_known else (
-            f"expected {TENSORFLOW[0]}.x to {TENSORFLOW[-1]}.x")
+        out["tensorflow"] = (
+            None if tf_known else (f"expected {TENSORFLOW[0]}.x to {TENSORFLOW[-1]}.x")
+        )
     if "keras" in installed:
         lo, hi = KERAS[tf] if tf_known else _KERAS_ALL
         got = _minor(installed["keras"][1])
-        out["keras"] = None if _minor(lo) <= got <= _minor(hi) else (
-            f"expected {lo}.x to {hi}.x"
-            + (f" with TensorFlow {tf}" if tf_known else ""))
+        out["keras"] = (
+            None
+            if _minor(lo) <= got <= _minor(hi)
+            else (f"expected {lo}.x to {hi}.x" + (f" with TensorFlow {tf}" if tf_known else ""))
+        )
     if "tf-keras" in installed:
         want = tf if tf_known else None
         got = _mm(installed["tf-keras"][1])
         if want is None:
-            out["tf-keras"] = None if got in TENSORFLOW else (
-                f"expected {TENSORFLOW[0]}.x to {TENSORFLOW[-1]}.x")
+            out["tf-keras"] = (
+                None if got in TENSORFLOW else (f"expected {TENSORFLOW[0]}.x to {TENSORFLOW[-1]}.x")
+            )
         else:
-            out["tf-keras"] = None if got == want else (
-                f"expected {want}.x, TensorFlow's minor")
+            out["tf-keras"] = None if got == want else (f"expected {want}.x, TensorFlow's minor")
     return out
 
 
 def unsupported_message(installed: Mapping[str, tuple[str, str]]) -> str | None:
     """The warning text when any installed version is outside the tested set."""
-    bad = [f"{installed[pkg][0]} {installed[pkg][1]} ({why})"
-           for pkg, why in check(installed).items() if why]
+    bad = [
+        f"{installed[pkg][0]} {installed[pkg][1]} ({why})"
+        for pkg, why in check(installed).items()
+        if why
+    ]
     if not bad:
         return None
-    return (f"tfdist_opt was tested with {tested_set()}; found {', '.join(bad)}. "
-            "Its Keras 3 fixes use private TensorFlow/Keras hooks that may "
-            "differ in other versions; if something fails, install tested "
-            f"versions: pip install \"tensorflow>={TENSORFLOW[0]},"
-            f"<{_next(TENSORFLOW[-1])}\" \"keras>={_KERAS_ALL[0]},"
-            f"<{_next(_KERAS_ALL[1])}\" (and the `legacy` extra's "
-            "tf-keras for legacy Keras).")
+    return (
+        f"tfdist_opt was tested with {tested_set()}; found {', '.join(bad)}. "
+        "Its Keras 3 fixes use private TensorFlow/Keras hooks that may "
+        "differ in other versions; if something fails, install tested "
+        f'versions: pip install "tensorflow>={TENSORFLOW[0]},'
+        f'<{_next(TENSORFLOW[-1])}" "keras>={_KERAS_ALL[0]},'
+        f"<{_next(_KERAS_ALL[1])}\" (and the `legacy` extra's "
+        "tf-keras for legacy Keras)."
+    )
 
 
 def _next(minor: str) -> str:

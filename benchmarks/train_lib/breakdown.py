@@ -39,8 +39,16 @@ import statistics
 
 from benchmarks.train_lib import overlap
 
-CATEGORIES = ("input", "forward_loss_metrics", "backward", "gradient_arithmetic",
-              "xla", "collective_wait", "optimizer_apply", "unaccounted")
+CATEGORIES = (
+    "input",
+    "forward_loss_metrics",
+    "backward",
+    "gradient_arithmetic",
+    "xla",
+    "collective_wait",
+    "optimizer_apply",
+    "unaccounted",
+)
 _XLA_RUN = "CpuExecutable::ExecuteAsyncOnStream"
 _GET_NEXT_RUN = "IteratorGetNextOp::DoCompute"
 _COLLECTIVE_PREFIX = "Collective"
@@ -70,7 +78,7 @@ def categorize(name: str, optimizer_scope: str) -> str | None:
         return None
     path = name.rpartition(":")[0]
     while path.startswith(_CALL_PREFIX):
-        path = path[len(_CALL_PREFIX):]
+        path = path[len(_CALL_PREFIX) :]
     if kind.startswith("IteratorGetNext") or kind == "MultiDeviceIteratorGetNextFromShard":
         return "input"
     if kind.startswith(_COLLECTIVE_PREFIX):
@@ -80,7 +88,7 @@ def categorize(name: str, optimizer_scope: str) -> str | None:
     scope = optimizer_scope.lower()
     parts = path.lower().split("/")
     if scope in parts:
-        inner = parts[parts.index(scope) + 1:]
+        inner = parts[parts.index(scope) + 1 :]
         if POWERSGD_SCOPE in inner or kind in _PACKING_OPS:
             return "gradient_arithmetic"
         return "optimizer_apply"
@@ -106,28 +114,39 @@ def breakdown_from_events(events, optimizer_scope: str = "sgd") -> dict | None:
             if cat == "collective":
                 groups["collective_wait"].append((s, e))
                 key = n.rpartition(":")[0].removeprefix(_CALL_PREFIX)
-                collectives.setdefault(key, []).append(
-                    ((e - s) / 1e9, (s - lo) / 1e9))
+                collectives.setdefault(key, []).append(((e - s) / 1e9, (s - lo) / 1e9))
             else:
                 groups[cat].append((s, e))
-        row = {c: overlap._union_length(v, lo, hi) / 1e9  # pylint: disable=protected-access
-               for c, v in groups.items() if c != "unaccounted"}
+        row = {
+            c: overlap._union_length(v, lo, hi) / 1e9  # pylint: disable=protected-access
+            for c, v in groups.items()
+            if c != "unaccounted"
+        }
         row["unaccounted"] = (hi - lo - overlap._union_length(every, lo, hi)) / 1e9  # pylint: disable=protected-access
         row["step"] = (hi - lo) / 1e9
         per_step.append(row)
     if not per_step:
         return None
-    med = {k: round(statistics.median(r[k] for r in per_step), 3)
-           for k in per_step[0]}
+    med = {k: round(statistics.median(r[k] for r in per_step), 3) for k in per_step[0]}
     colls = sorted(
-        ({"name": name, "count_per_step": round(len(v) / len(per_step), 2),
-          "median_ms": round(statistics.median(d for d, _ in v), 3),
-          "median_start_ms": round(statistics.median(s for _, s in v), 3)}
-         for name, v in collectives.items()),
-        key=lambda c: c["median_start_ms"])
-    return {"traced_steps": len(per_step), "step_ms": med.pop("step"),
-            "median_ms": med, "collectives": colls,
-            "steps_ms": [round(r["step"], 3) for r in per_step]}
+        (
+            {
+                "name": name,
+                "count_per_step": round(len(v) / len(per_step), 2),
+                "median_ms": round(statistics.median(d for d, _ in v), 3),
+                "median_start_ms": round(statistics.median(s for _, s in v), 3),
+            }
+            for name, v in collectives.items()
+        ),
+        key=lambda c: c["median_start_ms"],
+    )
+    return {
+        "traced_steps": len(per_step),
+        "step_ms": med.pop("step"),
+        "median_ms": med,
+        "collectives": colls,
+        "steps_ms": [round(r["step"], 3) for r in per_step],
+    }
 
 
 def events_with_names(space):
@@ -139,6 +158,9 @@ def format_breakdown(b: dict) -> str:
     """One line per category, then one per collective."""
     lines = [f"step {b['step_ms']:.2f} ms (median of {b['traced_steps']} traced steps)"]
     lines += [f"  {k:<22} {v:8.2f} ms" for k, v in b["median_ms"].items()]
-    lines += [f"  collective {c['name']}: {c['median_ms']:.2f} ms, starts at "
-              f"{c['median_start_ms']:.2f} ms" for c in b["collectives"]]
+    lines += [
+        f"  collective {c['name']}: {c['median_ms']:.2f} ms, starts at "
+        f"{c['median_start_ms']:.2f} ms"
+        for c in b["collectives"]
+    ]
     return "\n".join(lines)

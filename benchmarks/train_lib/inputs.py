@@ -20,7 +20,8 @@ def parse_data(spec: str) -> tuple[str, str | None]:
         return kind, arg
     raise app.UsageError(
         f"Invalid value for `--data`: expected synthetic, tfrecord:PATTERN or "
-        f"tfds:NAME. Received: --data={spec}")
+        f"tfds:NAME. Received: --data={spec}"
+    )
 
 
 def _preprocess(image_size: int, num_classes: int):
@@ -45,11 +46,14 @@ def _preprocess(image_size: int, num_classes: int):
 def _parse_example(serialized):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-    ex = tf.io.parse_single_example(serialized, {
-        "image": tf.io.FixedLenFeature([], tf.string),
-        "label": tf.io.FixedLenFeature([], tf.int64)})
-    return (tf.io.decode_image(ex["image"], channels=3, expand_animations=False),
-            ex["label"])
+    ex = tf.io.parse_single_example(
+        serialized,
+        {
+            "image": tf.io.FixedLenFeature([], tf.string),
+            "label": tf.io.FixedLenFeature([], tf.int64),
+        },
+    )
+    return (tf.io.decode_image(ex["image"], channels=3, expand_animations=False), ex["label"])
 
 
 def _synthetic_arrays(pool: int, image_size: int, num_classes: int, seed: int):
@@ -64,10 +68,19 @@ def _synthetic_arrays(pool: int, image_size: int, num_classes: int, seed: int):
 class Inputs:
     """The two input pipelines over the same data, both repeated forever."""
 
-    def __init__(self, strategy, spec: str, global_batch: int, image_size: int,
-                 num_classes: int, total_steps: int, seed: int,
-                 shuffle_buffer: int, tfds_split: str = "train",
-                 tfds_data_dir: str | None = None):
+    def __init__(
+        self,
+        strategy,
+        spec: str,
+        global_batch: int,
+        image_size: int,
+        num_classes: int,
+        total_steps: int,
+        seed: int,
+        shuffle_buffer: int,
+        tfds_split: str = "train",
+        tfds_data_dir: str | None = None,
+    ):
         self.kind, self.arg = parse_data(spec)
         self.strategy = strategy
         self.global_batch = global_batch
@@ -77,16 +90,14 @@ class Inputs:
         self.prep = _preprocess(image_size, num_classes)
         if self.kind == "synthetic":
             example_bytes = image_size * image_size * 3 * 4
-            steps = max(1, min(total_steps, 16,
-                               (256 << 20) // (global_batch * example_bytes)))
-            self.arrays = _synthetic_arrays(steps * global_batch, image_size,
-                                            num_classes, seed)
+            steps = max(1, min(total_steps, 16, (256 << 20) // (global_batch * example_bytes)))
+            self.arrays = _synthetic_arrays(steps * global_batch, image_size, num_classes, seed)
         elif self.kind == "tfds":
             from tfdist_opt import data  # pylint: disable=g-import-not-at-top
 
             self.tfds_source = data.TFDSSource(
-                self.arg, split=tfds_split, data_dir=tfds_data_dir,
-                as_supervised=True)
+                self.arg, split=tfds_split, data_dir=tfds_data_dir, as_supervised=True
+            )
 
     def describe(self) -> str:
         return self.kind + (f":{self.arg}" if self.arg else "")
@@ -108,8 +119,9 @@ class Inputs:
             from tfdist_opt.data import tfds_source  # pylint: disable=g-import-not-at-top
 
             builder = tfds_source.load_builder(self.tfds_source)
-            ds = builder.as_dataset(split=self.tfds_source.split,
-                                    as_supervised=True, shuffle_files=False)
+            ds = builder.as_dataset(
+                split=self.tfds_source.split, as_supervised=True, shuffle_files=False
+            )
             ds = ds.shuffle(self.shuffle_buffer, seed=self.seed).map(self.prep)
         return ds.batch(self.global_batch, drop_remainder=True).repeat()
 
@@ -119,8 +131,9 @@ class Inputs:
 
         from tfdist_opt import data  # pylint: disable=g-import-not-at-top
 
-        options = data.PipelineOptions(seed=self.seed, deterministic=False,
-                                       shuffle_buffer=self.shuffle_buffer)
+        options = data.PipelineOptions(
+            seed=self.seed, deterministic=False, shuffle_buffer=self.shuffle_buffer
+        )
         map_fn = None
         if self.kind == "synthetic":
             source = data.ArraySource(self.arrays)
@@ -131,8 +144,8 @@ class Inputs:
                 return self.prep(*_parse_example(serialized))
         else:
             source, map_fn = self.tfds_source, self.prep
-        fn = data.make_dataset_fn(source, self.global_batch, map_fn=map_fn,
-                                  options=options)
+        fn = data.make_dataset_fn(source, self.global_batch, map_fn=map_fn, options=options)
         # Repeated, so a fixed number of steps never crosses an epoch end.
         return self.strategy.distribute_datasets_from_function(
-            lambda ctx: fn(ctx).repeat(), options=tf.distribute.InputOptions())
+            lambda ctx: fn(ctx).repeat(), options=tf.distribute.InputOptions()
+        )

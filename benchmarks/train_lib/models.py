@@ -21,30 +21,39 @@ def build_model(name: str, image_size: int, num_classes: int, keras=None):
     def mlp():
         # Communication-bound: at the default 16x16x3 input, 768-2048-2048-10,
         # 5.8M parameters = 23 MB of float32 gradients per step, little compute.
-        return keras.Sequential([
-            keras.Input(shape), keras.layers.Flatten(),
-            keras.layers.Dense(2048, activation="relu"),
-            keras.layers.Dense(2048, activation="relu"),
-            keras.layers.Dense(num_classes)], name="mlp")
+        return keras.Sequential(
+            [
+                keras.Input(shape),
+                keras.layers.Flatten(),
+                keras.layers.Dense(2048, activation="relu"),
+                keras.layers.Dense(2048, activation="relu"),
+                keras.layers.Dense(num_classes),
+            ],
+            name="mlp",
+        )
 
     def cnn_small():
         conv = keras.layers.Conv2D
-        return keras.Sequential([
-            keras.Input(shape),
-            conv(32, 3, padding="same", activation="relu"),
-            conv(32, 3, padding="same", activation="relu"),
-            keras.layers.MaxPooling2D(),
-            conv(64, 3, padding="same", activation="relu"),
-            conv(64, 3, padding="same", activation="relu"),
-            keras.layers.MaxPooling2D(),
-            keras.layers.Flatten(),
-            keras.layers.Dense(256, activation="relu"),
-            keras.layers.Dense(num_classes)], name="cnn_small")
+        return keras.Sequential(
+            [
+                keras.Input(shape),
+                conv(32, 3, padding="same", activation="relu"),
+                conv(32, 3, padding="same", activation="relu"),
+                keras.layers.MaxPooling2D(),
+                conv(64, 3, padding="same", activation="relu"),
+                conv(64, 3, padding="same", activation="relu"),
+                keras.layers.MaxPooling2D(),
+                keras.layers.Flatten(),
+                keras.layers.Dense(256, activation="relu"),
+                keras.layers.Dense(num_classes),
+            ],
+            name="cnn_small",
+        )
 
     def resnet50():
         return keras.applications.ResNet50(
-            weights=None, input_shape=shape, classes=num_classes,
-            classifier_activation=None)
+            weights=None, input_shape=shape, classes=num_classes, classifier_activation=None
+        )
 
     def transformer():
         # A small ViT: 4x4 patches -> 2 pre-norm encoder blocks -> mean pool.
@@ -62,14 +71,11 @@ def build_model(name: str, image_size: int, num_classes: int, keras=None):
             h = keras.layers.Dense(2 * dim, activation="gelu")(h)
             x = x + keras.layers.Dense(dim)(h)
         x = keras.layers.GlobalAveragePooling1D()(keras.layers.LayerNormalization()(x))
-        return keras.Model(inputs, keras.layers.Dense(num_classes)(x),
-                           name="transformer")
+        return keras.Model(inputs, keras.layers.Dense(num_classes)(x), name="transformer")
 
-    table = {"mlp": mlp, "cnn_small": cnn_small, "resnet50": resnet50,
-             "transformer": transformer}
+    table = {"mlp": mlp, "cnn_small": cnn_small, "resnet50": resnet50, "transformer": transformer}
     if name not in table:
-        raise ValueError(f"Unrecognized model: {name!r}. Expected one of: "
-                         f"{', '.join(table)}.")
+        raise ValueError(f"Unrecognized model: {name!r}. Expected one of: {', '.join(table)}.")
     return table[name]()
 
 

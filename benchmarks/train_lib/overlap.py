@@ -77,16 +77,20 @@ def overlap_from_events(events) -> dict | None:
         early += min(s for s, _ in comm) < back_end
     if not counted or total <= 0:
         return None
-    return {"overlap_fraction": overlapped / total,
-            "early_start_fraction": early / counted, "traced_steps": counted}
+    return {
+        "overlap_fraction": overlapped / total,
+        "early_start_fraction": early / counted,
+        "traced_steps": counted,
+    }
 
 
 def read_trace(logdir: str):
     """The XSpace of the newest `*.xplane.pb` under `logdir`."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2  # pylint: disable=g-import-not-at-top
 
-    files = sorted(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"),
-                             recursive=True), key=os.path.getmtime)
+    files = sorted(
+        glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True), key=os.path.getmtime
+    )
     if not files:
         raise FileNotFoundError(f"No *.xplane.pb under {logdir}")
     space = xplane_pb2.XSpace()
@@ -95,8 +99,7 @@ def read_trace(logdir: str):
     return space
 
 
-def trace_events(model, dataset, steps: int, trace_dir: str | None,
-                 profile: bool):
+def trace_events(model, dataset, steps: int, trace_dir: str | None, profile: bool):
     """Trains `steps` more steps (every worker); the events where `profile`.
 
     Returns (name, start_ps, end_ps) of every traced event, or None on a
@@ -109,8 +112,7 @@ def trace_events(model, dataset, steps: int, trace_dir: str | None,
         if profile:
             tf.profiler.experimental.start(logdir)
         try:
-            model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0,
-                      shuffle=False)
+            model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0, shuffle=False)
         finally:
             if profile:
                 tf.profiler.experimental.stop()
@@ -120,8 +122,7 @@ def trace_events(model, dataset, steps: int, trace_dir: str | None,
             shutil.rmtree(logdir, ignore_errors=True)
 
 
-def measure(model, dataset, steps: int, trace_dir: str | None,
-            profile: bool) -> dict | None:
+def measure(model, dataset, steps: int, trace_dir: str | None, profile: bool) -> dict | None:
     """Trains `steps` more steps (every worker), profiled where `profile`."""
     events = trace_events(model, dataset, steps, trace_dir, profile)
     return overlap_from_events(events) if events is not None else None

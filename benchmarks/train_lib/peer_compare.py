@@ -74,20 +74,24 @@ def roles_for(compare: str, n: int, batch_size: int) -> list[Role]:
         "peer": lambda: [Role(r, r, n) for r in ROLES],
         "scaling": lambda: [
             Role("ours", "ours", n),
-            Role("one_process", "ours", 1, (f"--batch_size={batch_size * n}",),
-                 strategy_flags=False)],
+            Role(
+                "one_process", "ours", 1, (f"--batch_size={batch_size * n}",), strategy_flags=False
+            ),
+        ],
         "cpu_split": lambda: [
             Role("ours", "ours", n),
             Role("ours_pin", "ours", n, ("--cpu_split=pin",)),
-            Role("one_process", "ours", 1, (f"--batch_size={batch_size * n}",),
-                 strategy_flags=False)],
+            Role(
+                "one_process", "ours", 1, (f"--batch_size={batch_size * n}",), strategy_flags=False
+            ),
+        ],
         "fold": lambda: [
             Role("ours", "ours", n),
-            Role("no_fold", "ours", n, ("--fold_logs=false",))],
+            Role("no_fold", "ours", n, ("--fold_logs=false",)),
+        ],
     }
     if compare not in table:
-        raise ValueError(f"Unrecognized comparison: {compare!r}. Expected one "
-                         f"of {sorted(table)}.")
+        raise ValueError(f"Unrecognized comparison: {compare!r}. Expected one of {sorted(table)}.")
     return table[compare]()
 
 
@@ -95,16 +99,31 @@ def _strategy_flag_names() -> set[str]:
     from tfdist_opt.strategy import config as config_lib  # pylint: disable=g-import-not-at-top
 
     return {"config"} | {f.name for f in dataclasses.fields(config_lib.StrategyConfig)}
+
+
 # Flags the coordinator sets per child (or that only it reads).
-_NOT_FORWARDED = {"compare", "rounds", "num_batches", "output_json", "csv",
-                  "plot", "peer_role", "peer_workers"}
-_LAUNCH_ENV = ("TF_CONFIG", "TFDIST_LAUNCH_RESTART_COUNT",
-               "TFDIST_LAUNCH_WORKER_INDEX", "TFDIST_LAUNCH_NUM_WORKERS",
-               "TF_USE_LEGACY_KERAS")
+_NOT_FORWARDED = {
+    "compare",
+    "rounds",
+    "num_batches",
+    "output_json",
+    "csv",
+    "plot",
+    "peer_role",
+    "peer_workers",
+}
+_LAUNCH_ENV = (
+    "TF_CONFIG",
+    "TFDIST_LAUNCH_RESTART_COUNT",
+    "TFDIST_LAUNCH_WORKER_INDEX",
+    "TFDIST_LAUNCH_NUM_WORKERS",
+    "TF_USE_LEGACY_KERAS",
+)
 
 
-def forwarded_flags(strategy_flags: bool = True, overridden: tuple = (),
-                    flag_values=None) -> list[str]:
+def forwarded_flags(
+    strategy_flags: bool = True, overridden: tuple = (), flag_values=None
+) -> list[str]:
     """Every flag the user set, serialized, except the coordinator's own.
 
     Args:
@@ -138,7 +157,8 @@ def cluster_size(peer_workers: int, environ=None) -> int:
             "Invalid environment for `--compare=peer`: it starts its own local "
             "clusters, so it runs under `tfdist-opt launch -n N` or without "
             "TF_CONFIG (with --peer_workers=N). Received: a TF_CONFIG not set "
-            "by tfdist-opt launch")
+            "by tfdist-opt launch"
+        )
     return common.num_workers(environ)
 
 
@@ -157,21 +177,29 @@ def _hold_own_port(environ) -> socket.socket | None:
     return sock
 
 
-def coordinate(args, *, peer_workers: int, printer, binary: str,
-               startup_timeout_s: float = 600.0, flag_values=None):
+def coordinate(
+    args,
+    *,
+    peer_workers: int,
+    printer,
+    binary: str,
+    startup_timeout_s: float = 600.0,
+    flag_values=None,
+):
     """Runs every role once per round; returns (rows, summary, config)."""
     from tfdist_opt.launch import local as launcher  # pylint: disable=g-import-not-at-top
 
     compare = getattr(args, "compare", "peer")
     if compare == "peer" and args.model == "transformer":
-        raise app.UsageError("Invalid value for `--model` with --compare=peer: "
-                             "the tf_keras peer cannot build it (keras.ops). "
-                             "Expected mlp, cnn_small or resnet50. "
-                             "Received: --model=transformer")
+        raise app.UsageError(
+            "Invalid value for `--model` with --compare=peer: "
+            "the tf_keras peer cannot build it (keras.ops). "
+            "Expected mlp, cnn_small or resnet50. "
+            "Received: --model=transformer"
+        )
     n = cluster_size(peer_workers)
     if not common.is_chief():
-        print(f"--compare={compare}: worker 0 runs the clusters; nothing to do "
-              "here", flush=True)
+        print(f"--compare={compare}: worker 0 runs the clusters; nothing to do here", flush=True)
         return None
     roles = roles_for(compare, n, getattr(args, "batch_size", 0))
     names = tuple(role.name for role in roles)
@@ -179,40 +207,49 @@ def coordinate(args, *, peer_workers: int, printer, binary: str,
     base_env = {k: v for k, v in os.environ.items() if k not in _LAUNCH_ENV}
     tmp = tempfile.mkdtemp(prefix="tfdist_peer_")
     durations = {role: [] for role in names}
-    last_rows, wall, round_medians = {}, dict.fromkeys(names, 0.0), {
-        role: [] for role in names}
+    last_rows, wall, round_medians = {}, dict.fromkeys(names, 0.0), {role: [] for role in names}
     loads = {role: [] for role in names}  # 1-min load average after each run
     epoch_eps = {role: [] for role in names}  # --epochs > 1
     parts = {role: [] for role in names}  # --breakdown_steps, per round
     try:
         for r in range(args.rounds):
-            order = roles[r % len(roles):] + roles[:r % len(roles)]
+            order = roles[r % len(roles) :] + roles[: r % len(roles)]
             for spec in order:
                 role = spec.name
                 out = os.path.join(tmp, f"{role}_{r}.json")
                 log_path = os.path.join(tmp, f"{role}_{r}.log")
-                argv = [sys.executable, binary,
-                        *forwarded_flags(spec.strategy_flags, spec.extra_flags,
-                                         flag_values),
-                        *spec.extra_flags,
-                        f"--peer_role={spec.peer_role}",
-                        f"--num_batches={args.per_round}",
-                        f"--output_json={out}"]
-                printer(f"round {r + 1}/{args.rounds}: {role} on "
-                        f"{spec.workers} worker(s)")
-                env = {k: v for k, v in base_env.items() if spec.strategy_flags
-                       or not k.startswith("TFDIST_OPT_")}
+                argv = [
+                    sys.executable,
+                    binary,
+                    *forwarded_flags(spec.strategy_flags, spec.extra_flags, flag_values),
+                    *spec.extra_flags,
+                    f"--peer_role={spec.peer_role}",
+                    f"--num_batches={args.per_round}",
+                    f"--output_json={out}",
+                ]
+                printer(f"round {r + 1}/{args.rounds}: {role} on {spec.workers} worker(s)")
+                env = {
+                    k: v
+                    for k, v in base_env.items()
+                    if spec.strategy_flags or not k.startswith("TFDIST_OPT_")
+                }
                 with open(log_path, "w") as log:
                     result = launcher.run_local(
-                        argv, spec.workers,
+                        argv,
+                        spec.workers,
                         env={**env, **peers.env_for(spec.peer_role)},
-                        stdout=log, stderr=log, startup_timeout=startup_timeout_s)
+                        stdout=log,
+                        stderr=log,
+                        startup_timeout=startup_timeout_s,
+                    )
                 if result.returncode != 0:
                     with open(log_path) as log:
                         tail = log.read()[-6000:]
-                    raise RuntimeError(f"--compare={compare}: the {role} run of "
-                                       f"round {r + 1} failed ({result.message}); "
-                                       f"its output ends:\n{tail}")
+                    raise RuntimeError(
+                        f"--compare={compare}: the {role} run of "
+                        f"round {r + 1} failed ({result.message}); "
+                        f"its output ends:\n{tail}"
+                    )
                 with open(out) as f:
                     child = json.load(f)
                 row = child["results"][0]
@@ -233,54 +270,65 @@ def coordinate(args, *, peer_workers: int, printer, binary: str,
     rows, medians = [], {}
     for role in names:
         row = last_rows[role]
-        stats = common.summarize(durations[role], row["global_batch"]
-                                 * row["window_batches"])
-        row.update(stats.to_dict(), wall_s=wall[role], rounds=args.rounds,
-                   timed_batches=args.per_round * args.rounds,
-                   round_medians=round_medians[role],
-                   load_avg_1m_rounds=loads[role],
-                   round_spread=round_spread(round_medians[role]),
-                   peer=_DOC.get(role, peers.DOC.get(role)))
+        stats = common.summarize(durations[role], row["global_batch"] * row["window_batches"])
+        row.update(
+            stats.to_dict(),
+            wall_s=wall[role],
+            rounds=args.rounds,
+            timed_batches=args.per_round * args.rounds,
+            round_medians=round_medians[role],
+            load_avg_1m_rounds=loads[role],
+            round_spread=round_spread(round_medians[role]),
+            peer=_DOC.get(role, peers.DOC.get(role)),
+        )
         if epoch_eps[role]:
-            row.update(epoch_eps=epoch_eps[role],
-                       epoch_spread=round_spread(epoch_eps[role]))
+            row.update(epoch_eps=epoch_eps[role], epoch_spread=round_spread(epoch_eps[role]))
         if parts[role]:
             row.update(step_breakdown_rounds=parts[role])
-        row["setting"] = {"one_process": "one_process",
-                          "ours_pin": "ours_pin",
-                          "no_fold": "no_fold"}.get(role, row["setting"])
+        row["setting"] = {
+            "one_process": "one_process",
+            "ours_pin": "ours_pin",
+            "no_fold": "no_fold",
+        }.get(role, row["setting"])
         medians[role] = stats.median
         rows.append(row)
     if compare in ("scaling", "cpu_split"):
         summary = scaling_summary(medians)
         if "ours_pin" in medians:
-            summary["fraction_of_one_process_pin"] = (
-                medians["ours_pin"] / medians["one_process"])
+            summary["fraction_of_one_process_pin"] = medians["ours_pin"] / medians["one_process"]
     elif compare == "fold":
-        summary = {"opt_eps": medians["ours"], "no_fold_eps": medians["no_fold"],
-                   "fold_speedup": medians["ours"] / medians["no_fold"]}
+        summary = {
+            "opt_eps": medians["ours"],
+            "no_fold_eps": medians["no_fold"],
+            "fold_speedup": medians["ours"] / medians["no_fold"],
+        }
     else:
         summary = peer_summary(medians, rows[0].get("overlap_fraction"))
-    summary.update({f"round_spread_{row_role}": row["round_spread"]
-                    for row_role, row in zip(names, rows)})
+    summary.update(
+        {f"round_spread_{row_role}": row["round_spread"] for row_role, row in zip(names, rows)}
+    )
     summary.update(extra_summary(names, rows))
     sizes = ", ".join(f"{s.name}: {s.workers} worker(s)" for s in roles)
-    config = {"peers": {r: _DOC.get(r, peers.DOC.get(r)) for r in names},
-              "comparison": (
-        f"one fresh local cluster per setting per round ({sizes}); "
-        f"{args.rounds} round(s) of {args.per_round} timed batches each (after "
-        f"{args.warmup} warm-up batches), the order rotated every round")}
+    config = {
+        "peers": {r: _DOC.get(r, peers.DOC.get(r)) for r in names},
+        "comparison": (
+            f"one fresh local cluster per setting per round ({sizes}); "
+            f"{args.rounds} round(s) of {args.per_round} timed batches each (after "
+            f"{args.warmup} warm-up batches), the order rotated every round"
+        ),
+    }
     return rows, summary, config
 
 
-_DOC = {"ours": "tfdist_opt.opt_strategy() + fit",
-        "ours_pin": "ours with --cpu_split=pin: each worker pinned to its "
-                    "own slice of the cores, pools sized to it",
-        "no_fold": "ours with --fold_logs=false: Keras's logs in their own "
-                   "packed collective",
-        "one_process": "the same model, data, compile and global batch in one "
-                       "process on the same cores: plain Keras fit, no "
-                       "TF_CONFIG, StrategyConfig defaults"}
+_DOC = {
+    "ours": "tfdist_opt.opt_strategy() + fit",
+    "ours_pin": "ours with --cpu_split=pin: each worker pinned to its "
+    "own slice of the cores, pools sized to it",
+    "no_fold": "ours with --fold_logs=false: Keras's logs in their own packed collective",
+    "one_process": "the same model, data, compile and global batch in one "
+    "process on the same cores: plain Keras fit, no "
+    "TF_CONFIG, StrategyConfig defaults",
+}
 
 
 def round_spread(round_medians: list[float]) -> float | None:
@@ -302,19 +350,24 @@ def extra_summary(names, rows) -> dict[str, float]:
             out[f"epoch_spread_{role}"] = row["epoch_spread"]
         if row.get("step_breakdown_rounds"):
             out[f"breakdown_step_ms_{role}"] = statistics.median(
-                b["step_ms"] for b in row["step_breakdown_rounds"])
+                b["step_ms"] for b in row["step_breakdown_rounds"]
+            )
     if out.get("epoch_spread_one_process"):
         for role in names:
             if role != "one_process" and f"epoch_spread_{role}" in out:
                 suffix = "" if role == "ours" else "_" + role.removeprefix("ours_")
                 out["epoch_spread_ratio" + suffix] = (
-                    out[f"epoch_spread_{role}"] / out["epoch_spread_one_process"])
+                    out[f"epoch_spread_{role}"] / out["epoch_spread_one_process"]
+                )
     return out
 
 
 def scaling_summary(medians: dict[str, float]) -> dict[str, float]:
-    return {"opt_eps": medians["ours"], "one_process_eps": medians["one_process"],
-            "fraction_of_one_process": medians["ours"] / medians["one_process"]}
+    return {
+        "opt_eps": medians["ours"],
+        "one_process_eps": medians["one_process"],
+        "fraction_of_one_process": medians["ours"] / medians["one_process"],
+    }
 
 
 def peer_summary(medians: dict[str, float], overlap=None) -> dict[str, float]:

@@ -29,10 +29,9 @@ from benchmarks.train_lib import runner
 
 PEERS = ("tf_keras", "keras3_ctl")
 DOC = {
-    "tf_keras": "tf_keras (TF_USE_LEGACY_KERAS=1) + plain "
-                "MultiWorkerMirroredStrategy + model.fit",
+    "tf_keras": "tf_keras (TF_USE_LEGACY_KERAS=1) + plain MultiWorkerMirroredStrategy + model.fit",
     "keras3_ctl": "Keras 3 + plain MultiWorkerMirroredStrategy + a "
-                  "hand-written custom training loop",
+    "hand-written custom training loop",
 }
 
 
@@ -48,10 +47,12 @@ class PeerRun:
         import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
         if role == "tf_keras" and os.environ.get("TF_USE_LEGACY_KERAS") != "1":
-            raise RuntimeError("The tf_keras peer needs TF_USE_LEGACY_KERAS=1 "
-                               "set before TensorFlow is imported. Received: "
-                               f"TF_USE_LEGACY_KERAS="
-                               f"{os.environ.get('TF_USE_LEGACY_KERAS')!r}")
+            raise RuntimeError(
+                "The tf_keras peer needs TF_USE_LEGACY_KERAS=1 "
+                "set before TensorFlow is imported. Received: "
+                f"TF_USE_LEGACY_KERAS="
+                f"{os.environ.get('TF_USE_LEGACY_KERAS')!r}"
+            )
         # First TF call: the collective runtime starts here.
         self.strategy = tf.distribute.MultiWorkerMirroredStrategy()
         self.role, self.args = role, args
@@ -59,8 +60,9 @@ class PeerRun:
         if role == "tf_keras":
             self.keras = tf.keras
             if "tf_keras" not in getattr(self.keras, "__name__", ""):
-                raise RuntimeError("tf.keras is not tf_keras (Keras 2) here. "
-                                   f"Received: {self.keras!r}")
+                raise RuntimeError(
+                    f"tf.keras is not tf_keras (Keras 2) here. Received: {self.keras!r}"
+                )
             import tf_keras  # pylint: disable=g-import-not-at-top
 
             self.keras_version = "tf_keras " + tf_keras.__version__
@@ -71,9 +73,15 @@ class PeerRun:
             self.keras_version = "keras " + keras.__version__
         replicas = self.strategy.num_replicas_in_sync
         self.inputs = inputs_lib.Inputs(
-            self.strategy, "synthetic", args.batch_size * replicas,
-            args.image_size, args.num_classes, args.warmup + args.batches,
-            args.seed, shuffle_buffer)
+            self.strategy,
+            "synthetic",
+            args.batch_size * replicas,
+            args.image_size,
+            args.num_classes,
+            args.warmup + args.batches,
+            args.seed,
+            shuffle_buffer,
+        )
         self.items_per_window = self.inputs.global_batch * args.window
         self.window_durations: list[float] = []
         self.round_medians: list[float] = []
@@ -89,10 +97,10 @@ class PeerRun:
         keras, args = self.keras, self.args
         keras.utils.set_random_seed(args.seed)
         with self.strategy.scope():
-            self.model = models.build_model(args.model, args.image_size,
-                                            args.num_classes, keras=keras)
-            self.optimizer = keras.optimizers.SGD(args.learning_rate,
-                                                  momentum=0.9)
+            self.model = models.build_model(
+                args.model, args.image_size, args.num_classes, keras=keras
+            )
+            self.optimizer = keras.optimizers.SGD(args.learning_rate, momentum=0.9)
 
     def run(self, batches: int) -> None:
         """Warm-up plus `batches` timed batches, in windows of `args.window`."""
@@ -104,8 +112,9 @@ class PeerRun:
             durations = self._custom_loop(batches)
         self.wall_s = time.perf_counter() - started
         w = self.args.window
-        self.window_durations = [sum(durations[i:i + w])
-                                 for i in range(0, len(durations) - w + 1, w)]
+        self.window_durations = [
+            sum(durations[i : i + w]) for i in range(0, len(durations) - w + 1, w)
+        ]
         self.round_medians = [self.stats().median]
 
     def _fit(self, batches: int) -> list[float]:
@@ -114,11 +123,17 @@ class PeerRun:
             self.model.compile(
                 optimizer=self.optimizer,
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                metrics=list(args.metrics) or None)
+                metrics=list(args.metrics) or None,
+            )
         timer = runner.step_timer(args.warmup, 1, 0, keras=keras)
-        self.model.fit(self._dataset(), epochs=1,
-                       steps_per_epoch=args.warmup + batches, verbose=0,
-                       shuffle=False, callbacks=[timer])
+        self.model.fit(
+            self._dataset(),
+            epochs=1,
+            steps_per_epoch=args.warmup + batches,
+            verbose=0,
+            shuffle=False,
+            callbacks=[timer],
+        )
         return timer.window_durations
 
     def _custom_loop(self, batches: int) -> list[float]:
@@ -131,15 +146,13 @@ class PeerRun:
             # What a loop's author writes: metric state updated each step,
             # read (and reduced) when reported, not every step.
             metrics = models.metric_objects(self.args.metrics, keras)
-        loss_fn = keras.losses.SparseCategoricalCrossentropy(
-            from_logits=True, reduction="none")
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 
         def replica_step(x, y):
             with tf.GradientTape() as tape:
                 logits = model(x, training=True)
                 per_example = loss_fn(y, logits)
-                loss = tf.nn.compute_average_loss(
-                    per_example, global_batch_size=global_batch)
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
             grads = tape.gradient(loss, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
             for metric in metrics:
@@ -149,8 +162,7 @@ class PeerRun:
         @tf.function
         def train_step(iterator):
             per_replica = strategy.run(replica_step, args=next(iterator))
-            return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica,
-                                   axis=None)
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
         iterator = iter(strategy.experimental_distribute_dataset(self._dataset()))
         durations = []

@@ -77,9 +77,14 @@ class SettingRun:
     numerics are bound when the train step is traced, in the first chunk.
     """
 
-    def __init__(self, setting: settings_lib.Setting, strategy,
-                 inputs: inputs_lib.Inputs, args: settings_lib.RunArgs,
-                 printer: Printer):
+    def __init__(
+        self,
+        setting: settings_lib.Setting,
+        strategy,
+        inputs: inputs_lib.Inputs,
+        args: settings_lib.RunArgs,
+        printer: Printer,
+    ):
         self.setting = setting
         self.strategy = strategy
         self.inputs = inputs
@@ -98,16 +103,17 @@ class SettingRun:
 
         args = self.args
         keras.utils.set_random_seed(args.seed)
-        self.dataset = (self.inputs.naive() if self.setting.pipeline == "naive"
-                        else self.inputs.optimized())
+        self.dataset = (
+            self.inputs.naive() if self.setting.pipeline == "naive" else self.inputs.optimized()
+        )
         with self.strategy.scope():
-            self.model = models.build_model(args.model, self.inputs.image_size,
-                                     args.num_classes)
+            self.model = models.build_model(args.model, self.inputs.image_size, args.num_classes)
             self.model.compile(
-                optimizer=keras.optimizers.SGD(args.learning_rate,
-                                               momentum=0.9),
+                optimizer=keras.optimizers.SGD(args.learning_rate, momentum=0.9),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                metrics=list(args.metrics) or None, jit_compile=False)
+                metrics=list(args.metrics) or None,
+                jit_compile=False,
+            )
 
     def run_chunk(self, batches: int) -> None:
         """Trains `batches` timed batches (plus the warm-up of this chunk)."""
@@ -132,30 +138,39 @@ class SettingRun:
 
         stall_binding.set_enabled(self.strategy, setting.stall_inspector)
         keras.mixed_precision.set_global_policy(
-            "float32" if setting.mixed_precision == "off"
-            else setting.mixed_precision)
+            "float32" if setting.mixed_precision == "off" else setting.mixed_precision
+        )
         tf.config.optimizer.set_jit(setting.jit_compile)
         try:
             if first:
                 self._build()
-            printer(f"Running warm up ({setting.name}: {setting.describe()})"
-                    if first else f"Running {setting.name} (next round)")
+            printer(
+                f"Running warm up ({setting.name}: {setting.describe()})"
+                if first
+                else f"Running {setting.name} (next round)"
+            )
             epochs = args.epochs
             if epochs > 1:  # warm up apart: every timed epoch is whole
-                self.model.fit(self.dataset, epochs=1, steps_per_epoch=warmup,
-                               verbose=0, shuffle=False)
-            timer = step_timer(0 if epochs > 1 else warmup, args.window,
-                                len(self.window_durations) * args.window)
+                self.model.fit(
+                    self.dataset, epochs=1, steps_per_epoch=warmup, verbose=0, shuffle=False
+                )
+            timer = step_timer(
+                0 if epochs > 1 else warmup, args.window, len(self.window_durations) * args.window
+            )
             started = time.perf_counter()
             self.model.fit(
-                self.dataset, epochs=epochs,
-                steps_per_epoch=(batches // epochs if epochs > 1
-                                 else warmup + batches),
-                verbose=0, shuffle=False, callbacks=[timer])
+                self.dataset,
+                epochs=epochs,
+                steps_per_epoch=(batches // epochs if epochs > 1 else warmup + batches),
+                verbose=0,
+                shuffle=False,
+                callbacks=[timer],
+            )
             self.wall_s += time.perf_counter() - started
             if epochs > 1:
-                self.epoch_eps += [n * self.inputs.global_batch / s
-                                   for n, s in timer.epoch_sums if s > 0]
+                self.epoch_eps += [
+                    n * self.inputs.global_batch / s for n, s in timer.epoch_sums if s > 0
+                ]
         finally:
             keras.mixed_precision.set_global_policy("float32")
             tf.config.optimizer.set_jit(False)
@@ -169,11 +184,11 @@ class SettingRun:
         every = max(1, args.display_every // args.window)
         for k, (step, loss) in enumerate(timer.losses):
             if (start + k + 1) % every == 0 or k + 1 == len(timer.losses):
-                s = common.summarize(self.window_durations[:start + k + 1],
-                                     self.items_per_window)
+                s = common.summarize(self.window_durations[: start + k + 1], self.items_per_window)
                 printer(f"{step}\t{s.format('images/sec')}\t{loss:.3f}")
-        self.round_medians.append(common.summarize(
-            timer.window_durations, self.items_per_window).median)
+        self.round_medians.append(
+            common.summarize(timer.window_durations, self.items_per_window).median
+        )
 
     def epoch_spread(self) -> float | None:
         """Slowest over fastest epoch (examples/sec), None without epochs."""

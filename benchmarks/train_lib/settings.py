@@ -10,8 +10,7 @@ import dataclasses
 import math
 
 MODELS = ("mlp", "cnn_small", "resnet50", "transformer")
-DEFAULT_IMAGE_SIZE = {"mlp": 16, "cnn_small": 32, "resnet50": 224,
-                      "transformer": 32}
+DEFAULT_IMAGE_SIZE = {"mlp": 16, "cnn_small": 32, "resnet50": 224, "transformer": 32}
 COMPARES = ("none", "baseline", "ablation", "peer", "scaling", "stall", "fold", "cpu_split")
 
 BASELINE_DOC = (
@@ -23,11 +22,11 @@ BASELINE_DOC = (
     "gradient all-reduce (no packing hook, no compression, no accumulation), "
     "float32, no XLA, and the naive input pipeline (read -> shuffle -> "
     "sequential map -> batch, distributed by Keras with TF's auto-shard; no "
-    "parallel map, no prefetch)")
+    "parallel map, no prefetch)"
+)
 
 
-PSGD_FIELDS = ("powersgd_rank", "powersgd_start_step", "powersgd_min_compression",
-               "powersgd_wire")
+PSGD_FIELDS = ("powersgd_rank", "powersgd_start_step", "powersgd_min_compression", "powersgd_wire")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,14 +51,19 @@ class Setting:
     hooked: bool = False
 
     def describe(self) -> str:
-        psgd = (f" {dict(zip(PSGD_FIELDS, self.powersgd))}"
-                if self.compression == "powersgd" and self.powersgd else "")
-        return (f"input={self.pipeline}, bytes_per_pack={self.bytes_per_pack}, "
-                f"compression={self.compression}{psgd}, grad_accum={self.grad_accum}, "
-                f"mixed_precision={self.mixed_precision}, "
-                f"jit_compile={self.jit_compile}, tune_malloc={self.tune_malloc}"
-                + (", hooked" if self.hooked else "")
-                + ("" if self.stall_inspector else ", stall inspector off"))
+        psgd = (
+            f" {dict(zip(PSGD_FIELDS, self.powersgd))}"
+            if self.compression == "powersgd" and self.powersgd
+            else ""
+        )
+        return (
+            f"input={self.pipeline}, bytes_per_pack={self.bytes_per_pack}, "
+            f"compression={self.compression}{psgd}, grad_accum={self.grad_accum}, "
+            f"mixed_precision={self.mixed_precision}, "
+            f"jit_compile={self.jit_compile}, tune_malloc={self.tune_malloc}"
+            + (", hooked" if self.hooked else "")
+            + ("" if self.stall_inspector else ", stall inspector off")
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,22 +90,42 @@ class RunArgs:
     epochs: int = 1  # Keras epochs per round's timed fit (epoch_spread)
 
     @classmethod
-    def build(cls, *, settings, model: str, batch_size: int, num_classes: int,
-              seed: int, learning_rate: float, compare: str,
-              display_every: int, image_size: int | None, rounds: int,
-              warmup: int, batches: int, metrics=(), epochs: int = 1
-              ) -> "RunArgs":
+    def build(
+        cls,
+        *,
+        settings,
+        model: str,
+        batch_size: int,
+        num_classes: int,
+        seed: int,
+        learning_rate: float,
+        compare: str,
+        display_every: int,
+        image_size: int | None,
+        rounds: int,
+        warmup: int,
+        batches: int,
+        metrics=(),
+        epochs: int = 1,
+    ) -> "RunArgs":
         window = max(s.grad_accum for s in settings)
-        return cls(model=model, batch_size=batch_size, num_classes=num_classes,
-                   seed=seed, learning_rate=learning_rate, compare=compare,
-                   display_every=display_every,
-                   image_size=image_size or DEFAULT_IMAGE_SIZE[model],
-                   window=window,
-                   rounds=rounds if compare != "none" else 1,
-                   # Whole accumulation cycles: warm-up ends on a boundary.
-                   warmup=window * math.ceil(warmup / window),
-                   batches=window * math.ceil(batches / window),
-                   metrics=tuple(metrics), epochs=epochs)
+        return cls(
+            model=model,
+            batch_size=batch_size,
+            num_classes=num_classes,
+            seed=seed,
+            learning_rate=learning_rate,
+            compare=compare,
+            display_every=display_every,
+            image_size=image_size or DEFAULT_IMAGE_SIZE[model],
+            window=window,
+            rounds=rounds if compare != "none" else 1,
+            # Whole accumulation cycles: warm-up ends on a boundary.
+            warmup=window * math.ceil(warmup / window),
+            batches=window * math.ceil(batches / window),
+            metrics=tuple(metrics),
+            epochs=epochs,
+        )
 
     @property
     def per_round(self) -> int:
@@ -127,18 +151,25 @@ def is_multi_worker() -> bool:
 
 def opt_setting(cfg, multi_worker: bool) -> Setting:
     """The configured setup: what `opt_strategy(cfg)` does."""
-    return Setting("opt", "tfdist_opt", cfg.bytes_per_pack, cfg.compression,
-                   cfg.grad_accum, cfg.mixed_precision, cfg.jit_compile,
-                   cfg.tune_malloc and multi_worker, _powersgd(cfg),
-                   hooked=multi_worker)
+    return Setting(
+        "opt",
+        "tfdist_opt",
+        cfg.bytes_per_pack,
+        cfg.compression,
+        cfg.grad_accum,
+        cfg.mixed_precision,
+        cfg.jit_compile,
+        cfg.tune_malloc and multi_worker,
+        _powersgd(cfg),
+        hooked=multi_worker,
+    )
 
 
 def _powersgd(cfg) -> tuple:
     return tuple(getattr(cfg, f) for f in PSGD_FIELDS)
 
 
-def plan_settings(cfg, compare: str, multi_worker: bool | None = None
-                  ) -> list[Setting]:
+def plan_settings(cfg, compare: str, multi_worker: bool | None = None) -> list[Setting]:
     """Settings measured in this process, in order: baseline first, opt last."""
     if multi_worker is None:
         multi_worker = is_multi_worker()
@@ -150,14 +181,16 @@ def plan_settings(cfg, compare: str, multi_worker: bool | None = None
     base = Setting("baseline", "naive", powersgd=_powersgd(cfg))
     settings = [base]
     if compare == "ablation":
-        single = [("+tf.data", {"pipeline": "tfdist_opt"}),
-                  ("+packing", {"bytes_per_pack": cfg.bytes_per_pack}),
-                  ("+compression", {"compression": cfg.compression}),
-                  ("+grad_accum", {"grad_accum": cfg.grad_accum}),
-                  ("+mixed_precision", {"mixed_precision": cfg.mixed_precision}),
-                  ("+jit_compile", {"jit_compile": cfg.jit_compile}),
-                  ("+malloc", {"tune_malloc": opt.tune_malloc}),
-                  ("+hooks", {"hooked": opt.hooked})]
+        single = [
+            ("+tf.data", {"pipeline": "tfdist_opt"}),
+            ("+packing", {"bytes_per_pack": cfg.bytes_per_pack}),
+            ("+compression", {"compression": cfg.compression}),
+            ("+grad_accum", {"grad_accum": cfg.grad_accum}),
+            ("+mixed_precision", {"mixed_precision": cfg.mixed_precision}),
+            ("+jit_compile", {"jit_compile": cfg.jit_compile}),
+            ("+malloc", {"tune_malloc": opt.tune_malloc}),
+            ("+hooks", {"hooked": opt.hooked}),
+        ]
         for name, change in single:
             s = dataclasses.replace(base, name=name, **change)
             if s != dataclasses.replace(base, name=name):  # that one is on
@@ -174,8 +207,9 @@ def strategy_config_for(cfg, compare: str):
     """
     if compare not in ("baseline", "ablation"):
         return cfg
-    return cfg.replace(bytes_per_pack=0, compression="none", grad_accum=1,
-                       mixed_precision="off", jit_compile=False)
+    return cfg.replace(
+        bytes_per_pack=0, compression="none", grad_accum=1, mixed_precision="off", jit_compile=False
+    )
 
 
 def gradient_options(setting: Setting):
@@ -187,8 +221,11 @@ def gradient_options(setting: Setting):
     """
     from tfdist_opt.gradients.options import GradientOptions  # pylint: disable=g-import-not-at-top
 
-    return GradientOptions(bytes_per_pack=setting.bytes_per_pack,
-                           compression=setting.compression,
-                           grad_accum=setting.grad_accum, via_hook=True,
-                           hooked=setting.hooked,
-                           **dict(zip(PSGD_FIELDS, setting.powersgd)))
+    return GradientOptions(
+        bytes_per_pack=setting.bytes_per_pack,
+        compression=setting.compression,
+        grad_accum=setting.grad_accum,
+        via_hook=True,
+        hooked=setting.hooked,
+        **dict(zip(PSGD_FIELDS, setting.powersgd)),
+    )

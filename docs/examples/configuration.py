@@ -1,4 +1,5 @@
 """Where settings come from: defaults < config file < TFDIST_OPT_* env < keywords."""
+
 import tfdist_opt
 
 env = {"TFDIST_OPT_ALL_REDUCE": "ring"}  # os.environ when not given

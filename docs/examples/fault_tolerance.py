@@ -1,4 +1,5 @@
 """Backups that resume mid-epoch with the optimizer state: DistributedBackupAndRestore."""
+
 import sys
 import tempfile
 
@@ -16,8 +17,9 @@ y = x.sum(axis=1, keepdims=True)
 with strategy.scope():
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
-backup = tfdist_opt.DistributedBackupAndRestore(backup_dir, save_freq=4, keep=2,
-                                                delete_on_end=False)
+backup = tfdist_opt.DistributedBackupAndRestore(
+    backup_dir, save_freq=4, keep=2, delete_on_end=False
+)
 # Stopped after epoch 1 (`python fault_tolerance.py DIR 1`), a rerun with the same
 # DIR resumes there: `python fault_tolerance.py DIR 2` trains epoch 2 only.
 model.fit(x, y, batch_size=32, epochs=epochs, verbose=2, callbacks=[backup])

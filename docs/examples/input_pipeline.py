@@ -1,4 +1,5 @@
 """A sharded, batched, prefetched input pipeline: tfdist_opt.build_dataset."""
+
 import numpy as np
 
 import tfdist_opt
@@ -16,8 +17,12 @@ def augment(features, label):  # random, so after the cache
 
 
 train = tfdist_opt.build_dataset(
-    (x, y), strategy, global_batch_size=64, augment_fn=augment,
-    options=tfdist_opt.PipelineOptions(seed=0, cache="memory"))
+    (x, y),
+    strategy,
+    global_batch_size=64,
+    augment_fn=augment,
+    options=tfdist_opt.PipelineOptions(seed=0, cache="memory"),
+)
 with strategy.scope():
     model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)])
     model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))

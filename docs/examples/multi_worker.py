@@ -1,4 +1,5 @@
 """The same script on every worker: `tfdist-opt launch -n 2 -- python multi_worker.py`."""
+
 import hashlib
 
 import numpy as np
@@ -18,5 +19,7 @@ topo = tfdist_opt.detect_topology()
 model.fit(train, epochs=2, shuffle=False, verbose=2 if topo.is_chief else 0)
 weights = np.concatenate([w.ravel() for w in model.get_weights()])
 digest = hashlib.sha256(weights.tobytes()).hexdigest()
-print(f"{topo.task_type}:{topo.task_index} weights_sha256 {digest} "
-      f"after {int(model.optimizer.iterations.numpy())} steps")
+print(
+    f"{topo.task_type}:{topo.task_index} weights_sha256 {digest} "
+    f"after {int(model.optimizer.iterations.numpy())} steps"
+)

@@ -4,6 +4,7 @@
 on 2 Ray workers; each calls `opt_strategy()`, which reads the TF_CONFIG that
 tfdist_opt's `TensorflowConfig` built from Ray's node addresses.
 """
+
 import ray
 from ray.train import ScalingConfig
 from ray.train.tensorflow import TensorflowTrainer
@@ -27,15 +28,21 @@ def train_fn():
         model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
     history = model.fit(train, epochs=2, shuffle=False, verbose=0)
     rank = ray.train.get_context().get_world_rank()
-    print(f"rank {rank}: {strategy.num_replicas_in_sync} replicas, "
-          f"loss {history.history['loss'][-1]:.6f}", flush=True)
+    print(
+        f"rank {rank}: {strategy.num_replicas_in_sync} replicas, "
+        f"loss {history.history['loss'][-1]:.6f}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":
     ray.init()
     try:
-        trainer = TensorflowTrainer(train_fn, tensorflow_config=TensorflowConfig(),
-                                    scaling_config=ScalingConfig(num_workers=2))
+        trainer = TensorflowTrainer(
+            train_fn,
+            tensorflow_config=TensorflowConfig(),
+            scaling_config=ScalingConfig(num_workers=2),
+        )
         trainer.fit()  # raises ray.train.TrainingFailedError if the run failed
     finally:
         ray.shutdown()

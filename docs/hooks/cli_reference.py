@@ -50,8 +50,9 @@ def cli_parsers() -> dict[str, tuple[str, argparse.ArgumentParser | None]]:
         module = importlib.import_module(module_name)
         build = getattr(module, "build_parser", None)
         if build is None and name not in _PASS_THROUGH:
-            _LOG.warning("%s has no build_parser(); the CLI reference is "
-                         "generated from it.", module_name)
+            _LOG.warning(
+                "%s has no build_parser(); the CLI reference is generated from it.", module_name
+            )
         out[name] = (help_, build() if build else None)
     return out
 
@@ -110,22 +111,33 @@ def command_markdown(name: str, help_: str, parser) -> str:
     if parser.description:
         lines += ["", " ".join(parser.description.split())]
     usage = " ".join(parser.format_usage().split())
-    lines += ["", "```text", usage.removeprefix("usage: "), "```", "",
-              "| option | value | default | meaning |", "|---|---|---|---|"]
+    lines += [
+        "",
+        "```text",
+        usage.removeprefix("usage: "),
+        "```",
+        "",
+        "| option | value | default | meaning |",
+        "|---|---|---|---|",
+    ]
     for action in _options(parser):
         if not action.help:
-            _LOG.warning("`tfdist-opt %s %s` has no help text; the CLI "
-                         "reference is generated from it.", name,
-                         action.option_strings[-1])
+            _LOG.warning(
+                "`tfdist-opt %s %s` has no help text; the CLI reference is generated from it.",
+                name,
+                action.option_strings[-1],
+            )
         flags = ", ".join(f"`{o}`" for o in action.option_strings)
-        lines.append(f"| {flags} | {_value(action)} | {_default(action)} | "
-                     f"{_cell(_help(parser, action))} |")
+        lines.append(
+            f"| {flags} | {_value(action)} | {_default(action)} | {_cell(_help(parser, action))} |"
+        )
     return "\n".join(lines)
 
 
 def cli_reference() -> str:
-    return "\n\n".join(command_markdown(name, help_, parser)
-                       for name, (help_, parser) in cli_parsers().items())
+    return "\n\n".join(
+        command_markdown(name, help_, parser) for name, (help_, parser) in cli_parsers().items()
+    )
 
 
 # ------------------------------------------------------------- benchmarks
@@ -156,10 +168,14 @@ def file_flags(path: pathlib.Path) -> list[AbslFlag]:
     """The absl flags `path` defines with a literal name, in source order."""
     out = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr.startswith("DEFINE_") and node.args
-                and isinstance(node.args[0], ast.Constant)
-                and isinstance(node.args[0].value, str)):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr.startswith("DEFINE_")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
             continue
         args = list(node.args) + [kw.value for kw in node.keywords]
         kind = node.func.attr.removeprefix("DEFINE_")
@@ -203,12 +219,16 @@ def benchmark_flags() -> str:
         rel = path.relative_to(_REPO)
         lines = [f"### `{rel}`", ""]
         if _defines_strategy_flags(path):
-            lines += ["Also one flag per `StrategyConfig` field (`--config`, "
-                      "`--all_reduce`, `--compression`, ...; see "
-                      "[Configuration](configuration.md)).", ""]
+            lines += [
+                "Also one flag per `StrategyConfig` field (`--config`, "
+                "`--all_reduce`, `--compression`, ...; see "
+                "[Configuration](configuration.md)).",
+                "",
+            ]
         lines += ["| flag | type | default | meaning |", "|---|---|---|---|"]
-        lines += [f"| `--{f.name}` | {f.kind} | `{_cell(f.default)}` | {_cell(f.help)} |"
-                  for f in flags]
+        lines += [
+            f"| `--{f.name}` | {f.kind} | `{_cell(f.default)}` | {_cell(f.help)} |" for f in flags
+        ]
         sections.append("\n".join(lines))
     return "\n\n".join(sections)
 

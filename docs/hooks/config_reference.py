@@ -74,8 +74,12 @@ def _default(field: dataclasses.Field) -> str:
         return "required"
     if isinstance(value, str):
         return f'`"{value}"`'
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 1 << 16 \
-            and value % 1024 == 0:
+    if (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and value >= 1 << 16
+        and value % 1024 == 0
+    ):
         unit = "MiB" if value % (1 << 20) == 0 else "KiB"
         return f"`{value}` ({value >> (20 if unit == 'MiB' else 10)} {unit})"
     return f"`{value!r}`"
@@ -86,18 +90,26 @@ def config_table(dotted: str) -> str:
     module, cls = _import(dotted)
     prefix = getattr(module, "ENV_PREFIX")
     args = docstring_args(cls.__doc__)
-    rows = ["| field | type | default | environment variable | meaning |",
-            "|---|---|---|---|---|"]
+    rows = ["| field | type | default | environment variable | meaning |", "|---|---|---|---|---|"]
     for field in dataclasses.fields(cls):
         if field.name not in args:
-            _LOG.warning("%s.%s has no entry in the class docstring's Args: "
-                         "section; document it there (the configuration "
-                         "reference is generated from it).", cls.__name__, field.name)
-        type_ = getattr(field.type, "__name__", str(field.type)) if isinstance(
-            field.type, type) else str(field.type)
+            _LOG.warning(
+                "%s.%s has no entry in the class docstring's Args: "
+                "section; document it there (the configuration "
+                "reference is generated from it).",
+                cls.__name__,
+                field.name,
+            )
+        type_ = (
+            getattr(field.type, "__name__", str(field.type))
+            if isinstance(field.type, type)
+            else str(field.type)
+        )
         type_ = type_.replace("|", "\\|")
-        rows.append(f"| `{field.name}` | `{type_}` | {_default(field)} | "
-                    f"`{prefix}{field.name.upper()}` | {_meaning(args.get(field.name, ''))} |")
+        rows.append(
+            f"| `{field.name}` | `{type_}` | {_default(field)} | "
+            f"`{prefix}{field.name.upper()}` | {_meaning(args.get(field.name, ''))} |"
+        )
     return "\n".join(rows)
 
 

@@ -29,9 +29,11 @@ def env_table(dotted: str) -> str:
     prefix = module.ENV_PREFIX
     rows = ["| variable | field | default |", "|---|---|---|"]
     for field in dataclasses.fields(cls):
-        rows.append(f"| `{prefix}{field.name.upper()}` | "
-                    f"`{cls.__name__}.{field.name}` | "
-                    f"{config_reference._default(field)} |")  # noqa: SLF001
+        rows.append(
+            f"| `{prefix}{field.name.upper()}` | "
+            f"`{cls.__name__}.{field.name}` | "
+            f"{config_reference._default(field)} |"
+        )  # noqa: SLF001
     return "\n".join(rows)
 
 

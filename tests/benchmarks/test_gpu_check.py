@@ -24,9 +24,12 @@ def test_without_a_gpu_one_line_and_status_0(tmp_path):
     out = tmp_path / "r.json"
     # The real interpreter, as a user starts it (a warm fork's own set-up
     # touches TensorFlow's devices, which prints a cuInit line here).
-    run = harness.run_single(["benchmarks/gpu_check.py", f"--output_json={out}"],
-                             timeout_s=180, extra_env={"CUDA_VISIBLE_DEVICES": "-1"},
-                             warm=False)
+    run = harness.run_single(
+        ["benchmarks/gpu_check.py", f"--output_json={out}"],
+        timeout_s=180,
+        extra_env={"CUDA_VISIBLE_DEVICES": "-1"},
+        warm=False,
+    )
     assert run.returncode == 0, run.output[-3000:]
     lines = run.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(sections.NO_GPU), run.output
@@ -40,15 +43,24 @@ def test_a_driver_gpu_tensorflow_cannot_use_fails_by_name(tmp_path):
     smi.parent.mkdir()
     smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)'\n")
     smi.chmod(0o755)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("CUDA_VISIBLE_DEVICES", "TF_CONFIG")}
-    env.update(PATH=f"{smi.parent}{os.pathsep}{env['PATH']}", TF_CPP_MIN_LOG_LEVEL="2",
-               PYTHONPATH=harness.REPO_ROOT + os.pathsep + env.get("PYTHONPATH", ""))
-    p = subprocess.run([sys.executable, "benchmarks/gpu_check.py"], env=env,
-                       cwd=harness.REPO_ROOT, capture_output=True, text=True, timeout=180)
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "TF_CONFIG")}
+    env.update(
+        PATH=f"{smi.parent}{os.pathsep}{env['PATH']}",
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PYTHONPATH=harness.REPO_ROOT + os.pathsep + env.get("PYTHONPATH", ""),
+    )
+    p = subprocess.run(
+        [sys.executable, "benchmarks/gpu_check.py"],
+        env=env,
+        cwd=harness.REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert p.returncode == 1, p.stdout + p.stderr[-3000:]
-    assert p.stdout.startswith("gpu_check: the NVIDIA driver lists 1 GPU(s) but "
-                               "TensorFlow "), p.stdout
+    assert p.stdout.startswith("gpu_check: the NVIDIA driver lists 1 GPU(s) but TensorFlow "), (
+        p.stdout
+    )
     assert "sees none: its CUDA libraries are missing" in p.stdout
 
 
@@ -58,18 +70,23 @@ def test_dry_run_on_cpu_runs_every_section(tmp_path):
     out = tmp_path / "r.json"
     # The sections' budgets are sized for a GPU; on a CPU host under load the
     # dry run took 100 to 340 s of wall time (about 30 CPU-seconds).
-    run = harness.run_single(["benchmarks/gpu_check.py", "--dry_run_cpu",
-                              "--budget_s=1200", f"--output_json={out}"],
-                             timeout_s=1500)
+    run = harness.run_single(
+        ["benchmarks/gpu_check.py", "--dry_run_cpu", "--budget_s=1200", f"--output_json={out}"],
+        timeout_s=1500,
+    )
     assert run.returncode == 0, run.output[-3000:]
     assert "all checks passed (dry run on CPU)" in run.output
     report = json.loads(out.read_text())
     ran = {r["section"]: r for r in report["results"]}
     assert {k: r["status"] for k, r in ran.items()} == {
-        "precision": "done", "two_workers": "done", "gradients": "done"}
+        "precision": "done",
+        "two_workers": "done",
+        "gradients": "done",
+    }
     rows = ran["precision"]["rows"]
     assert [r["setting"] for r in rows] == [
-        f"{p} xla={x}" for x in ("off", "on") for p in sections.POLICIES]
+        f"{p} xla={x}" for x in ("off", "on") for p in sections.POLICIES
+    ]
     assert all(len(r["round_loss"]) == 2 and r["median_ex_per_s"] > 0 for r in rows)
     two = ran["two_workers"]
     assert [a["all_reduce"] for a in two["attempts"]] == ["nccl", "ring"]

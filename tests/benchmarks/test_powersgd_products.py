@@ -18,8 +18,7 @@ def test_variants_alternate_and_report_medians_in_ms():
     order = []
     calls = {"p": {"tf": lambda: order.append("p/tf"), "xla": lambda: order.append("p/xla")}}
     ticks = iter(np.arange(0.0, 100.0, 0.001))
-    medians = powersgd_products.measure(calls, steps=3, warmup=1,
-                                        clock=lambda: next(ticks))
+    medians = powersgd_products.measure(calls, steps=3, warmup=1, clock=lambda: next(ticks))
     assert order == ["p/tf", "p/xla"] + ["p/tf", "p/xla"] * 3
     assert medians == {("p", "tf"): pytest.approx(1.0), ("p", "xla"): pytest.approx(1.0)}
 
@@ -27,7 +26,5 @@ def test_variants_alternate_and_report_medians_in_ms():
 def test_tf_and_xla_variants_compute_the_same_products():
     calls = powersgd_products.products([(12, 6), (6, 3)], rank=2)
     for name in ("p", "q", "approx"):
-        np.testing.assert_allclose(calls[name]["tf"](), calls[name]["xla"](),
-                                   rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(calls["q"]["tf"](), calls["q"]["xla_inner"](),
-                               rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(calls[name]["tf"](), calls[name]["xla"](), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(calls["q"]["tf"](), calls["q"]["xla_inner"](), rtol=1e-5, atol=1e-6)

@@ -12,11 +12,12 @@ def test_lines_count_up_with_a_mean_based_eta():
     ticks = iter([100.0, 110.0, 130.0, 160.0])
     p = progress.Progress(3, out=out, clock=lambda: next(ticks))
     assert p.done("round 1/3 baseline") == (
-        "progress 1/3 (33%) round 1/3 baseline: elapsed 10s, ETA 20s")
+        "progress 1/3 (33%) round 1/3 baseline: elapsed 10s, ETA 20s"
+    )
     assert p.done("round 2/3 baseline") == (
-        "progress 2/3 (67%) round 2/3 baseline: elapsed 30s, ETA 15s")
-    assert p.done("round 3/3 baseline").endswith("(100%) round 3/3 baseline: "
-                                                 "elapsed 1m00s, ETA 0s")
+        "progress 2/3 (67%) round 2/3 baseline: elapsed 30s, ETA 15s"
+    )
+    assert p.done("round 3/3 baseline").endswith("(100%) round 3/3 baseline: elapsed 1m00s, ETA 0s")
     assert out.getvalue().count("\n") == 3
 
 
@@ -29,8 +30,9 @@ def test_silent_when_disabled_and_never_past_100_percent():
     assert out.getvalue() == ""
 
 
-@pytest.mark.parametrize("seconds,text", [(0, "0s"), (59.4, "59s"), (65, "1m05s"),
-                                          (3725, "1h02m"), (-3, "0s")])
+@pytest.mark.parametrize(
+    "seconds,text", [(0, "0s"), (59.4, "59s"), (65, "1m05s"), (3725, "1h02m"), (-3, "0s")]
+)
 def test_format_seconds(seconds, text):
     assert progress.format_seconds(seconds) == text
 

@@ -14,7 +14,8 @@ def test_bytes_per_step_model():
     assert ps_bench.dense_params(16, 4, 64) == 4225
     assert ps_bench.bytes_per_step("ps", 256, 16, 4, 64, 2) == 2 * (4225 + 1024 * 16) * 4
     assert ps_bench.bytes_per_step("allreduce", 256, 16, 4, 64, 2) == (
-        4225 * 4 + 1024 * (16 * 4 + 8))
+        4225 * 4 + 1024 * (16 * 4 + 8)
+    )
 
 
 def test_labels_depend_on_the_ids():
@@ -28,15 +29,31 @@ def test_labels_depend_on_the_ids():
 def test_ps_and_allreduce_runs_report_the_summary(tmp_path):
     out = tmp_path / "ps.json"
     p = subprocess.run(
-        [*harness.python(), "benchmarks/ps.py", "--rows=20000", "--examples_per_epoch=2048",
-         "--epochs=2", "--batch_size=128", f"--output_json={out}", "--run_timeout_s=170"],
-        cwd=harness.REPO_ROOT, env=harness.worker_env(0, [1], {"TF_CONFIG": ""}),
-        capture_output=True, text=True, timeout=400)
+        [
+            *harness.python(),
+            "benchmarks/ps.py",
+            "--rows=20000",
+            "--examples_per_epoch=2048",
+            "--epochs=2",
+            "--batch_size=128",
+            f"--output_json={out}",
+            "--run_timeout_s=170",
+        ],
+        cwd=harness.REPO_ROOT,
+        env=harness.worker_env(0, [1], {"TF_CONFIG": ""}),
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     report = json.loads(out.read_text())
     s = report["summary"]
-    for key in ("speedup_ps_vs_allreduce", "loss_ratio_ps_vs_allreduce",
-                "examples_per_sec_ps", "examples_per_sec_allreduce"):
+    for key in (
+        "speedup_ps_vs_allreduce",
+        "loss_ratio_ps_vs_allreduce",
+        "examples_per_sec_ps",
+        "examples_per_sec_allreduce",
+    ):
         assert s[key] > 0, key
     rows = {r["setting"]: r for r in report["results"]}
     # Each run trained: its training loss falls from epoch 1 to epoch 2

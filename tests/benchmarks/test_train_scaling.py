@@ -34,8 +34,7 @@ def test_scaling_roles_keep_the_global_batch_on_one_process():
 
 def test_summary_and_round_spread():
     s = peer_compare.scaling_summary({"ours": 150.0, "one_process": 200.0})
-    assert s == {"opt_eps": 150.0, "one_process_eps": 200.0,
-                 "fraction_of_one_process": 0.75}
+    assert s == {"opt_eps": 150.0, "one_process_eps": 200.0, "fraction_of_one_process": 0.75}
     assert peer_compare.round_spread([50.0, 100.0, 80.0]) == 0.5
     assert peer_compare.round_spread([]) is None
 
@@ -48,9 +47,14 @@ def test_one_process_gets_no_strategy_flags_nor_env(monkeypatch):
         out = [a for a in argv if a.startswith("--output_json=")][0].split("=", 1)[1]
         calls.append((n, argv, env))
         base = 0.1 if n == 2 else 0.08
-        row = {"setting": "opt", "median": 8 / base, "global_batch": 8,
-               "window_batches": 1, "window_durations_s": [base, base],
-               "wall_s": 1.0}
+        row = {
+            "setting": "opt",
+            "median": 8 / base,
+            "global_batch": 8,
+            "window_batches": 1,
+            "window_durations_s": [base, base],
+            "wall_s": 1.0,
+        }
         with open(out, "w") as f:
             json.dump({"results": [row], "environment": {"load_avg_1m": 1.0}}, f)
         return types.SimpleNamespace(returncode=0, message="ok")
@@ -65,13 +69,13 @@ def test_one_process_gets_no_strategy_flags_nor_env(monkeypatch):
     flags.DEFINE_integer("batch_size", 32, "", flag_values=fv)
     flags.DEFINE_list("metrics", [], "", flag_values=fv)
     flags.DEFINE_string("model", "cnn_small", "", flag_values=fv)
-    fv(["train", "--compression=bf16", "--batch_size=4", "--metrics=accuracy",
-        "--model=mlp"])
-    args = types.SimpleNamespace(model="mlp", rounds=2, per_round=2, warmup=1,
-                                 compare="scaling", batch_size=4)
+    fv(["train", "--compression=bf16", "--batch_size=4", "--metrics=accuracy", "--model=mlp"])
+    args = types.SimpleNamespace(
+        model="mlp", rounds=2, per_round=2, warmup=1, compare="scaling", batch_size=4
+    )
     rows, summary, _ = peer_compare.coordinate(
-        args, peer_workers=2, printer=lambda line: None, binary=BINARY,
-        flag_values=fv)
+        args, peer_workers=2, printer=lambda line: None, binary=BINARY, flag_values=fv
+    )
     assert [c[0] for c in calls] == [2, 1, 1, 2]  # rotated each round
     ours_argv = calls[0][1]
     one_argv, one_env = calls[1][1], calls[1][2]
@@ -91,11 +95,29 @@ def test_one_process_gets_no_strategy_flags_nor_env(monkeypatch):
 @pytest.mark.slow
 def test_scaling_under_the_launcher(tmp_path):
     out = tmp_path / "s.json"
-    r = run_single(["-m", "tfdist_opt", "launch", "-n", "2", "--", *python(),
-                    BINARY, "--model=mlp", "--compare=scaling", "--rounds=1",
-                    "--batch_size=4", "--num_warmup_batches=1", "--overlap_steps=0",
-                    "--num_batches=2", "--image_size=8", "--metrics=accuracy",
-                    f"--output_json={out}"], timeout_s=300)
+    r = run_single(
+        [
+            "-m",
+            "tfdist_opt",
+            "launch",
+            "-n",
+            "2",
+            "--",
+            *python(),
+            BINARY,
+            "--model=mlp",
+            "--compare=scaling",
+            "--rounds=1",
+            "--batch_size=4",
+            "--num_warmup_batches=1",
+            "--overlap_steps=0",
+            "--num_batches=2",
+            "--image_size=8",
+            "--metrics=accuracy",
+            f"--output_json={out}",
+        ],
+        timeout_s=300,
+    )
     assert r.returncode == 0, r.output[-4000:]
     report = json.loads(out.read_text())
     rows, summary = report["results"], report["summary"]
@@ -104,5 +126,6 @@ def test_scaling_under_the_launcher(tmp_path):
     assert {row["global_batch"] for row in rows} == {8}
     assert len({row["params"] for row in rows}) == 1
     assert summary["fraction_of_one_process"] == pytest.approx(
-        summary["opt_eps"] / summary["one_process_eps"])
+        summary["opt_eps"] / summary["one_process_eps"]
+    )
     assert report["config"]["metrics"] == ["accuracy"]

@@ -29,11 +29,14 @@ def _weights_equal(a, b):
     return all(np.array_equal(x, y) for x, y in zip(a.get_weights(), b.get_weights()))
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(backup_dir=""), "backup_dir=''"),
-    (dict(backup_dir="d", save_freq=0), "save_freq=0"),
-    (dict(backup_dir="d", save_freq="batch"), "save_freq='batch'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(backup_dir=""), "backup_dir=''"),
+        (dict(backup_dir="d", save_freq=0), "save_freq=0"),
+        (dict(backup_dir="d", save_freq="batch"), "save_freq='batch'"),
+    ],
+)
 def test_rejects_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         DistributedBackupAndRestore(**kwargs)
@@ -45,36 +48,52 @@ def test_mid_epoch_resume_equals_uninterrupted(strategy, tmp_path):
     ref.fit(dataset(), epochs=3, verbose=0)
     bdir = str(tmp_path / "b")
     with pytest.raises(KeyboardInterrupt):
-        model(strategy).fit(dataset(), epochs=3, verbose=0, callbacks=[
-            DistributedBackupAndRestore(bdir, save_freq=2), CrashAt(11)])
+        model(strategy).fit(
+            dataset(),
+            epochs=3,
+            verbose=0,
+            callbacks=[DistributedBackupAndRestore(bdir, save_freq=2), CrashAt(11)],
+        )
     meta = backup_lib.read_latest(bdir)
     assert (meta["epoch"], meta["calls"], meta["step"]) == (1, 2, 10)  # mid-epoch
     cb = DistributedBackupAndRestore(bdir, save_freq=2)
     resumed = model(strategy)
     hist = resumed.fit(dataset(), epochs=3, verbose=0, callbacks=[cb])
     assert cb.restored["step"] == 10
-    assert len(hist.history["loss"]) == 2                 # epochs 1 and 2 ran
+    assert len(hist.history["loss"]) == 2  # epochs 1 and 2 ran
     assert int(resumed.optimizer.iterations.numpy()) == 24
-    assert _weights_equal(ref, resumed)                   # bit-identical
-    assert os.listdir(bdir) == []                         # finished: deleted
+    assert _weights_equal(ref, resumed)  # bit-identical
+    assert os.listdir(bdir) == []  # finished: deleted
 
 
 def test_nan_never_deletes_last_good_backup(strategy, tmp_path):
     x = np.random.RandomState(0).rand(64, 4).astype("float32")
-    x[40:48] = np.nan                                     # batch 5 -> step 6
+    x[40:48] = np.nan  # batch 5 -> step 6
     ds = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(8)
     bdir = str(tmp_path / "b")
     m = model(strategy)
-    m.fit(ds, epochs=2, verbose=0, callbacks=[
-        DistributedBackupAndRestore(bdir, save_freq=1),
-        keras.callbacks.TerminateOnNaN()])
+    m.fit(
+        ds,
+        epochs=2,
+        verbose=0,
+        callbacks=[
+            DistributedBackupAndRestore(bdir, save_freq=1),
+            keras.callbacks.TerminateOnNaN(),
+        ],
+    )
     meta = backup_lib.read_latest(bdir)
-    assert meta is not None and meta["step"] == 5         # last finite step kept
+    assert meta is not None and meta["step"] == 5  # last finite step kept
     ref = model(strategy)
     ref.fit(ds.take(5), epochs=1, verbose=0)
     restored = model(strategy)
-    restored.fit(ds.take(5), epochs=1, verbose=0, callbacks=[  # all 5 skipped
-        DistributedBackupAndRestore(bdir, delete_on_end=False)])
+    restored.fit(
+        ds.take(5),
+        epochs=1,
+        verbose=0,
+        callbacks=[  # all 5 skipped
+            DistributedBackupAndRestore(bdir, delete_on_end=False)
+        ],
+    )
     assert all(np.isfinite(w).all() for w in restored.get_weights())
     assert _weights_equal(ref, restored)
 
@@ -85,7 +104,7 @@ def test_kill_during_save_leaves_previous_backup_loadable(strategy, tmp_path):
 
     def die_on_second(meta):
         if meta["step"] == 4:
-            raise KeyboardInterrupt   # after writing, before the commit
+            raise KeyboardInterrupt  # after writing, before the commit
 
     cb._after_write = die_on_second
     with pytest.raises(KeyboardInterrupt):
@@ -95,12 +114,16 @@ def test_kill_during_save_leaves_previous_backup_loadable(strategy, tmp_path):
     cb2 = DistributedBackupAndRestore(bdir, save_freq=2, delete_on_end=False)
     model(strategy).fit(dataset(), epochs=1, verbose=0, callbacks=[cb2])
     assert cb2.restored["step"] == 2
-    assert sorted(os.listdir(bdir)) == ["backup-6", "backup-8", "latest.json"]  # keep=2; staging gone
+    assert sorted(os.listdir(bdir)) == [
+        "backup-6",
+        "backup-8",
+        "latest.json",
+    ]  # keep=2; staging gone
 
 
-def test_non_chief_writes_only_temp_dirs_and_removes_them(strategy, tmp_path,
-                                                          monkeypatch):
+def test_non_chief_writes_only_temp_dirs_and_removes_them(strategy, tmp_path, monkeypatch):
     from tfdist_opt.strategy import file_writers
+
     # Another worker of the group writes backup_dir (tfdist_opt.strategy.file_writers).
     monkeypatch.setattr(file_writers, "is_writer", lambda strategy, directory: False)
     tmp = tmp_path / "tmp"
@@ -108,19 +131,30 @@ def test_non_chief_writes_only_temp_dirs_and_removes_them(strategy, tmp_path,
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     made = []
     real_mkdtemp = tempfile.mkdtemp
-    monkeypatch.setattr(tempfile, "mkdtemp",
-                        lambda **kw: made.append(real_mkdtemp(**kw)) or made[-1])
+    monkeypatch.setattr(
+        tempfile, "mkdtemp", lambda **kw: made.append(real_mkdtemp(**kw)) or made[-1]
+    )
     bdir = tmp_path / "b"
-    model(strategy).fit(dataset(), epochs=1, verbose=0, callbacks=[
-        DistributedBackupAndRestore(str(bdir), save_freq=2)])
-    assert len(made) == 5                                  # 4 batch saves + epoch end
+    model(strategy).fit(
+        dataset(),
+        epochs=1,
+        verbose=0,
+        callbacks=[DistributedBackupAndRestore(str(bdir), save_freq=2)],
+    )
+    assert len(made) == 5  # 4 batch saves + epoch end
     assert all(os.path.basename(p).startswith("tfdist_opt_backup_local_") for p in made)
-    assert not bdir.exists()                               # real dir untouched
+    assert not bdir.exists()  # real dir untouched
     assert [p for p in tmp.iterdir() if p.name.startswith("tfdist_opt_backup")] == []
 
 
 def test_cannot_combine_with_keras_backup(strategy, tmp_path):
     with pytest.raises(ValueError, match="cannot be used together"):
-        model(strategy).fit(dataset(16), epochs=1, verbose=0, callbacks=[
-            DistributedBackupAndRestore(str(tmp_path / "a")),
-            keras.callbacks.BackupAndRestore(str(tmp_path / "b"))])
+        model(strategy).fit(
+            dataset(16),
+            epochs=1,
+            verbose=0,
+            callbacks=[
+                DistributedBackupAndRestore(str(tmp_path / "a")),
+                keras.callbacks.BackupAndRestore(str(tmp_path / "b")),
+            ],
+        )

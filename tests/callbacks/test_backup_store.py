@@ -49,11 +49,14 @@ def runs(strategy, tmp_path_factory):
     ref.fit(dataset(), epochs=3, verbose=0, callbacks=[rec])
     crashed = str(tmp_path_factory.mktemp("crashed") / "b")
     with pytest.raises(KeyboardInterrupt):
-        model(strategy).fit(dataset(), epochs=3, verbose=0, callbacks=[
-            DistributedBackupAndRestore(crashed, save_freq=2), CrashAt(11)])
+        model(strategy).fit(
+            dataset(),
+            epochs=3,
+            verbose=0,
+            callbacks=[DistributedBackupAndRestore(crashed, save_freq=2), CrashAt(11)],
+        )
     assert sorted(os.listdir(crashed)) == ["backup-10", "backup-8", "latest.json"]
-    return {"crashed": crashed, "final": ref.get_weights(), 8: rec.at[8],
-            10: rec.at[10]}
+    return {"crashed": crashed, "final": ref.get_weights(), 8: rec.at[8], 10: rec.at[10]}
 
 
 def _data_file(d):
@@ -79,30 +82,52 @@ def _write(path, data):
 
 
 CASES = {  # name: (break it, step expected to resume from, text in the message)
-    "data_truncated": (lambda b: _truncate(_data_file(f"{b}/backup-10")), 8,
-                       "state.data-00000-of-00001 has"),
-    "data_bit_flip": (lambda b: _flip_byte(_data_file(f"{b}/backup-10")), 8,
-                      "does not match its sha256"),
-    "index_empty": (lambda b: _write(f"{b}/backup-10/state.index", b""), 8,
-                    "state.index has 0 bytes"),
-    "manifest_garbage": (lambda b: _write(f"{b}/backup-10/manifest.json", b"\x00\xff{"),
-                         8, "manifest.json is not valid JSON"),
-    "manifest_missing": (lambda b: os.remove(f"{b}/backup-10/manifest.json"), 8,
-                         "manifest.json is missing"),
-    "latest_garbage": (lambda b: _write(f"{b}/latest.json", b"{not json"), 10,
-                       "latest.json is not valid JSON"),
-    "latest_empty": (lambda b: _write(f"{b}/latest.json", b""), 10,
-                     "latest.json is empty"),
-    "latest_list": (lambda b: _write(f"{b}/latest.json", b'["backup-10"]'), 10,
-                    "latest.json holds list"),
-    "latest_dangling": (lambda b: shutil.rmtree(f"{b}/backup-10"), 8,
-                        "names backup-10, which does not exist"),
+    "data_truncated": (
+        lambda b: _truncate(_data_file(f"{b}/backup-10")),
+        8,
+        "state.data-00000-of-00001 has",
+    ),
+    "data_bit_flip": (
+        lambda b: _flip_byte(_data_file(f"{b}/backup-10")),
+        8,
+        "does not match its sha256",
+    ),
+    "index_empty": (
+        lambda b: _write(f"{b}/backup-10/state.index", b""),
+        8,
+        "state.index has 0 bytes",
+    ),
+    "manifest_garbage": (
+        lambda b: _write(f"{b}/backup-10/manifest.json", b"\x00\xff{"),
+        8,
+        "manifest.json is not valid JSON",
+    ),
+    "manifest_missing": (
+        lambda b: os.remove(f"{b}/backup-10/manifest.json"),
+        8,
+        "manifest.json is missing",
+    ),
+    "latest_garbage": (
+        lambda b: _write(f"{b}/latest.json", b"{not json"),
+        10,
+        "latest.json is not valid JSON",
+    ),
+    "latest_empty": (lambda b: _write(f"{b}/latest.json", b""), 10, "latest.json is empty"),
+    "latest_list": (
+        lambda b: _write(f"{b}/latest.json", b'["backup-10"]'),
+        10,
+        "latest.json holds list",
+    ),
+    "latest_dangling": (
+        lambda b: shutil.rmtree(f"{b}/backup-10"),
+        8,
+        "names backup-10, which does not exist",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_corrupt_file_resumes_from_previous_good_backup(case, runs, strategy,
-                                                        tmp_path):
+def test_corrupt_file_resumes_from_previous_good_backup(case, runs, strategy, tmp_path):
     bdir = str(tmp_path / "b")
     shutil.copytree(runs["crashed"], bdir)
     corrupt, want_step, text = CASES[case]
@@ -112,8 +137,8 @@ def test_corrupt_file_resumes_from_previous_good_backup(case, runs, strategy,
     resumed = model(strategy)
     resumed.fit(dataset(), epochs=3, verbose=0, callbacks=[cb, rec])
     assert cb.restored["step"] == want_step
-    assert _equal(rec.at["begin"], runs[want_step])       # exact state at that step
-    assert _equal(resumed.get_weights(), runs["final"])   # and the same end
+    assert _equal(rec.at["begin"], runs[want_step])  # exact state at that step
+    assert _equal(resumed.get_weights(), runs["final"])  # and the same end
     assert any(text in line and bdir in line for line in cb.skipped), cb.skipped
     assert int(resumed.optimizer.iterations.numpy()) == 24
 
@@ -124,7 +149,7 @@ def test_dangling_pointer_never_deletes_the_older_backup(runs, tmp_path, strateg
     shutil.rmtree(f"{bdir}/backup-10")
     assert store.find_restorable(bdir).meta["step"] == 8
     cb = DistributedBackupAndRestore(bdir, save_freq=100, delete_on_end=False)
-    with pytest.raises(KeyboardInterrupt):   # resumes at 8, dies before any save
+    with pytest.raises(KeyboardInterrupt):  # resumes at 8, dies before any save
         model(strategy).fit(dataset(), epochs=3, verbose=0, callbacks=[cb, CrashAt(9)])
     assert cb.restored["step"] == 8
     assert sorted(os.listdir(bdir)) == ["backup-8", "latest.json"]
@@ -136,8 +161,9 @@ def test_no_valid_backup_refuses_to_restart_from_zero(runs, tmp_path, strategy):
     for name in ("backup-8", "backup-10"):
         _write(f"{bdir}/{name}/state.index", b"")
     with pytest.raises(store.BackupError) as e:
-        model(strategy).fit(dataset(), epochs=1, verbose=0, callbacks=[
-            DistributedBackupAndRestore(bdir)])
+        model(strategy).fit(
+            dataset(), epochs=1, verbose=0, callbacks=[DistributedBackupAndRestore(bdir)]
+        )
     msg = str(e.value)
     assert "restart from step 0" in msg and f"{bdir}/backup-8/state.index" in msg
     assert f"{bdir}/backup-10/state.index" in msg
@@ -152,10 +178,12 @@ def test_verified_but_unloadable_checkpoint_walks_back(runs, tmp_path, strategy)
     with strategy.scope():
         other.optimizer.build(other.trainable_variables)
     import tensorflow as tf
+
     d = f"{bdir}/backup-10"
     shutil.rmtree(d)
-    tf.train.Checkpoint(weights=list(other.weights),
-                        optimizer=list(other.optimizer.variables)).write(f"{d}/state")
+    tf.train.Checkpoint(
+        weights=list(other.weights), optimizer=list(other.optimizer.variables)
+    ).write(f"{d}/state")
     store.write_manifest(d, {"name": "backup-10", "epoch": 1, "calls": 2, "step": 10})
     cb = DistributedBackupAndRestore(bdir, delete_on_end=False)
     rec = WeightsAt()
@@ -170,9 +198,8 @@ def test_prune_keeps_k_verified_and_never_newer(tmp_path):
         d = os.path.join(bdir, f"backup-{step}")
         os.makedirs(d)
         _write(f"{d}/state", b"x" * step)
-        store.write_manifest(d, {"name": f"backup-{step}", "epoch": 0,
-                                 "calls": step, "step": step})
-    _write(f"{bdir}/backup-4/state", b"")     # broken: superseded by 6 -> deletable
+        store.write_manifest(d, {"name": f"backup-{step}", "epoch": 0, "calls": step, "step": step})
+    _write(f"{bdir}/backup-4/state", b"")  # broken: superseded by 6 -> deletable
     deleted = store.prune(bdir, 6, keep=2)
     assert sorted(os.path.basename(d) for d in deleted) == ["backup-4"]
     # 6 (the newest committed) + 2 (newest valid older one); 12 is not older: kept.
@@ -230,16 +257,19 @@ def test_unwritable_backup_dir_fails_before_step_one(kind, tmp_path, strategy):
                 seen.append(batch)
 
         with pytest.raises(OSError, match=f"backup_dir '{bdir}' is not writable"):
-            model(strategy).fit(dataset(), epochs=1, verbose=0, callbacks=[
-                DistributedBackupAndRestore(str(bdir)), Steps()])
+            model(strategy).fit(
+                dataset(),
+                epochs=1,
+                verbose=0,
+                callbacks=[DistributedBackupAndRestore(str(bdir)), Steps()],
+            )
     assert seen == []
 
 
 def test_read_latest_is_none_for_broken_pointer(tmp_path):
     _write(f"{tmp_path}/latest.json", b"[1]")
     assert backup_lib.read_latest(str(tmp_path)) is None
-    assert store.read_pointer(str(tmp_path))[1].startswith(
-        f"{tmp_path}/latest.json holds list")
+    assert store.read_pointer(str(tmp_path))[1].startswith(f"{tmp_path}/latest.json holds list")
 
 
 def test_backup_of_0_1_0_without_manifest_still_restores(runs, tmp_path, strategy):
@@ -247,7 +277,7 @@ def test_backup_of_0_1_0_without_manifest_still_restores(runs, tmp_path, strateg
     shutil.copytree(runs["crashed"], bdir)
     shutil.rmtree(f"{bdir}/backup-8")
     d = f"{bdir}/backup-10"
-    os.remove(f"{d}/manifest.json")                       # the 0.1.0 layout
+    os.remove(f"{d}/manifest.json")  # the 0.1.0 layout
     _write(f"{d}/meta.json", b'{"calls": 2, "epoch": 1, "name": "backup-10", "step": 10}')
     cb, rec = DistributedBackupAndRestore(bdir, delete_on_end=False), WeightsAt()
     model(strategy).fit(dataset(), epochs=1, verbose=0, callbacks=[cb, rec])

@@ -20,8 +20,7 @@ def test_rejects_bad_arguments():
 def test_comm_fraction_in_logs_and_trace(strategy, tmp_path, capsys):
     prof = CommunicationProfiler(probe_steps=5, trace_path=str(tmp_path / "t.json"))
     seen = []
-    spy = keras.callbacks.LambdaCallback(
-        on_train_batch_end=lambda b, logs: seen.append(dict(logs)))
+    spy = keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: seen.append(dict(logs)))
     start = time.perf_counter()
     hist = model(strategy).fit(dataset(), epochs=2, verbose=0, callbacks=[prof, spy])
     fit_wall = time.perf_counter() - start
@@ -30,8 +29,7 @@ def test_comm_fraction_in_logs_and_trace(strategy, tmp_path, capsys):
     assert "comm_fraction" not in seen[1] and "comm_fraction" in seen[2]  # warm-up 2
     trace = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
     names = {e["name"] for e in trace}
-    assert {"allreduce_probe", "train_step", "host_gap",
-            "gradient_all_reduce (estimated)"} <= names
+    assert {"allreduce_probe", "train_step", "host_gap", "gradient_all_reduce (estimated)"} <= names
     assert sum(e["name"] == "train_step" for e in trace) == 16
 
     def durs(name):  # seconds, in trace order
@@ -46,7 +44,8 @@ def test_comm_fraction_in_logs_and_trace(strategy, tmp_path, capsys):
     assert prof.step_time == pytest.approx(statistics.median(steps[2:]), rel=1e-6)
     for f, counted in ((frac[0], steps[2:8]), (frac[1], steps[2:])):
         assert f == pytest.approx(
-            min(1.0, statistics.median(probe) / statistics.median(counted)), rel=1e-5)
+            min(1.0, statistics.median(probe) / statistics.median(counted)), rel=1e-5
+        )
     est = durs("gradient_all_reduce (estimated)")
     assert est == pytest.approx([min(prof.comm_time, s) for s in steps], abs=1e-9)
     # The trace is one clock: probes, steps and the gaps between them fit in
@@ -63,12 +62,20 @@ def test_bigger_gradients_take_longer_to_reduce(strategy):
     big = CommunicationProfiler(probe_steps=7, verbose=0)
     keras.utils.set_random_seed(0)
     with strategy.scope():
-        m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2048),
-                              keras.layers.Dense(2048), keras.layers.Dense(1)])
+        m = keras.Sequential(
+            [
+                keras.Input((4,)),
+                keras.layers.Dense(2048),
+                keras.layers.Dense(2048),
+                keras.layers.Dense(1),
+            ]
+        )
         m.compile("sgd", "mse")
     m.fit(dataset(16), epochs=1, verbose=0, callbacks=[big])
-    print(f"all-reduce small {small.comm_time * 1e3:.3f} ms, big (16 MiB) "
-          f"{big.comm_time * 1e3:.3f} ms")
+    print(
+        f"all-reduce small {small.comm_time * 1e3:.3f} ms, big (16 MiB) "
+        f"{big.comm_time * 1e3:.3f} ms"
+    )
     assert big.comm_time > 2 * small.comm_time
 
 

@@ -9,8 +9,10 @@ from tfdist_opt.callbacks import lr_math
 
 
 def test_pure_modules_do_not_import_tensorflow():
-    code = ("import sys, tfdist_opt.callbacks.lr_math, tfdist_opt.callbacks.stats, "
-            "tfdist_opt.callbacks.ordering; assert 'tensorflow' not in sys.modules")
+    code = (
+        "import sys, tfdist_opt.callbacks.lr_math, tfdist_opt.callbacks.stats, "
+        "tfdist_opt.callbacks.ordering; assert 'tensorflow' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -19,11 +21,14 @@ def test_linear_scaling_rule():
     assert lr_math.linear_scaled_lr(0.1, 128, 256) == pytest.approx(0.05)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(base_lr=-1, global_batch_size=8, base_batch_size=8), "base_lr=-1"),
-    (dict(base_lr=0.1, global_batch_size=0, base_batch_size=8), "global_batch_size=0"),
-    (dict(base_lr=0.1, global_batch_size=8, base_batch_size=2.5), "base_batch_size=2.5"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(base_lr=-1, global_batch_size=8, base_batch_size=8), "base_lr=-1"),
+        (dict(base_lr=0.1, global_batch_size=0, base_batch_size=8), "global_batch_size=0"),
+        (dict(base_lr=0.1, global_batch_size=8, base_batch_size=2.5), "base_batch_size=2.5"),
+    ],
+)
 def test_linear_scaling_rule_rejects(kwargs, match):
     with pytest.raises(ValueError, match=match):
         lr_math.linear_scaled_lr(**kwargs)

@@ -31,11 +31,14 @@ def test_subclasses_follow_base_rules():
         ordering.check_order([_cls("EarlyStopping"), mine])
 
 
-@pytest.mark.parametrize("ours, theirs", [
-    ("DistributedBackupAndRestore", "BackupAndRestore"),
-    ("ScaledLearningRate", "LearningRateScheduler"),
-    ("ScaledLearningRate", "ReduceLROnPlateau"),
-])
+@pytest.mark.parametrize(
+    "ours, theirs",
+    [
+        ("DistributedBackupAndRestore", "BackupAndRestore"),
+        ("ScaledLearningRate", "LearningRateScheduler"),
+        ("ScaledLearningRate", "ReduceLROnPlateau"),
+    ],
+)
 def test_conflicts(ours, theirs):
     with pytest.raises(ValueError, match="cannot be used together"):
         ordering.ordered([_cls(ours), _cls(theirs)])

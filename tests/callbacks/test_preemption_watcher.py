@@ -22,11 +22,12 @@ def test_watcher_ends_quietly_when_the_store_fails(monkeypatch):
     hooked = []
     monkeypatch.setattr(threading, "excepthook", hooked.append)
     agreement = preemption.PreemptionAgreement(
-        "worker_0", ["worker_0", "worker_1"], LostPeerStore(), "ns/lost")
+        "worker_0", ["worker_0", "worker_1"], LostPeerStore(), "ns/lost"
+    )
     thread = threading.Thread(target=agreement._watch)  # what start() runs
     thread.start()
     thread.join(timeout=10)
     assert not thread.is_alive()
-    assert hooked == []                                   # no traceback printed
+    assert hooked == []  # no traceback printed
     assert "failed to connect" in str(agreement.watch_error)
-    assert not agreement.requested                        # nothing was learned
+    assert not agreement.requested  # nothing was learned

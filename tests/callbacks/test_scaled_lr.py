@@ -24,19 +24,29 @@ class LrRecorder(keras.callbacks.Callback):
         opt = self.model.optimizer
         step = int(opt.iterations.numpy())
         self.lrs[step] = float(opt.learning_rate.numpy())
-        self.momentum_norm[step] = float(sum(np.abs(v.numpy()).sum()
-                                             for v in opt.momentums))
+        self.momentum_norm[step] = float(sum(np.abs(v.numpy()).sum() for v in opt.momentums))
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(base_lr=0.1, base_batch_size=0, global_batch_size=8), "base_batch_size=0"),
-    (dict(base_lr=0.1, base_batch_size=4, global_batch_size=8, warmup_steps=2,
-          warmup_epochs=1), "not both"),
-    (dict(base_lr=0.1, base_batch_size=4, global_batch_size=8, warmup_steps=-2),
-     "warmup_steps=-2"),
-    (dict(base_lr=0.1, base_batch_size=4, global_batch_size=8, after_warmup=3),
-     "after_warmup=3"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(base_lr=0.1, base_batch_size=0, global_batch_size=8), "base_batch_size=0"),
+        (
+            dict(
+                base_lr=0.1, base_batch_size=4, global_batch_size=8, warmup_steps=2, warmup_epochs=1
+            ),
+            "not both",
+        ),
+        (
+            dict(base_lr=0.1, base_batch_size=4, global_batch_size=8, warmup_steps=-2),
+            "warmup_steps=-2",
+        ),
+        (
+            dict(base_lr=0.1, base_batch_size=4, global_batch_size=8, after_warmup=3),
+            "after_warmup=3",
+        ),
+    ],
+)
 def test_rejects_bad_arguments(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
         ScaledLearningRate(**kwargs)
@@ -48,7 +58,7 @@ def test_values_equal_formula_at_every_step(strategy):
     rec = LrRecorder()
     hist = model(strategy).fit(dataset(), epochs=2, verbose=0, callbacks=[cb, rec])
     assert cb.scaled_lr == pytest.approx(0.02)
-    for step in (0, 1, 4, 7, 8, 11, 12, 15):   # warmup_epochs=1 -> 8 steps
+    for step in (0, 1, 4, 7, 8, 11, 12, 15):  # warmup_epochs=1 -> 8 steps
         expected = lr_math.scheduled_lr(step, 0.01, 0.02, 8, decay)
         assert rec.lrs[step] == pytest.approx(expected, rel=1e-6), step
     assert rec.lrs[4] == pytest.approx(0.015, rel=1e-6)
@@ -65,8 +75,11 @@ def test_resume_from_backup_continues_schedule(strategy, tmp_path):
                 raise KeyboardInterrupt  # a crash: fit exits without cleanup
 
     def callbacks(*extra):
-        return [DistributedBackupAndRestore(str(tmp_path), save_freq=1),
-                ScaledLearningRate(0.01, 4, GLOBAL_BATCH, warmup_steps=10), *extra]
+        return [
+            DistributedBackupAndRestore(str(tmp_path), save_freq=1),
+            ScaledLearningRate(0.01, 4, GLOBAL_BATCH, warmup_steps=10),
+            *extra,
+        ]
 
     with pytest.raises(KeyboardInterrupt):
         model(strategy).fit(dataset(), epochs=2, verbose=0, callbacks=callbacks(Stop()))
@@ -79,8 +92,7 @@ def test_resume_from_backup_continues_schedule(strategy, tmp_path):
 
 def test_momentum_correction_scales_buffers(strategy):
     """With a zero-gradient-free check: momentum buffer ratio follows new/old lr."""
-    scaled = ScaledLearningRate(0.01, 4, GLOBAL_BATCH, warmup_steps=4,
-                                momentum_correction=True)
+    scaled = ScaledLearningRate(0.01, 4, GLOBAL_BATCH, warmup_steps=4, momentum_correction=True)
     m = model(strategy)
     m.fit(dataset(16), epochs=1, verbose=0)  # non-zero momentum buffers
     opt = m.optimizer
@@ -88,8 +100,8 @@ def test_momentum_correction_scales_buffers(strategy):
     scaled.set_model(m)
     scaled.set_params({"epochs": 1, "steps": 2})
     scaled.on_train_begin()
-    opt.learning_rate = 0.02          # rate in force before this step
-    opt.iterations.assign(1)          # step 1 of 4: lr 0.0125
+    opt.learning_rate = 0.02  # rate in force before this step
+    opt.iterations.assign(1)  # step 1 of 4: lr 0.0125
     scaled.on_train_batch_begin(0)
     factor = 0.0125 / 0.02
     for b, v in zip(before, opt.momentums):

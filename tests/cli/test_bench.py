@@ -8,29 +8,33 @@ from tfdist_opt.cli import bench as bench_cli
 from tfdist_opt import cli
 
 
-@pytest.mark.parametrize("name,binary", [("train", "train.py"),
-                                         ("allreduce", "allreduce.py"),
-                                         ("input", "input_pipeline.py")])
+@pytest.mark.parametrize(
+    "name,binary",
+    [("train", "train.py"), ("allreduce", "allreduce.py"), ("input", "input_pipeline.py")],
+)
 def test_each_benchmark_maps_to_its_binary_with_the_same_flags(name, binary):
-    cmd = bench_cli.command(name, ["--model=mlp", "--output_json=/tmp/x.json"],
-                            environ={})
+    cmd = bench_cli.command(name, ["--model=mlp", "--output_json=/tmp/x.json"], environ={})
     assert cmd[0] == sys.executable
     assert cmd[1].endswith("benchmarks/" + binary)
     assert cmd[2:] == ["--model=mlp", "--output_json=/tmp/x.json"]
 
 
 def test_unknown_benchmark_lists_the_valid_names():
-    with pytest.raises(ValueError, match=r"Unrecognized benchmark: 'nope'. "
-                       r"Expected one of: train, allreduce, input\."):
+    with pytest.raises(
+        ValueError,
+        match=r"Unrecognized benchmark: 'nope'. "
+        r"Expected one of: train, allreduce, input\.",
+    ):
         bench_cli.command("nope", [], environ={})
 
 
 def test_missing_benchmarks_dir_says_where_it_looked(tmp_path):
     missing = tmp_path / "gone"
-    with pytest.raises(FileNotFoundError, match="benchmark binaries were not "
-                       f"found. Received: {missing}.*pip install \\."):
-        bench_cli.command("train", [],
-                          environ={bench_cli.BENCHMARKS_DIR_ENV: str(missing)})
+    with pytest.raises(
+        FileNotFoundError,
+        match=f"benchmark binaries were not found. Received: {missing}.*pip install \\.",
+    ):
+        bench_cli.command("train", [], environ={bench_cli.BENCHMARKS_DIR_ENV: str(missing)})
 
 
 def test_main_execs_the_binary(monkeypatch):

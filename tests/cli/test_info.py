@@ -21,17 +21,24 @@ from tfdist_opt.strategy import cpu_split
 
 
 def _info(*args, env_extra=None):
-    env = {k: v for k, v in os.environ.items()
-           if k != "TF_CONFIG" and not k.startswith("TFDIST_OPT_")}
+    env = {
+        k: v for k, v in os.environ.items() if k != "TF_CONFIG" and not k.startswith("TFDIST_OPT_")
+    }
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "tfdist_opt", "info", *args],
-                          env=env, cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "tfdist_opt", "info", *args],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.fixture
 def info_here(monkeypatch, capsys):
     """`tfdist-opt info ARGS` in this process with `env_extra` set: (code, stdout)."""
+
     def run(*args, env_extra=None):
         for k in list(os.environ):
             if k == "TF_CONFIG" or k.startswith("TFDIST_OPT_"):
@@ -41,6 +48,7 @@ def info_here(monkeypatch, capsys):
         capsys.readouterr()
         code = cli.main(["info", *args])
         return code, capsys.readouterr().out
+
     return run
 
 
@@ -65,11 +73,19 @@ def test_info_json_on_this_machine():
 
 def test_info_answers_without_tensorflow_startup_noise():
     """As a person runs it (no TF_CPP_MIN_LOG_LEVEL set): the answer, nothing else."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TF_CONFIG", "TF_CPP_MIN_LOG_LEVEL") and not k.startswith("TFDIST_OPT_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("TF_CONFIG", "TF_CPP_MIN_LOG_LEVEL") and not k.startswith("TFDIST_OPT_")
+    }
     run = lambda *a: subprocess.run(  # noqa: E731
-        [sys.executable, "-m", "tfdist_opt", "info", *a], env=env, cwd=REPO_ROOT,
-        capture_output=True, text=True, timeout=180)
+        [sys.executable, "-m", "tfdist_opt", "info", *a],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     p = run()
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stderr == "", p.stderr
@@ -82,10 +98,13 @@ def test_info_answers_without_tensorflow_startup_noise():
 
 
 def test_info_text_with_cluster_role_and_preset(info_here):
-    cfg = {"cluster": {"worker": ["localhost:2222", "localhost:2223"]},
-           "task": {"type": "worker", "index": 1}}
-    code, out = info_here("--config", "multi_worker_ring_cpu",
-                          env_extra={"TF_CONFIG": json.dumps(cfg)})
+    cfg = {
+        "cluster": {"worker": ["localhost:2222", "localhost:2223"]},
+        "task": {"type": "worker", "index": 1},
+    }
+    code, out = info_here(
+        "--config", "multi_worker_ring_cpu", env_extra={"TF_CONFIG": json.dumps(cfg)}
+    )
     assert code == 0, out
     assert "TF_CONFIG    : worker:1 of 2 task(s)" in out
     assert "multi_worker over /cpu:0 (2 replica(s) in sync)" in out
@@ -93,11 +112,17 @@ def test_info_text_with_cluster_role_and_preset(info_here):
     # Both workers on this host: what cpu_split does to this one.
     want = cpu_split.detect("auto", cfg).reason
     assert f"cpu threads  : {want} (cpu_split)" in out
-    assert ("stalls       : a worker behind for 60 s is named with its stack, every "
-            "60 s (stall_warn_s); never aborted (stall_abort_s off)") in out
-    code, out = info_here(env_extra={"TF_CONFIG": json.dumps(cfg),
-                                     "TFDIST_OPT_STALL_WARN_S": "20",
-                                     "TFDIST_OPT_STALL_ABORT_S": "300"})
+    assert (
+        "stalls       : a worker behind for 60 s is named with its stack, every "
+        "60 s (stall_warn_s); never aborted (stall_abort_s off)"
+    ) in out
+    code, out = info_here(
+        env_extra={
+            "TF_CONFIG": json.dumps(cfg),
+            "TFDIST_OPT_STALL_WARN_S": "20",
+            "TFDIST_OPT_STALL_ABORT_S": "300",
+        }
+    )
     assert "abort after 300 s, exit code 43 (stall_abort_s)" in out
 
 
@@ -111,8 +136,7 @@ def test_info_follows_the_gpu_list(info_here, fake_gpus, n):
     info = json.loads(out)
     assert info["devices"]["GPU"] == gpus
     assert info["strategy"]["kind"] == _kind_for(gpus)
-    assert info["strategy"]["devices"] == (
-        [f"/gpu:{i}" for i in range(n)] if n else ["/cpu:0"])
+    assert info["strategy"]["devices"] == ([f"/gpu:{i}" for i in range(n)] if n else ["/cpu:0"])
 
 
 @pytest.mark.gpu
@@ -120,8 +144,9 @@ def test_info_follows_the_gpu_list(info_here, fake_gpus, n):
 def test_info_reports_bad_config_and_fails(info_here, fake_gpus, n):
     # all_reduce=nccl is refused without a GPU, and is what 2 GPUs use.
     fake_gpus(n)
-    code, out = info_here(env_extra={"TFDIST_OPT_ALL_REDUCE": "nccl",
-                                     "TFDIST_OPT_CPU_REPLICAS": "2"})
+    code, out = info_here(
+        env_extra={"TFDIST_OPT_ALL_REDUCE": "nccl", "TFDIST_OPT_CPU_REPLICAS": "2"}
+    )
     if n:
         assert code == 0, out
         assert "collectives  : nccl" in out
@@ -131,21 +156,34 @@ def test_info_reports_bad_config_and_fails(info_here, fake_gpus, n):
 
 
 def test_cli_usage_and_unknown_command():
-    p = subprocess.run([sys.executable, "-m", "tfdist_opt", "frobnicate"],
-                       cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "tfdist_opt", "frobnicate"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2
     assert "unrecognized command 'frobnicate'" in p.stderr
     assert "info" in p.stderr and "launch" in p.stderr
 
 
 def test_info_explains_parameter_server_partitioning(info_here):
-    cfg = {"cluster": {"chief": ["localhost:2222"], "worker": ["localhost:2223"],
-                       "ps": ["localhost:2224", "localhost:2225"]},
-           "task": {"type": "ps", "index": 1}}
-    code, out = info_here(env_extra={"TF_CONFIG": json.dumps(cfg),
-                                     "TFDIST_OPT_PS_MIN_SHARD_BYTES": "1048576"})
+    cfg = {
+        "cluster": {
+            "chief": ["localhost:2222"],
+            "worker": ["localhost:2223"],
+            "ps": ["localhost:2224", "localhost:2225"],
+        },
+        "task": {"type": "ps", "index": 1},
+    }
+    code, out = info_here(
+        env_extra={"TF_CONFIG": json.dumps(cfg), "TFDIST_OPT_PS_MIN_SHARD_BYTES": "1048576"}
+    )
     assert code == 0, out
     assert "strategy     : parameter_server: 1 worker(s) step asynchronously" in out
     assert "this task    : ps:1: serves until the chief finishes" in out
-    assert ("partitioning : variables of >= 2097152 bytes cut into shards of >= "
-            "1048576 bytes, at most 2 shards") in out
+    assert (
+        "partitioning : variables of >= 2097152 bytes cut into shards of >= "
+        "1048576 bytes, at most 2 shards"
+    ) in out

@@ -2,8 +2,10 @@
 
 from tfdist_opt.coordination import faults
 
-CFG = {"cluster": {"worker": ["localhost:5000", "localhost:5001"]},
-       "task": {"type": "worker", "index": 0}}
+CFG = {
+    "cluster": {"worker": ["localhost:5000", "localhost:5001"]},
+    "task": {"type": "worker", "index": 0},
+}
 
 UNAVAILABLE = """Graph execution error:
 Detected at node sgd/CollectiveReduceV2 defined at (most recent call last):
@@ -18,13 +20,16 @@ def test_explains_lost_peer():
     assert faults.explain("UnavailableError", UNAVAILABLE, CFG) == (
         "tfdist_opt: training stopped: a peer became unreachable; lost task: "
         "worker:1 (localhost:5001); in collective sgd/CollectiveReduceV2; "
-        "cause: Connection reset by peer.")
+        "cause: Connection reset by peer."
+    )
 
 
 def test_timeout_without_task_names():
     line = faults.explain("DeadlineExceededError", "Collective timed out", None, 30)
-    assert line == ("tfdist_opt: training stopped: a collective timed out "
-                    "(collective_timeout_s=30); cause: timed out.")
+    assert line == (
+        "tfdist_opt: training stopped: a collective timed out "
+        "(collective_timeout_s=30); cause: timed out."
+    )
     line = faults.explain("DeadlineExceededError", "Collective timed out", None)
     assert "no collective_timeout_s was set" in line
 
@@ -45,12 +50,16 @@ def test_frozen_chief_names_the_coordination_service_task_not_a_timeout():
     assert line.startswith(
         "tfdist_opt: training stopped: the coordination service stopped "
         "answering (its heartbeat timed out): worker:0 (localhost:5000), which "
-        "hosts it, is frozen"), line
+        "hosts it, is frozen"
+    ), line
     assert "collective_timeout_s" not in line
-    chief_cfg = {"cluster": {"chief": ["h0:1"], "worker": ["h1:1"]},
-                 "task": {"type": "worker", "index": 0}}
+    chief_cfg = {
+        "cluster": {"chief": ["h0:1"], "worker": ["h1:1"]},
+        "task": {"type": "worker", "index": 0},
+    }
     assert "chief:0 (h0:1), which hosts it" in faults.explain(
-        "DeadlineExceededError", FROZEN_CHIEF, chief_cfg)
+        "DeadlineExceededError", FROZEN_CHIEF, chief_cfg
+    )
 
 
 def test_other_errors_untouched():

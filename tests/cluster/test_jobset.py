@@ -16,9 +16,14 @@ CMD = ["python", "train.py"]
 
 def _pod_env(index, workers=3, **extra):
     """What a pod of the runtime `tfdist-opt k8s --kind trainjob` writes sees."""
-    env = {"TFDIST_JOBSET_WORKERS": str(workers), "JOB_COMPLETION_INDEX": str(index),
-           "TFDIST_JOBSET_NAME": "mnist", "TFDIST_JOBSET_REPLICATED_JOB": "node",
-           "TFDIST_JOBSET_JOB_INDEX": "0", "TFDIST_JOBSET_PORT": "2222"}
+    env = {
+        "TFDIST_JOBSET_WORKERS": str(workers),
+        "JOB_COMPLETION_INDEX": str(index),
+        "TFDIST_JOBSET_NAME": "mnist",
+        "TFDIST_JOBSET_REPLICATED_JOB": "node",
+        "TFDIST_JOBSET_JOB_INDEX": "0",
+        "TFDIST_JOBSET_PORT": "2222",
+    }
     env.update(extra)
     return env
 
@@ -36,12 +41,19 @@ def test_every_pod_gets_the_jobset_hostnames_and_its_index():
 
 
 def test_subdomain_port_and_job_index_are_used():
-    cfg = jobset.tf_config_from_jobset(_pod_env(
-        1, workers=2, TFDIST_JOBSET_SUBDOMAIN="net.ml.svc.cluster.local",
-        TFDIST_JOBSET_PORT="2300", TFDIST_JOBSET_JOB_INDEX="4"))
+    cfg = jobset.tf_config_from_jobset(
+        _pod_env(
+            1,
+            workers=2,
+            TFDIST_JOBSET_SUBDOMAIN="net.ml.svc.cluster.local",
+            TFDIST_JOBSET_PORT="2300",
+            TFDIST_JOBSET_JOB_INDEX="4",
+        )
+    )
     assert cfg["cluster"]["worker"] == [
         "mnist-node-4-0.net.ml.svc.cluster.local:2300",
-        "mnist-node-4-1.net.ml.svc.cluster.local:2300"]
+        "mnist-node-4-1.net.ml.svc.cluster.local:2300",
+    ]
     # Optional variables left out: subdomain = the JobSet's name, job 0, port 2222.
     env = _pod_env(0, workers=2)
     for key in ("TFDIST_JOBSET_JOB_INDEX", "TFDIST_JOBSET_PORT"):
@@ -55,14 +67,35 @@ def test_not_a_jobset_pod_or_one_worker_gives_none():
     assert jobset.tf_config_from_jobset(_pod_env(0, workers=1)) is None
 
 
-@pytest.mark.parametrize("change,match", [
-    ({"JOB_COMPLETION_INDEX": None}, r"`JOB_COMPLETION_INDEX` expected an int >= 0. Received: JOB_COMPLETION_INDEX=None"),
-    ({"JOB_COMPLETION_INDEX": "3"}, r"`JOB_COMPLETION_INDEX` expected an index below TFDIST_JOBSET_WORKERS=3.*Received: JOB_COMPLETION_INDEX='3'"),
-    ({"TFDIST_JOBSET_WORKERS": "two"}, r"`TFDIST_JOBSET_WORKERS` expected an int >= 1. Received: TFDIST_JOBSET_WORKERS='two'"),
-    ({"TFDIST_JOBSET_NAME": None}, r"`TFDIST_JOBSET_NAME` expected a DNS name.*Received: TFDIST_JOBSET_NAME=None"),
-    ({"TFDIST_JOBSET_REPLICATED_JOB": "Node_1"}, r"`TFDIST_JOBSET_REPLICATED_JOB`.*Received: TFDIST_JOBSET_REPLICATED_JOB='Node_1'"),
-    ({"TFDIST_JOBSET_PORT": "70000"}, r"`TFDIST_JOBSET_PORT` expected a port in 1..65535. Received: TFDIST_JOBSET_PORT=70000"),
-])
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        (
+            {"JOB_COMPLETION_INDEX": None},
+            r"`JOB_COMPLETION_INDEX` expected an int >= 0. Received: JOB_COMPLETION_INDEX=None",
+        ),
+        (
+            {"JOB_COMPLETION_INDEX": "3"},
+            r"`JOB_COMPLETION_INDEX` expected an index below TFDIST_JOBSET_WORKERS=3.*Received: JOB_COMPLETION_INDEX='3'",
+        ),
+        (
+            {"TFDIST_JOBSET_WORKERS": "two"},
+            r"`TFDIST_JOBSET_WORKERS` expected an int >= 1. Received: TFDIST_JOBSET_WORKERS='two'",
+        ),
+        (
+            {"TFDIST_JOBSET_NAME": None},
+            r"`TFDIST_JOBSET_NAME` expected a DNS name.*Received: TFDIST_JOBSET_NAME=None",
+        ),
+        (
+            {"TFDIST_JOBSET_REPLICATED_JOB": "Node_1"},
+            r"`TFDIST_JOBSET_REPLICATED_JOB`.*Received: TFDIST_JOBSET_REPLICATED_JOB='Node_1'",
+        ),
+        (
+            {"TFDIST_JOBSET_PORT": "70000"},
+            r"`TFDIST_JOBSET_PORT` expected a port in 1..65535. Received: TFDIST_JOBSET_PORT=70000",
+        ),
+    ],
+)
 def test_bad_pod_environment_is_a_named_error(change, match):
     env = _pod_env(1)
     for key, value in change.items():

@@ -35,51 +35,104 @@ yaml = pytest.importorskip("yaml", reason="pyyaml comes with the test extra")
 CMD = ["python", "-m", "tfdist_opt.examples.train_cnn", "--epochs", "3"]
 
 # ----------------------------------------------------------------- schemas
-ENV_VAR = {"name!": str, "value": str,
-           "valueFrom": {"fieldRef": {"fieldPath!": str}}}
-CONTAINER = {"name!": str, "image!": str, "command": [str], "args": [str],
-             "env": [ENV_VAR],
-             "ports": [{"name": str, "containerPort!": int}],
-             "resources": {"limits": {"*": int}, "requests": {"*": int}},
-             "volumeMounts": [{"name!": str, "mountPath!": str}]}
+ENV_VAR = {"name!": str, "value": str, "valueFrom": {"fieldRef": {"fieldPath!": str}}}
+CONTAINER = {
+    "name!": str,
+    "image!": str,
+    "command": [str],
+    "args": [str],
+    "env": [ENV_VAR],
+    "ports": [{"name": str, "containerPort!": int}],
+    "resources": {"limits": {"*": int}, "requests": {"*": int}},
+    "volumeMounts": [{"name!": str, "mountPath!": str}],
+}
 VOLUME = {"name!": str, "emptyDir": {}, "persistentVolumeClaim": {"claimName!": str}}
 POD_SPEC = {"containers!": [CONTAINER], "volumes": [VOLUME], "restartPolicy": str}
 POD_TEMPLATE = {"metadata": {"labels": {"*": str}}, "spec!": POD_SPEC}
-JOB_TEMPLATE = {"metadata": {"labels": {"*": str}},
-                "spec!": {"completionMode": str, "backoffLimit": int, "parallelism": int,
-                          "completions": int, "template!": POD_TEMPLATE}}
+JOB_TEMPLATE = {
+    "metadata": {"labels": {"*": str}},
+    "spec!": {
+        "completionMode": str,
+        "backoffLimit": int,
+        "parallelism": int,
+        "completions": int,
+        "template!": POD_TEMPLATE,
+    },
+}
 JOBSET_SPEC = {
-    "replicatedJobs": [{"name!": str, "groupName": str, "template!": JOB_TEMPLATE,
-                        "replicas": int}],
-    "network": {"enableDNSHostnames": bool, "subdomain": str,
-                "publishNotReadyAddresses": bool},
+    "replicatedJobs": [
+        {"name!": str, "groupName": str, "template!": JOB_TEMPLATE, "replicas": int}
+    ],
+    "network": {"enableDNSHostnames": bool, "subdomain": str, "publishNotReadyAddresses": bool},
     "failurePolicy": {"maxRestarts": int, "restartStrategy": str},
-    "suspend": bool, "ttlSecondsAfterFinished": int}
+    "suspend": bool,
+    "ttlSecondsAfterFinished": int,
+}
 META = {"name!": str, "namespace": str, "labels": {"*": str}}
-TRAINJOB = {"apiVersion!": str, "kind!": str, "metadata!": META, "spec!": {
-    "runtimeRef!": {"name!": str, "apiGroup": str, "kind": str},
-    "trainer": {"image": str, "command": [str], "args": [str], "env": [ENV_VAR],
-                "numNodes": int,
-                "resourcesPerNode": {"limits": {"*": int}, "requests": {"*": int}},
-                "numProcPerNode": int},
-    "suspend": bool}}
-RUNTIME = {"apiVersion!": str, "kind!": str, "metadata!": META, "spec!": {
-    "mlPolicy": {"numNodes": int},
-    "template!": {"metadata": {"labels": {"*": str}}, "spec!": JOBSET_SPEC}}}
+TRAINJOB = {
+    "apiVersion!": str,
+    "kind!": str,
+    "metadata!": META,
+    "spec!": {
+        "runtimeRef!": {"name!": str, "apiGroup": str, "kind": str},
+        "trainer": {
+            "image": str,
+            "command": [str],
+            "args": [str],
+            "env": [ENV_VAR],
+            "numNodes": int,
+            "resourcesPerNode": {"limits": {"*": int}, "requests": {"*": int}},
+            "numProcPerNode": int,
+        },
+        "suspend": bool,
+    },
+}
+RUNTIME = {
+    "apiVersion!": str,
+    "kind!": str,
+    "metadata!": META,
+    "spec!": {
+        "mlPolicy": {"numNodes": int},
+        "template!": {"metadata": {"labels": {"*": str}}, "spec!": JOBSET_SPEC},
+    },
+}
 RAY_GROUP = {"rayStartParams!": {"*": str}, "template!": {"spec!": POD_SPEC}}
-RAYJOB = {"apiVersion!": str, "kind!": str, "metadata!": META, "spec!": {
-    "entrypoint!": str, "shutdownAfterJobFinishes": bool,
-    "ttlSecondsAfterFinished": int, "backoffLimit": int,
-    "rayClusterSpec!": {
-        "rayVersion": str,
-        "headGroupSpec!": RAY_GROUP,
-        "workerGroupSpecs": [dict(RAY_GROUP, **{
-            "groupName!": str, "replicas": int, "minReplicas!": int,
-            "maxReplicas!": int})]}}}
+RAYJOB = {
+    "apiVersion!": str,
+    "kind!": str,
+    "metadata!": META,
+    "spec!": {
+        "entrypoint!": str,
+        "shutdownAfterJobFinishes": bool,
+        "ttlSecondsAfterFinished": int,
+        "backoffLimit": int,
+        "rayClusterSpec!": {
+            "rayVersion": str,
+            "headGroupSpec!": RAY_GROUP,
+            "workerGroupSpecs": [
+                dict(
+                    RAY_GROUP,
+                    **{
+                        "groupName!": str,
+                        "replicas": int,
+                        "minReplicas!": int,
+                        "maxReplicas!": int,
+                    },
+                )
+            ],
+        },
+    },
+}
 TF_REPLICA = {"replicas": int, "restartPolicy": str, "template!": {"spec!": POD_SPEC}}
-TFJOB = {"apiVersion!": str, "kind!": str, "metadata!": META, "spec!": {
-    "runPolicy": {"backoffLimit": int, "cleanPodPolicy": str},
-    "tfReplicaSpecs!": {r: TF_REPLICA for r in ("Chief", "PS", "Worker", "Evaluator")}}}
+TFJOB = {
+    "apiVersion!": str,
+    "kind!": str,
+    "metadata!": META,
+    "spec!": {
+        "runPolicy": {"backoffLimit": int, "cleanPodPolicy": str},
+        "tfReplicaSpecs!": {r: TF_REPLICA for r in ("Chief", "PS", "Worker", "Evaluator")},
+    },
+}
 
 
 def check_shape(obj, schema, path="$"):
@@ -140,23 +193,42 @@ def _docs(out):
 
 # ----------------------------------------------------------------- trainjob
 def test_trainjob_writes_a_runtime_and_a_trainjob_of_the_crd_shapes(capsys):
-    code, out, err = _cli(capsys, "--kind", "trainjob", "--workers", "4",
-                          "--gpus-per-worker", "2", "--image", "reg/t:1",
-                          "--namespace", "ml", "--name", "resnet",
-                          "--env", "TFDIST_OPT_ALL_REDUCE=ring", "--", *CMD)
+    code, out, err = _cli(
+        capsys,
+        "--kind",
+        "trainjob",
+        "--workers",
+        "4",
+        "--gpus-per-worker",
+        "2",
+        "--image",
+        "reg/t:1",
+        "--namespace",
+        "ml",
+        "--name",
+        "resnet",
+        "--env",
+        "TFDIST_OPT_ALL_REDUCE=ring",
+        "--",
+        *CMD,
+    )
     assert code == 0, err
     runtime, job = _docs(out)
     check_shape(runtime, RUNTIME)
     check_shape(job, TRAINJOB)
     check_pods(runtime)
     assert (runtime["apiVersion"], runtime["kind"]) == (
-        "trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime")
+        "trainer.kubeflow.org/v1alpha1",
+        "ClusterTrainingRuntime",
+    )
     assert (job["apiVersion"], job["kind"]) == ("trainer.kubeflow.org/v1alpha1", "TrainJob")
     assert "namespace" not in runtime["metadata"]  # cluster-scoped
     assert job["metadata"] == {"name": "resnet", "namespace": "ml"}
-    assert job["spec"]["runtimeRef"] == {"name": runtime["metadata"]["name"],
-                                         "apiGroup": "trainer.kubeflow.org",
-                                         "kind": "ClusterTrainingRuntime"}
+    assert job["spec"]["runtimeRef"] == {
+        "name": runtime["metadata"]["name"],
+        "apiGroup": "trainer.kubeflow.org",
+        "kind": "ClusterTrainingRuntime",
+    }
     trainer = job["spec"]["trainer"]
     assert trainer["numNodes"] == 4 and trainer["command"] == CMD
     assert trainer["image"] == "reg/t:1"
@@ -167,25 +239,42 @@ def test_trainjob_writes_a_runtime_and_a_trainjob_of_the_crd_shapes(capsys):
     (rjob,) = runtime["spec"]["template"]["spec"]["replicatedJobs"]
     assert rjob["name"] == "node"
     assert rjob["template"]["metadata"]["labels"] == {
-        "trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
+        "trainer.kubeflow.org/trainjob-ancestor-step": "trainer"
+    }
     assert rjob["template"]["spec"]["completionMode"] == "Indexed"
     (c,) = rjob["template"]["spec"]["template"]["spec"]["containers"]
     assert c["name"] == "node"
-    fields = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]
-              for e in c["env"] if "valueFrom" in e}
+    fields = {
+        e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"] if "valueFrom" in e
+    }
     assert fields == {
         "TFDIST_JOBSET_NAME": "metadata.labels['jobset.sigs.k8s.io/jobset-name']",
         "TFDIST_JOBSET_REPLICATED_JOB": "metadata.labels['jobset.sigs.k8s.io/replicatedjob-name']",
-        "TFDIST_JOBSET_JOB_INDEX": "metadata.labels['jobset.sigs.k8s.io/job-index']"}
+        "TFDIST_JOBSET_JOB_INDEX": "metadata.labels['jobset.sigs.k8s.io/job-index']",
+    }
     assert runtime["spec"]["template"]["spec"]["network"]["enableDNSHostnames"] is True
     assert "TF_CONFIG" not in fields and "TF_CONFIG" not in env
     assert "no --kind" not in err
 
 
 def test_trainjob_restarts_and_backup_volume(capsys):
-    code, out, err = _cli(capsys, "--kind", "trainjob", "--workers", "2",
-                          "--max-restarts", "3", "--backup-dir", "/backups",
-                          "--backup-claim", "trainer-backups", "--image", "i", "--", *CMD)
+    code, out, err = _cli(
+        capsys,
+        "--kind",
+        "trainjob",
+        "--workers",
+        "2",
+        "--max-restarts",
+        "3",
+        "--backup-dir",
+        "/backups",
+        "--backup-claim",
+        "trainer-backups",
+        "--image",
+        "i",
+        "--",
+        *CMD,
+    )
     assert code == 0 and "warning" not in err, err
     runtime, job = _docs(out)
     check_shape(runtime, RUNTIME)
@@ -195,27 +284,58 @@ def test_trainjob_restarts_and_backup_volume(capsys):
     pod = spec["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     assert pod["restartPolicy"] == "Never"
     assert spec["replicatedJobs"][0]["template"]["spec"]["backoffLimit"] == 0
-    assert pod["volumes"] == [{"name": "tfdist-opt-backup",
-                               "persistentVolumeClaim": {"claimName": "trainer-backups"}}]
+    assert pod["volumes"] == [
+        {"name": "tfdist-opt-backup", "persistentVolumeClaim": {"claimName": "trainer-backups"}}
+    ]
     assert pod["containers"][0]["volumeMounts"] == [
-        {"name": "tfdist-opt-backup", "mountPath": "/backups"}]
+        {"name": "tfdist-opt-backup", "mountPath": "/backups"}
+    ]
     # emptyDir: written, with a warning that JobSet restarts lose it.
-    code, out, err = _cli(capsys, "--kind", "trainjob", "--workers", "2", "--max-restarts",
-                          "1", "--backup-dir", "/backups", "--image", "i", "--", *CMD)
+    code, out, err = _cli(
+        capsys,
+        "--kind",
+        "trainjob",
+        "--workers",
+        "2",
+        "--max-restarts",
+        "1",
+        "--backup-dir",
+        "/backups",
+        "--image",
+        "i",
+        "--",
+        *CMD,
+    )
     assert code == 0 and "warning: backup_dir='/backups' is an emptyDir" in err
     assert "no backup survives a restart" in err
-    pod = _docs(out)[0]["spec"]["template"]["spec"]["replicatedJobs"][0][
-        "template"]["spec"]["template"]["spec"]
+    pod = _docs(out)[0]["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"][
+        "template"
+    ]["spec"]
     assert pod["volumes"] == [{"name": "tfdist-opt-backup", "emptyDir": {}}]
 
 
 # ----------------------------------------------------------------- rayjob
 @pytest.mark.parametrize("gpus", [0, 2])
 def test_rayjob_runs_the_launcher_on_a_cluster_of_the_crd_shape(capsys, gpus):
-    code, out, err = _cli(capsys, "--kind", "rayjob", "--workers", "3",
-                          "--gpus-per-worker", str(gpus), "--max-restarts", "2",
-                          "--backup-dir", "/ckpt", "--backup-claim", "shared",
-                          "--image", "reg/t:1", "--", *CMD)
+    code, out, err = _cli(
+        capsys,
+        "--kind",
+        "rayjob",
+        "--workers",
+        "3",
+        "--gpus-per-worker",
+        str(gpus),
+        "--max-restarts",
+        "2",
+        "--backup-dir",
+        "/ckpt",
+        "--backup-claim",
+        "shared",
+        "--image",
+        "reg/t:1",
+        "--",
+        *CMD,
+    )
     assert code == 0, err
     (job,) = _docs(out)
     check_shape(job, RAYJOB)
@@ -257,24 +377,44 @@ def test_rayjob_refuses_what_ray_cannot_run(capsys):
         (["--ray-version", "latest", "--", *CMD], r"`ray_version`.*Received: ray_version='latest'"),
         (["--port", "2300", "--", *CMD], r"`--port` applies to --kind tfjob or trainjob"),
     ]:
-        code, out, err = _cli(capsys, "--kind", "rayjob", "--workers", "2",
-                              "--image", "i", *argv)
+        code, out, err = _cli(capsys, "--kind", "rayjob", "--workers", "2", "--image", "i", *argv)
         assert code == 2 and out == "", err
         assert re.search(match, err), err
 
 
 # ----------------------------------------------------------------- tfjob
 def test_no_kind_still_writes_todays_tfjob_with_a_note(capsys):
-    code, out, err = _cli(capsys, "--workers", "4", "--image", "reg/trainer:1.0",
-                          "--env", "TFDIST_OPT_ALL_REDUCE=ring", "--", *CMD)
+    code, out, err = _cli(
+        capsys,
+        "--workers",
+        "4",
+        "--image",
+        "reg/trainer:1.0",
+        "--env",
+        "TFDIST_OPT_ALL_REDUCE=ring",
+        "--",
+        *CMD,
+    )
     assert code == 0, err
     assert "note: no --kind: writing a TFJob" in err and "--kind trainjob" in err
     (job,) = _docs(out)
     check_shape(job, TFJOB)
-    assert job == k8s.build_tfjob("trainer", "reg/trainer:1.0", CMD, 4,
-                                  env={"TFDIST_OPT_ALL_REDUCE": "ring"})
-    code, out2, err = _cli(capsys, "--kind", "tfjob", "--workers", "4", "--image",
-                           "reg/trainer:1.0", "--env", "TFDIST_OPT_ALL_REDUCE=ring", "--", *CMD)
+    assert job == k8s.build_tfjob(
+        "trainer", "reg/trainer:1.0", CMD, 4, env={"TFDIST_OPT_ALL_REDUCE": "ring"}
+    )
+    code, out2, err = _cli(
+        capsys,
+        "--kind",
+        "tfjob",
+        "--workers",
+        "4",
+        "--image",
+        "reg/trainer:1.0",
+        "--env",
+        "TFDIST_OPT_ALL_REDUCE=ring",
+        "--",
+        *CMD,
+    )
     assert code == 0 and out2 == out and "note" not in err
     assert job["apiVersion"] == "kubeflow.org/v1" and job["kind"] == "TFJob"
     assert list(job["spec"]["tfReplicaSpecs"]) == ["Worker"]
@@ -292,10 +432,33 @@ def test_no_kind_still_writes_todays_tfjob_with_a_note(capsys):
 
 def test_tfjob_ps_gpus_restarts_backups_namespace_and_port(capsys, tmp_path):
     path = tmp_path / "job.yaml"
-    code, _, err = _cli(capsys, "--kind", "tfjob", "--workers", "2", "--ps", "1",
-                        "--gpus", "8", "--max-restarts", "3", "--namespace", "ml",
-                        "--name", "big", "--port", "2300", "--backup-dir", "/backups",
-                        "--image", "i:1", "-o", str(path), "--", *CMD)
+    code, _, err = _cli(
+        capsys,
+        "--kind",
+        "tfjob",
+        "--workers",
+        "2",
+        "--ps",
+        "1",
+        "--gpus",
+        "8",
+        "--max-restarts",
+        "3",
+        "--namespace",
+        "ml",
+        "--name",
+        "big",
+        "--port",
+        "2300",
+        "--backup-dir",
+        "/backups",
+        "--image",
+        "i:1",
+        "-o",
+        str(path),
+        "--",
+        *CMD,
+    )
     assert code == 0 and f"wrote {path}" in err
     assert "warning: backup_dir='/backups' is an emptyDir" in err
     assert "survives the in-place container restarts" in err
@@ -313,15 +476,18 @@ def test_tfjob_ps_gpus_restarts_backups_namespace_and_port(capsys, tmp_path):
     def container(role):
         (c,) = specs[role]["template"]["spec"]["containers"]
         return c
+
     assert container("Worker")["resources"] == {"limits": {"nvidia.com/gpu": 8}}
     assert container("Chief")["resources"] == {"limits": {"nvidia.com/gpu": 8}}
     assert "resources" not in container("PS")
     assert container("PS")["ports"][0]["containerPort"] == 2300
     for role, spec in specs.items():
         assert spec["template"]["spec"]["volumes"] == [
-            {"name": "tfdist-opt-backup", "emptyDir": {}}], role
+            {"name": "tfdist-opt-backup", "emptyDir": {}}
+        ], role
         assert container(role)["volumeMounts"] == [
-            {"name": "tfdist-opt-backup", "mountPath": "/backups"}]
+            {"name": "tfdist-opt-backup", "mountPath": "/backups"}
+        ]
 
 
 def test_every_pod_gets_a_tf_config_tfdist_opt_reads_as_multi_worker():
@@ -344,11 +510,18 @@ def test_every_pod_gets_a_tf_config_tfdist_opt_reads_as_multi_worker():
 def test_operator_details_custom_domain_one_replica_and_ps():
     job = k8s.build_tfjob("t", "i", CMD, 2, ps=1)
     cfg = k8s.operator_tf_config(job, "PS", 0, cluster_domain="cluster.local")
-    assert cfg == {"cluster": {"chief": ["t-chief-0.default.svc.cluster.local:2222"],
-                               "ps": ["t-ps-0.default.svc.cluster.local:2222"],
-                               "worker": ["t-worker-0.default.svc.cluster.local:2222",
-                                          "t-worker-1.default.svc.cluster.local:2222"]},
-                   "task": {"type": "ps", "index": 0}, "environment": "cloud"}
+    assert cfg == {
+        "cluster": {
+            "chief": ["t-chief-0.default.svc.cluster.local:2222"],
+            "ps": ["t-ps-0.default.svc.cluster.local:2222"],
+            "worker": [
+                "t-worker-0.default.svc.cluster.local:2222",
+                "t-worker-1.default.svc.cluster.local:2222",
+            ],
+        },
+        "task": {"type": "ps", "index": 0},
+        "environment": "cloud",
+    }
     src = k8s.tfjob_cluster({"TF_CONFIG": json.dumps(cfg)})
     assert src.index is None and len(src.addresses) == 2
     assert k8s.operator_tf_config(k8s.build_tfjob("t", "i", CMD, 1), "Worker", 0) is None
@@ -358,41 +531,125 @@ def test_tfjob_source_rejects_what_the_operator_would_not_write():
     with pytest.raises(ValueError, match="TF_CONFIG is not set"):
         k8s.tfjob_cluster({})
     cfg = tc.build_tf_config({"worker": ["h1:2222", "h2:2222"]}, "worker", 0)
-    with pytest.raises(ValueError, match=r"cluster.worker address 'h1:2222' is not a "
-                       r"TFJob Service name"):
+    with pytest.raises(
+        ValueError,
+        match=r"cluster.worker address 'h1:2222' is not a "
+        r"TFJob Service name",
+    ):
         k8s.tfjob_cluster({"TF_CONFIG": json.dumps(cfg)})
 
 
 def test_tfjob_backup_claim_mounts_the_claim_without_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        job = k8s.build_tfjob("t", "i", CMD, 2, max_restarts=1, backup_dir="/b",
-                              backup_claim="pvc-1")
+        job = k8s.build_tfjob(
+            "t", "i", CMD, 2, max_restarts=1, backup_dir="/b", backup_claim="pvc-1"
+        )
     spec = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
-    assert spec["volumes"] == [{"name": "tfdist-opt-backup",
-                                "persistentVolumeClaim": {"claimName": "pvc-1"}}]
+    assert spec["volumes"] == [
+        {"name": "tfdist-opt-backup", "persistentVolumeClaim": {"claimName": "pvc-1"}}
+    ]
     assert job["spec"]["runPolicy"]["backoffLimit"] == 3
 
 
 # ----------------------------------------------------------------- bad input
-@pytest.mark.parametrize("argv,match", [
-    (["--workers", "0", "--image", "i", "--", "x"], r"`--workers`: expected an int >= 1. Received: --workers='0'"),
-    (["--kind", "trainjob", "--workers", "two", "--image", "i", "--", "x"], r"`--workers`: expected an int >= 1. Received: --workers='two'"),
-    (["--kind", "trainjob", "--workers", "2", "--gpus-per-worker", "1.5", "--image", "i", "--", "x"], r"`--gpus-per-worker`: expected an int >= 0. Received: --gpus-per-worker='1.5'"),
-    (["--kind", "rayjob", "--workers", "2", "--gpus-per-worker", "-1", "--image", "i", "--", "python", "t.py"], r"`--gpus-per-worker`: expected an int >= 0. Received: --gpus-per-worker='-1'"),
-    (["--kind", "jaxjob", "--workers", "2", "--image", "i", "--", "x"], r"Unrecognized `--kind`: expected one of tfjob, trainjob, rayjob. Received: --kind='jaxjob'"),
-    (["--workers", "2", "--image", "i", "--name", "Bad_Name", "--", "x"], r"`name`: expected a DNS label.*Received: name='Bad_Name'"),
-    (["--workers", "2", "--image", "a b", "--", "x"], r"`image`.*Received: image='a b'"),
-    (["--workers", "2", "--image", "i", "--env", "NOEQUALS", "--", "x"], r"`--env`: expected NAME=VALUE with a shell-style NAME. Received: --env 'NOEQUALS'"),
-    (["--kind", "trainjob", "--workers", "2", "--image", "i", "--env", "1X=y", "--", "x"], r"`--env`: expected NAME=VALUE.*Received: --env '1X=y'"),
-    (["--kind", "trainjob", "--workers", "2", "--image", "i", "--env", "TFDIST_JOBSET_WORKERS=9", "--", "x"], r"TFDIST_JOBSET_WORKERS is set from `workers`"),
-    (["--workers", "2", "--image", "i", "--port", "70000", "--", "x"], r"`port`.*Received: port=70000"),
-    (["--workers", "2", "--image", "i", "--backup-dir", "backups", "--", "x"], r"`backup_dir`: expected an absolute path.*Received: backup_dir='backups'"),
-    (["--workers", "2", "--image", "i", "--backup-claim", "pvc", "--", "x"], r"`backup_claim`.*set backup_dir too"),
-    (["--kind", "trainjob", "--workers", "2", "--ps", "1", "--image", "i", "--", "x"], r"`--ps` applies to --kind tfjob. Received: --ps='1' with --kind trainjob"),
-    (["--kind", "tfjob", "--workers", "2", "--runtime", "rt", "--image", "i", "--", "x"], r"`--runtime` applies to --kind trainjob"),
-    (["--workers", "2", "--image", "i"], r"nothing to run"),
-])
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (
+            ["--workers", "0", "--image", "i", "--", "x"],
+            r"`--workers`: expected an int >= 1. Received: --workers='0'",
+        ),
+        (
+            ["--kind", "trainjob", "--workers", "two", "--image", "i", "--", "x"],
+            r"`--workers`: expected an int >= 1. Received: --workers='two'",
+        ),
+        (
+            [
+                "--kind",
+                "trainjob",
+                "--workers",
+                "2",
+                "--gpus-per-worker",
+                "1.5",
+                "--image",
+                "i",
+                "--",
+                "x",
+            ],
+            r"`--gpus-per-worker`: expected an int >= 0. Received: --gpus-per-worker='1.5'",
+        ),
+        (
+            [
+                "--kind",
+                "rayjob",
+                "--workers",
+                "2",
+                "--gpus-per-worker",
+                "-1",
+                "--image",
+                "i",
+                "--",
+                "python",
+                "t.py",
+            ],
+            r"`--gpus-per-worker`: expected an int >= 0. Received: --gpus-per-worker='-1'",
+        ),
+        (
+            ["--kind", "jaxjob", "--workers", "2", "--image", "i", "--", "x"],
+            r"Unrecognized `--kind`: expected one of tfjob, trainjob, rayjob. Received: --kind='jaxjob'",
+        ),
+        (
+            ["--workers", "2", "--image", "i", "--name", "Bad_Name", "--", "x"],
+            r"`name`: expected a DNS label.*Received: name='Bad_Name'",
+        ),
+        (["--workers", "2", "--image", "a b", "--", "x"], r"`image`.*Received: image='a b'"),
+        (
+            ["--workers", "2", "--image", "i", "--env", "NOEQUALS", "--", "x"],
+            r"`--env`: expected NAME=VALUE with a shell-style NAME. Received: --env 'NOEQUALS'",
+        ),
+        (
+            ["--kind", "trainjob", "--workers", "2", "--image", "i", "--env", "1X=y", "--", "x"],
+            r"`--env`: expected NAME=VALUE.*Received: --env '1X=y'",
+        ),
+        (
+            [
+                "--kind",
+                "trainjob",
+                "--workers",
+                "2",
+                "--image",
+                "i",
+                "--env",
+                "TFDIST_JOBSET_WORKERS=9",
+                "--",
+                "x",
+            ],
+            r"TFDIST_JOBSET_WORKERS is set from `workers`",
+        ),
+        (
+            ["--workers", "2", "--image", "i", "--port", "70000", "--", "x"],
+            r"`port`.*Received: port=70000",
+        ),
+        (
+            ["--workers", "2", "--image", "i", "--backup-dir", "backups", "--", "x"],
+            r"`backup_dir`: expected an absolute path.*Received: backup_dir='backups'",
+        ),
+        (
+            ["--workers", "2", "--image", "i", "--backup-claim", "pvc", "--", "x"],
+            r"`backup_claim`.*set backup_dir too",
+        ),
+        (
+            ["--kind", "trainjob", "--workers", "2", "--ps", "1", "--image", "i", "--", "x"],
+            r"`--ps` applies to --kind tfjob. Received: --ps='1' with --kind trainjob",
+        ),
+        (
+            ["--kind", "tfjob", "--workers", "2", "--runtime", "rt", "--image", "i", "--", "x"],
+            r"`--runtime` applies to --kind trainjob",
+        ),
+        (["--workers", "2", "--image", "i"], r"nothing to run"),
+    ],
+)
 def test_bad_input_is_an_error_naming_the_field(capsys, argv, match):
     code, out, err = _cli(capsys, *argv)
     assert code == 2 and out == ""
@@ -409,9 +666,16 @@ def test_help_says_opt_strategy_builds_ps_strategies(capsys):
 
 
 def test_yaml_writer_quotes_strings_and_handles_nesting():
-    obj = {"a": "yes", "b": "2222", "c": ["x", {"k": 1, "l": [True, None]}],
-           "d": {}, "e": [], "on": 'say "hi"\n', "f": [["p", "q"]],
-           "metadata.labels['x/y']": "z"}
+    obj = {
+        "a": "yes",
+        "b": "2222",
+        "c": ["x", {"k": 1, "l": [True, None]}],
+        "d": {},
+        "e": [],
+        "on": 'say "hi"\n',
+        "f": [["p", "q"]],
+        "metadata.labels['x/y']": "z",
+    }
     assert yaml.safe_load(k8s.to_yaml(obj)) == obj
 
 

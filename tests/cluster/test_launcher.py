@@ -36,8 +36,9 @@ def _run(code, n, **kwargs):
     kwargs.setdefault("startup_timeout", None)
     kwargs.setdefault("term_timeout", 5)
     t0 = time.monotonic()
-    result = launcher.run_local(_py(code), n, stdout=out, stderr=err,
-                                handle_signals=False, **kwargs)
+    result = launcher.run_local(
+        _py(code), n, stdout=out, stderr=err, handle_signals=False, **kwargs
+    )
     return result, out.getvalue(), err.getvalue(), time.monotonic() - t0
 
 
@@ -53,12 +54,12 @@ def _wait_for(path, timeout=20.0):
     raise AssertionError(f"{path} did not appear within {timeout} s")
 
 
-
 def test_an_evaluator_slower_than_training_is_told_that_training_ended(tmp_path):
     # The training tasks exit before the evaluator looks for the chief: the
     # launcher creates the file named in its TRAINING_ENDED_ENV once they
     # all exited 0 (and only then), so the evaluator stops at once.
-    result, _, err, _ = _run(f"""
+    result, _, err, _ = _run(
+        f"""
         import json, os, sys, time
         task = json.loads(os.environ["TF_CONFIG"])["task"]
         if task["type"] != "evaluator":
@@ -68,9 +69,13 @@ def test_an_evaluator_slower_than_training_is_told_that_training_ended(tmp_path)
         while not os.path.exists(path) and time.monotonic() < deadline:
             time.sleep(0.05)
         print("evaluator saw the cue", os.path.exists(path), file=sys.stderr)
-        """, 2, evaluator=True)
+        """,
+        2,
+        evaluator=True,
+    )
     assert result.returncode == 0, err
     assert "[evaluator 0] evaluator saw the cue True" in err, err
+
 
 def _kill_all(pids):
     for pid in pids:
@@ -82,7 +87,8 @@ def _kill_all(pids):
 
 # ------------------------------------------------------------ happy path
 def test_two_workers_get_their_tf_config_and_prefixed_output():
-    result, out, err, _ = _run("""
+    result, out, err, _ = _run(
+        """
         import json, os, sys
         cfg = json.loads(os.environ["TF_CONFIG"])
         print("index", cfg["task"]["index"], "of", len(cfg["cluster"]["worker"]),
@@ -90,7 +96,9 @@ def test_two_workers_get_their_tf_config_and_prefixed_output():
               os.environ["TFDIST_LAUNCH_RESTART_COUNT"])
         print("to stderr", file=sys.stderr)
         sys.stdout.write("no newline")
-    """, 2)
+    """,
+        2,
+    )
     assert result.returncode == 0, err
     assert "[worker 0] index 0 of 2 0 0\n" in out
     assert "[worker 1] index 1 of 2 1 0\n" in out
@@ -100,9 +108,12 @@ def test_two_workers_get_their_tf_config_and_prefixed_output():
 
 
 def test_workers_ports_are_loopback_and_distinct():
-    result, out, _, _ = _run("""
+    result, out, _, _ = _run(
+        """
         import os; print(os.environ["TF_CONFIG"])
-    """, 3)
+    """,
+        3,
+    )
     assert result.returncode == 0
     line = [l for l in out.splitlines() if l.startswith("[worker 2]")][0]
     cfg = tc.parse_tf_config(line.split("] ", 1)[1])
@@ -112,17 +123,24 @@ def test_workers_ports_are_loopback_and_distinct():
 
 def test_single_worker_gets_no_tf_config_and_cpu_replicas(monkeypatch):
     monkeypatch.setenv("TF_CONFIG", '{"stale": true}')
-    result, out, _, _ = _run("""
+    result, out, _, _ = _run(
+        """
         import os
         print(os.environ.get("TF_CONFIG"), os.environ["TFDIST_OPT_CPU_REPLICAS"])
-    """, 1, cpu_replicas=4)
+    """,
+        1,
+        cpu_replicas=4,
+    )
     assert result.returncode == 0
     assert "[worker 0] None 4\n" in out
 
 
 def test_cpu_replicas_above_one_needs_one_worker():
-    with pytest.raises(ValueError, match=r"`--cpu-replicas`.*only possible with "
-                       r"-n 1.*Received: --cpu-replicas=4 with -n 2"):
+    with pytest.raises(
+        ValueError,
+        match=r"`--cpu-replicas`.*only possible with "
+        r"-n 1.*Received: --cpu-replicas=4 with -n 2",
+    ):
         launcher.run_local(["true"], 2, cpu_replicas=4)
     launcher.check_cpu_replicas(2, 1)
     launcher.check_cpu_replicas(1, 8)
@@ -131,7 +149,8 @@ def test_cpu_replicas_above_one_needs_one_worker():
 # ------------------------------------------------------------ failures
 def test_first_failure_code_is_returned_and_the_others_are_stopped(tmp_path):
     # Worker 0 hangs (with a grandchild); worker 1 fails with code 3.
-    result, _, err, elapsed = _run(f"""
+    result, _, err, elapsed = _run(
+        f"""
         import os, subprocess, sys, time
         i = os.environ["TFDIST_LAUNCH_WORKER_INDEX"]
         if i == "1":
@@ -141,7 +160,9 @@ def test_first_failure_code_is_returned_and_the_others_are_stopped(tmp_path):
         with open(r"{tmp_path}/pids", "w") as f:
             f.write(f"{{os.getpid()}} {{child.pid}}")
         time.sleep(60)
-    """, 2)
+    """,
+        2,
+    )
     pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
     try:
         assert result.returncode == 3
@@ -154,18 +175,22 @@ def test_first_failure_code_is_returned_and_the_others_are_stopped(tmp_path):
 
 
 def test_worker_killed_by_signal_reports_128_plus_signal():
-    result, _, err, _ = _run("""
+    result, _, err, _ = _run(
+        """
         import os, signal
         if os.environ["TFDIST_LAUNCH_WORKER_INDEX"] == "0":
             os.kill(os.getpid(), signal.SIGKILL)
         import time; time.sleep(60)
-    """, 2)
+    """,
+        2,
+    )
     assert result.returncode == 137
     assert "worker 0 was killed by SIGKILL (exit code 137)" in err
 
 
 def test_worker_ignoring_sigterm_is_killed_after_term_timeout(tmp_path):
-    result, _, _, elapsed = _run(f"""
+    result, _, _, elapsed = _run(
+        f"""
         import os, signal, sys, time
         if os.environ["TFDIST_LAUNCH_WORKER_INDEX"] == "1":
             # fail once worker 0 ignores SIGTERM (not before, under load)
@@ -178,7 +203,10 @@ def test_worker_ignoring_sigterm_is_killed_after_term_timeout(tmp_path):
         open(r"{tmp_path}/pid.tmp", "w").write(str(os.getpid()))
         os.replace(r"{tmp_path}/pid.tmp", r"{tmp_path}/pid")
         time.sleep(60)
-    """, 2, term_timeout=1)
+    """,
+        2,
+        term_timeout=1,
+    )
     pid = int((tmp_path / "pid").read_text())
     try:
         assert result.returncode == 2
@@ -198,8 +226,10 @@ def test_max_restarts_restarts_the_whole_group():
     """
     result, out, err, _ = _run(code, 2, max_restarts=1)
     assert result.returncode == 0 and result.restarts == 1
-    assert "worker 1 exited with code 5; stopped the other 1 worker(s); " \
-           "restarting the group (restart 1 of 1)" in err
+    assert (
+        "worker 1 exited with code 5; stopped the other 1 worker(s); "
+        "restarting the group (restart 1 of 1)" in err
+    )
     # Each worker ran attempt 0 and, restarted with the group, attempt 1.
     attempts = sorted(re.findall(r"^\[worker (\d+)\] attempt (\d+)", out, re.M))
     assert attempts == [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")], out
@@ -215,7 +245,8 @@ def test_restarts_are_bounded():
 
 # ------------------------------------------------------------ joining
 def test_worker_that_never_listens_fails_the_launch_by_name():
-    result, _, err, elapsed = _run("""
+    result, _, err, elapsed = _run(
+        """
         import os, socket, time, json
         cfg = json.loads(os.environ["TF_CONFIG"])
         i = cfg["task"]["index"]
@@ -223,7 +254,10 @@ def test_worker_that_never_listens_fails_the_launch_by_name():
             port = int(cfg["cluster"]["worker"][0].rsplit(":", 1)[1])
             s = socket.socket(); s.bind(("", port)); s.listen()
         time.sleep(60)
-    """, 2, startup_timeout=1.5)
+    """,
+        2,
+        startup_timeout=1.5,
+    )
     assert result.returncode == launcher.EXIT_LAUNCH_ERROR
     assert result.failed_worker == 1
     assert "worker 1 (localhost:" in err and "did not join within 1.5 s" in err
@@ -232,14 +266,18 @@ def test_worker_that_never_listens_fails_the_launch_by_name():
 
 
 def test_workers_that_listen_or_finish_pass_the_startup_check():
-    result, _, err, _ = _run("""
+    result, _, err, _ = _run(
+        """
         import os, socket, time, json
         cfg = json.loads(os.environ["TF_CONFIG"])
         i = cfg["task"]["index"]
         port = int(cfg["cluster"]["worker"][i].rsplit(":", 1)[1])
         s = socket.socket(); s.bind(("", port)); s.listen()
         time.sleep(2.5)
-    """, 2, startup_timeout=1)
+    """,
+        2,
+        startup_timeout=1,
+    )
     assert result.returncode == 0, err
 
 
@@ -250,10 +288,12 @@ def test_port_in_use_is_reported_with_port_and_task():
         s.listen()
         port = s.getsockname()[1]
         t0 = time.monotonic()
-        with pytest.raises(launcher.PortInUseError,
-                           match=f"Port {port} for worker 1 is already in use"):
-            launcher.run_local(["true"], 3, base_port=port - 1,
-                               handle_signals=False, stderr=io.StringIO())
+        with pytest.raises(
+            launcher.PortInUseError, match=f"Port {port} for worker 1 is already in use"
+        ):
+            launcher.run_local(
+                ["true"], 3, base_port=port - 1, handle_signals=False, stderr=io.StringIO()
+            )
         assert time.monotonic() - t0 < 3
 
 
@@ -280,11 +320,29 @@ def _launch_cli(tmp_path, *options, ignoring=()):
     script.write_text(_SIGNAL_CHILD)
     env = dict(os.environ, PYTHONPATH=REPO_ROOT)
     return subprocess.Popen(
-        [sys.executable, "-m", "tfdist_opt", "launch", "-n", "2",
-         "--startup-timeout", "0", *options, "--", sys.executable, str(script),
-         str(tmp_path), *(str(i) for i in ignoring)],
-        env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "tfdist_opt",
+            "launch",
+            "-n",
+            "2",
+            "--startup-timeout",
+            "0",
+            *options,
+            "--",
+            sys.executable,
+            str(script),
+            str(tmp_path),
+            *(str(i) for i in ignoring),
+        ],
+        env=env,
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
@@ -326,8 +384,10 @@ def test_worker_ignoring_the_forwarded_signal_is_sigkilled_and_named(tmp_path):
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 128 + signal.SIGINT, err
         assert not (tmp_path / "sig-0").exists() and not (tmp_path / "sig-1").exists()
-        assert ("got SIGINT; stopped 2 worker(s) (worker 0, worker 1 SIGKILLed: "
-                "still running 1 s after SIGINT; --term-timeout sets the grace)") in err
+        assert (
+            "got SIGINT; stopped 2 worker(s) (worker 0, worker 1 SIGKILLed: "
+            "still running 1 s after SIGINT; --term-timeout sets the grace)"
+        ) in err
         assert all(_gone(p) for p in pids)
     finally:
         _kill_all(pids)
@@ -361,30 +421,53 @@ def _cli(capsys, *argv):
 
 
 def test_cli_runs_local_workers(capfd):
-    code = cli.main(["launch", "-n", "2", "--startup-timeout", "0", "--",
-                     sys.executable, "-c", "import os; print('w', "
-                     "os.environ['TFDIST_LAUNCH_WORKER_INDEX'])"])
+    code = cli.main(
+        [
+            "launch",
+            "-n",
+            "2",
+            "--startup-timeout",
+            "0",
+            "--",
+            sys.executable,
+            "-c",
+            "import os; print('w', os.environ['TFDIST_LAUNCH_WORKER_INDEX'])",
+        ]
+    )
     out, err = capfd.readouterr()
     assert code == 0, err
     assert "[worker 0] w 0" in out and "[worker 1] w 1" in out
 
 
 def test_cli_exit_code_is_first_failure(capfd):
-    code = cli.main(["launch", "-n", "2", "--startup-timeout", "0", "--",
-                     sys.executable, "-c", "import sys; sys.exit(7)"])
+    code = cli.main(
+        [
+            "launch",
+            "-n",
+            "2",
+            "--startup-timeout",
+            "0",
+            "--",
+            sys.executable,
+            "-c",
+            "import sys; sys.exit(7)",
+        ]
+    )
     capfd.readouterr()
     assert code == 7
 
 
-@pytest.mark.parametrize("argv,match", [
-    (["-n", "2"], "nothing to launch"),
-    (["--", "python", "x.py"], "Missing `-n`"),
-    (["-n", "2", "--cpu-replicas", "2", "--", "python"], "`--cpu-replicas`"),
-    (["-n", "0", "--", "python"], "Received: -n 0"),
-    (["-n", "2", "--max-restarts", "-1", "--", "python"],
-     "Received: --max-restarts=-1"),
-    (["--slurm", "--", "python"], "Not inside a SLURM allocation"),
-])
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["-n", "2"], "nothing to launch"),
+        (["--", "python", "x.py"], "Missing `-n`"),
+        (["-n", "2", "--cpu-replicas", "2", "--", "python"], "`--cpu-replicas`"),
+        (["-n", "0", "--", "python"], "Received: -n 0"),
+        (["-n", "2", "--max-restarts", "-1", "--", "python"], "Received: --max-restarts=-1"),
+        (["--slurm", "--", "python"], "Not inside a SLURM allocation"),
+    ],
+)
 def test_cli_errors(capsys, monkeypatch, argv, match):
     monkeypatch.delenv("SLURM_JOB_NODELIST", raising=False)
     monkeypatch.delenv("SLURM_NODELIST", raising=False)
@@ -395,42 +478,53 @@ def test_cli_errors(capsys, monkeypatch, argv, match):
 
 
 def test_cli_prints_srun_line_inside_slurm(capsys, monkeypatch):
-    for k, v in {"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "node[01-02]",
-                 "SLURM_NTASKS": "4", "SLURM_TASKS_PER_NODE": "2(x2)"}.items():
+    for k, v in {
+        "SLURM_JOB_ID": "42",
+        "SLURM_JOB_NODELIST": "node[01-02]",
+        "SLURM_NTASKS": "4",
+        "SLURM_TASKS_PER_NODE": "2(x2)",
+    }.items():
         monkeypatch.setenv(k, v)
-    code, out, _ = _cli(capsys, "--slurm", "--port", "3000", "--", "python",
-                        "train.py", "--lr", "0.1")
+    code, out, _ = _cli(
+        capsys, "--slurm", "--port", "3000", "--", "python", "train.py", "--lr", "0.1"
+    )
     assert code == 0
     assert out.strip() == (
         f"srun --ntasks=4 --kill-on-bad-exit=1 --nodes=2 {sys.executable} -m "
-        "tfdist_opt launch --slurm-task --port=3000 -- python train.py --lr 0.1")
+        "tfdist_opt launch --slurm-task --port=3000 -- python train.py --lr 0.1"
+    )
 
 
 def test_slurm_task_env_is_its_own_tf_config():
     from tfdist_opt.launch import remote
 
     env = remote.slurm_task_env(
-        {"SLURM_JOB_ID": "42", "SLURM_STEP_NODELIST": "node[01-02]",
-         "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
-         "SLURM_PROCID": "3"}, port=3000)
+        {
+            "SLURM_JOB_ID": "42",
+            "SLURM_STEP_NODELIST": "node[01-02]",
+            "SLURM_STEP_NUM_TASKS": "4",
+            "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+            "SLURM_PROCID": "3",
+        },
+        port=3000,
+    )
     cfg = tc.parse_tf_config(env["TF_CONFIG"])
-    assert cfg["cluster"]["worker"] == ["node01:3000", "node01:3001",
-                                        "node02:3000", "node02:3001"]
+    assert cfg["cluster"]["worker"] == ["node01:3000", "node01:3001", "node02:3000", "node02:3001"]
     assert cfg["task"]["index"] == 3
 
 
 def test_cli_prints_per_host_commands(capsys, tmp_path):
     hostfile = tmp_path / "hosts"
     hostfile.write_text("gpu1 slots=1\ngpu2 slots=1\n")
-    code, out, _ = _cli(capsys, "--hostfile", str(hostfile), "--", "python",
-                        "train.py")
+    code, out, _ = _cli(capsys, "--hostfile", str(hostfile), "--", "python", "train.py")
     assert code == 0
     lines = [l for l in out.splitlines() if l.startswith("TF_CONFIG=")]
     assert len(lines) == 2
     assert "# worker 1 on gpu2:2222" in out
     value = lines[1].split("=", 1)[1].rsplit(" python train.py", 1)[0]
     assert json.loads(value.strip("'")) == tc.build_tf_config(
-        {"worker": ["gpu1:2222", "gpu2:2222"]}, "worker", 1)
+        {"worker": ["gpu1:2222", "gpu2:2222"]}, "worker", 1
+    )
 
 
 def test_check_own_port_only_checks_this_hosts_task():
@@ -441,8 +535,9 @@ def test_check_own_port_only_checks_this_hosts_task():
         free = sources.free_ports(1)[0]
         cluster = {"worker": [f"node7:{port}", f"node8:{free}"]}
         mine = tc.build_tf_config(cluster, "worker", 0)
-        with pytest.raises(launcher.PortInUseError,
-                           match=f"Port {port} for worker 0 \\(node7:{port}\\)"):
+        with pytest.raises(
+            launcher.PortInUseError, match=f"Port {port} for worker 0 \\(node7:{port}\\)"
+        ):
             launcher.check_own_port(mine, hostnames=["node7.cluster.local"])
         launcher.check_own_port(mine, hostnames=["node8"])  # not ours: skipped
         other = tc.build_tf_config(cluster, "worker", 1)

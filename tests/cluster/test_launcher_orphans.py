@@ -51,10 +51,29 @@ def _start(tmp_path, mode):
     sep = "&&" if mode == "fail1" else ";"
     cmd = f"{sys.executable} {script} {tmp_path} {mode} {sep} echo worker-shell-done"
     return subprocess.Popen(
-        [sys.executable, "-m", "tfdist_opt", "launch", "-n", "2",
-         "--startup-timeout", "0", "--term-timeout", "1", "--", "sh", "-c", cmd],
-        env=env, cwd=harness.REPO_ROOT, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "tfdist_opt",
+            "launch",
+            "-n",
+            "2",
+            "--startup-timeout",
+            "0",
+            "--term-timeout",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            cmd,
+        ],
+        env=env,
+        cwd=harness.REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _all_pids(tmp_path, proc, timeout=60):
@@ -88,7 +107,7 @@ def test_sigkill_of_launcher_kills_shell_wrapped_workers_and_grandchildren(tmp_p
     pids = []
     try:
         pids = _all_pids(tmp_path, proc)
-        os.kill(proc.pid, signal.SIGKILL)      # the launcher only, not its group
+        os.kill(proc.pid, signal.SIGKILL)  # the launcher only, not its group
         elapsed, left = _wait_gone(pids)
         assert left == [], f"still running after the launcher's SIGKILL: {left}"
         print(f"item 4: launcher SIGKILLed -> all 6 processes gone in {elapsed:.2f} s")

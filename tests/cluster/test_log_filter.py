@@ -10,14 +10,22 @@ from tfdist_opt.launch import local as launcher
 from tfdist_opt.launch import log_filter
 
 ABSL = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
-CUINIT = ("E0000 00:00:1796237916.441030    6657 cuda_platform.cc:52] failed call to "
-          "cuInit: INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)")
-ONEDNN = ("I0000 00:00:1796238661.800876   29463 port.cc:153] oneDNN custom "
-          "operations are on. You may see slightly different numerical results")
-TF_WARNING = ("W0000 00:00:1796237918.738233    6654 dataset.cc:997] Input of "
-              "GeneratorDatasetOp::Dataset will not be optimized")
-TF_ERROR = ("E0000 00:00:1796237952.730819    7028 base_collective_executor.cc:252] "
-            "BaseCollectiveExecutor::StartAbort UNAVAILABLE: Failed to send RPC")
+CUINIT = (
+    "E0000 00:00:1796237916.441030    6657 cuda_platform.cc:52] failed call to "
+    "cuInit: INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)"
+)
+ONEDNN = (
+    "I0000 00:00:1796238661.800876   29463 port.cc:153] oneDNN custom "
+    "operations are on. You may see slightly different numerical results"
+)
+TF_WARNING = (
+    "W0000 00:00:1796237918.738233    6654 dataset.cc:997] Input of "
+    "GeneratorDatasetOp::Dataset will not be optimized"
+)
+TF_ERROR = (
+    "E0000 00:00:1796237952.730819    7028 base_collective_executor.cc:252] "
+    "BaseCollectiveExecutor::StartAbort UNAVAILABLE: Failed to send RPC"
+)
 
 # A child that prints what a TF worker prints at start-up, then real output.
 _CHILD = textwrap.dedent(f"""
@@ -37,11 +45,15 @@ def test_filter_drops_only_known_start_up_lines_and_cpp_lines_below_the_level():
     f = log_filter.StartupNoiseFilter(nvidia_driver=False)
     for line in (ABSL + "\n", CUINIT, ONEDNN, TF_WARNING):
         assert not f.keep(line), line
-    for line in (TF_ERROR, "F0000 00:00:1.5 1 check.cc:1] Check failed",
-                 "Traceback (most recent call last):",
-                 "ValueError: Invalid value for `num_packs`", "Epoch 1/3",
-                 "I0000 in a Python message, not a C++ log line",
-                 "WARNING: something else before absl::InitializeLog()"):
+    for line in (
+        TF_ERROR,
+        "F0000 00:00:1.5 1 check.cc:1] Check failed",
+        "Traceback (most recent call last):",
+        "ValueError: Invalid value for `num_packs`",
+        "Epoch 1/3",
+        "I0000 in a Python message, not a C++ log line",
+        "WARNING: something else before absl::InitializeLog()",
+    ):
         assert f.keep(line), line
     assert f.hidden == 4
 
@@ -76,16 +88,22 @@ def _launch(quiet, env, monkeypatch, tmp_path):
     child = tmp_path / "child.py"
     child.write_text(_CHILD)
     out, err = io.StringIO(), io.StringIO()
-    result = launcher.run_local([sys.executable, str(child)], 2, env=env,
-                                stdout=out, stderr=err, startup_timeout=None,
-                                handle_signals=False, quiet=quiet)
+    result = launcher.run_local(
+        [sys.executable, str(child)],
+        2,
+        env=env,
+        stdout=out,
+        stderr=err,
+        startup_timeout=None,
+        handle_signals=False,
+        quiet=quiet,
+    )
     assert result.returncode == 0, err.getvalue()
     return out.getvalue(), err.getvalue()
 
 
 def test_quiet_launch_hides_noise_and_keeps_errors_and_decisions(monkeypatch, tmp_path):
-    env = {k: v for k, v in os.environ.items()
-           if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     out, err = _launch(True, env, monkeypatch, tmp_path)
     assert out.count("level=2") == 2
     for noise in (ABSL, "cuInit", ONEDNN, TF_WARNING):
@@ -107,8 +125,7 @@ def test_quiet_launch_respects_the_users_level(monkeypatch, tmp_path):
 
 
 def test_verbose_launch_passes_everything(monkeypatch, tmp_path):
-    env = {k: v for k, v in os.environ.items()
-           if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     out, err = _launch(False, env, monkeypatch, tmp_path)
     assert out.count("level=unset") == 2
     assert err.count(ABSL) == 2 and err.count("cuInit") == 4
@@ -118,8 +135,11 @@ def test_verbose_launch_passes_everything(monkeypatch, tmp_path):
 
 def test_cli_is_quiet_by_default_and_verbose_on_request(capfd, monkeypatch):
     monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
-    code = [sys.executable, "-c", "import os; print('lvl', os.environ.get("
-            "'TF_CPP_MIN_LOG_LEVEL', 'unset'))"]
+    code = [
+        sys.executable,
+        "-c",
+        "import os; print('lvl', os.environ.get('TF_CPP_MIN_LOG_LEVEL', 'unset'))",
+    ]
     assert cli.main(["launch", "-n", "1", "--", *code]) == 0
     assert "[worker 0] lvl 2" in capfd.readouterr().out
     assert cli.main(["launch", "-n", "1", "--verbose", "--", *code]) == 0
@@ -136,9 +156,14 @@ def test_launch_says_when_all_workers_joined():
         s = socket.socket(); s.bind(("", port)); s.listen()
         time.sleep(1.5)
     """)
-    result = launcher.run_local([sys.executable, "-c", child], 2, stdout=out,
-                                stderr=err, startup_timeout=30,
-                                handle_signals=False)
+    result = launcher.run_local(
+        [sys.executable, "-c", child],
+        2,
+        stdout=out,
+        stderr=err,
+        startup_timeout=30,
+        handle_signals=False,
+    )
     assert result.returncode == 0, err.getvalue()
     lines = [ln for ln in err.getvalue().splitlines() if "joined" in ln]
     assert len(lines) == 1, err.getvalue()

@@ -18,8 +18,9 @@ from tfdist_opt.launch import ray_launch  # pylint: disable=g-import-not-at-top
 from tfdist_opt.launch import ray_worker  # pylint: disable=g-import-not-at-top
 
 
-@pytest.mark.parametrize("text,want", [
-    ("2", (2, None)), (3, (3, None)), ("1:2", (1, 2)), (" 2 : 4 ", (2, 4))])
+@pytest.mark.parametrize(
+    "text,want", [("2", (2, None)), (3, (3, None)), ("1:2", (1, 2)), (" 2 : 4 ", (2, 4))]
+)
 def test_parse_workers(text, want):
     assert ray_launch.parse_workers(text) == want
 
@@ -32,9 +33,15 @@ def test_parse_workers_rejects(text):
 
 def test_python_target():
     assert ray_launch.python_target(["python", "t.py", "--x", "1"]) == (
-        "path", "t.py", ["t.py", "--x", "1"])
+        "path",
+        "t.py",
+        ["t.py", "--x", "1"],
+    )
     assert ray_launch.python_target([sys.executable, "-m", "pkg.mod", "a"]) == (
-        "module", "pkg.mod", ["pkg.mod", "a"])
+        "module",
+        "pkg.mod",
+        ["pkg.mod", "a"],
+    )
     for bad in (["bash", "t.sh"], ["python"], ["python", "-c", "print(1)"]):
         with pytest.raises(ValueError, match="Invalid command for `--ray`"):
             ray_launch.python_target(bad)
@@ -44,21 +51,28 @@ def test_worker_environment():
     env = ray_backend.worker_environment(["127.0.0.1:1", "127.0.0.1:2"], 1, 3)
     assert json.loads(env.pop("TF_CONFIG")) == {
         "cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
-        "task": {"type": "worker", "index": 1}}
-    assert env == {"TFDIST_LAUNCH_WORKER_INDEX": "1", "TFDIST_LAUNCH_NUM_WORKERS": "2",
-                   "TFDIST_LAUNCH_RESTART_COUNT": "3"}
+        "task": {"type": "worker", "index": 1},
+    }
+    assert env == {
+        "TFDIST_LAUNCH_WORKER_INDEX": "1",
+        "TFDIST_LAUNCH_NUM_WORKERS": "2",
+        "TFDIST_LAUNCH_RESTART_COUNT": "3",
+    }
     one = ray_backend.worker_environment(["127.0.0.1:1"], 0)
     assert one["TF_CONFIG"] == ""  # removed: one process, no server
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["-n", "2:3", "--", "python", "t.py"], "MIN:MAX (elastic) needs --ray"),
-    (["--ray", "-n", "2", "--ps", "1", "--", "python", "t.py"], "`--ps` with --ray"),
-    (["--ray", "--", "python", "t.py"], "Missing `-n`"),
-    (["--ray", "-n", "2", "--", "bash", "t.sh"], "Invalid command for `--ray`"),
-    (["--ray", "-n", "2", "--", "python", "no_such_script.py"], "no script"),
-    (["--ray-storage", "/x", "-n", "2", "--", "python", "t.py"], "needs --ray"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["-n", "2:3", "--", "python", "t.py"], "MIN:MAX (elastic) needs --ray"),
+        (["--ray", "-n", "2", "--ps", "1", "--", "python", "t.py"], "`--ps` with --ray"),
+        (["--ray", "--", "python", "t.py"], "Missing `-n`"),
+        (["--ray", "-n", "2", "--", "bash", "t.sh"], "Invalid command for `--ray`"),
+        (["--ray", "-n", "2", "--", "python", "no_such_script.py"], "no script"),
+        (["--ray-storage", "/x", "-n", "2", "--", "python", "t.py"], "needs --ray"),
+    ],
+)
 def test_cli_errors_before_ray_starts(argv, message, capsys):
     assert launch_cli.main(argv) == 2
     err = capsys.readouterr().err
@@ -88,9 +102,13 @@ server = tf.distribute.Server({"worker": [f"localhost:{port}"]}, job_name="worke
 socket.create_connection(("127.0.0.1", port), timeout=5).close()
 print("OK", port)
 """
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=120, env={**os.environ,
-                                         "TF_CPP_MIN_LOG_LEVEL": "2"})
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
     assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr[-2000:]
 
 
@@ -103,17 +121,27 @@ def test_released_port_is_free_again():
 
 def test_exit_code_from_rays_error():
     class Failed(Exception):
-        worker_failures = {0: RuntimeError("ActorDiedError: the actor died"),
-                           1: RuntimeError(str(ray_worker.WorkerExit(42, 1)))}
+        worker_failures = {
+            0: RuntimeError("ActorDiedError: the actor died"),
+            1: RuntimeError(str(ray_worker.WorkerExit(42, 1))),
+        }
+
     assert ray_launch._exit_code(Failed("x"))[:2] == (42, 1)  # pylint: disable=protected-access
     Failed.worker_failures = {1: RuntimeError("ActorDiedError: the actor died")}
     code, rank, message = ray_launch._exit_code(Failed("x"))  # pylint: disable=protected-access
     assert (code, rank) == (1, 1) and "the actor died" in message
 
 
-@pytest.mark.parametrize("body,code", [
-    ("pass", 0), ("import sys; sys.exit(42)", 42), ("raise ValueError('x')", 1),
-    ("import sys; sys.exit('bad')", 1), ("import sys; sys.exit(None)", 0)])
+@pytest.mark.parametrize(
+    "body,code",
+    [
+        ("pass", 0),
+        ("import sys; sys.exit(42)", 42),
+        ("raise ValueError('x')", 1),
+        ("import sys; sys.exit('bad')", 1),
+        ("import sys; sys.exit(None)", 0),
+    ],
+)
 def test_run_target_exit_codes(tmp_path, body, code):
     script = tmp_path / "s.py"
     script.write_text(body + "\n")
@@ -141,10 +169,18 @@ def test_settle_lost_nodes_waits_for_ray_to_declare_a_dead_raylet(monkeypatch):
     # elastic view, so it is sized from node a alone.
     server = _listening()
     try:
-        live = {"NodeID": "a" * 8, "Alive": True, "NodeManagerAddress": "127.0.0.1",
-                "NodeManagerPort": server.getsockname()[1]}
-        lost = {"NodeID": "b" * 8, "Alive": True, "NodeManagerAddress": "127.0.0.1",
-                "NodeManagerPort": _refusing_port()}
+        live = {
+            "NodeID": "a" * 8,
+            "Alive": True,
+            "NodeManagerAddress": "127.0.0.1",
+            "NodeManagerPort": server.getsockname()[1],
+        }
+        lost = {
+            "NodeID": "b" * 8,
+            "Alive": True,
+            "NodeManagerAddress": "127.0.0.1",
+            "NodeManagerPort": _refusing_port(),
+        }
         calls, refreshed = [], []
 
         def nodes():
@@ -152,8 +188,9 @@ def test_settle_lost_nodes_waits_for_ray_to_declare_a_dead_raylet(monkeypatch):
             return [live, dict(lost, Alive=len(calls) < 4)]
 
         monkeypatch.setattr(ray_elastic.ray, "nodes", nodes)
-        monkeypatch.setattr(ray_elastic, "refresh_elastic_view",
-                            lambda: refreshed.append(len(calls)))
+        monkeypatch.setattr(
+            ray_elastic, "refresh_elastic_view", lambda: refreshed.append(len(calls))
+        )
         assert ray_elastic.settle_lost_nodes(wait_s=30) == ["b" * 8]
         assert refreshed == [4]  # after Ray's 4th answer: b dead
         # Nothing unreachable (a script failed on its own, or Ray declared
@@ -168,8 +205,12 @@ def test_settle_lost_nodes_waits_for_ray_to_declare_a_dead_raylet(monkeypatch):
 
 
 def test_settle_lost_nodes_gives_up_after_wait_s(monkeypatch):
-    lost = {"NodeID": "c" * 8, "Alive": True, "NodeManagerAddress": "127.0.0.1",
-            "NodeManagerPort": _refusing_port()}
+    lost = {
+        "NodeID": "c" * 8,
+        "Alive": True,
+        "NodeManagerAddress": "127.0.0.1",
+        "NodeManagerPort": _refusing_port(),
+    }
     refreshed = []
     monkeypatch.setattr(ray_elastic.ray, "nodes", lambda: [lost])
     monkeypatch.setattr(ray_elastic, "refresh_elastic_view", lambda: refreshed.append(1))
@@ -201,8 +242,9 @@ def test_lost_node_callback_settles_before_a_restart_only(monkeypatch):
     from ray.train.v2._internal.execution.failure_handling import FailureDecision  # pylint: disable=g-import-not-at-top
 
     settled = []
-    monkeypatch.setattr(ray_elastic, "settle_lost_nodes",
-                        lambda wait_s: settled.append(wait_s) or [])
+    monkeypatch.setattr(
+        ray_elastic, "settle_lost_nodes", lambda wait_s: settled.append(wait_s) or []
+    )
     callback = ray_elastic.LostNodeCallback(wait_s=7)
     callback.before_controller_execute_failure_decision(FailureDecision.RAISE)
     assert settled == []
@@ -215,7 +257,9 @@ def test_lost_node_callback_refreshes_a_running_groups_view(monkeypatch):
     # 20 s tick: every `refresh_s`, while the group runs, the coordinator
     # recomputes (not waited on).
     from ray.train.v2._internal.execution.controller.state import (  # pylint: disable=g-import-not-at-top
-        RunningState, SchedulingState)
+        RunningState,
+        SchedulingState,
+    )
 
     calls = []
 
@@ -226,8 +270,7 @@ def test_lost_node_callback_refreshes_a_running_groups_view(monkeypatch):
     class Coordinator:
         get_reserved_resources = Method()
 
-    monkeypatch.setattr(ray_elastic.ray, "get_actor",
-                        lambda name, namespace=None: Coordinator())
+    monkeypatch.setattr(ray_elastic.ray, "get_actor", lambda name, namespace=None: Coordinator())
     now = [1000.0]
     monkeypatch.setattr(ray_elastic.time, "monotonic", lambda: now[0])
     callback = ray_elastic.LostNodeCallback(refresh_s=3)
@@ -259,15 +302,16 @@ def test_the_launchers_ray_side_imports_no_tensorflow():
     """`launch --ray` and Ray's train controller run no TF op: the backend
     config and the trainer the launcher builds leave TensorFlow unloaded
     (Ray's `ray.train.tensorflow` imports it: 3-4 CPU-seconds a process)."""
-    code = ("import sys, tempfile, ray.train\n"
-            "from tfdist_opt.launch import ray_backend, ray_launch\n"
-            "cfg = ray_backend.TensorflowConfig()\n"
-            "trainer = ray_launch._trainer({}, cfg, ray.train.ScalingConfig(num_workers=(1, 2)),\n"
-            "    ray_launch._run_config(tempfile.mkdtemp(), 1, elastic=True))\n"
-            "assert trainer.backend_config is cfg\n"
-            "print(cfg.framework.value, cfg.to_dict(), cfg.backend_cls.__name__)\n"
-            "assert 'tensorflow' not in sys.modules, 'tensorflow imported'\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=120)
+    code = (
+        "import sys, tempfile, ray.train\n"
+        "from tfdist_opt.launch import ray_backend, ray_launch\n"
+        "cfg = ray_backend.TensorflowConfig()\n"
+        "trainer = ray_launch._trainer({}, cfg, ray.train.ScalingConfig(num_workers=(1, 2)),\n"
+        "    ray_launch._run_config(tempfile.mkdtemp(), 1, elastic=True))\n"
+        "assert trainer.backend_config is cfg\n"
+        "print(cfg.framework.value, cfg.to_dict(), cfg.backend_cls.__name__)\n"
+        "assert 'tensorflow' not in sys.modules, 'tensorflow imported'\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.split() == ["tensorflow", "{}", "_Backend"], r.stdout

@@ -14,19 +14,27 @@ TWO = {"worker": ["h1:2222", "h2:2222"]}
 
 
 def _cfg(cluster=None, task_type="worker", index=0):
-    return {"cluster": TWO if cluster is None else cluster,
-            "task": {"type": task_type, "index": index}}
+    return {
+        "cluster": TWO if cluster is None else cluster,
+        "task": {"type": task_type, "index": index},
+    }
 
 
 # ------------------------------------------------------------ round trip
-@pytest.mark.parametrize("cluster,task_type,index", [
-    (TWO, "worker", 1),
-    ({"chief": ["c:1"], "worker": ["w0:1", "w1:1"]}, "chief", 0),
-    ({"chief": ["c:1"], "worker": ["w0:1"], "ps": ["p0:1", "p1:1"],
-      "evaluator": ["e:1"]}, "ps", 1),
-    ({"chief": ["c:1"], "worker": ["w0:1"], "evaluator": ["e:1"]}, "evaluator", 0),
-    ({"worker": ["[fd00::1]:2222", "[fd00::2]:2222"]}, "worker", 0),
-])
+@pytest.mark.parametrize(
+    "cluster,task_type,index",
+    [
+        (TWO, "worker", 1),
+        ({"chief": ["c:1"], "worker": ["w0:1", "w1:1"]}, "chief", 0),
+        (
+            {"chief": ["c:1"], "worker": ["w0:1"], "ps": ["p0:1", "p1:1"], "evaluator": ["e:1"]},
+            "ps",
+            1,
+        ),
+        ({"chief": ["c:1"], "worker": ["w0:1"], "evaluator": ["e:1"]}, "evaluator", 0),
+        ({"worker": ["[fd00::1]:2222", "[fd00::2]:2222"]}, "worker", 0),
+    ],
+)
 def test_build_parse_round_trip(cluster, task_type, index):
     cfg = tc.build_tf_config(cluster, task_type, index)
     assert cfg == {"cluster": cluster, "task": {"type": task_type, "index": index}}
@@ -37,8 +45,7 @@ def test_build_parse_round_trip(cluster, task_type, index):
 
 def test_build_orders_roles_chief_first_and_copies():
     workers = ["w0:1"]
-    cfg = tc.build_tf_config({"ps": ["p:1"], "worker": workers, "chief": ["c:1"]},
-                             "worker", 0)
+    cfg = tc.build_tf_config({"ps": ["p:1"], "worker": workers, "chief": ["c:1"]}, "worker", 0)
     assert list(cfg["cluster"]) == ["chief", "worker", "ps"]
     workers.append("w1:1")
     assert cfg["cluster"]["worker"] == ["w0:1"]
@@ -47,7 +54,10 @@ def test_build_orders_roles_chief_first_and_copies():
 def test_build_all_tf_configs_one_per_task_chief_first():
     cfgs = tc.build_all_tf_configs({"worker": ["w0:1", "w1:1"], "chief": ["c:1"]})
     assert [(c["task"]["type"], c["task"]["index"]) for c in cfgs] == [
-        ("chief", 0), ("worker", 0), ("worker", 1)]
+        ("chief", 0),
+        ("worker", 0),
+        ("worker", 1),
+    ]
     assert tc.num_tasks(cfgs[0]) == 3
 
 
@@ -85,11 +95,13 @@ def test_file_source_is_named(tmp_path):
 
 
 def test_module_does_not_import_tensorflow():
-    code = ("import sys; import tfdist_opt.cluster.tf_config, "
-            "tfdist_opt.cluster.sources, tfdist_opt.launch.local, "
-            "tfdist_opt.launch.remote, tfdist_opt.cli.tf_config, "
-            "tfdist_opt.cli.launch; "
-            "assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
+    code = (
+        "import sys; import tfdist_opt.cluster.tf_config, "
+        "tfdist_opt.cluster.sources, tfdist_opt.launch.local, "
+        "tfdist_opt.launch.remote, tfdist_opt.cli.tf_config, "
+        "tfdist_opt.cli.launch; "
+        "assert 'tensorflow' not in sys.modules, 'tensorflow imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
@@ -106,8 +118,11 @@ def test_malformed_json_names_position():
 
 
 def test_single_quoted_json_names_position():
-    with pytest.raises(ValueError, match=r"malformed JSON \(Expecting property name "
-                       r"enclosed in double quotes at line 1 column 2, char 1"):
+    with pytest.raises(
+        ValueError,
+        match=r"malformed JSON \(Expecting property name "
+        r"enclosed in double quotes at line 1 column 2, char 1",
+    ):
         tc.parse_tf_config("{'cluster': {}}")
 
 
@@ -130,31 +145,43 @@ _BAD = [
     (_cfg(index=None), "task.index", "task.index=None"),
     ({"cluster": TWO}, "task", "task=None"),
     ({"cluster": TWO, "task": "worker"}, "task", "task='worker'"),
-    (_cfg({"worker": ["h1", "h2:2222"]}), "cluster.worker[0]",
-     "cluster.worker[0]='h1'"),
-    (_cfg({"worker": ["h1:", "h2:2222"]}), "cluster.worker[0]",
-     "cluster.worker[0]='h1:'"),
-    (_cfg({"worker": ["h1:2222", "h2:http"]}), "cluster.worker[1]",
-     "cluster.worker[1]='h2:http'"),
-    (_cfg({"worker": ["h1:0", "h2:2222"]}), "cluster.worker[0]",
-     "cluster.worker[0]='h1:0'"),
-    (_cfg({"worker": ["h1:70000"]}), "cluster.worker[0]",
-     "cluster.worker[0]='h1:70000'"),
+    (_cfg({"worker": ["h1", "h2:2222"]}), "cluster.worker[0]", "cluster.worker[0]='h1'"),
+    (_cfg({"worker": ["h1:", "h2:2222"]}), "cluster.worker[0]", "cluster.worker[0]='h1:'"),
+    (_cfg({"worker": ["h1:2222", "h2:http"]}), "cluster.worker[1]", "cluster.worker[1]='h2:http'"),
+    (_cfg({"worker": ["h1:0", "h2:2222"]}), "cluster.worker[0]", "cluster.worker[0]='h1:0'"),
+    (_cfg({"worker": ["h1:70000"]}), "cluster.worker[0]", "cluster.worker[0]='h1:70000'"),
     (_cfg({"worker": [":2222"]}), "cluster.worker[0]", "cluster.worker[0]=':2222'"),
-    (_cfg({"worker": ["h1:2222", "h1:2222"]}), "cluster.worker[1]",
-     "cluster.worker[1]='h1:2222'"),
-    (_cfg({"chief": ["h1:2222"], "worker": ["H1:2222"]}), "cluster.worker[0]",
-     "cluster.worker[0]='H1:2222'"),
-    (_cfg({"worker": ["localhost:2222", "127.0.0.1:2222"]}), "cluster.worker[1]",
-     "cluster.worker[1]='127.0.0.1:2222'"),
-    (_cfg({"chief": ["c1:1", "c2:1"], "worker": ["w:1"]}), "cluster.chief",
-     "cluster.chief=['c1:1', 'c2:1']"),
-    (_cfg({"worker": ["w:1"], "evaluator": ["e1:1", "e2:1"]}), "cluster.evaluator",
-     "cluster.evaluator=['e1:1', 'e2:1']"),
-    (_cfg({"worker": ["localhost:2222", "h2:2222"]}), "cluster.worker[0]",
-     "cluster.worker[0]='localhost:2222', cluster.worker[1]='h2:2222'"),
-    (_cfg({"worker": ["10.0.0.1:2222", "127.0.0.1:2223"]}), "cluster.worker[1]",
-     "cluster.worker[1]='127.0.0.1:2223', cluster.worker[0]='10.0.0.1:2222'"),
+    (_cfg({"worker": ["h1:2222", "h1:2222"]}), "cluster.worker[1]", "cluster.worker[1]='h1:2222'"),
+    (
+        _cfg({"chief": ["h1:2222"], "worker": ["H1:2222"]}),
+        "cluster.worker[0]",
+        "cluster.worker[0]='H1:2222'",
+    ),
+    (
+        _cfg({"worker": ["localhost:2222", "127.0.0.1:2222"]}),
+        "cluster.worker[1]",
+        "cluster.worker[1]='127.0.0.1:2222'",
+    ),
+    (
+        _cfg({"chief": ["c1:1", "c2:1"], "worker": ["w:1"]}),
+        "cluster.chief",
+        "cluster.chief=['c1:1', 'c2:1']",
+    ),
+    (
+        _cfg({"worker": ["w:1"], "evaluator": ["e1:1", "e2:1"]}),
+        "cluster.evaluator",
+        "cluster.evaluator=['e1:1', 'e2:1']",
+    ),
+    (
+        _cfg({"worker": ["localhost:2222", "h2:2222"]}),
+        "cluster.worker[0]",
+        "cluster.worker[0]='localhost:2222', cluster.worker[1]='h2:2222'",
+    ),
+    (
+        _cfg({"worker": ["10.0.0.1:2222", "127.0.0.1:2223"]}),
+        "cluster.worker[1]",
+        "cluster.worker[1]='127.0.0.1:2223', cluster.worker[0]='10.0.0.1:2222'",
+    ),
 ]
 
 
@@ -191,16 +218,17 @@ def test_parse_rejects_non_text():
 
 
 # ------------------------------------------------------------ warnings
-@pytest.mark.parametrize("address,kind", [
-    ("0.0.0.0:2222", "wildcard"),
-    ("[::]:2222", "wildcard"),
-    ("8.8.8.8:2222", "public"),
-])
+@pytest.mark.parametrize(
+    "address,kind",
+    [
+        ("0.0.0.0:2222", "wildcard"),
+        ("[::]:2222", "wildcard"),
+        ("8.8.8.8:2222", "public"),
+    ],
+)
 def test_wildcard_and_public_addresses_warn_about_unauthenticated_grpc(address, kind):
-    cfg = _cfg({"worker": [address, "10.0.0.2:2222"] if kind == "public"
-                else [address]})
-    with pytest.warns(UserWarning, match=f"is a {kind} address.*without "
-                      "authentication"):
+    cfg = _cfg({"worker": [address, "10.0.0.2:2222"] if kind == "public" else [address]})
+    with pytest.warns(UserWarning, match=f"is a {kind} address.*without authentication"):
         found = tc.validate_tf_config(cfg)
     assert len(found) == 1
 
@@ -208,14 +236,15 @@ def test_wildcard_and_public_addresses_warn_about_unauthenticated_grpc(address, 
 def test_private_and_named_hosts_do_not_warn():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        for workers in (["10.0.0.1:1", "192.168.1.2:1", "node01:1"],
-                        ["localhost:1", "127.0.0.1:2"]):
+        for workers in (
+            ["10.0.0.1:1", "192.168.1.2:1", "node01:1"],
+            ["localhost:1", "127.0.0.1:2"],
+        ):
             assert tc.validate_tf_config(_cfg({"worker": workers})) == []
 
 
 def test_ps_without_chief_warns():
-    found = tc.validate_tf_config(_cfg({"worker": ["w:1"], "ps": ["p:1"]}),
-                                  warn=False)
+    found = tc.validate_tf_config(_cfg({"worker": ["w:1"], "ps": ["p:1"]}), warn=False)
     assert any("needs a chief" in m for m in found)
 
 

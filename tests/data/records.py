@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 
 
-def write_id_records(directory: str, sizes: list[int], prefix: str = "part"
-                     ) -> list[str]:
+def write_id_records(directory: str, sizes: list[int], prefix: str = "part") -> list[str]:
     """Writes len(sizes) files; file k holds sizes[k] examples with unique
     int64 `id`s (0, 1, 2, ... across files). Returns the paths, sorted."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -16,10 +15,17 @@ def write_id_records(directory: str, sizes: list[int], prefix: str = "part"
         path = os.path.join(directory, f"{prefix}-{k:05d}.tfrecord")
         with tf.io.TFRecordWriter(path) as w:
             for _ in range(size):
-                w.write(tf.train.Example(features=tf.train.Features(feature={
-                    "id": tf.train.Feature(int64_list=tf.train.Int64List(
-                        value=[next_id])),
-                })).SerializeToString())
+                w.write(
+                    tf.train.Example(
+                        features=tf.train.Features(
+                            feature={
+                                "id": tf.train.Feature(
+                                    int64_list=tf.train.Int64List(value=[next_id])
+                                ),
+                            }
+                        )
+                    ).SerializeToString()
+                )
                 next_id += 1
         paths.append(path)
     return sorted(paths)
@@ -29,5 +35,4 @@ def parse_id(serialized):
     """`map_fn` for the files above: serialized Example -> int64 id."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-    return tf.io.parse_single_example(
-        serialized, {"id": tf.io.FixedLenFeature([], tf.int64)})["id"]
+    return tf.io.parse_single_example(serialized, {"id": tf.io.FixedLenFeature([], tf.int64)})["id"]

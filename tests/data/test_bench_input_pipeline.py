@@ -17,8 +17,16 @@ from tests.multiworker.harness import run_single
 
 BINARY = os.path.join(REPO_ROOT, "benchmarks", "input_pipeline.py")
 DRIVER = os.path.join(REPO_ROOT, "tests", "data", "bench_ip_runs.py")
-TINY = ["--num_images=256", "--num_files=4", "--batch_size=32", "--steps=3",
-        "--warmup_steps=1", "--batches_per_step=2", "--repeats=1", "--epochs=1"]
+TINY = [
+    "--num_images=256",
+    "--num_files=4",
+    "--batch_size=32",
+    "--steps=3",
+    "--warmup_steps=1",
+    "--batches_per_step=2",
+    "--repeats=1",
+    "--epochs=1",
+]
 RUNS = {  # name: extra flags (each writes <tmp>/<name>.json)
     "throughput": ["--csv={tmp}/ip.csv"],
     "no_cache": ["--cache=none"],
@@ -29,8 +37,10 @@ RUNS = {  # name: extra flags (each writes <tmp>/<name>.json)
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bench_ip")
-    argvs = [[*TINY, *(f.format(tmp=tmp) for f in flags),
-              f"--output_json={tmp / name}.json"] for name, flags in RUNS.items()]
+    argvs = [
+        [*TINY, *(f.format(tmp=tmp) for f in flags), f"--output_json={tmp / name}.json"]
+        for name, flags in RUNS.items()
+    ]
     r = run_single([DRIVER, json.dumps(argvs)], timeout_s=240)
     assert r.returncode == 0, r.output[-3000:]
     return tmp, r.output
@@ -52,15 +62,20 @@ def test_throughput_mode_writes_report(runs):
     report = json.loads(out.read_text())
     assert report["benchmark"] == "input_pipeline"
     summary = report["summary"]
-    assert set(summary) == {"speedup", "naive_eps", "opt_eps",
-                            "speedup_no_cache", "opt_no_cache_eps"}
+    assert set(summary) == {
+        "speedup",
+        "naive_eps",
+        "opt_eps",
+        "speedup_no_cache",
+        "opt_no_cache_eps",
+    }
     assert summary["speedup"] == pytest.approx(summary["opt_eps"] / summary["naive_eps"])
     assert summary["speedup_no_cache"] == pytest.approx(
-        summary["opt_no_cache_eps"] / summary["naive_eps"])
+        summary["opt_no_cache_eps"] / summary["naive_eps"]
+    )
     assert report["config"]["num_images"] == 256  # every flag recorded
     assert report["config"]["cache"] == "memory"
-    assert [row["pipeline"] for row in report["results"]] == [
-        "naive", "opt", "opt_no_cache"]
+    assert [row["pipeline"] for row in report["results"]] == ["naive", "opt", "opt_no_cache"]
     assert "examples/sec: " in r.output and "(jitter = " in r.output
     assert (tmp_path / "ip.csv").exists()
     assert "progress 3/3 (100%) repeat 1/1 opt_no_cache: elapsed " in r.output
@@ -83,8 +98,7 @@ def test_input_bound_mode(runs):
     assert r.returncode == 0, r.output[-3000:]
     report = json.loads(out.read_text())
     summary = report["summary"]
-    assert set(summary) == {"input_bound", "real_eps", "synthetic_eps",
-                            "real_vs_synthetic"}
+    assert set(summary) == {"input_bound", "real_eps", "synthetic_eps", "real_vs_synthetic"}
     # The verdict follows from the two measured rates (the rows' medians):
     # input-bound when real input runs more than 10 % (the default
     # --input_bound_threshold) slower than synthetic.
@@ -96,8 +110,9 @@ def test_input_bound_mode(runs):
     assert summary["real_vs_synthetic"] == pytest.approx(ratio, rel=1e-12)
     assert summary["input_bound"] == int(ratio < 0.9)
     verdict = "YES" if ratio < 0.9 else "no"
-    assert (f"input-bound: {verdict} (real input runs at {100 * ratio:.0f}% of "
-            "synthetic)") in r.output
+    assert (
+        f"input-bound: {verdict} (real input runs at {100 * ratio:.0f}% of synthetic)"
+    ) in r.output
 
 
 def test_extra_arguments_are_rejected():

@@ -19,20 +19,23 @@ def test_defaults_are_valid_and_frozen():
         opts.seed = 3  # type: ignore[misc]
 
 
-@pytest.mark.parametrize("field,value,expected", [
-    ("shard_policy", "files", "one of 'auto'"),
-    ("uneven", "pad", "one of 'drop', 'error'"),
-    ("shuffle", 1, "a bool"),
-    ("shuffle_buffer", 0, "'auto' or an int >= 1"),
-    ("seed", -1, "an int >= 0"),
-    ("cache", "", "'none', 'memory' or a file path prefix"),
-    ("num_parallel_calls", 0, "'autotune' or an int >= 1"),
-    ("prefetch", -1, "'autotune' or an int >= 0"),
-    ("device_prefetch", "autotune", "'auto' or an int >= 1"),
-    ("private_threadpool_size", -1, "an int >= 0"),
-    ("autotune_ram_budget", 1.5, "an int >= 0"),
-    ("deterministic", "yes", "a bool"),
-])
+@pytest.mark.parametrize(
+    "field,value,expected",
+    [
+        ("shard_policy", "files", "one of 'auto'"),
+        ("uneven", "pad", "one of 'drop', 'error'"),
+        ("shuffle", 1, "a bool"),
+        ("shuffle_buffer", 0, "'auto' or an int >= 1"),
+        ("seed", -1, "an int >= 0"),
+        ("cache", "", "'none', 'memory' or a file path prefix"),
+        ("num_parallel_calls", 0, "'autotune' or an int >= 1"),
+        ("prefetch", -1, "'autotune' or an int >= 0"),
+        ("device_prefetch", "autotune", "'auto' or an int >= 1"),
+        ("private_threadpool_size", -1, "an int >= 0"),
+        ("autotune_ram_budget", 1.5, "an int >= 0"),
+        ("deterministic", "yes", "a bool"),
+    ],
+)
 def test_bad_values_name_field_value_and_expectation(field, value, expected):
     with pytest.raises(ValueError) as info:
         PipelineOptions(**{field: value})
@@ -48,8 +51,9 @@ def test_cache_kinds():
 
 def test_load_file_then_overrides(tmp_path):
     path = tmp_path / "cfg.json"
-    path.write_text(json.dumps({"strategy": {"all_reduce": "ring"},
-                                "data": {"seed": 4, "cache": "memory"}}))
+    path.write_text(
+        json.dumps({"strategy": {"all_reduce": "ring"}, "data": {"seed": 4, "cache": "memory"}})
+    )
     opts = PipelineOptions.load(path, cache=None, prefetch=2)
     assert (opts.seed, opts.cache, opts.prefetch) == (4, "memory", 2)
     toml = tmp_path / "cfg.toml"

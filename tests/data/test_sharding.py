@@ -12,23 +12,31 @@ def test_module_does_not_import_tensorflow():
     # The pure core stays importable in processes that never start TF.
     import tfdist_opt.data.options  # noqa: F401 (for the name below)
     import tfdist_opt.data.sources  # noqa: F401
+
     for module in (sharding, tfdist_opt.data.options, tfdist_opt.data.sources):
         with open(module.__file__) as f:
             assert "import tensorflow" not in f.read()
 
 
-@pytest.mark.parametrize("global_batch,replicas,expected", [
-    (64, 4, 16), (8, 8, 1), (6, 2, 3), (5, 1, 5)])
+@pytest.mark.parametrize(
+    "global_batch,replicas,expected", [(64, 4, 16), (8, 8, 1), (6, 2, 3), (5, 1, 5)]
+)
 def test_per_replica_batch(global_batch, replicas, expected):
     assert sharding.per_replica_batch_size(global_batch, replicas) == expected
 
 
 def test_indivisible_global_batch_names_both_numbers():
-    with pytest.raises(ValueError, match=r"global_batch_size=10, "
-                       r"num_replicas=4.*8 or 12"):
+    with pytest.raises(
+        ValueError,
+        match=r"global_batch_size=10, "
+        r"num_replicas=4.*8 or 12",
+    ):
         sharding.per_replica_batch_size(10, 4)
-    with pytest.raises(ValueError, match=r"global_batch_size=3, num_replicas=4"
-                       r".*Use e.g. 4\."):
+    with pytest.raises(
+        ValueError,
+        match=r"global_batch_size=3, num_replicas=4"
+        r".*Use e.g. 4\.",
+    ):
         sharding.per_replica_batch_size(3, 4)
 
 
@@ -39,8 +47,7 @@ def test_bad_batch_type(value):
 
 
 def test_files_per_worker_round_robin_like_tf_file_policy():
-    assert sharding.files_per_worker(list("abcde"), 2) == [
-        ["a", "c", "e"], ["b", "d"]]
+    assert sharding.files_per_worker(list("abcde"), 2) == [["a", "c", "e"], ["b", "d"]]
     assert sharding.files_per_worker(["a"], 3) == [["a"], [], []]
 
 
@@ -68,9 +75,12 @@ def test_policy_off_for_one_worker_and_per_worker_sources():
 
 
 def test_file_demanded_with_too_few_files_lists_files_per_worker():
-    with pytest.raises(ValueError, match=r"3 file\(s\) for 4 workers \(worker "
-                       r"0: \['a'\]; worker 1: \['b'\]; worker 2: \['c'\]; "
-                       r"worker 3: NO FILES\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"3 file\(s\) for 4 workers \(worker "
+        r"0: \['a'\]; worker 1: \['b'\]; worker 2: \['c'\]; "
+        r"worker 3: NO FILES\)",
+    ):
         sharding.choose_policy(3, 4, "file", files=["a", "b", "c"])
 
 
@@ -94,8 +104,11 @@ def test_steps_per_epoch_even_when_shards_differ():
 
 
 def test_uneven_error_names_step_counts():
-    with pytest.raises(ValueError, match=r"\[3, 2\] steps per epoch.*"
-                       r"uneven='drop' to run 2 steps"):
+    with pytest.raises(
+        ValueError,
+        match=r"\[3, 2\] steps per epoch.*"
+        r"uneven='drop' to run 2 steps",
+    ):
         sharding.steps_per_epoch([7, 5], 2, uneven="error")
 
 
@@ -106,8 +119,13 @@ def test_no_full_step_is_an_error():
 
 def test_plan_file_counts_and_drops_the_tail():
     plan = sharding.plan_shards(
-        num_workers=2, worker_index=1, num_replicas=2, global_batch_size=4,
-        files=["a", "b", "c"], examples_per_file=[5, 5, 2])
+        num_workers=2,
+        worker_index=1,
+        num_replicas=2,
+        global_batch_size=4,
+        files=["a", "b", "c"],
+        examples_per_file=[5, 5, 2],
+    )
     assert plan.policy == sharding.FILE
     assert plan.files == ("b",)
     assert plan.shard_sizes == (7, 5)
@@ -119,8 +137,13 @@ def test_plan_file_counts_and_drops_the_tail():
 
 def test_plan_data_for_too_few_files_keeps_all_files():
     plan = sharding.plan_shards(
-        num_workers=2, worker_index=0, num_replicas=4, global_batch_size=8,
-        files=["a"], examples_per_file=[20])
+        num_workers=2,
+        worker_index=0,
+        num_replicas=4,
+        global_batch_size=8,
+        files=["a"],
+        examples_per_file=[20],
+    )
     assert plan.policy == sharding.DATA
     assert plan.files == ("a",)
     assert plan.local_replicas == 2 and plan.per_replica_batch == 2
@@ -130,30 +153,43 @@ def test_plan_data_for_too_few_files_keeps_all_files():
 
 
 def test_plan_arrays_and_per_worker_sources():
-    plan = sharding.plan_shards(num_workers=1, worker_index=0, num_replicas=2,
-                                global_batch_size=4, num_examples=10)
-    assert (plan.policy, plan.shard_sizes, plan.steps_per_epoch) == (
-        sharding.OFF, (10,), 2)
-    plan = sharding.plan_shards(num_workers=2, worker_index=0, num_replicas=2,
-                                global_batch_size=4, per_worker=True)
+    plan = sharding.plan_shards(
+        num_workers=1, worker_index=0, num_replicas=2, global_batch_size=4, num_examples=10
+    )
+    assert (plan.policy, plan.shard_sizes, plan.steps_per_epoch) == (sharding.OFF, (10,), 2)
+    plan = sharding.plan_shards(
+        num_workers=2, worker_index=0, num_replicas=2, global_batch_size=4, per_worker=True
+    )
     assert plan.policy == sharding.OFF and plan.steps_per_epoch is None
-    plan = sharding.plan_shards(num_workers=2, worker_index=0, num_replicas=2,
-                                global_batch_size=4, per_worker=True,
-                                examples_per_worker=9)
+    plan = sharding.plan_shards(
+        num_workers=2,
+        worker_index=0,
+        num_replicas=2,
+        global_batch_size=4,
+        per_worker=True,
+        examples_per_worker=9,
+    )
     assert plan.steps_per_epoch == 4
 
 
 def test_plan_rejects_bad_inputs():
     with pytest.raises(ValueError, match="matched no files"):
-        sharding.plan_shards(num_workers=1, worker_index=0, num_replicas=1,
-                             global_batch_size=1, files=[])
+        sharding.plan_shards(
+            num_workers=1, worker_index=0, num_replicas=1, global_batch_size=1, files=[]
+        )
     with pytest.raises(ValueError, match="worker_index=2"):
-        sharding.plan_shards(num_workers=2, worker_index=2, num_replicas=2,
-                             global_batch_size=2, num_examples=4)
+        sharding.plan_shards(
+            num_workers=2, worker_index=2, num_replicas=2, global_batch_size=2, num_examples=4
+        )
     with pytest.raises(ValueError, match="one count per file"):
-        sharding.plan_shards(num_workers=1, worker_index=0, num_replicas=1,
-                             global_batch_size=1, files=["a", "b"],
-                             examples_per_file=[1])
+        sharding.plan_shards(
+            num_workers=1,
+            worker_index=0,
+            num_replicas=1,
+            global_batch_size=1,
+            files=["a", "b"],
+            examples_per_file=[1],
+        )
 
 
 def test_shuffle_buffer_rule():

@@ -14,8 +14,11 @@ import pathlib
 import re
 
 DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs"
-_BLOCK = re.compile(r"<!-- output of docs/examples/(?P<name>\w+)\.py -->\n"
-                    r"```text\n(?P<body>.*?)^```$", re.M | re.S)
+_BLOCK = re.compile(
+    r"<!-- output of docs/examples/(?P<name>\w+)\.py -->\n"
+    r"```text\n(?P<body>.*?)^```$",
+    re.M | re.S,
+)
 
 
 def excerpts() -> dict[str, list[tuple[str, list[str]]]]:
@@ -24,8 +27,7 @@ def excerpts() -> dict[str, list[tuple[str, list[str]]]]:
     for page in sorted(DOCS.rglob("*.md")):
         for m in _BLOCK.finditer(page.read_text()):
             lines = [ln for ln in m["body"].splitlines() if ln.strip()]
-            found.setdefault(m["name"], []).append(
-                (str(page.relative_to(DOCS.parent)), lines))
+            found.setdefault(m["name"], []).append((str(page.relative_to(DOCS.parent)), lines))
     return found
 
 
@@ -44,5 +46,7 @@ def assert_excerpt(name: str, output: str) -> None:
     assert shown, f"no page shows the output of docs/examples/{name}.py"
     for page, lines in shown:
         missing = missing_lines(lines, output)
-        assert not missing, (f"{page}: the output of docs/examples/{name}.py lacks "
-                             f"{missing}. Output:\n{output[-3000:]}")
+        assert not missing, (
+            f"{page}: the output of docs/examples/{name}.py lacks "
+            f"{missing}. Output:\n{output[-3000:]}"
+        )

@@ -20,13 +20,23 @@ from tests.multiworker import harness
 
 EXAMPLES = pathlib.Path(harness.REPO_ROOT) / "docs" / "examples"
 TWO_CPUS = {"TFDIST_OPT_CPU_REPLICAS": "2"}
-_ONE_MACHINE = {"quickstart", "configuration", "gradients", "powersgd", "sharded_state",
-                "input_pipeline", "callbacks", "fault_tolerance", "model_parallel"}
+_ONE_MACHINE = {
+    "quickstart",
+    "configuration",
+    "gradients",
+    "powersgd",
+    "sharded_state",
+    "input_pipeline",
+    "callbacks",
+    "fault_tolerance",
+    "model_parallel",
+}
 
 
 def _run(name, *args, extra_env=TWO_CPUS, excerpt=True):
-    r = harness.run_single([str(EXAMPLES / f"{name}.py"), *map(str, args)],
-                           timeout_s=240, extra_env=extra_env)
+    r = harness.run_single(
+        [str(EXAMPLES / f"{name}.py"), *map(str, args)], timeout_s=240, extra_env=extra_env
+    )
     assert r.returncode == 0, r.output[-4000:]
     if excerpt:
         excerpts.assert_excerpt(name, r.output)
@@ -43,20 +53,27 @@ def test_every_example_has_its_command_and_one_output_excerpt():
     for name, places in shown.items():
         assert len(places) == 1, (name, [page for page, _ in places])
         page = (EXAMPLES.parents[1] / places[0][0]).read_text()
-        commands = [body for lang, body in re.findall(r"^```(\w*)\n(.*?)^```$", page,
-                                                      re.M | re.S) if lang == "bash"]
+        commands = [
+            body
+            for lang, body in re.findall(r"^```(\w*)\n(.*?)^```$", page, re.M | re.S)
+            if lang == "bash"
+        ]
         assert any(f"python docs/examples/{name}.py" in c for c in commands), (
             f"{places[0][0]} shows the output of docs/examples/{name}.py but no "
-            "```bash block with its command")
+            "```bash block with its command"
+        )
 
 
-@pytest.mark.parametrize("lines,output,missing", [
-    (["updates: 8"], "Epoch 2/2\nupdates: 8\n", []),
-    (["updates: 8"], "updates: 9\n", ["updates: 8"]),
-    (["...", "8/8 - … - loss: …"], "8/8 - 1s - 12ms/step - loss: 0.52\n", []),
-    (["replicas: 2 loss: …"], "replicas: 1 loss: 0.3\n", ["replicas: 2 loss: …"]),
-    (["a … b"], "a\nb\n", ["a … b"]),  # `…` stays within one line
-])
+@pytest.mark.parametrize(
+    "lines,output,missing",
+    [
+        (["updates: 8"], "Epoch 2/2\nupdates: 8\n", []),
+        (["updates: 8"], "updates: 9\n", ["updates: 8"]),
+        (["...", "8/8 - … - loss: …"], "8/8 - 1s - 12ms/step - loss: 0.52\n", []),
+        (["replicas: 2 loss: …"], "replicas: 1 loss: 0.3\n", ["replicas: 2 loss: …"]),
+        (["a … b"], "a\nb\n", ["a … b"]),  # `…` stays within one line
+    ],
+)
 def test_excerpt_lines_match_exactly_but_for_the_ellipsis(lines, output, missing):
     assert excerpts.missing_lines(lines, output) == missing
 

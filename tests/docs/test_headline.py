@@ -26,7 +26,7 @@ def _table_rows(path: pathlib.Path, heading: str) -> list[tuple[int, str]]:
     lines = path.read_text().splitlines()
     start = lines.index(heading)
     rows, in_table = [], False
-    for number, line in enumerate(lines[start + 1:], start + 2):
+    for number, line in enumerate(lines[start + 1 :], start + 2):
         if line.startswith("#"):
             break
         if line.startswith("|"):
@@ -39,8 +39,11 @@ def _table_rows(path: pathlib.Path, heading: str) -> list[tuple[int, str]]:
 
 
 _TABLES = [("README.md", "## Measured speed-ups"), ("docs/benchmarks.md", "## Headline")]
-_ROWS = [(f"{page}:{number}", row) for page, heading in _TABLES
-         for number, row in _table_rows(ROOT / page, heading)]
+_ROWS = [
+    (f"{page}:{number}", row)
+    for page, heading in _TABLES
+    for number, row in _table_rows(ROOT / page, heading)
+]
 
 
 def test_each_table_has_rows():
@@ -53,16 +56,16 @@ def test_headline_row_matches_its_result_file(where, row):
     figure, source = _FIGURE.search(row), _FILE.search(row)
     assert figure and source, (
         f"{where}: a headline row must hold **X.YYx** `summary_key` and "
-        f"`file.json` (fc-vNNNN, load L). Received: {row}")
+        f"`file.json` (fc-vNNNN, load L). Received: {row}"
+    )
     path = RESULTS / source["file"]
     assert path.exists(), f"{where}: {source['file']} is not in benchmarks/results/"
     data = json.loads(path.read_text())
     value = data["summary"][figure["key"]]
     decimals = len(figure["decimals"] or "")
     assert round(value, decimals) == float(figure["value"]), (
-        f"{where}: {source['file']} holds {figure['key']}={value!r}, "
-        f"the row says {figure['value']}")
+        f"{where}: {source['file']} holds {figure['key']}={value!r}, the row says {figure['value']}"
+    )
     env = data["environment"]
     assert f"-{source['machine']}-" in env["platform"], (where, env["platform"])
-    assert round(env["load_avg_1m"], 1) == float(source["load"]), (
-        where, env["load_avg_1m"])
+    assert round(env["load_avg_1m"], 1) == float(source["load"]), (where, env["load_avg_1m"])

@@ -36,21 +36,33 @@ PAGES = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]
 _OTHER_PROGRAMS = {
     "--strict": "mkdocs build",
     "--logdir": "tensorboard",
-    "--no-children": "perf report", "--sort": "perf report", "--stdio": "perf report",
-    "--kill-on-bad-exit": "srun", "--ntasks-per-node": "srun / sbatch",
-    "--nodes": "srun / sbatch", "--ntasks": "srun", "--gpus-per-task": "srun / sbatch",
+    "--no-children": "perf report",
+    "--sort": "perf report",
+    "--stdio": "perf report",
+    "--kill-on-bad-exit": "srun",
+    "--ntasks-per-node": "srun / sbatch",
+    "--nodes": "srun / sbatch",
+    "--ntasks": "srun",
+    "--gpus-per-task": "srun / sbatch",
     "--signal": "sbatch",
-    "--head": "ray start", "--address": "ray start", "--num-gpus": "ray start",
-    "--pdb": "pytest", "--dist": "pytest-xdist",
+    "--head": "ray start",
+    "--address": "ray start",
+    "--num-gpus": "ray start",
+    "--pdb": "pytest",
+    "--dist": "pytest-xdist",
     "--pid": "py-spy dump",
 }
 
 _DOTTED = re.compile(r"(?<![\w.])tfdist_opt(?:\.[A-Za-z_]\w*)+")
 _FLAG = re.compile(r"(?<![\w-])--([A-Za-z][\w-]*)")
-_PATH = re.compile(r"(?<![\w/.=-])((?:tfdist_opt|benchmarks|docs/examples|configs|tests)"
-                   r"/[\w/.-]*\w\.(?:py|toml|json|txt|csv|png|yml|yaml))\b")
-_RESULT = re.compile(r"`((?:train|allreduce|memory|powersgd|ps|ray_launch|keras_compile|"
-                     r"model_parallel)_[\w.-]+\.(?:json|csv|png|txt))`")
+_PATH = re.compile(
+    r"(?<![\w/.=-])((?:tfdist_opt|benchmarks|docs/examples|configs|tests)"
+    r"/[\w/.-]*\w\.(?:py|toml|json|txt|csv|png|yml|yaml))\b"
+)
+_RESULT = re.compile(
+    r"`((?:train|allreduce|memory|powersgd|ps|ray_launch|keras_compile|"
+    r"model_parallel)_[\w.-]+\.(?:json|csv|png|txt))`"
+)
 
 
 def _occurrences(pattern: re.Pattern, group: int = 0):
@@ -59,8 +71,7 @@ def _occurrences(pattern: re.Pattern, group: int = 0):
     for page in PAGES:
         for number, line in enumerate(page.read_text().splitlines(), 1):
             for m in pattern.finditer(line):
-                found.setdefault(m.group(group), []).append(
-                    f"{page.relative_to(ROOT)}:{number}")
+                found.setdefault(m.group(group), []).append(f"{page.relative_to(ROOT)}:{number}")
     return found
 
 
@@ -90,10 +101,18 @@ def _script_flags() -> set[str]:
     for folder in (ROOT / "tfdist_opt", ROOT / "docs" / "examples"):
         for path in folder.rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                        and node.func.attr == "add_argument"):
-                    flags.update(a.value for a in node.args if isinstance(a, ast.Constant)
-                                 and isinstance(a.value, str) and a.value.startswith("--"))
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "add_argument"
+                ):
+                    flags.update(
+                        a.value
+                        for a in node.args
+                        if isinstance(a, ast.Constant)
+                        and isinstance(a.value, str)
+                        and a.value.startswith("--")
+                    )
     return flags
 
 
@@ -108,8 +127,7 @@ def known_flags() -> set[str]:
 
 def _report(bad: dict[str, list[str]], what: str) -> str:
     lines = [f"{len(bad)} {what} shown in the docs do not exist in the code:"]
-    lines += [f"  {where}: {name}" for name, places in sorted(bad.items())
-              for where in places]
+    lines += [f"  {where}: {name}" for name, places in sorted(bad.items()) for where in places]
     return "\n".join(lines)
 
 
@@ -132,19 +150,27 @@ def test_every_repository_path_and_result_file_exists():
     paths = _occurrences(_PATH, 1)
     bad = {p: where for p, where in paths.items() if not (ROOT / p).exists()}
     results = _occurrences(_RESULT, 1)
-    bad.update({f"benchmarks/results/{name}": where for name, where in results.items()
-                if not (ROOT / "benchmarks" / "results" / name).exists()})
+    bad.update(
+        {
+            f"benchmarks/results/{name}": where
+            for name, where in results.items()
+            if not (ROOT / "benchmarks" / "results" / name).exists()
+        }
+    )
     assert not bad, _report(bad, "files")
 
 
-@pytest.mark.parametrize("name,exists", [
-    ("tfdist_opt.opt_strategy", True),
-    ("tfdist_opt.strategy.config.StrategyConfig.load", True),
-    ("tfdist_opt.examples.train_cnn", True),
-    ("tfdist_opt.opt_strategyy", False),
-    ("tfdist_opt.no_such_module.thing", False),
-    ("tfdist_opt.strategy.config.NoSuchClass", False),
-])
+@pytest.mark.parametrize(
+    "name,exists",
+    [
+        ("tfdist_opt.opt_strategy", True),
+        ("tfdist_opt.strategy.config.StrategyConfig.load", True),
+        ("tfdist_opt.examples.train_cnn", True),
+        ("tfdist_opt.opt_strategyy", False),
+        ("tfdist_opt.no_such_module.thing", False),
+        ("tfdist_opt.strategy.config.NoSuchClass", False),
+    ],
+)
 def test_resolve(name, exists):
     assert resolve(name) is exists
 

@@ -26,12 +26,12 @@ def _page(name: str, hook) -> str:
 def test_environment_page_names_every_tfdist_variable_in_the_code():
     page = _page("environment.md", env_reference)
     names = env_reference.code_env_names()
-    assert {"TFDIST_OPT_CONFIG", "TFDIST_LAUNCH_WORKER_INDEX",
-            "TFDIST_OPT_BENCHMARKS_DIR"} <= names
+    assert {"TFDIST_OPT_CONFIG", "TFDIST_LAUNCH_WORKER_INDEX", "TFDIST_OPT_BENCHMARKS_DIR"} <= names
     missing = sorted(n for n in names if f"`{n}`" not in page)
     assert not missing, (
         f"TFDIST_* variables in tfdist_opt/ without a row on "
-        f"docs/reference/environment.md: {missing}")
+        f"docs/reference/environment.md: {missing}"
+    )
 
 
 def test_environment_page_has_a_row_per_config_field():
@@ -39,6 +39,7 @@ def test_environment_page_has_a_row_per_config_field():
 
     from tfdist_opt.data.options import PipelineOptions
     from tfdist_opt.strategy.config import StrategyConfig
+
     page = _page("environment.md", env_reference)
     for cls, prefix in ((StrategyConfig, "TFDIST_OPT_"), (PipelineOptions, "TFDIST_OPT_DATA_")):
         for field in dataclasses.fields(cls):
@@ -60,6 +61,7 @@ def test_cli_page_lists_every_command_and_option():
 
 def test_a_new_option_appears_and_one_without_help_warns(monkeypatch, caplog):
     from tfdist_opt.cli import k8s
+
     build = k8s.build_parser
 
     def with_more():
@@ -73,13 +75,14 @@ def test_a_new_option_appears_and_one_without_help_warns(monkeypatch, caplog):
         page = cli_reference.cli_reference()
     assert "| `--brand-new` | `X` | - | a new option |" in page
     assert [r.getMessage() for r in caplog.records] == [
-        "`tfdist-opt k8s --undocumented` has no help text; the CLI reference "
-        "is generated from it."]
+        "`tfdist-opt k8s --undocumented` has no help text; the CLI reference is generated from it."
+    ]
 
 
 def test_exit_code_page_matches_the_constants():
     from tfdist_opt.callbacks.preemption import PREEMPTION_EXIT_CODE
     from tfdist_opt.stall import STALL_EXIT_CODE
+
     page = (REFERENCE / "exit-codes.md").read_text()
     rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| (\S+) \| [^|]+ \| (.*)$", page, re.M)}
     assert "PREEMPTION_EXIT_CODE" in rows[str(PREEMPTION_EXIT_CODE)]

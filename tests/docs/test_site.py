@@ -30,13 +30,20 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
 def _build(config: pathlib.Path, site: pathlib.Path, cwd: pathlib.Path):
-    env = dict(os.environ, NO_MKDOCS_2_WARNING="1",
-               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(
+        os.environ,
+        NO_MKDOCS_2_WARNING="1",
+        PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
     return subprocess.run(
         # Not --quiet: it drops the warnings that --strict counts.
-        [sys.executable, "-m", "mkdocs", "build", "--strict",
-         "-f", str(config), "-d", str(site)],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(site)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_site_builds_strict_with_a_generated_configuration_reference(tmp_path):
@@ -45,6 +52,7 @@ def test_site_builds_strict_with_a_generated_configuration_reference(tmp_path):
     page = (tmp_path / "site" / "reference" / "configuration" / "index.html").read_text()
     from tfdist_opt.data.options import PipelineOptions
     from tfdist_opt.strategy.config import StrategyConfig
+
     for cls, prefix in ((StrategyConfig, "TFDIST_OPT_"), (PipelineOptions, "TFDIST_OPT_DATA_")):
         for field in dataclasses.fields(cls):
             assert f"<code>{prefix}{field.name.upper()}</code>" in page, field.name
@@ -63,18 +71,31 @@ def _site_copy(tmp_path: pathlib.Path) -> pathlib.Path:
 
 
 _BREAKAGES = {
-    "broken_link": ("docs/guides/memory.md", "(model-parallel.md)", "(model-paralel.md)",
-                    "model-paralel.md"),
-    "missing_page": ("mkdocs.yml", "      - Callbacks: guides/callbacks.md\n",
-                     "      - Callbacks: guides/callbacks.md\n"
-                     "      - Nowhere: guides/no-such-page.md\n",
-                     "guides/no-such-page.md"),
-    "unresolved_reference": ("docs/reference/api.md", "::: tfdist_opt.strategy.build.opt_strategy",
-                             "::: tfdist_opt.strategy.build.opt_strategy_typo",
-                             "opt_strategy_typo"),
+    "broken_link": (
+        "docs/guides/memory.md",
+        "(model-parallel.md)",
+        "(model-paralel.md)",
+        "model-paralel.md",
+    ),
+    "missing_page": (
+        "mkdocs.yml",
+        "      - Callbacks: guides/callbacks.md\n",
+        "      - Callbacks: guides/callbacks.md\n      - Nowhere: guides/no-such-page.md\n",
+        "guides/no-such-page.md",
+    ),
+    "unresolved_reference": (
+        "docs/reference/api.md",
+        "::: tfdist_opt.strategy.build.opt_strategy",
+        "::: tfdist_opt.strategy.build.opt_strategy_typo",
+        "opt_strategy_typo",
+    ),
     "page_not_in_nav": ("docs/guides/orphan.md", "", "# Orphan\n", "guides/orphan.md"),
-    "missing_example": ("docs/guides/memory.md", "docs/examples/sharded_state.py",
-                        "docs/examples/sharded_state_typo.py", "sharded_state_typo.py"),
+    "missing_example": (
+        "docs/guides/memory.md",
+        "docs/examples/sharded_state.py",
+        "docs/examples/sharded_state_typo.py",
+        "sharded_state_typo.py",
+    ),
 }
 
 
@@ -95,13 +116,14 @@ def test_configuration_reference_follows_the_dataclass(caplog):
     with caplog.at_level(logging.WARNING, logger="mkdocs.hooks.config_reference"):
         table = config_reference.config_table("tests.docs._undocumented_config.TwoFields")
     rows = table.splitlines()[2:]
-    assert rows[0] == ("| `rank` | `int` | `4` | `TFDIST_OPT_TEST_RANK` | "
-                       "Rank of the factors. |")
-    assert rows[1].startswith("| `stall_warn_s` | `float \\| None` | `None` | "
-                              "`TFDIST_OPT_TEST_STALL_WARN_S` |")
+    assert rows[0] == ("| `rank` | `int` | `4` | `TFDIST_OPT_TEST_RANK` | Rank of the factors. |")
+    assert rows[1].startswith(
+        "| `stall_warn_s` | `float \\| None` | `None` | `TFDIST_OPT_TEST_STALL_WARN_S` |"
+    )
     assert [r.getMessage() for r in caplog.records] == [
         "TwoFields.stall_warn_s has no entry in the class docstring's Args: section; "
-        "document it there (the configuration reference is generated from it)."]
+        "document it there (the configuration reference is generated from it)."
+    ]
 
 
 def test_every_strategy_config_field_is_documented(caplog):
@@ -119,10 +141,13 @@ _FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.M | re.S)
 def test_readme_is_short_and_keeps_the_fresh_machine_commands():
     assert len(README.splitlines()) <= 200
     blocks = [body.strip() for lang, body in _FENCE.findall(README) if lang == "bash"]
-    assert ("python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/tfdist-opt "
-            "launch -n 2 -- .venv/bin/python -m tfdist_opt.examples.train_cnn") in blocks
-    assert ('python3 -m venv .venv && .venv/bin/pip install -e ".[test]" && '
-            ".venv/bin/python -m pytest") in blocks
+    assert (
+        "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/tfdist-opt "
+        "launch -n 2 -- .venv/bin/python -m tfdist_opt.examples.train_cnn"
+    ) in blocks
+    assert (
+        'python3 -m venv .venv && .venv/bin/pip install -e ".[test]" && .venv/bin/python -m pytest'
+    ) in blocks
     ci = (ROOT / ".ci" / "run").read_text()
     assert 'pip install --quiet -e ".[test]"' in ci and ".venv/bin/python -m pytest" in ci
 
@@ -146,20 +171,35 @@ def test_pages_show_code_only_by_including_example_files():
             if lang == "python":
                 assert lines and snippets == lines, (
                     f"{page.relative_to(ROOT)} pastes Python code; put it in "
-                    "docs/examples/ and include it with --8<--")
+                    "docs/examples/ and include it with --8<--"
+                )
             included |= {re.search(r'"(.+)"', ln).group(1) for ln in snippets}
-    examples = {f"docs/examples/{p.name}" for p in (DOCS / "examples").iterdir()
-                if p.suffix in (".py", ".sh")}
+    examples = {
+        f"docs/examples/{p.name}"
+        for p in (DOCS / "examples").iterdir()
+        if p.suffix in (".py", ".sh")
+    }
     assert examples - included == set(), "examples no page includes"
     assert {i for i in included if i.startswith("docs/examples/")} <= examples
 
 
 def test_no_file_speaks_of_work_sessions_stops_or_helpers():
     out = subprocess.run(
-        ["git", "grep", "-nIiE",
-         r"\bthis stop\b|\blast stop\b|\bstop [0-9]{2}\b|\bthis session\b|\bhelper",
-         "--", "*.md", "*.py", ":!tests/docs/test_site.py"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60)
+        [
+            "git",
+            "grep",
+            "-nIiE",
+            r"\bthis stop\b|\blast stop\b|\bstop [0-9]{2}\b|\bthis session\b|\bhelper",
+            "--",
+            "*.md",
+            "*.py",
+            ":!tests/docs/test_site.py",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode in (0, 1), out.stderr  # 1: no match
     assert out.stdout == "", out.stdout
 
@@ -169,8 +209,7 @@ def test_results_folder_holds_exactly_the_files_the_benchmarks_page_cites():
     section = page.split("## Result files", 1)[1].split("\n## ", 1)[0]
     cited = set(re.findall(r"`([\w.-]+\.(?:json|csv|png|txt))`", section))
     folder = {p.name for p in (ROOT / "benchmarks" / "results").iterdir()}
-    assert folder == cited, {"not cited": sorted(folder - cited),
-                             "missing": sorted(cited - folder)}
+    assert folder == cited, {"not cited": sorted(folder - cited), "missing": sorted(cited - folder)}
 
 
 def test_nav_has_the_sections_users_know_in_order():
@@ -180,7 +219,16 @@ def test_nav_has_the_sections_users_know_in_order():
 
     nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
     titles = [next(iter(entry)) for entry in nav]
-    assert titles == ["Home", "Get started", "How-to guides", "Deploy", "Tuning",
-                      "Fault tolerance", "Reference", "Internals", "Benchmarks"], titles
+    assert titles == [
+        "Home",
+        "Get started",
+        "How-to guides",
+        "Deploy",
+        "Tuning",
+        "Fault tolerance",
+        "Reference",
+        "Internals",
+        "Benchmarks",
+    ], titles
     deploy = [next(iter(entry.values())) for entry in nav[titles.index("Deploy")]["Deploy"]]
     assert "deploy/slurm.md" in deploy and "guides/ray.md" in deploy, deploy

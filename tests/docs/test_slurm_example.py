@@ -20,9 +20,25 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "docs" / "examples" / "slurm_job.sh"
 
 # sbatch long options the script may use (sbatch(1)).
-_SBATCH_OPTIONS = {"job-name", "nodes", "ntasks", "ntasks-per-node", "cpus-per-task",
-                   "gpus-per-node", "gpus-per-task", "time", "signal", "output", "error",
-                   "partition", "account", "requeue", "mem", "exclusive", "constraint"}
+_SBATCH_OPTIONS = {
+    "job-name",
+    "nodes",
+    "ntasks",
+    "ntasks-per-node",
+    "cpus-per-task",
+    "gpus-per-node",
+    "gpus-per-task",
+    "time",
+    "signal",
+    "output",
+    "error",
+    "partition",
+    "account",
+    "requeue",
+    "mem",
+    "exclusive",
+    "constraint",
+}
 
 
 def _directives() -> dict[str, str]:
@@ -41,8 +57,7 @@ def _directives() -> dict[str, str]:
 
 
 def test_script_is_valid_bash():
-    p = subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True,
-                       timeout=30)
+    p = subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True, timeout=30)
     assert p.returncode == 0, p.stderr
 
 
@@ -56,21 +71,38 @@ def test_launch_line_prints_one_srun_step_over_the_allocation(tmp_path):
     directives = _directives()
     nodes = int(directives["nodes"])
     per_node = int(directives["ntasks-per-node"])
-    (line,) = [ln for ln in SCRIPT.read_text().splitlines()
-               if "tfdist-opt launch" in ln and not ln.lstrip().startswith("#")]
+    (line,) = [
+        ln
+        for ln in SCRIPT.read_text().splitlines()
+        if "tfdist-opt launch" in ln and not ln.lstrip().startswith("#")
+    ]
     words = shlex.split(line.split("tfdist-opt launch", 1)[1].split("; then")[0])
     assert "--slurm" in words and "--run" in words, words
     words.remove("--run")  # print the srun line instead of running it
-    env = dict(os.environ, SLURM_JOB_NODELIST=f"node[1-{nodes}]",
-               SLURM_TASKS_PER_NODE=f"{per_node}(x{nodes})",
-               SLURM_NTASKS=str(nodes * per_node), BACKUPS=str(tmp_path),
-               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    p = subprocess.run([sys.executable, "-m", "tfdist_opt", "launch", *words],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    env = dict(
+        os.environ,
+        SLURM_JOB_NODELIST=f"node[1-{nodes}]",
+        SLURM_TASKS_PER_NODE=f"{per_node}(x{nodes})",
+        SLURM_NTASKS=str(nodes * per_node),
+        BACKUPS=str(tmp_path),
+        PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
+    p = subprocess.run(
+        [sys.executable, "-m", "tfdist_opt", "launch", *words],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     srun = shlex.split(p.stdout.strip())
-    assert srun[:4] == ["srun", f"--ntasks={nodes * per_node}", "--kill-on-bad-exit=1",
-                        f"--nodes={nodes}"], srun
-    tail = srun[srun.index("--slurm-task") - 3:]
+    assert srun[:4] == [
+        "srun",
+        f"--ntasks={nodes * per_node}",
+        "--kill-on-bad-exit=1",
+        f"--nodes={nodes}",
+    ], srun
+    tail = srun[srun.index("--slurm-task") - 3 :]
     assert tail[:4] == ["-m", "tfdist_opt", "launch", "--slurm-task"], srun
-    assert srun[srun.index("--") + 1:] == words[words.index("--") + 1:], srun
+    assert srun[srun.index("--") + 1 :] == words[words.index("--") + 1 :], srun

@@ -23,14 +23,33 @@ WORKERS = {"multi_worker", "parameter_server", "sidecar_evaluation", "ray_traine
 
 
 def _launch(options, name, *args, timeout=240):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-               PYTHONPATH=harness.REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(
+        os.environ,
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PYTHONPATH=harness.REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
     env.pop("TF_CONFIG", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tfdist_opt", "launch", *options, "--startup-timeout", "120",
-         "--", *harness.python(), str(EXAMPLES / f"{name}.py"), *map(str, args)],
-        env=env, cwd=harness.REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "tfdist_opt",
+            "launch",
+            *options,
+            "--startup-timeout",
+            "120",
+            "--",
+            *harness.python(),
+            str(EXAMPLES / f"{name}.py"),
+            *map(str, args),
+        ],
+        env=env,
+        cwd=harness.REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
     finally:
@@ -85,8 +104,11 @@ def test_ray_trainer_example_on_two_ray_workers():
 
     tmp = tempfile.mkdtemp(prefix="rayex")  # short: Ray's socket paths live here
     try:
-        r = harness.run_single([str(EXAMPLES / "ray_trainer.py")], timeout_s=240,
-                               extra_env=ray_cluster.env(RAY_TMPDIR=tmp))
+        r = harness.run_single(
+            [str(EXAMPLES / "ray_trainer.py")],
+            timeout_s=240,
+            extra_env=ray_cluster.env(RAY_TMPDIR=tmp),
+        )
     finally:
         left = ray_cluster.leftovers(tmp)
         ray_cluster.kill_tagged(tmp)

@@ -39,8 +39,7 @@ class FakeDir:
     def listdir(self, path):
         rel = self._rel(path)
         prefix = rel + "/" if rel else ""
-        names = {f[len(prefix):].split("/")[0] for f in self.files
-                 if f.startswith(prefix)}
+        names = {f[len(prefix) :].split("/")[0] for f in self.files if f.startswith(prefix)}
         if not names and rel:
             raise FileNotFoundError(path)
         return sorted(names)
@@ -49,11 +48,9 @@ class FakeDir:
         rel = self._rel(path)
         if rel in self.files:
             size, mtime = self.files[rel]
-            return types.SimpleNamespace(st_size=size, st_mtime_ns=mtime,
-                                         st_mode=stat_lib.S_IFREG)
+            return types.SimpleNamespace(st_size=size, st_mtime_ns=mtime, st_mode=stat_lib.S_IFREG)
         if any(f.startswith(rel + "/") for f in self.files):
-            return types.SimpleNamespace(st_size=0, st_mtime_ns=0,
-                                         st_mode=stat_lib.S_IFDIR)
+            return types.SimpleNamespace(st_size=0, st_mtime_ns=0, st_mode=stat_lib.S_IFDIR)
         raise FileNotFoundError(path)
 
     def read_text(self, path):

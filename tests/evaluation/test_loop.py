@@ -17,10 +17,14 @@ class Chief:
 
 
 def _run(d, clock, chief, *, on_sleep=None, load=None, **kwargs):
-    watcher = checkpoints.CheckpointWatcher(d.root, settle_s=2.0, clock=clock,
-                                            **d.calls())
-    end = (loop.ChiefWatch("localhost:1", grace_s=3.0, startup_timeout_s=100,
-                           clock=clock, answers=chief) if chief else None)
+    watcher = checkpoints.CheckpointWatcher(d.root, settle_s=2.0, clock=clock, **d.calls())
+    end = (
+        loop.ChiefWatch(
+            "localhost:1", grace_s=3.0, startup_timeout_s=100, clock=clock, answers=chief
+        )
+        if chief
+        else None
+    )
     lines, loaded = [], []
 
     def sleep(s):
@@ -28,9 +32,17 @@ def _run(d, clock, chief, *, on_sleep=None, load=None, **kwargs):
         if on_sleep:
             on_sleep(clock.now)
 
-    out = loop.run(watcher, end, load or loaded.append,
-                   lambda item: {"loss": float(item.step or 0)},
-                   poll_s=1.0, clock=clock, sleep=sleep, log=lines.append, **kwargs)
+    out = loop.run(
+        watcher,
+        end,
+        load or loaded.append,
+        lambda item: {"loss": float(item.step or 0)},
+        poll_s=1.0,
+        clock=clock,
+        sleep=sleep,
+        log=lines.append,
+        **kwargs,
+    )
     return out, lines
 
 
@@ -41,6 +53,7 @@ def test_every_checkpoint_is_evaluated_and_the_last_one_after_the_chief_exits():
         for epoch in (1, 2, 3):
             if now == 3 * epoch:
                 d.write(f"w.{epoch}.weights.h5", 10, epoch)
+
     out, _ = _run(d, clock, Chief(clock, start=0.5, stop=9.5), on_sleep=training)
     assert out.reason == "training ended"
     assert [e.checkpoint.step for e in out.evaluations] == [1, 2, 3]
@@ -58,6 +71,7 @@ def test_a_load_that_fails_is_skipped_and_reported_and_the_loop_goes_on():
     def load(item):
         if item.format == "keras":
             raise OSError("truncated file")
+
     out, lines = _run(d, clock, Chief(clock, stop=4), load=load)
     assert [e.checkpoint.name for e in out.evaluations] == ["ckpt-1"]
     assert out.skipped == ["bad.weights.h5: OSError: truncated file"]
@@ -73,6 +87,7 @@ def test_a_file_rewritten_while_loading_is_dropped_and_its_new_version_read():
         calls.append(item.version)
         if len(calls) == 1:
             d.write("latest.weights.h5", 12, 2)  # the chief overwrote it meanwhile
+
     out, lines = _run(d, clock, Chief(clock, stop=6), load=load)
     assert calls == [(10, 1), (12, 2)]
     assert [e.checkpoint.version for e in out.evaluations] == [(12, 2)]
@@ -107,8 +122,7 @@ def test_a_chief_that_never_came_ends_with_what_is_present():
 def test_a_brief_gap_in_the_chief_is_not_the_end():
     clock = Clock()
     up = {0, 1, 3, 4}  # one missed probe at t=2
-    watch = loop.ChiefWatch("h:1", grace_s=3.0, clock=clock,
-                            answers=lambda a: int(clock.now) in up)
+    watch = loop.ChiefWatch("h:1", grace_s=3.0, clock=clock, answers=lambda a: int(clock.now) in up)
     states = []
     for t in range(9):
         clock.now = float(t)
@@ -121,8 +135,14 @@ def test_a_chief_gone_before_the_first_probe_ends_on_the_launchers_cue():
     # chief is never seen, so without the cue it waits out startup_timeout_s.
     clock = Clock()
     cue = {"ended": False}
-    watch = loop.ChiefWatch("h:1", grace_s=3.0, startup_timeout_s=300, clock=clock,
-                            answers=lambda a: False, ended=lambda: cue["ended"])
+    watch = loop.ChiefWatch(
+        "h:1",
+        grace_s=3.0,
+        startup_timeout_s=300,
+        clock=clock,
+        answers=lambda a: False,
+        ended=lambda: cue["ended"],
+    )
     assert watch.poll() == "waiting"
     clock.now = 1.0
     cue["ended"] = True
@@ -131,7 +151,10 @@ def test_a_chief_gone_before_the_first_probe_ends_on_the_launchers_cue():
 
 def test_chief_address_is_the_chief_or_worker_0():
     assert loop.chief_address(None) is None
-    assert loop.chief_address({"cluster": {"worker": ["a:1", "b:1"],
-                                           "evaluator": ["e:1"]}}) == "a:1"
-    assert loop.chief_address({"cluster": {"chief": ["c:1"], "worker": ["a:1"],
-                                           "ps": ["p:1"]}}) == "c:1"
+    assert (
+        loop.chief_address({"cluster": {"worker": ["a:1", "b:1"], "evaluator": ["e:1"]}}) == "a:1"
+    )
+    assert (
+        loop.chief_address({"cluster": {"chief": ["c:1"], "worker": ["a:1"], "ps": ["p:1"]}})
+        == "c:1"
+    )

@@ -27,8 +27,9 @@ VAL = tf.data.Dataset.from_tensor_slices((X[:32], Y[:32])).batch(8)
 def _model(seed):
     keras.utils.set_random_seed(seed)
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
-    model.compile(keras.optimizers.SGD(0.5), "sparse_categorical_crossentropy",
-                  metrics=["accuracy"])
+    model.compile(
+        keras.optimizers.SGD(0.5), "sparse_categorical_crossentropy", metrics=["accuracy"]
+    )
     return model
 
 
@@ -39,13 +40,25 @@ def trained(tmp_path_factory):
     model = _model(1)
     after_epoch_1 = []
     record = keras.callbacks.LambdaCallback(
-        on_epoch_end=lambda epoch, logs: epoch or after_epoch_1.append(model.get_weights()))
-    model.fit(X, Y, batch_size=16, epochs=2, verbose=0, callbacks=[
-        tfdist_opt.DistributedBackupAndRestore(dirs["backup"], delete_on_end=False),
-        keras.callbacks.ModelCheckpoint(os.path.join(dirs["keras_file"], "m.{epoch:02d}.keras")),
-        record])
+        on_epoch_end=lambda epoch, logs: epoch or after_epoch_1.append(model.get_weights())
+    )
+    model.fit(
+        X,
+        Y,
+        batch_size=16,
+        epochs=2,
+        verbose=0,
+        callbacks=[
+            tfdist_opt.DistributedBackupAndRestore(dirs["backup"], delete_on_end=False),
+            keras.callbacks.ModelCheckpoint(
+                os.path.join(dirs["keras_file"], "m.{epoch:02d}.keras")
+            ),
+            record,
+        ],
+    )
     manager = tf.train.CheckpointManager(
-        tf.train.Checkpoint(model=model, optimizer=model.optimizer), dirs["tf"], 3)
+        tf.train.Checkpoint(model=model, optimizer=model.optimizer), dirs["tf"], 3
+    )
     manager.save()
     manager.save()
     expected = model.evaluate(VAL, verbose=0, return_dict=True)
@@ -56,8 +69,14 @@ def trained(tmp_path_factory):
     # Keras's BackupAndRestore cannot share a fit with ours (refused): the
     # same training again, seeded, gives the same final weights.
     again = _model(1)
-    again.fit(X, Y, batch_size=16, epochs=2, verbose=0, callbacks=[
-        keras.callbacks.BackupAndRestore(dirs["keras_backup"], delete_checkpoint=False)])
+    again.fit(
+        X,
+        Y,
+        batch_size=16,
+        epochs=2,
+        verbose=0,
+        callbacks=[keras.callbacks.BackupAndRestore(dirs["keras_backup"], delete_checkpoint=False)],
+    )
     np.testing.assert_array_equal(again.get_weights()[0], model.get_weights()[0])
     return model, dirs, {"final": expected, "epoch 1": expected_epoch_1}
 
@@ -69,24 +88,28 @@ def _evaluate(directory, on_sleep=None, timeout=5.0, data=VAL, **kwargs):
         clock.sleep(s)
         if on_sleep:
             on_sleep(clock.now)
+
     evaluator = tfdist_opt.SidecarEvaluator(
-        _model(7), data, directory, timeout=timeout, verbose=0, **kwargs)
+        _model(7), data, directory, timeout=timeout, verbose=0, **kwargs
+    )
     metrics = evaluator.start(tf_config={}, clock=clock, sleep=sleep)
     return evaluator, metrics
 
 
-@pytest.mark.parametrize("fmt,names,first", [
-    ("backup", ["backup-4", "backup-8"], "epoch 1"),          # 4 steps an epoch
-    ("keras_backup", ["latest.weights.h5"], "final"),
-    ("keras_file", ["m.01.keras", "m.02.keras"], "epoch 1"),
-    ("tf", ["ckpt-1", "ckpt-2"], "final"),                    # both saved after fit
-])
+@pytest.mark.parametrize(
+    "fmt,names,first",
+    [
+        ("backup", ["backup-4", "backup-8"], "epoch 1"),  # 4 steps an epoch
+        ("keras_backup", ["latest.weights.h5"], "final"),
+        ("keras_file", ["m.01.keras", "m.02.keras"], "epoch 1"),
+        ("tf", ["ckpt-1", "ckpt-2"], "final"),  # both saved after fit
+    ],
+)
 def test_every_format_evaluates_to_the_trained_model(trained, fmt, names, first):
     _, dirs, expected_at = trained
     expected = expected_at["final"]
     data = (X[:32], Y[:32]) if fmt == "tf" else VAL  # arrays as (x, y) too
-    evaluator, metrics = _evaluate(dirs[fmt], data=data,
-                                   log_dir=os.path.join(dirs[fmt] + "_tb"))
+    evaluator, metrics = _evaluate(dirs[fmt], data=data, log_dir=os.path.join(dirs[fmt] + "_tb"))
     assert [e.checkpoint.name for e in evaluator.outcome.evaluations] == names
     assert evaluator.outcome.reason == "timeout" and not evaluator.outcome.skipped
     assert metrics["accuracy"] == expected["accuracy"]
@@ -107,11 +130,12 @@ def test_a_half_written_file_is_never_evaluated(trained, tmp_path, suffix):
     target = tmp_path / "ckpt" / f"w{suffix}"
     target.parent.mkdir()
     data = open(full, "rb").read()
-    target.write_bytes(data[:len(data) // 2])  # the chief is mid-write...
+    target.write_bytes(data[: len(data) // 2])  # the chief is mid-write...
 
     def finish(now):  # ... and stalls past settle_s, then completes
         if now == 4.0:
             target.write_bytes(data)
+
     evaluator, metrics = _evaluate(str(target.parent), on_sleep=finish, timeout=10.0)
     assert len(evaluator.outcome.skipped) == 1
     assert evaluator.outcome.skipped[0].startswith(f"w{suffix}: ")

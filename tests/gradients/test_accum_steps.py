@@ -16,17 +16,19 @@ from tfdist_opt.strategy.build import opt_strategy
 
 def test_contract_counts_the_steps_of_the_fit():
     assert "this fit runs 3 train step(s) (1 epoch(s) x 3" in (
-        contract.check_updates_per_fit(4, 3, epochs=1))
+        contract.check_updates_per_fit(4, 3, epochs=1)
+    )
     assert "Received: grad_accum=8, steps_per_epoch=3, epochs=5" in (
-        contract.check_updates_per_fit(8, 3, epochs=5, initial_epoch=3))  # 6 < 8
+        contract.check_updates_per_fit(8, 3, epochs=5, initial_epoch=3)
+    )  # 6 < 8
     # Resuming a cycle with 2 micro-steps accumulated: 2 more steps update.
     assert "trains nothing" not in contract.check_updates_per_fit(
-        4, 2, epochs=1, pending_micro_steps=2)
-    assert "trains nothing" in contract.check_updates_per_fit(
-        4, 2, epochs=1, pending_micro_steps=1)
+        4, 2, epochs=1, pending_micro_steps=2
+    )
+    assert "trains nothing" in contract.check_updates_per_fit(4, 2, epochs=1, pending_micro_steps=1)
     assert "fewer than grad_accum=4" in contract.check_updates_per_fit(4, 3, epochs=2)
     assert contract.check_updates_per_fit(4, 4, epochs=1) is None
-    assert contract.check_updates_per_fit(4, None, epochs=1) is None   # unknown length
+    assert contract.check_updates_per_fit(4, None, epochs=1) is None  # unknown length
     assert contract.check_updates_per_fit(1, 1, epochs=1) is None
 
 
@@ -47,7 +49,7 @@ def _ds(batches):
     return tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(8)
 
 
-X = np.random.RandomState(0).rand(24, 4).astype("float32")   # 3 batches of 8
+X = np.random.RandomState(0).rand(24, 4).astype("float32")  # 3 batches of 8
 Y = X[:, :1]
 
 
@@ -60,13 +62,13 @@ class _Batches(keras.utils.PyDataset):
         return self.n
 
     def __getitem__(self, i):
-        return X[8 * i:8 * i + 8], Y[8 * i:8 * i + 8]
+        return X[8 * i : 8 * i + 8], Y[8 * i : 8 * i + 8]
 
 
 def _generator(repeat):
     for _ in range(repeat):
         for i in range(3):
-            yield X[8 * i:8 * i + 8], Y[8 * i:8 * i + 8]
+            yield X[8 * i : 8 * i + 8], Y[8 * i : 8 * i + 8]
 
 
 def _dict_model(strategy):
@@ -85,9 +87,13 @@ KNOWN_LENGTH = {
     "py_dataset": lambda s: ((_Batches(),), {}),
     "generator_with_steps_per_epoch": lambda s: ((_generator(9),), {"steps_per_epoch": 3}),
     "tf_data_unknown_cardinality_with_steps_per_epoch": lambda s: (
-        (_ds(3).filter(lambda x, y: True).repeat(),), {"steps_per_epoch": 3}),
-    "build_dataset": lambda s: ((build_dataset((X, Y), s, 8, options=PipelineOptions(
-        shuffle=False)),), {}),
+        (_ds(3).filter(lambda x, y: True).repeat(),),
+        {"steps_per_epoch": 3},
+    ),
+    "build_dataset": lambda s: (
+        (build_dataset((X, Y), s, 8, options=PipelineOptions(shuffle=False)),),
+        {},
+    ),
     "distributed_dataset": lambda s: ((s.experimental_distribute_dataset(_ds(3)),), {}),
 }
 
@@ -99,11 +105,15 @@ def test_fit_shorter_than_grad_accum_raises_before_step_one(strategy, kind):
     seen = []
     cb = keras.callbacks.LambdaCallback(on_train_batch_begin=lambda b, logs=None: seen.append(b))
     args, kwargs = KNOWN_LENGTH[kind](strategy)
-    with pytest.raises(ValueError, match=(
+    with pytest.raises(
+        ValueError,
+        match=(
             r"Invalid value for `grad_accum`: this fit runs 3 train step\(s\) "
-            r"\(1 epoch\(s\) x 3 step\(s\) per epoch\) but grad_accum=4")):
+            r"\(1 epoch\(s\) x 3 step\(s\) per epoch\) but grad_accum=4"
+        ),
+    ):
         model.fit(*args, epochs=1, verbose=0, callbacks=[cb], **kwargs)
-    assert seen == []                                           # no step ran
+    assert seen == []  # no step ran
     assert int(model.optimizer._iterations.numpy()) == 0
     for w, b in zip(model.weights, before):
         np.testing.assert_array_equal(w.numpy(), b)
@@ -111,11 +121,11 @@ def test_fit_shorter_than_grad_accum_raises_before_step_one(strategy, kind):
 
 def test_a_fit_that_completes_a_restored_cycle_runs(strategy):
     model = _model(strategy)
-    model.fit(_ds(3), epochs=2, verbose=0)           # 6 micro-steps: 1 update, 2 pending
-    model.fit(_ds(2), epochs=1, verbose=0)           # 2 more complete the cycle
+    model.fit(_ds(3), epochs=2, verbose=0)  # 6 micro-steps: 1 update, 2 pending
+    model.fit(_ds(2), epochs=1, verbose=0)  # 2 more complete the cycle
     assert int(model.optimizer.iterations.numpy()) == 2
     with pytest.raises(ValueError, match=r"Received: grad_accum=4, steps_per_epoch=2, epochs=1"):
-        model.fit(_ds(2), epochs=1, verbose=0)       # 0 pending: 2 < 4
+        model.fit(_ds(2), epochs=1, verbose=0)  # 0 pending: 2 < 4
 
 
 def test_unknown_length_is_checked_after_the_first_epoch(monkeypatch):
@@ -123,12 +133,16 @@ def test_unknown_length_is_checked_after_the_first_epoch(monkeypatch):
     monkeypatch.setattr(logging, "warning", lambda msg, *a: warned.append(msg % a if a else msg))
     monkeypatch.setattr(_logging, "_LOGGED", set())
     model = _model(opt_strategy(cpu_replicas=2, grad_accum=16, all_reduce="reduce_to_one"))
-    unknown = _ds(1).filter(lambda x, y: True)           # cardinality unknown
+    unknown = _ds(1).filter(lambda x, y: True)  # cardinality unknown
     # Keras learns the length when the first epoch runs out (under a
     # distribute strategy the fetch that finds the end counts as a step).
-    with pytest.warns(UserWarning, match=(
+    with pytest.warns(
+        UserWarning,
+        match=(
             r"this fit runs \d train step\(s\) \(3 epoch\(s\) x \d step\(s\) per "
-            r"epoch\) but grad_accum=16")):
+            r"epoch\) but grad_accum=16"
+        ),
+    ):
         model.fit(unknown, epochs=3, verbose=0)
     assert int(model.optimizer.iterations.numpy()) == 0
     assert any("input has no known length" in w for w in warned)
@@ -138,7 +152,7 @@ def test_short_epochs_warn_but_train_across_epochs(strategy, monkeypatch):
     warned = []
     monkeypatch.setattr(logging, "warning", lambda msg, *a: warned.append(msg % a if a else msg))
     model = _model(strategy)
-    model.fit(_ds(3), epochs=2, verbose=0)                 # 6 micro-steps: 1 update
+    model.fit(_ds(3), epochs=2, verbose=0)  # 6 micro-steps: 1 update
     assert int(model.optimizer.iterations.numpy()) == 1
     assert any("an epoch has 3 step(s), fewer than grad_accum=4" in w for w in warned)
-    model.evaluate(_ds(2), verbose=0)                      # evaluation is not checked
+    model.evaluate(_ds(2), verbose=0)  # evaluation is not checked

@@ -40,11 +40,13 @@ def _dataset(batch, skip=0, take=None):
 
 def _model(strategy, lr=0.1):
     with strategy.scope():
-        model = keras.Sequential([keras.Input((IN,)), keras.layers.Dense(32, activation="tanh"),
-                                  keras.layers.Dense(1)])
+        model = keras.Sequential(
+            [keras.Input((IN,)), keras.layers.Dense(32, activation="tanh"), keras.layers.Dense(1)]
+        )
         rng = np.random.default_rng(1)
-        model.set_weights([rng.normal(size=w.shape).astype("float32") * 0.2
-                           for w in model.get_weights()])
+        model.set_weights(
+            [rng.normal(size=w.shape).astype("float32") * 0.2 for w in model.get_weights()]
+        )
         model.compile(keras.optimizers.SGD(lr, momentum=0.9), "mse")
         model.optimizer.build(model.trainable_variables)
     return model
@@ -59,8 +61,7 @@ def _fit(model, **ds_args):
 
 
 def _max_rel(a, b):
-    return max(float(np.abs(x - y).max() / (np.abs(y).max() + 1e-30))
-               for x, y in zip(a, b))
+    return max(float(np.abs(x - y).max() / (np.abs(y).max() + 1e-30)) for x, y in zip(a, b))
 
 
 def _sums(model):
@@ -90,13 +91,13 @@ def test_checkpoint_mid_cycle_restores_partial_sums(tmp_path, full):
     assert int(first.optimizer.iterations.numpy()) == 1
     saved_sums = _sums(first)
     assert any(np.abs(s).max() > 0 for s in saved_sums)
-    path = tf.train.Checkpoint(model=first, optimizer=first.optimizer).save(
-        str(tmp_path / "ckpt"))
+    path = tf.train.Checkpoint(model=first, optimizer=first.optimizer).save(str(tmp_path / "ckpt"))
 
     def resume(zero_sums=False):
         model = _model(_accum_strategy())
         tf.train.Checkpoint(model=model, optimizer=model.optimizer).restore(
-            path).assert_existing_objects_matched()
+            path
+        ).assert_existing_objects_matched()
         assert int(model.optimizer.iterations.numpy()) == 1
         assert int(model.optimizer._iterations.numpy()) == K + 2
         for got, want in zip(_sums(model), saved_sums):
@@ -140,4 +141,4 @@ def test_schedule_sees_updates_not_micro_steps():
     acc = _model(_accum_strategy(), lr=schedule())
     _fit(acc)
     assert _max_rel(acc.get_weights(), big.get_weights()) <= 1e-5
-    assert abs(float(acc.optimizer.learning_rate.numpy()) - 0.1 * 0.2 ** 2) < 1e-7
+    assert abs(float(acc.optimizer.learning_rate.numpy()) - 0.1 * 0.2**2) < 1e-7

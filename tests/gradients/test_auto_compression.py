@@ -23,15 +23,15 @@ def test_a_1gbit_link_and_23mb_of_gradients_pick_a_compressed_one():
     assert choice == "bf16", reason
     assert "predicted step none 251 ms" in reason, reason
     # PowerSGD, when its factors are known (rank 4: ~150 KB), wins further.
-    choice, _ = ac.choose_compression(125e6, MLP_GRAD_BYTES, MLP_COMPUTE_S,
-                                      powersgd_bytes=150e3)
+    choice, _ = ac.choose_compression(125e6, MLP_GRAD_BYTES, MLP_COMPUTE_S, powersgd_bytes=150e3)
     assert choice == "powersgd"
 
 
 def test_loopback_like_rates_pick_none():
     for rate in (2e9, 5e9, 17e9 / 8):
-        choice, reason = ac.choose_compression(rate, MLP_GRAD_BYTES, MLP_COMPUTE_S,
-                                               powersgd_bytes=150e3)
+        choice, reason = ac.choose_compression(
+            rate, MLP_GRAD_BYTES, MLP_COMPUTE_S, powersgd_bytes=150e3
+        )
         assert choice == "none", (rate, reason)
 
 
@@ -39,24 +39,27 @@ def test_lossier_needs_the_margin_and_can_be_refused():
     # bf16 a little faster only (< 10%): stays exact.
     choice, _ = ac.choose_compression(1e9, 4e6, 0.1)
     assert choice == "none"
-    assert ac.choose_compression(125e6, MLP_GRAD_BYTES, MLP_COMPUTE_S,
-                                 allow_lossy=False)[0] == "none"
+    assert (
+        ac.choose_compression(125e6, MLP_GRAD_BYTES, MLP_COMPUTE_S, allow_lossy=False)[0] == "none"
+    )
 
 
 def test_the_start_line_says_lossy():
-    line = ac.start_line(*ac.choose_compression(125e6, MLP_GRAD_BYTES,
-                                                MLP_COMPUTE_S))
+    line = ac.start_line(*ac.choose_compression(125e6, MLP_GRAD_BYTES, MLP_COMPUTE_S))
     assert "picked bf16 (LOSSY:" in line and "bfloat16" in line
     assert "(exact)" in ac.start_line("none", "r")
     assert "rank-2 PowerSGD" in ac.start_line("powersgd", "r", rank=2)
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({"link_bytes_per_s": 0}, "Invalid value for `link_bytes_per_s`"),
-    ({"grad_bytes": -1}, "Invalid value for `grad_bytes`"),
-    ({"compute_s": "1"}, "Received: compute_s='1'"),
-    ({"min_gain": -0.1}, "Invalid value for `min_gain`"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"link_bytes_per_s": 0}, "Invalid value for `link_bytes_per_s`"),
+        ({"grad_bytes": -1}, "Invalid value for `grad_bytes`"),
+        ({"compute_s": "1"}, "Received: compute_s='1'"),
+        ({"min_gain": -0.1}, "Invalid value for `min_gain`"),
+    ],
+)
 def test_bad_input_names_the_field(kwargs, message):
     args = {"link_bytes_per_s": 125e6, "grad_bytes": 1e6, "compute_s": 0.1, **kwargs}
     with pytest.raises(ValueError, match=message):
@@ -85,9 +88,13 @@ def test_a_measured_1gbit_link_picks_a_compressed_one():
         workers = [f"{h.address}:2222" for h in bed.hosts]
         procs = []
         for i, host in enumerate(bed.hosts):
-            env = bed.env({"TF_CONFIG": json.dumps(
-                {"cluster": {"worker": workers},
-                 "task": {"type": "worker", "index": i}})})
+            env = bed.env(
+                {
+                    "TF_CONFIG": json.dumps(
+                        {"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}}
+                    )
+                }
+            )
             procs.append(bed.popen(host, [sys.executable, "-c", _SCRIPT], env=env))
         outs = []
         for p in procs:
@@ -96,8 +103,12 @@ def test_a_measured_1gbit_link_picks_a_compressed_one():
             except Exception:  # pylint: disable=broad-except
                 bed.kill(p)
                 raise
-    results = [json.loads(line.split("RESULT ", 1)[1]) for out in outs
-               for line in out.splitlines() if line.startswith("RESULT ")]
+    results = [
+        json.loads(line.split("RESULT ", 1)[1])
+        for out in outs
+        for line in out.splitlines()
+        if line.startswith("RESULT ")
+    ]
     assert len(results) == 2, outs[0][-3000:]
     # Both workers measured the same rate (agreed) and took the same pick.
     assert results[0] == results[1]

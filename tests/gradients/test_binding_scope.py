@@ -39,11 +39,13 @@ def _data(n=64):
 def _train(strategy, batch=16):
     x, y = _data()
     with strategy.scope():
-        model = keras.Sequential([keras.Input((IN,)), keras.layers.Dense(16, activation="tanh"),
-                                  keras.layers.Dense(1)])
+        model = keras.Sequential(
+            [keras.Input((IN,)), keras.layers.Dense(16, activation="tanh"), keras.layers.Dense(1)]
+        )
         rng = np.random.default_rng(1)
-        model.set_weights([rng.normal(size=w.shape).astype("float32") * 0.3
-                           for w in model.get_weights()])
+        model.set_weights(
+            [rng.normal(size=w.shape).astype("float32") * 0.3 for w in model.get_weights()]
+        )
         model.compile(keras.optimizers.SGD(0.05, momentum=0.9), "mse")
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch, drop_remainder=True)
     model.fit(ds, epochs=2, verbose=0, shuffle=False)
@@ -52,7 +54,8 @@ def _train(strategy, batch=16):
 
 def _plain_mirrored():
     return tf.distribute.MirroredStrategy(
-        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
+        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice()
+    )
 
 
 def _tfdist_functions_on_keras_classes():
@@ -66,8 +69,10 @@ def _tfdist_functions_on_keras_classes():
 
 
 def test_plain_mirrored_strategy_gets_upstream_keras():
-    originals = {name: vars(TFOptimizer).get(name)
-                 for name in ("_all_reduce_sum_gradients", "build", "apply")}
+    originals = {
+        name: vars(TFOptimizer).get(name)
+        for name in ("_all_reduce_sum_gradients", "build", "apply")
+    }
     before = _train(_plain_mirrored())
     assert type(before.optimizer) is keras.optimizers.SGD
 
@@ -80,8 +85,10 @@ def test_plain_mirrored_strategy_gets_upstream_keras():
     assert not hooks.is_hooked(after.optimizer)
     for a, b in zip(after.get_weights(), before.get_weights()):
         np.testing.assert_array_equal(a, b)
-    assert any(not np.array_equal(a, b)  # the hooked run really differed
-               for a, b in zip(hooked.get_weights(), before.get_weights()))
+    assert any(
+        not np.array_equal(a, b)  # the hooked run really differed
+        for a, b in zip(hooked.get_weights(), before.get_weights())
+    )
     for name, fn in originals.items():
         assert vars(TFOptimizer).get(name) is fn, name
     assert TFOptimizer._all_reduce_sum_gradients is originals["_all_reduce_sum_gradients"]
@@ -128,8 +135,11 @@ def test_changed_upstream_signature_fails_loudly(monkeypatch):
 
     monkeypatch.setattr(TFOptimizer, "_backend_apply_gradients", fake)
     s = _plain_mirrored()
-    with pytest.raises(RuntimeError, match=r"checked against Keras 3\.15.*"
-                       r"TFOptimizer\._backend_apply_gradients"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"checked against Keras 3\.12-3\.15.*"
+        r"TFOptimizer\._backend_apply_gradients",
+    ):
         keras_binding.attach(s, GradientOptions(grad_accum=2))
     monkeypatch.undo()
     monkeypatch.delattr(TFOptimizer, "_all_reduce_sum_gradients")
@@ -147,16 +157,19 @@ def test_every_listed_upstream_method_exists_with_its_signature():
     with _plain_mirrored().scope():
         opt = keras.optimizers.SGD(0.1)
         opt.build([keras.Variable(np.zeros(2, "float32"))])
-    for name in ("_distribution_strategy", "_iterations", "_trainable_variables",
-                 "_learning_rate"):
+    for name in ("_distribution_strategy", "_iterations", "_trainable_variables", "_learning_rate"):
         assert hasattr(opt, name), name
 
 
 def test_checked_methods_come_from_the_private_api_registry():
     from tfdist_opt import private_api
 
-    listed = {e.attr: e.params for e in private_api.ENTRIES
-              if e.owner == private_api.TF_OPTIMIZER and e.params is not None}
+    listed = {
+        e.attr: e.params
+        for e in private_api.ENTRIES
+        if e.owner == private_api.TF_OPTIMIZER and e.params is not None
+    }
     assert {name: params for name, params, _ in upstream.SIGNATURES} == listed
-    assert {"build", "apply", "_all_reduce_sum_gradients",
-            "_backend_apply_gradients"} <= set(listed)
+    assert {"build", "apply", "_all_reduce_sum_gradients", "_backend_apply_gradients"} <= set(
+        listed
+    )

@@ -13,9 +13,13 @@ def test_contract_holds():
 
 
 def test_contract_error_names_all_four_numbers():
-    with pytest.raises(ValueError, match=(
+    with pytest.raises(
+        ValueError,
+        match=(
             r"global_batch=250, micro_batch=32, grad_accum=4, num_replicas=2 "
-            r"\(32 x 4 x 2 = 256\)")):
+            r"\(32 x 4 x 2 = 256\)"
+        ),
+    ):
         contract.check_batch_contract(250, 32, 4, 2)
     with pytest.raises(ValueError, match=r"or micro_batch=16"):
         contract.check_batch_contract(128, 32, 4, 2)
@@ -23,8 +27,11 @@ def test_contract_error_names_all_four_numbers():
 
 def test_dataset_batch_must_divide_by_replicas():
     assert contract.micro_batch_from_dataset(8, 4, 2) == 4
-    with pytest.raises(ValueError, match=r"dataset batch=5, grad_accum=4, "
-                       r"num_replicas=2, micro_batch=2.5"):
+    with pytest.raises(
+        ValueError,
+        match=r"dataset batch=5, grad_accum=4, "
+        r"num_replicas=2, micro_batch=2.5",
+    ):
         contract.micro_batch_from_dataset(5, 4, 2)
 
 
@@ -49,17 +56,20 @@ def test_overflow_arithmetic():
 
 
 def test_tolerance_is_n_u_t():
-    assert precision.compression_rtol("bfloat16", 2, 1, safety=1) == 2 * 2 ** -8
-    assert precision.compression_rtol("float16", 2, 3) == 2 * 3 * 2 * 2 ** -11
+    assert precision.compression_rtol("bfloat16", 2, 1, safety=1) == 2 * 2**-8
+    assert precision.compression_rtol("float16", 2, 3) == 2 * 3 * 2 * 2**-11
     with pytest.raises(ValueError, match="wire_dtype='int8'"):
         precision.compression_rtol("int8", 2)
 
 
-@pytest.mark.parametrize("field,value,pattern", [
-    ("bytes_per_pack", -1, r"Received: bytes_per_pack=-1"),
-    ("compression", "int8", r"Received: compression='int8'"),
-    ("grad_accum", 0, r"Received: grad_accum=0"),
-])
+@pytest.mark.parametrize(
+    "field,value,pattern",
+    [
+        ("bytes_per_pack", -1, r"Received: bytes_per_pack=-1"),
+        ("compression", "int8", r"Received: compression='int8'"),
+        ("grad_accum", 0, r"Received: grad_accum=0"),
+    ],
+)
 def test_options_validate(field, value, pattern):
     with pytest.raises(ValueError, match=pattern):
         GradientOptions(**{field: value})

@@ -33,9 +33,9 @@ def _train(strategy, make_optimizer, fused, steps=20):
     x = rng.normal(size=(32 * steps, 6)).astype("float32")
     y = rng.normal(size=(32 * steps, 2)).astype("float32")
     with strategy.scope():
-        model = keras.Sequential([keras.Input((6,)),
-                                  keras.layers.Dense(8, activation="tanh"),
-                                  keras.layers.Dense(2)])
+        model = keras.Sequential(
+            [keras.Input((6,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(2)]
+        )
         model.compile(make_optimizer(), "mse")
     model.fit(x, y, batch_size=32, epochs=1, shuffle=False, verbose=0)
     graph_ops = set()
@@ -43,8 +43,7 @@ def _train(strategy, make_optimizer, fused, steps=20):
         graph_ops |= {op.type for op in f.graph.get_operations()}
         for inner in f.graph._functions.values():  # pylint: disable=protected-access
             graph_ops |= {n.op for n in inner.definition.node_def}
-    state = [v.numpy() for v in model.optimizer.variables
-             if "iteration" not in v.path]
+    state = [v.numpy() for v in model.optimizer.variables if "iteration" not in v.path]
     return model.get_weights(), state, graph_ops
 
 
@@ -77,14 +76,20 @@ def _tf_functions(model):
 
 
 CASES = {
-    "sgd_momentum": (lambda: keras.optimizers.SGD(0.05, momentum=0.9),
-                     "ResourceApplyKerasMomentum"),
-    "sgd_nesterov": (lambda: keras.optimizers.SGD(0.05, momentum=0.9, nesterov=True),
-                     "ResourceApplyKerasMomentum"),
+    "sgd_momentum": (
+        lambda: keras.optimizers.SGD(0.05, momentum=0.9),
+        "ResourceApplyKerasMomentum",
+    ),
+    "sgd_nesterov": (
+        lambda: keras.optimizers.SGD(0.05, momentum=0.9, nesterov=True),
+        "ResourceApplyKerasMomentum",
+    ),
     "sgd_plain": (lambda: keras.optimizers.SGD(0.05), "ResourceApplyGradientDescent"),
     "adam": (lambda: keras.optimizers.Adam(0.01), "ResourceApplyAdam"),
-    "adam_amsgrad": (lambda: keras.optimizers.Adam(0.01, amsgrad=True),
-                     "ResourceApplyAdamWithAmsgrad"),
+    "adam_amsgrad": (
+        lambda: keras.optimizers.Adam(0.01, amsgrad=True),
+        "ResourceApplyAdamWithAmsgrad",
+    ),
 }
 
 
@@ -112,8 +117,7 @@ def test_an_own_update_step_is_kept(strategy):
     assert fused_updates.kind_of(Halved()) is None
     # AdamW keeps Adam's step (its decay is a separate op Keras runs first).
     assert fused_updates.kind_of(keras.optimizers.AdamW()) == "adam"
-    _, _, ops = _train(strategy, lambda: Halved(0.05, momentum=0.9), fused=True,
-                       steps=2)
+    _, _, ops = _train(strategy, lambda: Halved(0.05, momentum=0.9), fused=True, steps=2)
     assert "ResourceApplyKerasMomentum" not in ops
 
 

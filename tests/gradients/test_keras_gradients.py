@@ -36,18 +36,25 @@ def _data(n=128, seed=0):
 
 def _init_weights(seed=1):
     rng = np.random.default_rng(seed)
-    return [rng.normal(size=(IN, HID)).astype("float32") * 0.05,
-            np.zeros(HID, "float32"),
-            rng.normal(size=(HID, HID)).astype("float32") * 0.03,
-            np.zeros(HID, "float32"),
-            rng.normal(size=(HID, 1)).astype("float32") * 0.03,
-            np.zeros(1, "float32")]
+    return [
+        rng.normal(size=(IN, HID)).astype("float32") * 0.05,
+        np.zeros(HID, "float32"),
+        rng.normal(size=(HID, HID)).astype("float32") * 0.03,
+        np.zeros(HID, "float32"),
+        rng.normal(size=(HID, 1)).astype("float32") * 0.03,
+        np.zeros(1, "float32"),
+    ]
 
 
 def _model():
-    return keras.Sequential([
-        keras.Input((IN,)), keras.layers.Dense(HID, activation="tanh"),
-        keras.layers.Dense(HID, activation="tanh"), keras.layers.Dense(1)])
+    return keras.Sequential(
+        [
+            keras.Input((IN,)),
+            keras.layers.Dense(HID, activation="tanh"),
+            keras.layers.Dense(HID, activation="tanh"),
+            keras.layers.Dense(1),
+        ]
+    )
 
 
 class _Record(keras.callbacks.Callback):
@@ -75,8 +82,7 @@ def _weights(model):
 
 
 def _max_rel(a, b):
-    return max(float(np.abs(x - y).max() / (np.abs(y).max() + 1e-30))
-               for x, y in zip(a, b))
+    return max(float(np.abs(x - y).max() / (np.abs(y).max() + 1e-30)) for x, y in zip(a, b))
 
 
 def test_packing_on_off_gives_identical_weights():
@@ -92,14 +98,17 @@ def test_packing_on_off_gives_identical_weights():
 
 def test_tiny_fixed_packs_identical_to_one_pack_in_replica_context():
     strategy = opt_strategy(cpu_replicas=2)
-    grads = [np.random.default_rng(i).normal(size=s).astype("float32")
-             for i, s in enumerate([(7, 5), (300,), (2, 3, 4), ()])]
+    grads = [
+        np.random.default_rng(i).normal(size=s).astype("float32")
+        for i, s in enumerate([(7, 5), (300,), (2, 3, 4), ()])
+    ]
 
     def run(options):
         def fn():
             rid = tf.distribute.get_replica_context().replica_id_in_sync_group
             local = [tf.constant(g) * tf.cast(rid + 1, tf.float32) for g in grads]
             return allreduce.all_reduce_sum(local, options, strategy)
+
         out = strategy.run(tf.function(fn))
         return [strategy.experimental_local_results(o)[0].numpy() for o in out]
 
@@ -114,8 +123,7 @@ def test_tiny_fixed_packs_identical_to_one_pack_in_replica_context():
     assert len(allreduce.plan_buckets([tf.constant(g) for g in grads], opts)) == 4
 
 
-@pytest.mark.parametrize("compression,wire", [("bf16", "bfloat16"),
-                                              ("fp16", "float16")])
+@pytest.mark.parametrize("compression,wire", [("bf16", "bfloat16"), ("fp16", "float16")])
 def test_compression_within_precision_bound(compression, wire):
     w0 = _init_weights()
     ref = _weights(_fit(opt_strategy(cpu_replicas=2), 32))
@@ -142,13 +150,14 @@ def _fit_large_grads(options):
     x = np.ones((8, 2), "float32")
     y = np.full((8, 1), -4e4, "float32")
     with strategy.scope():
-        model = keras.Sequential([
-            keras.Input((2,)),
-            keras.layers.Dense(2, kernel_initializer="identity", use_bias=False),
-            keras.layers.Dense(1, kernel_initializer="zeros", use_bias=False,
-                               dtype="float32")])
-        opt = keras.optimizers.LossScaleOptimizer(
-            keras.optimizers.SGD(1e-7), initial_scale=1.0)
+        model = keras.Sequential(
+            [
+                keras.Input((2,)),
+                keras.layers.Dense(2, kernel_initializer="identity", use_bias=False),
+                keras.layers.Dense(1, kernel_initializer="zeros", use_bias=False, dtype="float32"),
+            ]
+        )
+        opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(1e-7), initial_scale=1.0)
         model.compile(opt, "mse")
     assert model.layers[0].compute_dtype == "float16"
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
@@ -186,8 +195,9 @@ def test_accumulation_advances_adam_state_once_per_k():
     acc = _fit(opt_strategy(cpu_replicas=2, grad_accum=4), 8, opt=adam)
     assert int(acc.optimizer.iterations.numpy()) == 4
     w0 = _init_weights()
-    err = _max_rel([a - w for a, w in zip(_weights(acc), w0)],
-                   [g - w for g, w in zip(_weights(big), w0)])
+    err = _max_rel(
+        [a - w for a, w in zip(_weights(acc), w0)], [g - w for g, w in zip(_weights(big), w0)]
+    )
     # Adam divides by sqrt(v): coordinates with near-zero gradients amplify
     # float32 summation-order differences, so the *updates* agree to 1e-3
     # (measured 1.1e-4). Were m, v or the bias correction advanced per
@@ -219,8 +229,9 @@ def test_keras_own_accumulation_refused_with_ours():
 
 
 def test_attach_replaces_and_detach_restores():
-    s = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"],
-                                       cross_device_ops=tf.distribute.ReductionToOneDevice())
+    s = tf.distribute.MirroredStrategy(
+        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice()
+    )
     upstream = s.experimental_distribute_dataset
     keras_binding.attach(s, GradientOptions(grad_accum=2))
     first = s.experimental_distribute_dataset

@@ -81,7 +81,6 @@ def test_autotuned_pack_size_keeps_backprop_order():
     from tfdist_opt.gradients import allreduce
     from tfdist_opt.gradients.options import GradientOptions
 
-    policy = allreduce.pack_policy(GradientOptions(bytes_per_pack="auto"),
-                                   [3000] * 4, tuned=4096)
+    policy = allreduce.pack_policy(GradientOptions(bytes_per_pack="auto"), [3000] * 4, tuned=4096)
     assert policy.reverse and policy.bucket_bytes == 4096
     assert packing.assign_buckets([3000] * 4, policy)[0][0] == 3

@@ -48,10 +48,13 @@ def _psgd(**kw):
 # ------------------------------------------------------------------ pure
 def test_plan_selects_matrices_and_counts_bytes():
     shapes = [(3, 3, 16, 32), (32,), (512, 10), (4, 3), (1000, 8)]
-    p = powersgd.plan(shapes, ["float32", "float32", "float32", "float32", "int32"],
-                      rank=4, min_compression=2.0)
+    p = powersgd.plan(
+        shapes, ["float32", "float32", "float32", "float32", "int32"], rank=4, min_compression=2.0
+    )
     assert [(m.index, m.rows, m.cols, m.rank) for m in p.matrices] == [
-        (0, 144, 32, 4), (2, 512, 10, 4)]
+        (0, 144, 32, 4),
+        (2, 512, 10, 4),
+    ]
     assert p.rest == (1, 3, 4)
     assert p.dense_bytes == 4 * (144 * 32 + 32 + 5120 + 12 + 8000)
     assert p.sent_bytes == 4 * ((144 + 32) * 4 + 32 + (512 + 10) * 4 + 12 + 8000)
@@ -63,12 +66,15 @@ def test_plan_selects_matrices_and_counts_bytes():
     assert bf16.sent_bytes == 2 * (144 + 32) * 4
 
 
-@pytest.mark.parametrize("kw, field", [
-    (dict(powersgd_rank=0), "powersgd_rank"),
-    (dict(powersgd_start_step=-1), "powersgd_start_step"),
-    (dict(powersgd_min_compression=-0.5), "powersgd_min_compression"),
-    (dict(powersgd_wire="int8"), "powersgd_wire"),
-])
+@pytest.mark.parametrize(
+    "kw, field",
+    [
+        (dict(powersgd_rank=0), "powersgd_rank"),
+        (dict(powersgd_start_step=-1), "powersgd_start_step"),
+        (dict(powersgd_min_compression=-0.5), "powersgd_min_compression"),
+        (dict(powersgd_wire="int8"), "powersgd_wire"),
+    ],
+)
 def test_bad_settings_are_named(kw, field):
     for make in (GradientOptions, StrategyConfig):
         with pytest.raises(ValueError, match=f"Invalid value for `{field}`.*Received: {field}="):
@@ -76,14 +82,22 @@ def test_bad_settings_are_named(kw, field):
 
 
 def test_settings_from_environment():
-    cfg = StrategyConfig.load(environ={
-        "TFDIST_OPT_COMPRESSION": "powersgd", "TFDIST_OPT_POWERSGD_RANK": "2",
-        "TFDIST_OPT_POWERSGD_START_STEP": "10",
-        "TFDIST_OPT_POWERSGD_MIN_COMPRESSION": "0",
-        "TFDIST_OPT_POWERSGD_WIRE": "bf16"})
+    cfg = StrategyConfig.load(
+        environ={
+            "TFDIST_OPT_COMPRESSION": "powersgd",
+            "TFDIST_OPT_POWERSGD_RANK": "2",
+            "TFDIST_OPT_POWERSGD_START_STEP": "10",
+            "TFDIST_OPT_POWERSGD_MIN_COMPRESSION": "0",
+            "TFDIST_OPT_POWERSGD_WIRE": "bf16",
+        }
+    )
     opts = GradientOptions.from_config(cfg)
-    assert (opts.powersgd_rank, opts.powersgd_start_step, opts.powersgd_min_compression,
-            opts.wire_dtype) == (2, 10, 0.0, "bfloat16")
+    assert (
+        opts.powersgd_rank,
+        opts.powersgd_start_step,
+        opts.powersgd_min_compression,
+        opts.wire_dtype,
+    ) == (2, 10, 0.0, "bfloat16")
 
 
 # --------------------------------------------------- 2 virtual replicas
@@ -92,8 +106,7 @@ XS = (4, 4, 2)
 
 def _data(n=128):
     rng = np.random.default_rng(0)
-    return (rng.normal(size=(n, *XS)).astype("float32"),
-            rng.normal(size=(n, 3)).astype("float32"))
+    return (rng.normal(size=(n, *XS)).astype("float32"), rng.normal(size=(n, 3)).astype("float32"))
 
 
 def _fit(strategy, options, steps=4, k=1, dtype=None, skip=0):
@@ -102,22 +115,32 @@ def _fit(strategy, options, steps=4, k=1, dtype=None, skip=0):
     keras.utils.set_random_seed(1)
     x, y = _data()
     with strategy.scope():
-        model = keras.Sequential([
-            keras.Input(XS), keras.layers.Conv2D(4, 3, activation="tanh", dtype=dtype),
-            keras.layers.Flatten(dtype=dtype), keras.layers.Dense(3, dtype=dtype)])
+        model = keras.Sequential(
+            [
+                keras.Input(XS),
+                keras.layers.Conv2D(4, 3, activation="tanh", dtype=dtype),
+                keras.layers.Flatten(dtype=dtype),
+                keras.layers.Dense(3, dtype=dtype),
+            ]
+        )
         opt = keras.optimizers.SGD(0.1)
         if dtype == "mixed_float16":
             opt = keras.optimizers.LossScaleOptimizer(opt)
         model.compile(opt, "mse")
     if steps:
-        model.fit(x[32 * skip:32 * steps], y[32 * skip:32 * steps], batch_size=32 // k, epochs=1,
-                  shuffle=False, verbose=0)
+        model.fit(
+            x[32 * skip : 32 * steps],
+            y[32 * skip : 32 * steps],
+            batch_size=32 // k,
+            epochs=1,
+            shuffle=False,
+            verbose=0,
+        )
     return model
 
 
 def _max_rel(a, b):
-    return max(float(np.abs(x - y).max() / (np.abs(y).max() + 1e-30))
-               for x, y in zip(a, b))
+    return max(float(np.abs(x - y).max() / (np.abs(y).max() + 1e-30)) for x, y in zip(a, b))
 
 
 @pytest.fixture(scope="module")
@@ -183,10 +206,18 @@ def test_skinny_products_run_through_xla_on_cpu(strategy, monkeypatch):
     a = tf.random.stateless_normal((300, 4), [1, 2])
     b = tf.random.stateless_normal((200, 4), [3, 4])
     m = tf.random.stateless_normal((300, 200), [5, 6])
-    np.testing.assert_allclose(factor_ops.skinny_matmul(a, b, "/device:CPU:0", transpose_b=True),
-                               tf.matmul(a, b, transpose_b=True), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(factor_ops.skinny_matmul(a, m, "/device:CPU:0", transpose_a=True),
-                               tf.matmul(a, m, transpose_a=True), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(
+        factor_ops.skinny_matmul(a, b, "/device:CPU:0", transpose_b=True),
+        tf.matmul(a, b, transpose_b=True),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    np.testing.assert_allclose(
+        factor_ops.skinny_matmul(a, m, "/device:CPU:0", transpose_a=True),
+        tf.matmul(a, m, transpose_a=True),
+        rtol=1e-5,
+        atol=1e-4,
+    )
     assert not factor_ops.is_cpu("/job:worker/task:0/device:GPU:0")
 
 
@@ -223,14 +254,22 @@ def test_q_starts_from_the_shared_seed(strategy):
 
 
 def _residuals(strategy, model):
-    return [[r.numpy() for r in strategy.experimental_local_results(e.error.value)]
-            for e in lowrank.state_of(model.optimizer).entries.values()]
+    return [
+        [r.numpy() for r in strategy.experimental_local_results(e.error.value)]
+        for e in lowrank.state_of(model.optimizer).entries.values()
+    ]
 
 
 def _continue(strategy, options, model, steps=4, skip=2):
     x, y = _data()
-    model.fit(x[32 * skip:32 * steps], y[32 * skip:32 * steps], batch_size=32,
-              epochs=1, shuffle=False, verbose=0)
+    model.fit(
+        x[32 * skip : 32 * steps],
+        y[32 * skip : 32 * steps],
+        batch_size=32,
+        epochs=1,
+        shuffle=False,
+        verbose=0,
+    )
     return model.get_weights()
 
 
@@ -240,8 +279,7 @@ def test_resume_is_bit_for_bit(strategy, tmp_path):
     first = _fit(strategy, opts, steps=2)
     saved = _residuals(strategy, first)
     assert all(not np.array_equal(a, b) for a, b in saved)  # replicas differ
-    path = tf.train.Checkpoint(model=first, optimizer=first.optimizer).write(
-        str(tmp_path / "ckpt"))
+    path = tf.train.Checkpoint(model=first, optimizer=first.optimizer).write(str(tmp_path / "ckpt"))
     first.save(tmp_path / "m.keras")
 
     for built in (True, False):  # False: a deferred restore, applied by build
@@ -277,9 +315,13 @@ def test_resume_is_bit_for_bit(strategy, tmp_path):
     for crash in ([CrashAt(3)], []):
         model = _fit(strategy, opts, steps=0)
         with pytest.raises(KeyboardInterrupt) if crash else contextlib.nullcontext():
-            model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(32),
-                      epochs=1, shuffle=False, verbose=0, callbacks=[DistributedBackupAndRestore(
-                          str(tmp_path / "bk"), save_freq=2)] + crash)
+            model.fit(
+                tf.data.Dataset.from_tensor_slices((x, y)).batch(32),
+                epochs=1,
+                shuffle=False,
+                verbose=0,
+                callbacks=[DistributedBackupAndRestore(str(tmp_path / "bk"), save_freq=2)] + crash,
+            )
     assert int(model.optimizer.iterations.numpy()) == 4
     for a, b in zip(model.get_weights(), whole):
         np.testing.assert_array_equal(a, b)
@@ -294,8 +336,11 @@ def test_restore_from_a_sum_or_another_replica_count_spreads_it(strategy):
         error._restore_from_tensors({"VARIABLE_VALUE": tf.constant(value)})
         for r in strategy.experimental_local_results(error.value):
             np.testing.assert_allclose(r.numpy(), total / 2, rtol=1e-6)
-    with pytest.raises(ValueError, match=r"Invalid value for `.*tfdist_powersgd_error`.*"
-                       r"Received: shape=\(3,\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"Invalid value for `.*tfdist_powersgd_error`.*"
+        r"Received: shape=\(3,\)",
+    ):
         error._restore_from_tensors({"VARIABLE_VALUE": tf.zeros([3])})
 
 
@@ -311,14 +356,15 @@ def test_updates_plus_residual_equal_sum_of_gradients(strategy):
     keras_binding.attach(strategy, _psgd(powersgd_rank=1, powersgd_start_step=start))
     with strategy.scope():
         model = keras.Sequential([keras.Input((IN,)), keras.layers.Dense(OUT, use_bias=False)])
-        model.compile(keras.optimizers.SGD(LR),
-                      lambda t, p: keras.ops.mean(t * p, axis=-1))  # linear in weights
+        model.compile(
+            keras.optimizers.SGD(LR), lambda t, p: keras.ops.mean(t * p, axis=-1)
+        )  # linear in weights
     w0 = model.get_weights()[0]
     model.fit(x, y, batch_size=B, epochs=1, shuffle=False, verbose=0)
     applied = (w0 - model.get_weights()[0]) / LR
-    entry, = lowrank.state_of(model.optimizer).entries.values()
+    (entry,) = lowrank.state_of(model.optimizer).entries.values()
     residual = entry.error.numpy()  # ON_READ SUM: the sum over replicas
-    true = sum(x[i:i + B].T @ y[i:i + B] / (B * OUT) for i in range(0, B * steps, B))
+    true = sum(x[i : i + B].T @ y[i : i + B] / (B * OUT) for i in range(0, B * steps, B))
     assert np.abs(residual).max() > 1e-3 * np.abs(true).max()  # compression was lossy
     np.testing.assert_allclose(applied + residual, true, rtol=1e-5, atol=1e-6)
 
@@ -328,16 +374,22 @@ def test_parameter_server_and_tf_keras_refuse_powersgd(monkeypatch):
     from tfdist_opt.strategy.plan import plan_strategy
     from tfdist_opt.strategy.topology import Topology
 
-    cluster = {"chief": ["localhost:2000"], "worker": ["localhost:2001"],
-               "ps": ["localhost:2002"]}
-    with pytest.raises(ValueError, match=r"`grad_accum`/`compression` with mode "
-                       r"parameter_server.*compression='powersgd'"):
-        plan_strategy(StrategyConfig(compression="powersgd"),
-                      Topology(tf_config={"cluster": cluster,
-                                          "task": {"type": "chief", "index": 0}}))
+    cluster = {"chief": ["localhost:2000"], "worker": ["localhost:2001"], "ps": ["localhost:2002"]}
+    with pytest.raises(
+        ValueError,
+        match=r"`grad_accum`/`compression` with mode "
+        r"parameter_server.*compression='powersgd'",
+    ):
+        plan_strategy(
+            StrategyConfig(compression="powersgd"),
+            Topology(tf_config={"cluster": cluster, "task": {"type": "chief", "index": 0}}),
+        )
     monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
-    with pytest.raises(ValueError, match=r"Invalid value for `compression` with tf_keras "
-                       r"\(TF_USE_LEGACY_KERAS=1\).*Received: compression='powersgd'"):
+    with pytest.raises(
+        ValueError,
+        match=r"Invalid value for `compression` with tf_keras "
+        r"\(TF_USE_LEGACY_KERAS=1\).*Received: compression='powersgd'",
+    ):
         tfdist_opt.opt_strategy(cpu_replicas=2, compression="powersgd")
 
 

@@ -32,9 +32,13 @@ def _strategy(shard, replicas=2, **kw):
     # The unsharded runs keep Keras's update ops too (fused_updates would
     # round Adam differently, ~1e-5 rel): what differs is the sharding only.
     kw.setdefault("fused_updates", False)
-    return opt_strategy(cpu_replicas=replicas, mode="mirrored",
-                        all_reduce="reduce_to_one",
-                        shard_optimizer_state=shard, **kw)
+    return opt_strategy(
+        cpu_replicas=replicas,
+        mode="mirrored",
+        all_reduce="reduce_to_one",
+        shard_optimizer_state=shard,
+        **kw,
+    )
 
 
 def _data():
@@ -44,14 +48,16 @@ def _data():
 
 def _model(strategy, opt="adam"):
     with strategy.scope():
-        model = keras.Sequential([keras.Input((IN,)),
-                                  keras.layers.Dense(7, activation="tanh"),
-                                  keras.layers.Dense(1)])
+        model = keras.Sequential(
+            [keras.Input((IN,)), keras.layers.Dense(7, activation="tanh"), keras.layers.Dense(1)]
+        )
         rng = np.random.default_rng(1)
-        model.set_weights([rng.normal(size=w.shape).astype("float32")
-                           for w in model.get_weights()])
-        optimizer = (keras.optimizers.Adam(0.01) if opt == "adam"
-                     else keras.optimizers.SGD(0.1, momentum=0.9))
+        model.set_weights([rng.normal(size=w.shape).astype("float32") for w in model.get_weights()])
+        optimizer = (
+            keras.optimizers.Adam(0.01)
+            if opt == "adam"
+            else keras.optimizers.SGD(0.1, momentum=0.9)
+        )
         model.compile(optimizer, "mse")
         model.optimizer.build(model.trainable_variables)
     return model
@@ -60,13 +66,11 @@ def _model(strategy, opt="adam"):
 def _fit(model, steps=STEPS, skip=0):
     x, y = _data()
     lo, hi = skip * BATCH, (skip + steps) * BATCH
-    model.fit(x[lo:hi], y[lo:hi], batch_size=BATCH, epochs=1, verbose=0,
-              shuffle=False)
+    model.fit(x[lo:hi], y[lo:hi], batch_size=BATCH, epochs=1, verbose=0, shuffle=False)
 
 
 def _max_rel(a, b):
-    return max(float(np.abs(x - y).max() / (np.abs(y).max() + 1e-30))
-               for x, y in zip(a, b))
+    return max(float(np.abs(x - y).max() / (np.abs(y).max() + 1e-30)) for x, y in zip(a, b))
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +92,9 @@ def test_same_math_and_one_nth_of_the_state(opt, unsharded):
     assert len(slots) == (4 if opt == "sgd" else 8)
     for v in slots:
         assert v.shape.rank == 1 and len(v.value.values) == 2
-    assert (sharded_state.state_bytes_per_replica(model.optimizer)
-            < 0.6 * sharded_state.state_bytes_per_replica(plain.optimizer))
+    assert sharded_state.state_bytes_per_replica(
+        model.optimizer
+    ) < 0.6 * sharded_state.state_bytes_per_replica(plain.optimizer)
     _fit(model)
     assert _max_rel(model.get_weights(), unsharded[opt]) < 1e-6
 
@@ -113,21 +118,18 @@ def test_a_shard_updated_with_the_other_shards_state_fails(unsharded):
     assert _max_rel(model.get_weights(), unsharded["adam"]) > 1e-4
 
 
-@pytest.mark.parametrize("first,second", [
-    ((True, 2), (False, 2)), ((False, 2), (True, 2)), ((True, 2), (True, 4))])
+@pytest.mark.parametrize(
+    "first,second", [((True, 2), (False, 2)), ((False, 2), (True, 2)), ((True, 2), (True, 4))]
+)
 def test_checkpoint_resumes_in_any_layout(tmp_path, unsharded, first, second):
     model = _model(_strategy(first[0], first[1]))
     _fit(model, steps=2)
-    path = tf.train.Checkpoint(model=model, optimizer=model.optimizer).write(
-        str(tmp_path / "ckpt"))
+    path = tf.train.Checkpoint(model=model, optimizer=model.optimizer).write(str(tmp_path / "ckpt"))
     resumed = _model(_strategy(second[0], second[1]))
-    tf.train.Checkpoint(model=resumed, optimizer=resumed.optimizer).read(
-        path).assert_consumed()
+    tf.train.Checkpoint(model=resumed, optimizer=resumed.optimizer).read(path).assert_consumed()
     for a, b in zip(resumed.optimizer.variables, model.optimizer.variables):
-        full = (sharded_state.full_value if sharded_state.is_sharded(a) else
-                (lambda v: v.numpy()))
-        fb = (sharded_state.full_value if sharded_state.is_sharded(b) else
-              (lambda v: v.numpy()))
+        full = sharded_state.full_value if sharded_state.is_sharded(a) else (lambda v: v.numpy())
+        fb = sharded_state.full_value if sharded_state.is_sharded(b) else (lambda v: v.numpy())
         np.testing.assert_array_equal(np.asarray(full(a)), np.asarray(fb(b)))
     _fit(resumed, steps=2, skip=2)
     assert _max_rel(resumed.get_weights(), unsharded["adam"]) < 1e-6
@@ -147,8 +149,10 @@ def test_model_save_holds_full_state(tmp_path, unsharded):
 
 
 def test_bf16_compression_composes():
-    plain, model = _model(_strategy(False, compression="bf16")), _model(
-        _strategy(True, compression="bf16"))
+    plain, model = (
+        _model(_strategy(False, compression="bf16")),
+        _model(_strategy(True, compression="bf16")),
+    )
     _fit(plain)
     _fit(model)
     assert _max_rel(model.get_weights(), plain.get_weights()) < 1e-6
@@ -170,12 +174,15 @@ def test_mixed_precision_shards_the_inner_optimizer():
     assert _max_rel(out[1].get_weights(), out[0].get_weights()) < 1e-6
 
 
-@pytest.mark.parametrize("kw,field", [({"compression": "powersgd"}, "compression"),
-                                      ({"grad_accum": 2}, "grad_accum"),
-                                      ({"shard_optimizer_state": "yes"},
-                                       "shard_optimizer_state"),
-                                      ({"shard_bucket_bytes": -1},
-                                       "shard_bucket_bytes")])
+@pytest.mark.parametrize(
+    "kw,field",
+    [
+        ({"compression": "powersgd"}, "compression"),
+        ({"grad_accum": 2}, "grad_accum"),
+        ({"shard_optimizer_state": "yes"}, "shard_optimizer_state"),
+        ({"shard_bucket_bytes": -1}, "shard_bucket_bytes"),
+    ],
+)
 def test_config_refusals_name_the_field(kw, field):
     kw = {"shard_optimizer_state": True, **kw}
     with pytest.raises((ValueError, TypeError), match=f"`{field}`"):
@@ -199,12 +206,16 @@ def test_parameter_server_and_tf_keras_refuse_it(monkeypatch):
     from tfdist_opt.strategy.plan import plan_strategy
     from tfdist_opt.strategy.topology import Topology
 
-    tf_config = {"cluster": {"chief": ["h:1"], "worker": ["h:2"], "ps": ["h:3"]},
-                 "task": {"type": "chief", "index": 0}}
-    with pytest.raises(ValueError, match="`shard_optimizer_state` with mode "
-                       "parameter_server.*Received: shard_optimizer_state=True"):
-        plan_strategy(StrategyConfig(shard_optimizer_state=True),
-                      Topology(tf_config=tf_config))
+    tf_config = {
+        "cluster": {"chief": ["h:1"], "worker": ["h:2"], "ps": ["h:3"]},
+        "task": {"type": "chief", "index": 0},
+    }
+    with pytest.raises(
+        ValueError,
+        match="`shard_optimizer_state` with mode "
+        "parameter_server.*Received: shard_optimizer_state=True",
+    ):
+        plan_strategy(StrategyConfig(shard_optimizer_state=True), Topology(tf_config=tf_config))
     monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
     with pytest.raises(ValueError, match=r"`shard_optimizer_state` with tf_keras"):
         opt_strategy(cpu_replicas=2, shard_optimizer_state=True)

@@ -58,8 +58,9 @@ def test_gather_plan_bounds_each_bucket_and_covers_every_shard():
     # per replica per bucket; variable 0 splits at row (unit 2) boundaries,
     # variable 2 (not splittable) stays whole in a bucket of its own.
     dtypes = ["float32", "float16", "float32", "float32"]
-    plan = zero_plan.gather_plan(dtypes, [4, 2, 4, 4], [12, 3, 4, 10],
-                                 [2, 1, 1, 1], [True, True, True, False], 2, 64)
+    plan = zero_plan.gather_plan(
+        dtypes, [4, 2, 4, 4], [12, 3, 4, 10], [2, 1, 1, 1], [True, True, True, False], 2, 64
+    )
     covered = {}
     for dtype, pieces in plan:
         used = 0
@@ -75,16 +76,20 @@ def test_gather_plan_bounds_each_bucket_and_covers_every_shard():
     assert covered[3] == [(0, 10)]
     assert [d for d, _ in plan].count("float16") == 1
     # Unbounded: one bucket per dtype, in order of first appearance.
-    whole = zero_plan.gather_plan(dtypes, [4, 2, 4, 4], [12, 3, 4, 10],
-                                  [2, 1, 1, 1], [True] * 4, 2, 0)
+    whole = zero_plan.gather_plan(
+        dtypes, [4, 2, 4, 4], [12, 3, 4, 10], [2, 1, 1, 1], [True] * 4, 2, 0
+    )
     assert [(d, [p[0] for p in ps]) for d, ps in whole] == [
-        ("float32", [0, 2, 3]), ("float16", [1])]
+        ("float32", [0, 2, 3]),
+        ("float16", [1]),
+    ]
     with pytest.raises(ValueError, match="shard_sizes"):
         zero_plan.gather_plan(["float32"], [4], [1, 2], [1], [True], 2, 0)
 
 
 def test_scatter_buckets_reverse_order_bounded_per_dtype():
-    assert zero_plan.scatter_buckets(["float32"] * 4, [8, 8, 8, 40], 16) == [
-        [3], [2, 1], [0]]
-    assert zero_plan.scatter_buckets(["float32", "bfloat16", "float32"],
-                                     [4, 4, 4], 0) == [[2, 0], [1]]
+    assert zero_plan.scatter_buckets(["float32"] * 4, [8, 8, 8, 40], 16) == [[3], [2, 1], [0]]
+    assert zero_plan.scatter_buckets(["float32", "bfloat16", "float32"], [4, 4, 4], 0) == [
+        [2, 0],
+        [1],
+    ]

@@ -15,7 +15,8 @@ def testbed(request):
     reason = testbed_lib.unavailable_reason()
     if reason:
         pytest.skip(reason)
-    bed = testbed_lib.TestBed(getattr(request.module, "HOSTS", 2),
-                              rate=getattr(request.module, "HOST_RATE", "1gbit"))
+    bed = testbed_lib.TestBed(
+        getattr(request.module, "HOSTS", 2), rate=getattr(request.module, "HOST_RATE", "1gbit")
+    )
     request.addfinalizer(bed.close)
     return bed

@@ -28,8 +28,12 @@ def launch_lines(*options: str, command: list[str]) -> list[tuple[str, str, int,
     """
     p = subprocess.run(
         [sys.executable, "-m", "tfdist_opt", "launch", *options, "--", *command],
-        capture_output=True, text=True, timeout=60, env=host_env(),
-        cwd=testbed_lib.REPO_ROOT)
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=host_env(),
+        cwd=testbed_lib.REPO_ROOT,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     out = []
     lines = p.stdout.splitlines()
@@ -49,14 +53,16 @@ def host_of(bed, address: str):
 
 def start_lines(bed, lines, extra_env: dict | None = None) -> list[subprocess.Popen]:
     """Starts each per-host line in its host (`sh -c LINE`, as a person pastes it)."""
-    return [bed.popen(host_of(bed, address), ["sh", "-c", line],
-                      env=host_env(extra_env))
-            for address, _, _, line in lines]
+    return [
+        bed.popen(host_of(bed, address), ["sh", "-c", line], env=host_env(extra_env))
+        for address, _, _, line in lines
+    ]
 
 
 def finish(bed, procs, timeout: float) -> list[tuple[int | None, str]]:
     """(exit code or None if killed at the deadline, output) of each process."""
     import time
+
     deadline = time.monotonic() + timeout
     out = []
     for p in procs:
@@ -72,8 +78,11 @@ def finish(bed, procs, timeout: float) -> list[tuple[int | None, str]]:
 
 def results(text: str) -> list[dict]:
     """The `RESULT {json}` lines of an output."""
-    return [json.loads(line.split("RESULT ", 1)[1]) for line in text.splitlines()
-            if line.startswith("RESULT ")]
+    return [
+        json.loads(line.split("RESULT ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("RESULT ")
+    ]
 
 
 def quoted(argv) -> str:

@@ -38,13 +38,24 @@ def _follow(proc, lines, ended):
 
 def test_a_cut_link_ends_every_process_naming_the_unreachable_host(testbed):
     lines = per_host.launch_lines(
-        "--workers", f"{testbed[0].address}:2222,{testbed[1].address}:2222",
-        command=["python", "-m", "tfdist_opt.examples.train_cnn",
-                 "--epochs", "500", "--examples", "2048"])
+        "--workers",
+        f"{testbed[0].address}:2222,{testbed[1].address}:2222",
+        command=[
+            "python",
+            "-m",
+            "tfdist_opt.examples.train_cnn",
+            "--epochs",
+            "500",
+            "--examples",
+            "2048",
+        ],
+    )
     procs = per_host.start_lines(testbed, lines, {"TFDIST_OPT_STALL_WARN_S": "1"})
     outs, ends = [[], []], [[], []]
-    readers = [threading.Thread(target=_follow, args=(p, outs[i], ends[i]), daemon=True)
-               for i, p in enumerate(procs)]
+    readers = [
+        threading.Thread(target=_follow, args=(p, outs[i], ends[i]), daemon=True)
+        for i, p in enumerate(procs)
+    ]
     for t in readers:
         t.start()
     deadline = time.monotonic() + 180
@@ -60,21 +71,27 @@ def test_a_cut_link_ends_every_process_naming_the_unreachable_host(testbed):
         testbed.heal(1)
     texts = ["\n".join(line for _, line in out) for out in outs]
     for i, p in enumerate(procs):
-        assert ends[i], f"host {i}'s worker still runs {BOUND_S + 20} s after the cut:\n" \
-            + texts[i][-3000:]
+        assert ends[i], (
+            f"host {i}'s worker still runs {BOUND_S + 20} s after the cut:\n" + texts[i][-3000:]
+        )
         assert p.returncode == 1, texts[i][-3000:]
         assert ends[i][0] - cut <= BOUND_S, (ends[i][0] - cut, texts[i][-3000:])
     chief, other = texts
-    assert ("tfdist_opt: training stopped: a peer became unreachable; lost task: "
-            f"worker:1 ({testbed[1].address}:2222)") in chief, chief[-3000:]
-    assert ("tfdist_opt: training stopped: the coordination service stopped "
-            f"answering (its heartbeat timed out): worker:0 ({testbed[0].address}"
-            ":2222)") in other, other[-3000:]
-    stack_lines = [line for line in chief.splitlines()
-                   if "worker 1's stack: unavailable" in line]
+    assert (
+        "tfdist_opt: training stopped: a peer became unreachable; lost task: "
+        f"worker:1 ({testbed[1].address}:2222)"
+    ) in chief, chief[-3000:]
+    assert (
+        "tfdist_opt: training stopped: the coordination service stopped "
+        f"answering (its heartbeat timed out): worker:0 ({testbed[0].address}"
+        ":2222)"
+    ) in other, other[-3000:]
+    stack_lines = [line for line in chief.splitlines() if "worker 1's stack: unavailable" in line]
     assert stack_lines, chief[-3000:]
     for line in stack_lines:
-        assert f"at {testbed[1].address}:2222, another host: its state cannot be " \
-            "read from here" in line, line
+        assert (
+            f"at {testbed[1].address}:2222, another host: its state cannot be "
+            "read from here" in line
+        ), line
         for state in ("running", "sleeping", "stopped (state", "gone (no such"):
             assert state not in line, line

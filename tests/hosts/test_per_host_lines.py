@@ -51,19 +51,37 @@ def _weights(path) -> list[np.ndarray]:
 
 def _loopback_reference(npz):
     return subprocess.run(
-        [sys.executable, "-m", "tfdist_opt", "launch", "-n", "2", "--",
-         sys.executable, "-m", "tfdist_opt.examples.train_cnn", *FAST,
-         "--weights_npz", str(npz)],
-        cwd=testbed_lib.REPO_ROOT, capture_output=True, text=True, timeout=240,
-        env=per_host.host_env())
+        [
+            sys.executable,
+            "-m",
+            "tfdist_opt",
+            "launch",
+            "-n",
+            "2",
+            "--",
+            sys.executable,
+            "-m",
+            "tfdist_opt.examples.train_cnn",
+            *FAST,
+            "--weights_npz",
+            str(npz),
+        ],
+        cwd=testbed_lib.REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=per_host.host_env(),
+    )
 
 
 def test_guide_per_host_lines_train_on_two_hosts_like_one_host(testbed, tmp_path):
     argv = _guide_launch_line()
-    options = argv[2:argv.index("--")]
-    command = argv[argv.index("--") + 1:]
+    options = argv[2 : argv.index("--")]
+    command = argv[argv.index("--") + 1 :]
     assert options[1] == f"{testbed[0].address}:2222,{testbed[1].address}:2222"
-    lines = per_host.launch_lines(*options, command=command + FAST + ["--weights_npz", str(tmp_path / "hosts.npz")])
+    lines = per_host.launch_lines(
+        *options, command=command + FAST + ["--weights_npz", str(tmp_path / "hosts.npz")]
+    )
     assert [(t, i) for _, t, i, _ in lines] == [("worker", 0), ("worker", 1)]
     with harness.alongside(_loopback_reference, tmp_path / "one_host.npz") as reference:
         outputs = per_host.finish(testbed, per_host.start_lines(testbed, lines), 240)

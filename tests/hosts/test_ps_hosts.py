@@ -23,18 +23,26 @@ SCRIPT = "tests/hosts/scripts/ps_fit.py"
 
 
 def _one_process():
-    return subprocess.run([sys.executable, SCRIPT], capture_output=True, text=True,
-                          timeout=240, env=per_host.host_env(),
-                          cwd=harness.REPO_ROOT)
+    return subprocess.run(
+        [sys.executable, SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=per_host.host_env(),
+        cwd=harness.REPO_ROOT,
+    )
 
 
 def test_chief_and_ps_on_one_host_worker_on_another_fit_exactly(testbed):
     h0, h1 = testbed[0].address, testbed[1].address
-    lines = per_host.launch_lines("--workers", f"{h0}:2222,{h1}:2222",
-                                  "--ps", f"{h0}:2223", command=["python", SCRIPT])
+    lines = per_host.launch_lines(
+        "--workers", f"{h0}:2222,{h1}:2222", "--ps", f"{h0}:2223", command=["python", SCRIPT]
+    )
     assert [(a, t, i) for a, t, i, _ in lines] == [
-        (f"{h0}:2222", "chief", 0), (f"{h1}:2222", "worker", 0),
-        (f"{h0}:2223", "ps", 0)]
+        (f"{h0}:2222", "chief", 0),
+        (f"{h1}:2222", "worker", 0),
+        (f"{h0}:2223", "ps", 0),
+    ]
     with harness.alongside(_one_process) as reference:
         outputs = per_host.finish(testbed, per_host.start_lines(testbed, lines), 240)
     for (_, task, index, _), (rc, out) in zip(lines, outputs):

@@ -33,9 +33,14 @@ RAY = os.path.join(os.path.dirname(sys.executable), "ray")
 
 
 def _ray_env(home: str) -> dict:
-    env = per_host.host_env({
-        "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
-        "HOME": home, "RAY_USAGE_STATS_ENABLED": "0"})
+    env = per_host.host_env(
+        {
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": secrets.token_hex(32),
+            "HOME": home,
+            "RAY_USAGE_STATS_ENABLED": "0",
+        }
+    )
     # tests/conftest.py pins Ray to 127.0.0.1 with this; across hosts Ray
     # refuses a second node while it is set ("not supported on Windows and OSX").
     env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
@@ -49,13 +54,35 @@ def ray_cluster(testbed):
     h0, h1 = testbed[0].address, testbed[1].address
     common = ["--num-cpus=1", "--disable-usage-stats", "--object-store-memory=100000000"]
     try:
-        head = testbed.run(0, [RAY, "start", "--head", f"--node-ip-address={h0}",
-                               "--port=6379", "--include-dashboard=false", *common,
-                               f"--temp-dir={home}/t0"], env=env, timeout=150)
+        head = testbed.run(
+            0,
+            [
+                RAY,
+                "start",
+                "--head",
+                f"--node-ip-address={h0}",
+                "--port=6379",
+                "--include-dashboard=false",
+                *common,
+                f"--temp-dir={home}/t0",
+            ],
+            env=env,
+            timeout=150,
+        )
         assert head.returncode == 0, head.stdout[-3000:]
-        node = testbed.run(1, [RAY, "start", f"--address={h0}:6379",
-                               f"--node-ip-address={h1}", *common,
-                               f"--temp-dir={home}/t1"], env=env, timeout=150)
+        node = testbed.run(
+            1,
+            [
+                RAY,
+                "start",
+                f"--address={h0}:6379",
+                f"--node-ip-address={h1}",
+                *common,
+                f"--temp-dir={home}/t1",
+            ],
+            env=env,
+            timeout=150,
+        )
         assert node.returncode == 0, node.stdout[-3000:]
         yield f"{h0}:6379", env, home
     finally:
@@ -68,25 +95,40 @@ def _netns(bed, host) -> str:
     return bed.run(host, ["readlink", "/proc/self/ns/net"]).stdout.strip()
 
 
-def test_launch_ray_runs_one_worker_per_host_with_one_host_weights(
-        testbed, ray_cluster, tmp_path):
+def test_launch_ray_runs_one_worker_per_host_with_one_host_weights(testbed, ray_cluster, tmp_path):
     address, env, home = ray_cluster
     npz = os.path.join(home, "ray.npz")
     with harness.alongside(_loopback_reference, tmp_path / "one_host.npz") as reference:
-        launch = testbed.run(0, [
-            sys.executable, "-m", "tfdist_opt", "launch", "--ray", address, "-n", "2",
-            # Each worker says which network namespace (host) it runs in, then
-            # runs the main job.
-            "--", "python", "tests/hosts/scripts/netns_main_job.py", *FAST,
-            "--weights_npz", npz],
-            env=env, timeout=400)
+        launch = testbed.run(
+            0,
+            [
+                sys.executable,
+                "-m",
+                "tfdist_opt",
+                "launch",
+                "--ray",
+                address,
+                "-n",
+                "2",
+                # Each worker says which network namespace (host) it runs in, then
+                # runs the main job.
+                "--",
+                "python",
+                "tests/hosts/scripts/netns_main_job.py",
+                *FAST,
+                "--weights_npz",
+                npz,
+            ],
+            env=env,
+            timeout=400,
+        )
     out = launch.stdout
     assert launch.returncode == 0, out[-5000:]
-    namespaces = sorted(line.split("NETNS ", 1)[1].strip() for line in out.splitlines()
-                        if "NETNS " in line)
+    namespaces = sorted(
+        line.split("NETNS ", 1)[1].strip() for line in out.splitlines() if "NETNS " in line
+    )
     assert namespaces == sorted([_netns(testbed, 0), _netns(testbed, 1)]), out[-3000:]
-    results = per_host.results("\n".join(line.split("] ", 1)[-1]
-                                         for line in out.splitlines()))
+    results = per_host.results("\n".join(line.split("] ", 1)[-1] for line in out.splitlines()))
     assert sorted(r["task"] for r in results) == ["worker:0", "worker:1"], out[-3000:]
     assert len({r["weights_sha256"] for r in results}) == 1, results
     ref = reference.result()

@@ -13,15 +13,18 @@ import tensorflow as tf
 
 from tfdist_opt import model_parallel
 
-DEVICES = ["/job:localhost/replica:0/task:0/device:CPU:1",
-           "/job:localhost/replica:0/task:0/device:CPU:2"]
+DEVICES = [
+    "/job:localhost/replica:0/task:0/device:CPU:1",
+    "/job:localhost/replica:0/task:0/device:CPU:2",
+]
 IN = 6
 
 
 def _layers():
-    return [[keras.layers.Dense(16, activation="tanh"),
-             keras.layers.Dense(12, activation="tanh")],
-            [keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)]]
+    return [
+        [keras.layers.Dense(16, activation="tanh"), keras.layers.Dense(12, activation="tanh")],
+        [keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)],
+    ]
 
 
 def _data(n=32):
@@ -32,8 +35,9 @@ def _data(n=32):
 
 def _pipeline(micro_batches=1, optimizer=None):
     keras.utils.set_random_seed(3)
-    model = model_parallel.pipeline(_layers(), devices=["/cpu:1", "/cpu:2"],
-                                    micro_batches=micro_batches, input_shape=(IN,))
+    model = model_parallel.pipeline(
+        _layers(), devices=["/cpu:1", "/cpu:2"], micro_batches=micro_batches, input_shape=(IN,)
+    )
     model.compile(optimizer or keras.optimizers.SGD(1.0), "mse")
     return model
 
@@ -52,8 +56,7 @@ def test_variables_and_slots_sit_on_their_stage_devices():
             stage_of[w.path] = s
     x, y = _data()
     model.fit(x, y, batch_size=16, epochs=1, verbose=0)  # slots must stay put
-    slots = [v for v in model.optimizer.variables
-             if v.path.endswith(("_momentum", "_velocity"))]
+    slots = [v for v in model.optimizer.variables if v.path.endswith(("_momentum", "_velocity"))]
     assert len(slots) == 2 * len(model.trainable_variables)
     for w in model.trainable_variables:
         # "adam/<var>_momentum" ("adam_3/..." when other Adams exist).
@@ -72,10 +75,13 @@ def test_forward_and_backward_ops_run_on_the_stage_devices(micro_batches):
     graph = step.get_concrete_function((tf.constant(x), tf.constant(y))).graph
     matmuls = [op for op in graph.get_operations() if op.type == "MatMul"]
     # No MatMul left to the default device: every one names a stage's CPU.
-    assert all(op.device and tf.DeviceSpec.from_string(op.device).device_type == "CPU"
-               for op in matmuls), [(o.name, o.device) for o in matmuls]
-    on = {d: [op.name for op in matmuls if _device_index(op.device) == _device_index(d)]
-          for d in DEVICES}
+    assert all(
+        op.device and tf.DeviceSpec.from_string(op.device).device_type == "CPU" for op in matmuls
+    ), [(o.name, o.device) for o in matmuls]
+    on = {
+        d: [op.name for op in matmuls if _device_index(op.device) == _device_index(d)]
+        for d in DEVICES
+    }
     assert sum(map(len, on.values())) == len(matmuls)
     # Per micro-batch and stage: 2 forward MatMuls and 2 x 2 backward ones
     # (weight and input gradient of each Dense), all on the stage's device.
@@ -136,22 +142,30 @@ def test_evaluate_predict_and_save_round_trip(tmp_path):
 
 def test_sequential_split_balances_bytes_and_keeps_weights():
     keras.utils.set_random_seed(0)
-    seq = keras.Sequential([keras.Input((IN,)), keras.layers.Dense(64),
-                            keras.layers.Activation("relu"), keras.layers.Dense(64),
-                            keras.layers.Dense(64), keras.layers.Dense(1)])
+    seq = keras.Sequential(
+        [
+            keras.Input((IN,)),
+            keras.layers.Dense(64),
+            keras.layers.Activation("relu"),
+            keras.layers.Dense(64),
+            keras.layers.Dense(64),
+            keras.layers.Dense(1),
+        ]
+    )
     model = model_parallel.pipeline(seq, devices="auto", num_stages=3)
     assert model.stage_devices == [d.name for d in tf.config.list_logical_devices("CPU")[:3]]
     names = [la.name for la in seq.layers]  # Dense, ReLU, Dense, Dense, Dense
     # Bytes 448, 0, 4160, 4160, 65 (x4): the best cut's largest stage is 4225.
     assert [[la.name for la in st.layers] for st in model.stages] == [
-        names[0:2], names[2:3], names[3:5]]
+        names[0:2],
+        names[2:3],
+        names[3:5],
+    ]
     x, _ = _data()
-    np.testing.assert_allclose(model.predict(x, verbose=0), seq.predict(x, verbose=0),
-                               atol=1e-5)
+    np.testing.assert_allclose(model.predict(x, verbose=0), seq.predict(x, verbose=0), atol=1e-5)
     for s, stage in enumerate(model.stages):
         assert {_device_index(w.value.device) for w in stage.weights} == {s}
-    named = model_parallel.pipeline(seq, devices=["/cpu:3", "/cpu:2"],
-                                    split_at=[names[3]])
+    named = model_parallel.pipeline(seq, devices=["/cpu:3", "/cpu:2"], split_at=[names[3]])
     assert [len(st.layers) for st in named.stages] == [3, 2]
     assert [_device_index(st.weights[0].value.device) for st in named.stages] == [3, 2]
 
@@ -168,16 +182,18 @@ def test_refusals():
     with pytest.raises(ValueError, match=r"More stages than devices: 5 stages but only 4"):
         model_parallel.pipeline(five, input_shape=(IN,))
     with pytest.raises(ValueError, match=r"Stage 1 \('.*'\) has no variables"):
-        model_parallel.pipeline([keras.layers.Dense(2), keras.layers.ReLU()],
-                                input_shape=(IN,))
-    inner = keras.Sequential([keras.layers.Dense(3, name="inner_a"),
-                              keras.layers.Dense(3, name="inner_b")], name="block")
+        model_parallel.pipeline([keras.layers.Dense(2), keras.layers.ReLU()], input_shape=(IN,))
+    inner = keras.Sequential(
+        [keras.layers.Dense(3, name="inner_a"), keras.layers.Dense(3, name="inner_b")], name="block"
+    )
     seq = keras.Sequential([keras.Input((IN,)), keras.layers.Dense(4), inner])
-    with pytest.raises(ValueError, match=r"at layer 'inner_b': it is inside the nested "
-                       r"layer 'block'"):
+    with pytest.raises(
+        ValueError,
+        match=r"at layer 'inner_b': it is inside the nested "
+        r"layer 'block'",
+    ):
         model_parallel.pipeline(seq, split_at=["inner_b"])
     with pytest.raises(ValueError, match=r"micro_batches"):
-        model_parallel.pipeline([keras.layers.Dense(2)], micro_batches=0,
-                                input_shape=(IN,))
+        model_parallel.pipeline([keras.layers.Dense(2)], micro_batches=0, input_shape=(IN,))
     with pytest.raises(ValueError, match=r"Missing `input_shape`"):
         model_parallel.pipeline([keras.layers.Dense(2)])

@@ -18,9 +18,17 @@ def _brute_force_best(sizes, n):
     return best
 
 
-@pytest.mark.parametrize("sizes,n", [
-    ([4, 0, 4, 8], 2), ([1, 1, 1, 1, 1, 1, 1, 1], 3), ([100, 1, 1, 1, 100], 2),
-    ([5, 0, 0, 7, 0, 3, 9, 0, 2], 4), ([3, 3, 3], 3), ([10], 1)])
+@pytest.mark.parametrize(
+    "sizes,n",
+    [
+        ([4, 0, 4, 8], 2),
+        ([1, 1, 1, 1, 1, 1, 1, 1], 3),
+        ([100, 1, 1, 1, 100], 2),
+        ([5, 0, 0, 7, 0, 3, 9, 0, 2], 4),
+        ([3, 3, 3], 3),
+        ([10], 1),
+    ],
+)
 def test_balanced_split_is_optimal(sizes, n):
     p = plan.balanced_split(sizes, n)
     assert p.num_stages == n and p.starts[0] == 0
@@ -48,17 +56,19 @@ def test_split_at_names():
     assert p.ranges() == [(0, 2), (2, 4)] and p.stage_bytes == (3, 7)
 
 
-@pytest.mark.parametrize("split_at,match", [
-    (["zz"], r"at layer 'zz': no top-level layer has that name"),
-    (["inner"], r"at layer 'inner': it is inside the nested layer 'block'"),
-    (["a"], r"distinct, in model order, and not the first layer"),
-    (["c", "b"], r"distinct, in model order"),
-    (["d"], r"Stage 1 \(layers \['d'\]\) has no variables"),
-])
+@pytest.mark.parametrize(
+    "split_at,match",
+    [
+        (["zz"], r"at layer 'zz': no top-level layer has that name"),
+        (["inner"], r"at layer 'inner': it is inside the nested layer 'block'"),
+        (["a"], r"distinct, in model order, and not the first layer"),
+        (["c", "b"], r"distinct, in model order"),
+        (["d"], r"Stage 1 \(layers \['d'\]\) has no variables"),
+    ],
+)
 def test_split_at_refusals(split_at, match):
     with pytest.raises(ValueError, match=match):
-        plan.split_at_names(["a", "b", "c", "d"], [1, 2, 3, 0], split_at,
-                            nested={"inner": "block"})
+        plan.split_at_names(["a", "b", "c", "d"], [1, 2, 3, 0], split_at, nested={"inner": "block"})
 
 
 def test_resolve_devices():
@@ -66,8 +76,11 @@ def test_resolve_devices():
     assert plan.resolve_devices("auto", 2, gpus, cpus) == gpus
     assert plan.resolve_devices("auto", 3, [], cpus) == cpus
     assert plan.resolve_devices(["/cpu:1", "/cpu:0"], 2, [], cpus) == ["/cpu:1", "/cpu:0"]
-    with pytest.raises(ValueError, match=r"More stages than devices: 3 stages but only "
-                       r"2 visible GPU"):
+    with pytest.raises(
+        ValueError,
+        match=r"More stages than devices: 3 stages but only "
+        r"2 visible GPU",
+    ):
         plan.resolve_devices("auto", 3, gpus, cpus)
     with pytest.raises(ValueError, match=r"More stages than devices: 3 stages but 2"):
         plan.resolve_devices(["/cpu:0", "/cpu:1"], 3, [], cpus)

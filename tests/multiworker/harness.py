@@ -48,21 +48,31 @@ def free_ports(n: int) -> list[int]:
 
 def worker_env(index: int, ports: list[int], extra: dict | None = None) -> dict:
     env = dict(os.environ)
-    env.update({
-        "TF_CONFIG": json.dumps({
-            "cluster": {"worker": [f"localhost:{p}" for p in ports]},
-            "task": {"type": "worker", "index": index}}),
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-        "PYTHONPATH": REPO_ROOT + os.pathsep + env.get("PYTHONPATH", ""),
-    })
+    env.update(
+        {
+            "TF_CONFIG": json.dumps(
+                {
+                    "cluster": {"worker": [f"localhost:{p}" for p in ports]},
+                    "task": {"type": "worker", "index": index},
+                }
+            ),
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "PYTHONPATH": REPO_ROOT + os.pathsep + env.get("PYTHONPATH", ""),
+        }
+    )
     env.update(extra or {})
     return env
 
 
-def run_workers(n: int, argv: list[str], timeout_s: float = 240,
-                extra_env: dict | None = None, only: list[int] | None = None,
-                ports: list[int] | None = None, warm: bool = True
-                ) -> list[WorkerResult]:
+def run_workers(
+    n: int,
+    argv: list[str],
+    timeout_s: float = 240,
+    extra_env: dict | None = None,
+    only: list[int] | None = None,
+    ports: list[int] | None = None,
+    warm: bool = True,
+) -> list[WorkerResult]:
     """Runs `python argv...` as n workers of one cluster and waits for all.
 
     `only` starts just those task indices (the others never come, as when a
@@ -77,10 +87,17 @@ def run_workers(n: int, argv: list[str], timeout_s: float = 240,
     procs = []
     try:
         for i in indices:
-            procs.append(subprocess.Popen(
-                [*python(warm), *argv], env=worker_env(i, ports, extra_env),
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                start_new_session=True, cwd=REPO_ROOT))
+            procs.append(
+                subprocess.Popen(
+                    [*python(warm), *argv],
+                    env=worker_env(i, ports, extra_env),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    start_new_session=True,
+                    cwd=REPO_ROOT,
+                )
+            )
         deadline = time.monotonic() + timeout_s
         results = []
         for i, p in zip(indices, procs):
@@ -115,17 +132,28 @@ def python(warm: bool = True) -> list[str]:
     return list(warm_python.PYTHON) if warm else [sys.executable]
 
 
-def run_single(argv: list[str], timeout_s: float = 240,
-               extra_env: dict | None = None, warm: bool = True) -> WorkerResult:
+def run_single(
+    argv: list[str], timeout_s: float = 240, extra_env: dict | None = None, warm: bool = True
+) -> WorkerResult:
     """Runs `python argv...` once with no TF_CONFIG (`warm`: see `run_workers`)."""
     env = dict(os.environ)
     env.pop("TF_CONFIG", None)
-    env.update({"TF_CPP_MIN_LOG_LEVEL": "2",
-                "PYTHONPATH": REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")})
+    env.update(
+        {
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "PYTHONPATH": REPO_ROOT + os.pathsep + env.get("PYTHONPATH", ""),
+        }
+    )
     env.update(extra_env or {})
-    p = subprocess.run([*python(warm), *argv], env=env, cwd=REPO_ROOT,
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True, timeout=timeout_s)
+    p = subprocess.run(
+        [*python(warm), *argv],
+        env=env,
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout_s,
+    )
     return WorkerResult(0, p.returncode, p.stdout)
 
 
@@ -171,8 +199,7 @@ def wait_gone(pid: int, timeout: float = 5.0) -> bool:
     return False
 
 
-def wait_for_file(path, proc: subprocess.Popen, timeout: float = 120,
-                  poll_s: float = 0.05) -> None:
+def wait_for_file(path, proc: subprocess.Popen, timeout: float = 120, poll_s: float = 0.05) -> None:
     """Waits for `path` to exist; fails early (with its output) if `proc` ends."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -180,14 +207,17 @@ def wait_for_file(path, proc: subprocess.Popen, timeout: float = 120,
             return
         if proc.poll() is not None:
             out, err = proc.communicate()
-            raise AssertionError(f"launch ended early ({proc.returncode}):\n"
-                                 f"{(out or '')[-2000:]}\n{(err or '')[-3000:]}")
+            raise AssertionError(
+                f"launch ended early ({proc.returncode}):\n"
+                f"{(out or '')[-2000:]}\n{(err or '')[-3000:]}"
+            )
         time.sleep(poll_s)
     raise AssertionError(f"{path} did not appear within {timeout} s")
 
 
-def start_launch(n: int, options, argv, extra_env: dict | None = None,
-                 warm: bool = True) -> subprocess.Popen:
+def start_launch(
+    n: int, options, argv, extra_env: dict | None = None, warm: bool = True
+) -> subprocess.Popen:
     """`tfdist-opt launch -n N OPTIONS -- python ARGV...` in its own session.
 
     Start-up and term timeouts are short (120 s, 2 s) so failures show fast;
@@ -195,16 +225,37 @@ def start_launch(n: int, options, argv, extra_env: dict | None = None,
     launcher is the real interpreter; its workers are warm unless `warm` is
     False (see `run_workers`).
     """
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-               PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(
+        os.environ,
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
     env.pop("TF_CONFIG", None)
     env.update(extra_env or {})
     return subprocess.Popen(
-        [sys.executable, "-m", "tfdist_opt", "launch", "-n", str(n),
-         "--startup-timeout", "120", "--term-timeout", "2", *options, "--",
-         *python(warm), *argv],
-        env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "tfdist_opt",
+            "launch",
+            "-n",
+            str(n),
+            "--startup-timeout",
+            "120",
+            "--term-timeout",
+            "2",
+            *options,
+            "--",
+            *python(warm),
+            *argv,
+        ],
+        env=env,
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def finish_launch(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:

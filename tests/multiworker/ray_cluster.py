@@ -30,12 +30,16 @@ RAY = os.path.join(os.path.dirname(sys.executable), "ray")
 
 def env(**extra) -> dict:
     """The environment of a test process that starts or joins Ray."""
-    e = dict(os.environ, **PIN, TF_CPP_MIN_LOG_LEVEL="2",
-             RAY_USAGE_STATS_ENABLED="0",
-             # loopback only; Ray's default token check would need the
-             # token file of the head shared with each joining process
-             RAY_AUTH_MODE="disabled",
-             PYTHONPATH=harness.REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    e = dict(
+        os.environ,
+        **PIN,
+        TF_CPP_MIN_LOG_LEVEL="2",
+        RAY_USAGE_STATS_ENABLED="0",
+        # loopback only; Ray's default token check would need the
+        # token file of the head shared with each joining process
+        RAY_AUTH_MODE="disabled",
+        PYTHONPATH=harness.REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
     e.pop("TF_CONFIG", None)
     manager = os.environ.get(warm_python.MANAGER_ENV)
     if manager:
@@ -43,9 +47,14 @@ def env(**extra) -> dict:
         # submit` does): every Ray worker process of the job starts through
         # this pytest process's warm zygotes (tests/warm_python.py), as the
         # tests' other subprocesses do, instead of importing TensorFlow cold.
-        e["RAY_JOB_CONFIG_JSON_ENV_VAR"] = json.dumps({"runtime_env": {
-            "py_executable": shlex.join(warm_python.PYTHON),
-            "env_vars": {warm_python.MANAGER_ENV: manager}}})
+        e["RAY_JOB_CONFIG_JSON_ENV_VAR"] = json.dumps(
+            {
+                "runtime_env": {
+                    "py_executable": shlex.join(warm_python.PYTHON),
+                    "env_vars": {warm_python.MANAGER_ENV: manager},
+                }
+            }
+        )
     e.update(extra)
     return e
 
@@ -93,8 +102,7 @@ def kill_tagged(tag: str) -> None:
 class Head:
     """`ray start --head` on 127.0.0.1 with a private temp dir; `stop()` kills it."""
 
-    def __init__(self, num_cpus: int = 2, num_gpus: int = 0,
-                 extra_env: dict | None = None):
+    def __init__(self, num_cpus: int = 2, num_gpus: int = 0, extra_env: dict | None = None):
         self.temp_dir = tempfile.mkdtemp(prefix="rt_", dir="/tmp")  # short: socket paths
         # Ray's fixed defaults (dashboard 8265, agent 52365, Ray Client
         # 10001) would collide with another head on this host (the suite
@@ -103,19 +111,32 @@ class Head:
         self.address = f"127.0.0.1:{self.port}"
         try:
             subprocess.run(
-                [RAY, "start", "--head", f"--port={self.port}",
-                 f"--num-cpus={num_cpus}", "--include-dashboard=false",
-                 *([f"--num-gpus={num_gpus}"] if num_gpus else []),
-                 f"--dashboard-port={dashboard}",
-                 f"--dashboard-agent-listen-port={agent}",
-                 f"--ray-client-server-port={client}",
-                 "--disable-usage-stats", f"--temp-dir={self.temp_dir}"],
+                [
+                    RAY,
+                    "start",
+                    "--head",
+                    f"--port={self.port}",
+                    f"--num-cpus={num_cpus}",
+                    "--include-dashboard=false",
+                    *([f"--num-gpus={num_gpus}"] if num_gpus else []),
+                    f"--dashboard-port={dashboard}",
+                    f"--dashboard-agent-listen-port={agent}",
+                    f"--ray-client-server-port={client}",
+                    "--disable-usage-stats",
+                    f"--temp-dir={self.temp_dir}",
+                ],
                 # A node declaring GPUs refuses a CUDA_VISIBLE_DEVICES with
                 # fewer entries (the suite's "-1" hides TF's GPU probing).
-                env={k: v for k, v in env(**(extra_env or {})).items()
-                     if not (num_gpus and k == "CUDA_VISIBLE_DEVICES")},
-                check=True, timeout=120, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT)
+                env={
+                    k: v
+                    for k, v in env(**(extra_env or {})).items()
+                    if not (num_gpus and k == "CUDA_VISIBLE_DEVICES")
+                },
+                check=True,
+                timeout=120,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
         except BaseException:
             self.stop()
             raise

@@ -28,9 +28,9 @@ def _run(out, backup, tmp, kill_at=None, bsf=False):
         env["CB_KILL_AT_STEP"] = str(kill_at)
     if bsf:
         env["CB_BSF"] = "1"
-    return harness.run_workers(2, [TRAIN, str(out), str(backup)],
-                               timeout_s=240 if bsf else 150,
-                               extra_env=env)
+    return harness.run_workers(
+        2, [TRAIN, str(out), str(backup)], timeout_s=240 if bsf else 150, extra_env=env
+    )
 
 
 def _load(out):
@@ -62,9 +62,15 @@ def test_two_workers_values_chief_only_and_kill_resume(tmp_path, uninterrupted):
     a, res = uninterrupted
     w0, w1 = _load(a / "out")
     assert w0["chief"] and not w1["chief"]
-    for w in (w0, w1):   # values written into logs on every worker
-        for key in ("examples_per_sec", "examples_per_sec_per_replica",
-                    "step_time_median", "step_time_p90", "comm_fraction", "lr"):
+    for w in (w0, w1):  # values written into logs on every worker
+        for key in (
+            "examples_per_sec",
+            "examples_per_sec_per_replica",
+            "step_time_median",
+            "step_time_p90",
+            "comm_fraction",
+            "lr",
+        ):
             assert len(w["history"][key]) == 3, key
         assert 0 < w["comm_fraction"] <= 1
         assert w["throughput"]["num_replicas"] == 2
@@ -111,8 +117,16 @@ def test_two_workers_values_chief_only_and_kill_resume(tmp_path, uninterrupted):
 @pytest.mark.multiworker
 def test_batch_size_finder_two_workers_agree(uninterrupted):
     _, res = uninterrupted
-    results = [json.loads(next(line[len("RESULT "):] for line in r.output.splitlines()
-                               if line.startswith("RESULT "))) for r in res]
+    results = [
+        json.loads(
+            next(
+                line[len("RESULT ") :]
+                for line in r.output.splitlines()
+                if line.startswith("RESULT ")
+            )
+        )
+        for r in res
+    ]
     assert results[0] == results[1]
     oom, plateau = results[0]["oom"], results[0]["plateau"]
     assert oom == [8, pytest.approx(0.2), "out_of_memory", [4, 8]]
@@ -120,6 +134,6 @@ def test_batch_size_finder_two_workers_agree(uninterrupted):
     # what must hold is that it stopped on a plateau, in order, and that
     # both workers agreed (above).
     assert plateau[1] == "plateau"
-    assert plateau[2] == [10, 20, 40, 80, 160, 320, 640, 1280][:len(plateau[2])]
+    assert plateau[2] == [10, 20, 40, 80, 160, 320, 640, 1280][: len(plateau[2])]
     assert len(plateau[2]) >= 2
     assert "BatchSizeFinder" in res[0].output and "BatchSizeFinder" not in res[1].output

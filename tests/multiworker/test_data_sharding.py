@@ -17,8 +17,7 @@ import pytest
 from tests.data.records import write_id_records
 from tests.multiworker.harness import run_workers
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "scripts",
-                      "data_shard_worker.py")
+SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "data_shard_worker.py")
 CASES = {  # name: (file sizes, policy, global batch)
     "auto_file": ([8, 8, 8, 8], "auto", 4),
     "auto_data": ([32], "auto", 4),
@@ -34,13 +33,22 @@ def cluster(tmp_path_factory):
         data_dir = root / "data" / name
         data_dir.mkdir(parents=True)
         write_id_records(str(data_dir), sizes)
-        cases.append({"name": name, "pattern": str(data_dir / "*.tfrecord"),
-                      "policy": policy, "global_batch": global_batch})
+        cases.append(
+            {
+                "name": name,
+                "pattern": str(data_dir / "*.tfrecord"),
+                "policy": policy,
+                "global_batch": global_batch,
+            }
+        )
     out_root = root / "out"
-    results = run_workers(2, [SCRIPT, str(out_root), json.dumps(cases)],
-                          timeout_s=150,
-                          # C++ warnings on, so TF's auto-shard warning would show.
-                          extra_env={"TF_CPP_MIN_LOG_LEVEL": "0"})
+    results = run_workers(
+        2,
+        [SCRIPT, str(out_root), json.dumps(cases)],
+        timeout_s=150,
+        # C++ warnings on, so TF's auto-shard warning would show.
+        extra_env={"TF_CPP_MIN_LOG_LEVEL": "0"},
+    )
     return out_root, results
 
 
@@ -48,8 +56,7 @@ def _case(cluster, name):
     out_root, results = cluster
     for r in results:
         assert r.returncode == 0, f"worker {r.index} failed:\n{r.output[-4000:]}"
-    reports = [json.loads((out_root / name / f"worker{i}.json").read_text())
-               for i in range(2)]
+    reports = [json.loads((out_root / name / f"worker{i}.json").read_text()) for i in range(2)]
     for report in reports:
         assert "error" not in report, report["error"]
     # Our decision is logged once per worker and case (both builds share the
@@ -64,8 +71,7 @@ def _case(cluster, name):
 
 
 @pytest.mark.multiworker
-@pytest.mark.parametrize("name,expected", [("auto_file", "FILE"),
-                                           ("auto_data", "DATA")])
+@pytest.mark.parametrize("name,expected", [("auto_file", "FILE"), ("auto_data", "DATA")])
 def test_union_is_dataset_without_duplicates(cluster, name, expected):
     reports = _case(cluster, name)
     for r in reports:

@@ -29,15 +29,21 @@ def test_frozen_chief_is_named_by_the_survivor(tmp_path):
     try:
         for i in (0, 1):
             with open(logs[i], "w") as f:
-                procs.append(subprocess.Popen(
-                    [sys.executable, SCRIPT, "--steps", "200000", "--mark_step", "20"],
-                    env=harness.worker_env(i, ports), stdout=f,
-                    stderr=subprocess.STDOUT, start_new_session=True,
-                    cwd=harness.REPO_ROOT))
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, SCRIPT, "--steps", "200000", "--mark_step", "20"],
+                        env=harness.worker_env(i, ports),
+                        stdout=f,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                        cwd=harness.REPO_ROOT,
+                    )
+                )
         deadline = time.monotonic() + 150
         while "task 1: reached step 20" not in logs[1].read_text():
-            assert time.monotonic() < deadline and procs[1].poll() is None, \
-                logs[1].read_text()[-3000:]
+            assert time.monotonic() < deadline and procs[1].poll() is None, logs[1].read_text()[
+                -3000:
+            ]
             time.sleep(0.1)
         os.kill(procs[0].pid, signal.SIGSTOP)
         t0 = time.monotonic()

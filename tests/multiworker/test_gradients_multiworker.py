@@ -31,8 +31,7 @@ def _load(path):
 
 
 def _max_rel(a, b):
-    return max(float(np.abs(x - y).max() / (np.abs(y).max() + 1e-30))
-               for x, y in zip(a, b))
+    return max(float(np.abs(x - y).max() / (np.abs(y).max() + 1e-30)) for x, y in zip(a, b))
 
 
 @pytest.mark.multiworker
@@ -60,8 +59,11 @@ def test_gradients_on_two_workers(tmp_path):
     # Every variant on both tasks: the tasks agree bit for bit (one
     # all-reduced update applied everywhere), and each task's weights pass
     # the variant's check.
-    loaded = {(name, task): _load(tmp_path / f"{name}_{task}.npz")
-              for name in ("plain", "pack", "bf16") for task in (0, 1)}
+    loaded = {
+        (name, task): _load(tmp_path / f"{name}_{task}.npz")
+        for name in ("plain", "pack", "bf16")
+        for task in (0, 1)
+    }
     for name in ("plain", "pack", "bf16"):
         (a, it_a), (b, it_b) = loaded[(name, 0)], loaded[(name, 1)]
         assert it_a == it_b == steps, name

@@ -27,7 +27,7 @@ def _cases(results, which):
     for r in results:
         assert r.returncode == 0, r.output[-3000:]
         line = [l for l in r.output.splitlines() if l.startswith("RESULT ")][-1]
-        out.append(json.loads(line[len("RESULT "):])[which])
+        out.append(json.loads(line[len("RESULT ") :])[which])
     return out
 
 

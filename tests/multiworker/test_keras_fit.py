@@ -24,12 +24,19 @@ RTOL = 1e-5
 def _start_pair(tmp_path, runs, extra_args=(), extra_env=None):
     """One reference process and one 2-worker cluster, each training every
     run of `runs` ({name: keras_train.py --run options}) in turn."""
+
     def argv(role):
-        return [SCRIPT, *extra_args, *(
-            a for name, opts in runs.items()
-            for a in ("--run", ",".join([str(tmp_path / role / name), *opts])))]
-    with harness.alongside(harness.run_single, argv("single"),
-                           extra_env=extra_env) as ref:
+        return [
+            SCRIPT,
+            *extra_args,
+            *(
+                a
+                for name, opts in runs.items()
+                for a in ("--run", ",".join([str(tmp_path / role / name), *opts]))
+            ),
+        ]
+
+    with harness.alongside(harness.run_single, argv("single"), extra_env=extra_env) as ref:
         results = harness.run_workers(2, argv("multi"), extra_env=extra_env)
     return tmp_path, ref.result(), results
 
@@ -41,15 +48,15 @@ def _load_pair(pair, name):
         assert r.returncode == 0, f"worker {r.index}:\n{r.output[-3000:]}"
     single_dir, multi_dir = tmp_path / "single" / name, tmp_path / "multi" / name
     load = lambda d, role: dict(np.load(os.path.join(d, role + ".npz")))
-    return (load(single_dir, "single"), load(multi_dir, "worker0"),
-            load(multi_dir, "worker1"))
+    return (load(single_dir, "single"), load(multi_dir, "worker0"), load(multi_dir, "worker1"))
 
 
 @pytest.fixture(scope="module")
 def keras3(tmp_path_factory):
     """The two Keras 3 runs share one reference process and one cluster."""
-    return _start_pair(tmp_path_factory.mktemp("keras3"), {
-        "plain": [], "dict": ["dict", "steps=3"]})
+    return _start_pair(
+        tmp_path_factory.mktemp("keras3"), {"plain": [], "dict": ["dict", "steps=3"]}
+    )
 
 
 def _assert_equal_training(single, w0, w1):
@@ -60,20 +67,20 @@ def _assert_equal_training(single, w0, w1):
     assert weight_keys
     for k in weight_keys:
         np.testing.assert_array_equal(w0[k], w1[k], err_msg=f"workers differ: {k}")
-        np.testing.assert_allclose(w0[k], single[k], rtol=RTOL, atol=1e-6,
-                                   err_msg=f"2 workers vs 1 process: {k}")
+        np.testing.assert_allclose(
+            w0[k], single[k], rtol=RTOL, atol=1e-6, err_msg=f"2 workers vs 1 process: {k}"
+        )
     for key in ("loss", "val_loss", "val_accuracy"):
         np.testing.assert_allclose(w0[key], single[key], rtol=RTOL, err_msg=key)
         np.testing.assert_allclose(w1[key], single[key], rtol=RTOL, err_msg=key)
     for key in ("eval_loss", "eval_accuracy"):
         np.testing.assert_allclose(w0[key], single[key], rtol=RTOL)
         np.testing.assert_allclose(w1[key], single[key], rtol=RTOL)
-    np.testing.assert_allclose(w0["predictions"], single["predictions"],
-                               rtol=RTOL, atol=1e-6)
-    np.testing.assert_allclose(w1["predictions"], single["predictions"],
-                               rtol=RTOL, atol=1e-6)
-    np.testing.assert_allclose(w0["reloaded_predictions"], single["predictions"],
-                               rtol=RTOL, atol=1e-6)
+    np.testing.assert_allclose(w0["predictions"], single["predictions"], rtol=RTOL, atol=1e-6)
+    np.testing.assert_allclose(w1["predictions"], single["predictions"], rtol=RTOL, atol=1e-6)
+    np.testing.assert_allclose(
+        w0["reloaded_predictions"], single["predictions"], rtol=RTOL, atol=1e-6
+    )
 
 
 @pytest.mark.compat
@@ -84,8 +91,7 @@ def test_keras3_fit_two_workers_equals_one_process(keras3):
 def test_workers_on_one_host_split_its_cpus(keras3):
     """cpu_split="auto": each local worker's TF pools are sized to its share
     of the CPUs, unpinned (the reference process is not split)."""
-    if any(os.environ.get(k) for k in ("TF_NUM_INTRAOP_THREADS",
-                                       "TF_NUM_INTEROP_THREADS")):
+    if any(os.environ.get(k) for k in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")):
         pytest.skip("TF_NUM_*_THREADS is set: the split keeps the user's pool sizes")
     _, w0, w1 = _load_pair(keras3, "plain")
     affinity = sorted(os.sched_getaffinity(0))
@@ -93,8 +99,7 @@ def test_workers_on_one_host_split_its_cpus(keras3):
     expected = [(affinity, size, max(2, size))] * 2
     if affinity == [0, 1]:  # the 2-core CI host, literally
         assert expected == [([0, 1], 1, 2)] * 2
-    got = [(w["cpus"].tolist(), int(w["intra_op"]), int(w["inter_op"]))
-           for w in (w0, w1)]
+    got = [(w["cpus"].tolist(), int(w["intra_op"]), int(w["inter_op"])) for w in (w0, w1)]
     assert got == expected
 
 
@@ -105,15 +110,18 @@ def test_keras3_dict_dataset_and_steps_per_epoch(keras3):
 
 @pytest.mark.compat
 def test_tf_keras_two_workers_equals_one_process(tmp_path):
-    _assert_equal_training(*_load_pair(_start_pair(
-        tmp_path, {"legacy": []}, ["--legacy"],
-        extra_env={"TF_USE_LEGACY_KERAS": "1"}), "legacy"))
+    _assert_equal_training(
+        *_load_pair(
+            _start_pair(
+                tmp_path, {"legacy": []}, ["--legacy"], extra_env={"TF_USE_LEGACY_KERAS": "1"}
+            ),
+            "legacy",
+        )
+    )
 
 
 def test_plain_mwms_fails_under_keras3_without_our_fix(tmp_path):
     """Proves the override is needed: the plain strategy cannot fit."""
-    results = harness.run_workers(
-        2, [SCRIPT, "--out", str(tmp_path), "--plain"], timeout_s=120)
-    assert all(r.returncode not in (0, None) for r in results), [
-        r.output[-2000:] for r in results]
+    results = harness.run_workers(2, [SCRIPT, "--out", str(tmp_path), "--plain"], timeout_s=120)
+    assert all(r.returncode not in (0, None) for r in results), [r.output[-2000:] for r in results]
     assert any("PerReplica" in r.output for r in results)

@@ -40,14 +40,30 @@ pytestmark = [pytest.mark.multiworker, pytest.mark.slow, pytest.mark.compat]
 
 SCRIPT = "tests/multiworker/scripts/keras_matrix.py"
 KINDS = ("mirrored", "worker0", "worker1")
-CELLS = ("baseline", "metrics", "validation_data", "validation_split",
-         "sample_weight", "class_weight", "sync_batchnorm", "callbacks",
-         "generator", "py_dataset", "run_eagerly", "mixed_float16",
-         "mixed_bfloat16", "jit_compile", "jit_compile_sync_batchnorm",
-         "steps_per_execution", "steps_per_execution_jit", "dict_inputs",
-         "dict_outputs", "dict_outputs_bfloat16", "tuple_outputs")
-TOLERANCE = {"mixed_float16": 5e-3, "mixed_bfloat16": 2e-2,
-             "dict_outputs_bfloat16": 2e-2}
+CELLS = (
+    "baseline",
+    "metrics",
+    "validation_data",
+    "validation_split",
+    "sample_weight",
+    "class_weight",
+    "sync_batchnorm",
+    "callbacks",
+    "generator",
+    "py_dataset",
+    "run_eagerly",
+    "mixed_float16",
+    "mixed_bfloat16",
+    "jit_compile",
+    "jit_compile_sync_batchnorm",
+    "steps_per_execution",
+    "steps_per_execution_jit",
+    "dict_inputs",
+    "dict_outputs",
+    "dict_outputs_bfloat16",
+    "tuple_outputs",
+)
+TOLERANCE = {"mixed_float16": 5e-3, "mixed_bfloat16": 2e-2, "dict_outputs_bfloat16": 2e-2}
 DEFAULT_TOLERANCE = 1e-5
 # cell -> {kind: why}: combinations that must raise UnsupportedCombinationError.
 UNSUPPORTED: dict[str, dict[str, str]] = {}
@@ -60,14 +76,15 @@ def matrix(tmp_path_factory):
 
     def run_local():
         local["result"] = harness.run_single(
-            [SCRIPT, "--out", str(out / "local.json"),
-             "--strategies", "none,mirrored"], timeout_s=400)
+            [SCRIPT, "--out", str(out / "local.json"), "--strategies", "none,mirrored"],
+            timeout_s=400,
+        )
 
     thread = threading.Thread(target=run_local)
     thread.start()
     workers = harness.run_workers(
-        2, [SCRIPT, "--out", str(out / "mw"), "--strategies", "multi_worker"],
-        timeout_s=400)
+        2, [SCRIPT, "--out", str(out / "mw"), "--strategies", "multi_worker"], timeout_s=400
+    )
     thread.join()
     assert local["result"].returncode == 0, local["result"].output[-3000:]
     for r in workers:
@@ -104,8 +121,7 @@ def _assert_close(got, want, tol, what):
     assert got.keys() == want.keys(), what
     for key in want:
         assert got[key].shape == want[key].shape, f"{what}{key}"
-        np.testing.assert_allclose(got[key], want[key], rtol=tol, atol=tol,
-                                   err_msg=f"{what}{key}")
+        np.testing.assert_allclose(got[key], want[key], rtol=tol, atol=tol, err_msg=f"{what}{key}")
 
 
 def test_every_cell_ran_everywhere(matrix):
@@ -131,17 +147,24 @@ def test_cell_matches_one_device(matrix, cell, kind):
         if stage == "predict_type":
             assert got[stage] == want[stage]
         else:
-            _assert_close(got[stage], want[stage],
-                          TOLERANCE.get(cell, DEFAULT_TOLERANCE), f"{cell}/{kind}/{stage}")
+            _assert_close(
+                got[stage],
+                want[stage],
+                TOLERANCE.get(cell, DEFAULT_TOLERANCE),
+                f"{cell}/{kind}/{stage}",
+            )
 
 
 @pytest.mark.parametrize("kind", ("none", *KINDS))
-@pytest.mark.parametrize("cell", ("jit_compile", "steps_per_execution",
-                                  "steps_per_execution_jit"))
+@pytest.mark.parametrize("cell", ("jit_compile", "steps_per_execution", "steps_per_execution_jit"))
 def test_option_keeps_the_weights_of_the_baseline(matrix, cell, kind):
     """jit_compile=True equals False, steps_per_execution=4 equals 1."""
-    _assert_close(matrix[kind][cell]["weights"], matrix[kind]["baseline"]["weights"],
-                  DEFAULT_TOLERANCE, f"{cell}/{kind} vs baseline")
+    _assert_close(
+        matrix[kind][cell]["weights"],
+        matrix[kind]["baseline"]["weights"],
+        DEFAULT_TOLERANCE,
+        f"{cell}/{kind} vs baseline",
+    )
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -158,7 +181,8 @@ def test_each_worker_reads_a_plain_tf_data_iterator(matrix, worker):
     """One CPU replica per worker: `plain_iterator`, not TF's MultiDeviceIterator."""
     assert matrix[f"iterators{worker}"] == {
         "experimental_distribute_dataset": ["OwnedIterator"],
-        "distribute_datasets_from_function": ["OwnedIterator"]}
+        "distribute_datasets_from_function": ["OwnedIterator"],
+    }
 
 
 @pytest.mark.parametrize("kind", ("mirrored", "worker0", "worker1"))

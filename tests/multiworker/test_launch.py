@@ -92,8 +92,12 @@ def test_killed_worker_fails_the_launch_fast_and_leaves_nothing(tmp_path):
 
 
 def test_max_restarts_restarts_the_group_once(tmp_path):
-    proc = _launch(tmp_path, "--max-restarts", "1", script_args=(
-        "--batch-sleep", "0.2", "--slow-attempts", "1", "--slow-epochs", "100"))
+    proc = _launch(
+        tmp_path,
+        "--max-restarts",
+        "1",
+        script_args=("--batch-sleep", "0.2", "--slow-attempts", "1", "--slow-epochs", "100"),
+    )
     pids = []
     try:
         harness.wait_for_file(tmp_path / "training-1-0", proc)

@@ -11,7 +11,6 @@ upstream baseline must fold nothing. A first fit with nothing set (the
 shipped defaults) must fold as the "folded" mode does.
 """
 
-
 import pytest
 
 from tests.multiworker import harness
@@ -31,8 +30,11 @@ def test_folded_logs_equal_upstream_logs_every_step(runs):
         upstream, folded = worker["upstream"], worker["folded"]
         assert len(folded["logs"]) == 8  # 2 epochs x 4 steps
         assert set(folded["logs"][0]) == {
-            "loss", "sparse_categorical_accuracy",
-            "sparse_top_k_categorical_accuracy", "sparse_categorical_crossentropy"}
+            "loss",
+            "sparse_categorical_accuracy",
+            "sparse_top_k_categorical_accuracy",
+            "sparse_categorical_crossentropy",
+        }
         assert folded["logs"] == upstream["logs"]
         assert folded["weights"] == upstream["weights"]
     assert runs[0]["folded"]["logs"] == runs[1]["folded"]["logs"]

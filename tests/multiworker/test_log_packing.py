@@ -8,7 +8,6 @@ equal bit for bit, `fit` must have issued packed collectives, and the
 traced step must hold 3 collectives fewer (4 log reductions become 1).
 """
 
-
 import pytest
 
 from tests.multiworker import harness
@@ -27,9 +26,12 @@ def test_packed_logs_equal_the_per_value_logs_every_step(runs):
     for worker in runs:
         per_value, packed = worker["per_value"]["logs"], worker["packed"]["logs"]
         assert len(packed) == 8  # 2 epochs x 4 steps
-        assert set(packed[0]) == {"loss", "sparse_categorical_accuracy",
-                                  "sparse_top_k_categorical_accuracy",
-                                  "sparse_categorical_crossentropy"}
+        assert set(packed[0]) == {
+            "loss",
+            "sparse_categorical_accuracy",
+            "sparse_top_k_categorical_accuracy",
+            "sparse_categorical_crossentropy",
+        }
         assert packed == per_value
         assert worker["packed"]["fit_packed"] > 0 and worker["packed"]["fit_folded"] == 0
         assert worker["per_value"]["fit_packed"] == 0

@@ -13,13 +13,33 @@ pytestmark = pytest.mark.multiworker
 
 def test_main_job_trains_on_two_workers_with_identical_weights():
     p = subprocess.run(
-        [sys.executable, "-m", "tfdist_opt", "launch", "-n", "2", "--",
-         sys.executable, "-m", "tfdist_opt.examples.train_cnn",
-         "--epochs", "2", "--examples", "1024"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=240)
+        [
+            sys.executable,
+            "-m",
+            "tfdist_opt",
+            "launch",
+            "-n",
+            "2",
+            "--",
+            sys.executable,
+            "-m",
+            "tfdist_opt.examples.train_cnn",
+            "--epochs",
+            "2",
+            "--examples",
+            "1024",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
-    results = [json.loads(line.split("RESULT ", 1)[1])
-               for line in p.stdout.splitlines() if "RESULT " in line]
+    results = [
+        json.loads(line.split("RESULT ", 1)[1])
+        for line in p.stdout.splitlines()
+        if "RESULT " in line
+    ]
     assert sorted(r["task"] for r in results) == ["worker:0", "worker:1"]
     assert {r["replicas"] for r in results} == {2}
     assert len({r["weights_sha256"] for r in results}) == 1

@@ -26,17 +26,17 @@ def _load(path):
 @pytest.mark.multiworker
 @pytest.mark.slow
 def test_pipeline_on_two_workers_equals_one_process(tmp_path):
-    with harness.alongside(harness.run_single,
-                           [SCRIPT, "--out", str(tmp_path), "--reference"]) as run:
-        results = harness.run_workers(2, [SCRIPT, "--out", str(tmp_path)],
-                                      timeout_s=240)
+    with harness.alongside(
+        harness.run_single, [SCRIPT, "--out", str(tmp_path), "--reference"]
+    ) as run:
+        results = harness.run_workers(2, [SCRIPT, "--out", str(tmp_path)], timeout_s=240)
     for r in results:
         assert r.returncode == 0, f"worker {r.index}:\n{r.output[-4000:]}"
     ref = run.result()
     assert ref.returncode == 0, ref.output[-4000:]
     for r in results:
         line = next(ln for ln in r.output.splitlines() if ln.startswith("DEVICES="))
-        devices = json.loads(line[len("DEVICES="):])
+        devices = json.loads(line[len("DEVICES=") :])
         assert [d.rsplit(":", 1)[1] for d in devices] == ["0", "0", "1", "1", "1", "1"]
         assert all(f"/job:worker/replica:0/task:{r.index}/" in d for d in devices)
     single, steps = _load(tmp_path / "ref.npz")

@@ -37,8 +37,7 @@ def _ws(d):
 
 
 def _max_rel(a, b):
-    return max(float(np.abs(x - y).max() / (np.abs(y).max() + 1e-30))
-               for x, y in zip(a, b))
+    return max(float(np.abs(x - y).max() / (np.abs(y).max() + 1e-30)) for x, y in zip(a, b))
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +46,8 @@ def out(tmp_path_factory):
     results = harness.run_workers(2, [SCRIPT, "--out", str(out)], timeout_s=240)
     for r in results:
         assert r.returncode == 0 and "POWERSGD_DONE" in r.output, (
-            f"worker {r.index}:\n{r.output[-4000:]}")
+            f"worker {r.index}:\n{r.output[-4000:]}"
+        )
     return out
 
 
@@ -70,8 +70,7 @@ def test_updates_plus_residual_equal_sum_of_gradients(out):
     for task in (0, 1):
         got = _load(out / f"linear_{task}.npz")
         assert np.abs(got["residual"]).max() > 1e-3 * np.abs(true).max()
-        np.testing.assert_allclose(got["applied"] + got["residual"], true,
-                                   rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got["applied"] + got["residual"], true, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.multiworker

@@ -30,9 +30,11 @@ from tests.kv_fake import ThreadStore
 from tests.multiworker.scripts import rel_launch
 from tfdist_opt.callbacks import preemption
 
-_SAVED = re.compile(r"\[worker (\d)\] .*tfdist_opt: preempted; worker_(\d) saved at "
-                    r"step (\d+) \(train call (\d+) of this fit(?:, ([\d.]+) s after "
-                    r"its SIGTERM)?\); exiting with code 42")
+_SAVED = re.compile(
+    r"\[worker (\d)\] .*tfdist_opt: preempted; worker_(\d) saved at "
+    r"step (\d+) \(train call (\d+) of this fit(?:, ([\d.]+) s after "
+    r"its SIGTERM)?\); exiting with code 42"
+)
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +44,7 @@ def reference(tmp_path_factory):
 
 @pytest.mark.multiworker
 @pytest.mark.slow
-def test_sigterm_to_one_worker_saves_all_at_one_step_and_rerun_resumes(
-        tmp_path, reference):
+def test_sigterm_to_one_worker_saves_all_at_one_step_and_rerun_resumes(tmp_path, reference):
     proc = rel_launch.start(tmp_path, script_args=("--batch-sleep", "0.3"))
     pids = []
     try:
@@ -64,10 +65,10 @@ def test_sigterm_to_one_worker_saves_all_at_one_step_and_rerun_resumes(
     saves = {int(m[0]): m for m in _SAVED.findall(both)}
     assert sorted(saves) == [0, 1], both[-4000:]
     steps = {int(m[2]) for m in saves.values()}
-    assert len(steps) == 1, saves            # all workers saved at the same step
+    assert len(steps) == 1, saves  # all workers saved at the same step
     [step] = steps
     assert 0 < step < rel_launch.TOTAL_STEPS
-    assert saves[1][4] and not saves[0][4]   # only worker 1 got the signal
+    assert saves[1][4] and not saves[0][4]  # only worker 1 got the signal
     t_save = float(saves[1][4])
     assert "worker 1 exited with code 42" in err or "worker 0 exited with code 42" in err
     # The preemption save is the newest backup, committed; keep=2 leaves at
@@ -75,14 +76,17 @@ def test_sigterm_to_one_worker_saves_all_at_one_step_and_rerun_resumes(
     backup = tmp_path / "backup"
     names = sorted(os.listdir(backup))
     assert f"backup-{step}" in names and "latest.json" in names, names
-    assert len(names) <= 3 and all(n.startswith("backup-") or n == "latest.json"
-                                   for n in names), names
-    assert max(int(n[len("backup-"):]) for n in names if n != "latest.json") == step
+    assert len(names) <= 3 and all(n.startswith("backup-") or n == "latest.json" for n in names), (
+        names
+    )
+    assert max(int(n[len("backup-") :]) for n in names if n != "latest.json") == step
     latest = json.loads((backup / "latest.json").read_text())
     assert latest["step"] == step and latest["name"] == f"backup-{step}"
     assert rel_launch.backup_temp_dirs(tmp_path) == []
-    print(f"case 7: SIGTERM -> both workers saved at step {step} in {t_save:.2f} s; "
-          f"launch exited 42 after {t_exit:.2f} s")
+    print(
+        f"case 7: SIGTERM -> both workers saved at step {step} in {t_save:.2f} s; "
+        f"launch exited 42 after {t_exit:.2f} s"
+    )
     assert t_exit < 30
 
     # Rerun: resumes from that backup and ends equal to the uninterrupted run.
@@ -103,8 +107,7 @@ def test_sigterm_to_one_worker_saves_all_at_one_step_and_rerun_resumes(
 # ---------------------------------------------------------------- protocol
 def _pair(store, namespace="ns"):
     tasks = ["worker_0", "worker_1"]
-    return [preemption.PreemptionAgreement(t, tasks, store, namespace, timeout_s=5)
-            for t in tasks]
+    return [preemption.PreemptionAgreement(t, tasks, store, namespace, timeout_s=5) for t in tasks]
 
 
 def _run_lockstep(agreements, calls, signal_at):
@@ -115,7 +118,7 @@ def _run_lockstep(agreements, calls, signal_at):
     def worker(i):
         a = agreements[i]
         for c in range(1, calls + 1):
-            barrier.wait()       # stands in for the step's all-reduce
+            barrier.wait()  # stands in for the step's all-reduce
             if i == 1 and c == signal_at:
                 a.notify()
             if a.check(c):
@@ -144,7 +147,11 @@ def test_agreement_every_worker_saves_after_the_next_call():
     assert saved == [8, 8]
     assert store.values["ns/save_at"] == "8"
     assert {k for k in store.values if "/ack/" in k or "/saved/" in k} == {
-        "ns/ack/worker_0", "ns/ack/worker_1", "ns/saved/worker_0", "ns/saved/worker_1"}
+        "ns/ack/worker_0",
+        "ns/ack/worker_1",
+        "ns/saved/worker_0",
+        "ns/saved/worker_1",
+    }
 
 
 def test_agreement_second_signal_keeps_the_first_step():
@@ -155,8 +162,8 @@ def test_agreement_second_signal_keeps_the_first_step():
     for a in (a0, a1):
         a._thread = threading.Thread(target=a._watch, daemon=True)
         a._thread.start()
-    assert not a1.check(3)          # announces 4, waits for both acks
-    assert not a0.check(3)          # write-once: 4 stands
+    assert not a1.check(3)  # announces 4, waits for both acks
+    assert not a0.check(3)  # write-once: 4 stands
     assert a0.check(4) and a1.check(4)
     for a in (a0, a1):
         a.stop(restore_handler=False)
@@ -169,7 +176,7 @@ def test_no_cluster_saves_at_the_call_after_the_signal_and_restores_handler():
     try:
         assert signal.getsignal(signal.SIGTERM) == a._on_sigterm
         assert not a.check(1)
-        os.kill(os.getpid(), signal.SIGTERM)   # real signal, handled in Python
+        os.kill(os.getpid(), signal.SIGTERM)  # real signal, handled in Python
         time.sleep(0.05)
         assert a.requested and a.check(2)
     finally:
@@ -178,8 +185,10 @@ def test_no_cluster_saves_at_the_call_after_the_signal_and_restores_handler():
 
 
 def test_task_names_and_bad_arguments():
-    cfg = {"cluster": {"chief": ["h:1"], "worker": ["h:2", "h:3"]},
-           "task": {"type": "worker", "index": 0}}
+    cfg = {
+        "cluster": {"chief": ["h:1"], "worker": ["h:2", "h:3"]},
+        "task": {"type": "worker", "index": 0},
+    }
     assert preemption.task_names(cfg) == ["chief_0", "worker_0", "worker_1"]
     assert preemption.task_names(None) == ["local"]
     with pytest.raises(ValueError, match="Received: me='worker_9'"):
@@ -212,17 +221,28 @@ def test_callback_sigterm_saves_exits_42_and_resume_is_exact(tmp_path, strategy)
     before = signal.getsignal(signal.SIGTERM)
     bdir = str(tmp_path / "b")
     with pytest.raises(SystemExit) as exc:
-        _models.model(strategy).fit(_models.dataset(), epochs=3, verbose=0, callbacks=[
-            SigtermAt(), DistributedBackupAndRestore(bdir, save_freq=4, preemption=True)])
+        _models.model(strategy).fit(
+            _models.dataset(),
+            epochs=3,
+            verbose=0,
+            callbacks=[
+                SigtermAt(),
+                DistributedBackupAndRestore(bdir, save_freq=4, preemption=True),
+            ],
+        )
     assert exc.value.code == 42
-    assert signal.getsignal(signal.SIGTERM) == before       # handler restored
-    assert backup_lib.read_latest(bdir)["step"] == 6          # saved after that call
+    assert signal.getsignal(signal.SIGTERM) == before  # handler restored
+    assert backup_lib.read_latest(bdir)["step"] == 6  # saved after that call
     assert sorted(os.listdir(bdir)) == ["backup-4", "backup-6", "latest.json"]
     ref = _models.model(strategy)
     ref.fit(_models.dataset(), epochs=3, verbose=0)
     resumed = _models.model(strategy)
-    resumed.fit(_models.dataset(), epochs=3, verbose=0,
-                callbacks=[DistributedBackupAndRestore(bdir, save_freq=4)])
+    resumed.fit(
+        _models.dataset(),
+        epochs=3,
+        verbose=0,
+        callbacks=[DistributedBackupAndRestore(bdir, save_freq=4)],
+    )
     assert int(resumed.optimizer.iterations.numpy()) == 24
     # Equal to float32 rounding: in full-suite runs on a loaded 2-core machine
     # (and only there) this in-process run differed from the uninterrupted

@@ -42,9 +42,9 @@ ATOL = 1e-6
 def single_run(tmp_path_factory):
     """The one-process reference, started first: it runs while Ray starts."""
     d = tmp_path_factory.mktemp("single")
-    with harness.alongside(harness.run_single,
-                           [SCRIPT, "--out", str(d), "--backup", str(d / "bk")],
-                           timeout_s=180) as run:
+    with harness.alongside(
+        harness.run_single, [SCRIPT, "--out", str(d), "--backup", str(d / "bk")], timeout_s=180
+    ) as run:
         yield d, run
 
 
@@ -73,25 +73,42 @@ def _load(path):
 
 def _launch_ray(args, timeout=300, env=None):
     cmd = [sys.executable, "-m", "tfdist_opt", "launch", *args]
-    return subprocess.run(cmd, env=env or ray_cluster.env(), cwd=harness.REPO_ROOT,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        cmd,
+        env=env or ray_cluster.env(),
+        cwd=harness.REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _assert_weights_close(got, want, what):
     for a, b in zip(got["weights"], want["weights"]):
-        np.testing.assert_allclose(np.array(a), np.array(b), rtol=0, atol=ATOL,
-                                   err_msg=what)
+        np.testing.assert_allclose(np.array(a), np.array(b), rtol=0, atol=ATOL, err_msg=what)
 
 
-def test_two_ray_workers_equal_launch_and_one_process(head, single, tmp_path,
-                                                    tmp_path_factory):
+def test_two_ray_workers_equal_launch_and_one_process(head, single, tmp_path, tmp_path_factory):
     # The 2-worker `tfdist-opt launch` run of the same script: the session's
     # one (scripts/rel_launch.py), which the restart tests compare with too.
     launched = rel_launch.reference(tmp_path_factory)["workers"]
     out = tmp_path / "ray"
-    r = _launch_ray(["--ray", head.address, "-n", "2", "--", "python", SCRIPT,
-                     "--out", str(out), "--backup", str(tmp_path / "ray-bk")])
+    r = _launch_ray(
+        [
+            "--ray",
+            head.address,
+            "-n",
+            "2",
+            "--",
+            "python",
+            SCRIPT,
+            "--out",
+            str(out),
+            "--backup",
+            str(tmp_path / "ray-bk"),
+        ]
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "[worker 0] DONE attempt=0 step=36" in r.stdout
     assert "[worker 1] DONE attempt=0 step=36" in r.stdout
@@ -111,13 +128,33 @@ def test_two_ray_workers_equal_launch_and_one_process(head, single, tmp_path,
 
 def test_sigkilled_worker_resumes_from_ray_checkpoint(head, single, tmp_path):
     out = tmp_path / "out"
-    r = _launch_ray(["--ray", head.address, "-n", "2", "--max-restarts", "1",
-                     "--ray-storage", str(tmp_path / "ray-storage"),
-                     "--", "python", SCRIPT, "--out", str(out),
-                     "--backup", str(tmp_path / "bk-{attempt}"),
-                     "--batch-sleep", "0.6",
-                     "--crash-task", "1", "--crash-at-step", "10", "--crash-sigkill"],
-                    timeout=400)
+    r = _launch_ray(
+        [
+            "--ray",
+            head.address,
+            "-n",
+            "2",
+            "--max-restarts",
+            "1",
+            "--ray-storage",
+            str(tmp_path / "ray-storage"),
+            "--",
+            "python",
+            SCRIPT,
+            "--out",
+            str(out),
+            "--backup",
+            str(tmp_path / "bk-{attempt}"),
+            "--batch-sleep",
+            "0.6",
+            "--crash-task",
+            "1",
+            "--crash-at-step",
+            "10",
+            "--crash-sigkill",
+        ],
+        timeout=400,
+    )
     logs = r.stdout[-3000:] + r.stderr[-3000:]
     assert r.returncode == 0, logs
     assert "(1 restart(s)" in r.stderr, logs
@@ -171,8 +208,11 @@ def test_launch_ray_local_contract(tmp_path):
     tag = tempfile.mkdtemp(prefix="rt_", dir="/tmp")  # short: socket paths
     env = ray_cluster.env(RAY_TMPDIR=str(tag))
     try:
-        r = _launch_ray(["--ray", "-n", "2", "--max-restarts", "1", "--",
-                         "python", str(script)], env=env, timeout=240)
+        r = _launch_ray(
+            ["--ray", "-n", "2", "--max-restarts", "1", "--", "python", str(script)],
+            env=env,
+            timeout=240,
+        )
         logs = r.stdout[-3000:] + r.stderr[-3000:]
         assert r.returncode == 3, logs
         for attempt in (0, 1):

@@ -50,9 +50,17 @@ from tests.multiworker import ray_cluster  # pylint: disable=g-import-not-at-top
 pytestmark = [pytest.mark.multiworker, pytest.mark.slow]
 
 SCRIPT = "tests/multiworker/scripts/rel_train.py"
-KWARGS = json.dumps(dict(replicas=2, compression="powersgd", powersgd_rank=1,
-                         powersgd_start_step=0, powersgd_min_compression=0,
-                         powersgd_wire="bf16", grad_accum=3))
+KWARGS = json.dumps(
+    dict(
+        replicas=2,
+        compression="powersgd",
+        powersgd_rank=1,
+        powersgd_start_step=0,
+        powersgd_min_compression=0,
+        powersgd_wire="bf16",
+        grad_accum=3,
+    )
+)
 
 
 def _wait(predicate, proc, timeout, what):
@@ -64,13 +72,13 @@ def _wait(predicate, proc, timeout, what):
             return found
         if proc.poll() is not None:
             out, err = proc.communicate()
-            raise AssertionError(f"launch ended before {what} ({proc.returncode}):\n"
-                                 f"{out[-2000:]}\n{err[-3000:]}")
+            raise AssertionError(
+                f"launch ended before {what} ({proc.returncode}):\n{out[-2000:]}\n{err[-3000:]}"
+            )
         time.sleep(0.1)
     os.killpg(proc.pid, 9)  # its logs say why
     out, err = proc.communicate(timeout=30)
-    raise AssertionError(f"no {what} within {timeout} s:\n{out[-2000:]}\n"
-                         f"{err[-3000:]}")
+    raise AssertionError(f"no {what} within {timeout} s:\n{out[-2000:]}\n{err[-3000:]}")
 
 
 def _set(pace, value):
@@ -99,16 +107,25 @@ def _attempt_on(out, workers, after):
 
 def _finished(out):
     """The newest attempt whose worker 0 wrote its final result, or None."""
-    done = [int(n.split("-")[1]) for n in os.listdir(out)
-            if n.startswith("attempt-") and n.endswith("-worker-0.json")]
+    done = [
+        int(n.split("-")[1])
+        for n in os.listdir(out)
+        if n.startswith("attempt-") and n.endswith("-worker-0.json")
+    ]
     return max(done) if done else None
 
 
 def _backup_after(backup, step):
     """The newest committed backup step > `step`, or None."""
-    steps = [int(n.split("-")[1]) for n in os.listdir(backup)
-             if n.startswith("backup-") and (backup / n / "manifest.json").exists()
-             ] if backup.exists() else []
+    steps = (
+        [
+            int(n.split("-")[1])
+            for n in os.listdir(backup)
+            if n.startswith("backup-") and (backup / n / "manifest.json").exists()
+        ]
+        if backup.exists()
+        else []
+    )
     steps = [s for s in steps if s > step]
     return max(steps) if steps else None
 
@@ -126,11 +143,12 @@ def _group_starts(tag):
                     record = json.loads(line)
                 except ValueError:
                     continue
-                m = re.match(r"Attempting to start training worker group of size (\d+)",
-                             record.get("message", ""))
+                m = re.match(
+                    r"Attempting to start training worker group of size (\d+)",
+                    record.get("message", ""),
+                )
                 if m:
-                    when = datetime.datetime.strptime(record["asctime"],
-                                                      "%Y-%m-%d %H:%M:%S,%f")
+                    when = datetime.datetime.strptime(record["asctime"], "%Y-%m-%d %H:%M:%S,%f")
                     starts.append((when.timestamp(), int(m.group(1))))
     return starts
 
@@ -146,59 +164,102 @@ def test_lose_a_node_continue_on_one_grow_back(tmp_path):
     pace = tmp_path / "pace"
     _set(pace, "hold")
     try:
-        cluster = Cluster(initialize_head=True, shutdown_at_exit=False, head_node_args={
-            "num_cpus": 0, "include_dashboard": False,
-            # a lost node is declared dead in ~2 s, not Ray's ~15 s
-            "_system_config": {"health_check_initial_delay_ms": 1000,
-                               "health_check_period_ms": 500,
-                               "health_check_timeout_ms": 1000,
-                               "health_check_failure_threshold": 3}})
+        cluster = Cluster(
+            initialize_head=True,
+            shutdown_at_exit=False,
+            head_node_args={
+                "num_cpus": 0,
+                "include_dashboard": False,
+                # a lost node is declared dead in ~2 s, not Ray's ~15 s
+                "_system_config": {
+                    "health_check_initial_delay_ms": 1000,
+                    "health_check_period_ms": 500,
+                    "health_check_timeout_ms": 1000,
+                    "health_check_failure_threshold": 3,
+                },
+            },
+        )
         cluster.add_node(num_cpus=1)
         node2 = cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
         assert cluster.address.startswith("127.0.0.1:"), cluster.address
         out, backup = tmp_path / "out", tmp_path / "bk"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tfdist_opt", "launch", "--ray", cluster.address,
-             "-n", "1:2", "--max-restarts", "3", "--ray-resize-interval", "3",
-             "--ray-storage", str(tmp_path / "storage"), "--",
-             "python", SCRIPT, "--out", str(out), "--backup", str(backup),
-             "--pace-file", str(pace), "--strategy-kwargs", KWARGS],
-            env=ray_cluster.env(RAY_TMPDIR=tag), cwd=harness.REPO_ROOT,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "tfdist_opt",
+                "launch",
+                "--ray",
+                cluster.address,
+                "-n",
+                "1:2",
+                "--max-restarts",
+                "3",
+                "--ray-resize-interval",
+                "3",
+                "--ray-storage",
+                str(tmp_path / "storage"),
+                "--",
+                "python",
+                SCRIPT,
+                "--out",
+                str(out),
+                "--backup",
+                str(backup),
+                "--pace-file",
+                str(pace),
+                "--strategy-kwargs",
+                KWARGS,
+            ],
+            env=ray_cluster.env(RAY_TMPDIR=tag),
+            cwd=harness.REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         # The uninterrupted reference, while the Ray workers mostly wait.
-        ref_run = pool.submit(harness.run_single, [
-            SCRIPT, "--out", str(tmp_path / "ref"), "--backup",
-            str(tmp_path / "ref-bk"), "--strategy-kwargs", KWARGS], timeout_s=240)
+        ref_run = pool.submit(
+            harness.run_single,
+            [
+                SCRIPT,
+                "--out",
+                str(tmp_path / "ref"),
+                "--backup",
+                str(tmp_path / "ref-bk"),
+                "--strategy-kwargs",
+                KWARGS,
+            ],
+            timeout_s=240,
+        )
         # 1. Two workers train up to the backup of train call 8 (step 2).
-        first = _wait(lambda: _attempt_on(out, [0, 1], -1), proc, 240,
-                      "an attempt on 2 workers")
+        first = _wait(lambda: _attempt_on(out, [0, 1], -1), proc, 240, "an attempt on 2 workers")
         _set(pace, "0.3")
-        _wait(lambda: _backup_after(backup, 1), proc, 120,
-              "the backup of train call 8")
+        _wait(lambda: _backup_after(backup, 1), proc, 120, "the backup of train call 8")
         _set(pace, "5")  # no further backup before the node is gone
         removed_at = time.time()
         cluster.remove_node(node2, allow_graceful=False)
         t_removed = time.monotonic()
         _set(pace, "0.3")  # worker 0's next collective fails: Ray restarts
         # 2. One worker resumes there and writes a backup of its own.
-        one = _wait(lambda: _attempt_on(out, [0], first), proc, 240,
-                    "training on 1 worker")
+        one = _wait(lambda: _attempt_on(out, [0], first), proc, 240, "training on 1 worker")
         shrink_s = time.monotonic() - t_removed
         newest = _backup_after(backup, -1)
-        grown_from = _wait(lambda: _backup_after(backup, newest), proc, 120,
-                           "a backup on 1 worker")
+        grown_from = _wait(lambda: _backup_after(backup, newest), proc, 120, "a backup on 1 worker")
         _set(pace, "5")
         cluster.add_node(num_cpus=1)
         t_added = time.monotonic()
         # 3. Ray grows the group back to 2 workers; they run to the end.
-        last = _wait(lambda: _attempt_on(out, [0, 1], one), proc, 240,
-                     "training on 2 workers again")
+        last = _wait(
+            lambda: _attempt_on(out, [0, 1], one), proc, 240, "training on 2 workers again"
+        )
         grow_s = time.monotonic() - t_added
-        print(f"node removed -> 1 worker training in {shrink_s:.1f} s (attempt "
-              f"{one}); node back -> 2 workers training in {grow_s:.1f} s "
-              f"(attempt {last})")
+        print(
+            f"node removed -> 1 worker training in {shrink_s:.1f} s (attempt "
+            f"{one}); node back -> 2 workers training in {grow_s:.1f} s "
+            f"(attempt {last})"
+        )
         _set(pace, "0")
         stdout, stderr = proc.communicate(timeout=300)
         logs = stdout[-3000:] + stderr[-3000:]

@@ -33,14 +33,21 @@ def head():
 def _launch(args, timeout, **extra_env):
     return subprocess.run(
         [sys.executable, "-m", "tfdist_opt", "launch", *args],
-        env=ray_cluster.env(**extra_env), cwd=harness.REPO_ROOT,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+        env=ray_cluster.env(**extra_env),
+        cwd=harness.REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=timeout,
+    )
 
 
-SHOW = ("import os\nfor k in ('CUDA_VISIBLE_DEVICES', 'TFDIST_OPT_COMPRESSION', "
-        "'MY_DATA_DIR', 'TF_CONFIG'):\n    v = os.environ.get(k, 'unset')\n"
-        "    print(k + '=' + (v if k != 'TF_CONFIG' or v == 'unset' else 'set'), "
-        "flush=True)\n")
+SHOW = (
+    "import os\nfor k in ('CUDA_VISIBLE_DEVICES', 'TFDIST_OPT_COMPRESSION', "
+    "'MY_DATA_DIR', 'TF_CONFIG'):\n    v = os.environ.get(k, 'unset')\n"
+    "    print(k + '=' + (v if k != 'TF_CONFIG' or v == 'unset' else 'set'), "
+    "flush=True)\n"
+)
 
 
 def test_each_ray_worker_gets_its_own_gpu_and_the_launchers_env(head, tmp_path):
@@ -48,12 +55,27 @@ def test_each_ray_worker_gets_its_own_gpu_and_the_launchers_env(head, tmp_path):
     GPUs by default (1 each, disjoint) and the forwarded variables."""
     script = tmp_path / "show.py"
     script.write_text(SHOW)
-    r = _launch(["--ray", head.address, "-n", "2", "--env", "MY_DATA_DIR=/data",
-                 "--", sys.executable, str(script)],
-                timeout=240, TFDIST_OPT_COMPRESSION="bf16")
+    r = _launch(
+        [
+            "--ray",
+            head.address,
+            "-n",
+            "2",
+            "--env",
+            "MY_DATA_DIR=/data",
+            "--",
+            sys.executable,
+            str(script),
+        ],
+        timeout=240,
+        TFDIST_OPT_COMPRESSION="bf16",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
-    seen = sorted(line.split("CUDA_VISIBLE_DEVICES=", 1)[1]
-                  for line in r.stdout.splitlines() if "CUDA_VISIBLE_DEVICES=" in line)
+    seen = sorted(
+        line.split("CUDA_VISIBLE_DEVICES=", 1)[1]
+        for line in r.stdout.splitlines()
+        if "CUDA_VISIBLE_DEVICES=" in line
+    )
     assert len(seen) == 2 and seen[0] != seen[1], r.stdout
     assert set(seen) <= {"0", "1"}, seen
     for rank in (0, 1):
@@ -69,8 +91,20 @@ def test_more_gpus_than_the_cluster_has_fails_at_once(head, tmp_path):
     script = tmp_path / "never.py"
     script.write_text("raise SystemExit('started')\n")
     t0 = time.monotonic()
-    r = _launch(["--ray", head.address, "-n", "2", "--gpus-per-worker", "2",
-                 "--", sys.executable, str(script)], timeout=120)
+    r = _launch(
+        [
+            "--ray",
+            head.address,
+            "-n",
+            "2",
+            "--gpus-per-worker",
+            "2",
+            "--",
+            sys.executable,
+            str(script),
+        ],
+        timeout=120,
+    )
     took = time.monotonic() - t0
     assert r.returncode == 2, r.stderr[-3000:]
     assert "need 4, but the Ray cluster has 2" in r.stderr
@@ -83,8 +117,11 @@ def test_local_ray_is_our_own_even_beside_another_instance(head, tmp_path):
     host), `launch --ray -n N` still starts and stops a Ray of its own."""
     script = tmp_path / "one.py"
     script.write_text("print('ran', flush=True)\n")
-    r = _launch(["--ray", "-n", "1", "--", sys.executable, str(script)],
-                timeout=240, RAY_ADDRESS=head.address)
+    r = _launch(
+        ["--ray", "-n", "1", "--", sys.executable, str(script)],
+        timeout=240,
+        RAY_ADDRESS=head.address,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Ray local instance started" in r.stderr
     assert "[worker 0] ran" in r.stdout
@@ -94,12 +131,16 @@ def test_local_ray_is_our_own_even_beside_another_instance(head, tmp_path):
 def token_head(tmp_path_factory):
     """A head that requires its token; the token lives in a private HOME."""
     home = tmp_path_factory.mktemp("home")
-    subprocess.run([ray_cluster.RAY, "get-auth-token", "--generate"],
-                   env=ray_cluster.env(HOME=str(home)), check=True, timeout=60,
-                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    subprocess.run(
+        [ray_cluster.RAY, "get-auth-token", "--generate"],
+        env=ray_cluster.env(HOME=str(home)),
+        check=True,
+        timeout=60,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     assert (home / ".ray" / "auth_token").exists()
-    h = ray_cluster.Head(num_cpus=1, extra_env={"HOME": str(home),
-                                                "RAY_AUTH_MODE": "token"})
+    h = ray_cluster.Head(num_cpus=1, extra_env={"HOME": str(home), "RAY_AUTH_MODE": "token"})
     try:
         yield h, home
     finally:
@@ -112,21 +153,34 @@ def test_ray_token_is_found_where_ray_reads_it_or_named_at_once(token_head, tmp_
     script = tmp_path / "one.py"
     script.write_text("print('ran', flush=True)\n")
     args = ["--ray", h.address, "-n", "1", "--", sys.executable, str(script)]
-    env = {k: v for k, v in ray_cluster.env(HOME=str(tmp_path)).items()
-           if k != "RAY_AUTH_MODE"}  # what a user has: no mode, no token here
+    env = {
+        k: v for k, v in ray_cluster.env(HOME=str(tmp_path)).items() if k != "RAY_AUTH_MODE"
+    }  # what a user has: no mode, no token here
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "tfdist_opt", "launch", *args],
-                       env=env, cwd=harness.REPO_ROOT, stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "tfdist_opt", "launch", *args],
+        env=env,
+        cwd=harness.REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+    )
     took = time.monotonic() - t0
     assert r.returncode == 2, r.stderr[-3000:]
     assert "requires its auth token, and none was found" in r.stderr
     assert "Fix: copy the head's ~/.ray/auth_token" in r.stderr
     assert took < 5, took
     env["HOME"] = str(home)  # the head's token, in ~/.ray/auth_token
-    r = subprocess.run([sys.executable, "-m", "tfdist_opt", "launch", *args],
-                       env=env, cwd=harness.REPO_ROOT, stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True, timeout=240)
+    r = subprocess.run(
+        [sys.executable, "-m", "tfdist_opt", "launch", *args],
+        env=env,
+        cwd=harness.REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=240,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"(Ray auth token from {home / '.ray' / 'auth_token'})" in r.stderr
     assert "[worker 0] ran" in r.stdout

@@ -21,12 +21,20 @@ SCRIPT = "tests/multiworker/scripts/fault_train.py"
 def test_peer_never_starts_exits_within_startup_deadline_naming_it():
     ports = harness.free_ports(2)
     t0 = time.monotonic()
-    [r] = harness.run_workers(2, [SCRIPT], only=[0], ports=ports, timeout_s=90,
-                              extra_env={"TFDIST_OPT_STARTUP_TIMEOUT_S": "5"})
+    [r] = harness.run_workers(
+        2,
+        [SCRIPT],
+        only=[0],
+        ports=ports,
+        timeout_s=90,
+        extra_env={"TFDIST_OPT_STARTUP_TIMEOUT_S": "5"},
+    )
     elapsed = time.monotonic() - t0
     assert r.returncode == -9, r.output[-3000:]  # SIGKILL from the watchdog
-    assert (f"worker:0 gave up: multi-worker start-up did not finish within "
-            f"startup_timeout_s=5 s; not listening: worker:1 (localhost:{ports[1]})") in r.output
+    assert (
+        f"worker:0 gave up: multi-worker start-up did not finish within "
+        f"startup_timeout_s=5 s; not listening: worker:1 (localhost:{ports[1]})"
+    ) in r.output
     assert elapsed < 45  # 5 s deadline + TF start-up on a loaded 2-core machine
 
 
@@ -48,24 +56,33 @@ def test_port_taken_is_reported_with_port_and_task():
 
 
 def test_multi_worker_without_tf_config_is_refused():
-    r = harness.run_single([SCRIPT], extra_env={"TFDIST_OPT_MODE": "multi_worker"},
-                           timeout_s=60)
+    r = harness.run_single([SCRIPT], extra_env={"TFDIST_OPT_MODE": "multi_worker"}, timeout_s=60)
     assert r.returncode != 0
     assert "multi_worker needs a TF_CONFIG" in r.output
 
 
 BAD_TF_CONFIGS = [  # (TF_CONFIG, text the error must contain)
     ('{"cluster": {"worker": ["localhost:1"]', "malformed JSON"),
-    ('{"cluster": {"worker": ["localhost:1", "localhost:2"]}, "task": {"type": "boss", "index": 0}}',
-     "task.type"),
-    ('{"cluster": {"worker": ["localhost:1", "localhost:2"]}, "task": {"type": "worker", "index": -1}}',
-     "Received: task.index=-1"),
-    ('{"cluster": {"worker": ["localhost:1", "localhost:2"]}, "task": {"type": "worker", "index": 2}}',
-     "Received: task.index=2"),
-    ('{"cluster": {"worker": ["localhost:1", "localhost:2"]}, "task": {"type": "worker", "index": "one"}}',
-     "Received: task.index='one'"),
-    ('{"cluster": {"chief": ["localhost:1", "localhost:3"], "worker": ["localhost:2"]}, "task": {"type": "worker", "index": 0}}',
-     "chief"),
+    (
+        '{"cluster": {"worker": ["localhost:1", "localhost:2"]}, "task": {"type": "boss", "index": 0}}',
+        "task.type",
+    ),
+    (
+        '{"cluster": {"worker": ["localhost:1", "localhost:2"]}, "task": {"type": "worker", "index": -1}}',
+        "Received: task.index=-1",
+    ),
+    (
+        '{"cluster": {"worker": ["localhost:1", "localhost:2"]}, "task": {"type": "worker", "index": 2}}',
+        "Received: task.index=2",
+    ),
+    (
+        '{"cluster": {"worker": ["localhost:1", "localhost:2"]}, "task": {"type": "worker", "index": "one"}}',
+        "Received: task.index='one'",
+    ),
+    (
+        '{"cluster": {"chief": ["localhost:1", "localhost:3"], "worker": ["localhost:2"]}, "task": {"type": "worker", "index": 0}}',
+        "chief",
+    ),
 ]
 
 
@@ -73,13 +90,15 @@ BAD_TF_CONFIGS = [  # (TF_CONFIG, text the error must contain)
 def bad_tf_configs():
     """Every bad TF_CONFIG tried in turn in one process (one TF start-up)."""
     t0 = time.monotonic()
-    r = harness.run_single(["tests/multiworker/scripts/bad_tf_configs.py",
-                            json.dumps([c for c, _ in BAD_TF_CONFIGS])], timeout_s=60)
+    r = harness.run_single(
+        ["tests/multiworker/scripts/bad_tf_configs.py", json.dumps([c for c, _ in BAD_TF_CONFIGS])],
+        timeout_s=60,
+    )
     elapsed = time.monotonic() - t0
     results = {}
     for line in r.output.splitlines():
         if line.startswith("RESULT "):
-            res = json.loads(line[len("RESULT "):])
+            res = json.loads(line[len("RESULT ") :])
             results[res["case"]] = res
     return r, results, elapsed
 
@@ -99,8 +118,11 @@ def test_bad_tf_config_fails_before_any_server(case, bad_tf_configs):
 def test_peer_crash_mid_training_stops_survivor_naming_lost_task():
     t0 = time.monotonic()
     results = harness.run_workers(
-        2, [SCRIPT, "--steps", "2000", "--die_task", "1", "--die_at_step", "20"],
-        timeout_s=120, extra_env={"TFDIST_OPT_COLLECTIVE_TIMEOUT_S": "30"})
+        2,
+        [SCRIPT, "--steps", "2000", "--die_task", "1", "--die_at_step", "20"],
+        timeout_s=120,
+        extra_env={"TFDIST_OPT_COLLECTIVE_TIMEOUT_S": "30"},
+    )
     elapsed = time.monotonic() - t0
     survivor, dead = results
     assert dead.returncode == 1 and "dying at step 20" in dead.output
@@ -118,20 +140,26 @@ def test_collective_timeout_ends_a_step_stuck_on_a_peer():
     then finds its peer gone."""
     t0 = time.monotonic()
     results = harness.run_workers(
-        2, [SCRIPT, "--steps", "2000", "--sleep_task", "1", "--sleep_at_step", "5",
-            "--sleep_s", "20"],
-        timeout_s=120, extra_env={"TFDIST_OPT_COLLECTIVE_TIMEOUT_S": "3"})
+        2,
+        [SCRIPT, "--steps", "2000", "--sleep_task", "1", "--sleep_at_step", "5", "--sleep_s", "20"],
+        timeout_s=120,
+        extra_env={"TFDIST_OPT_COLLECTIVE_TIMEOUT_S": "3"},
+    )
     elapsed = time.monotonic() - t0
     waiting, sleeping = results
     assert "sleeping 20 s at step 5" in sleeping.output, sleeping.output[-3000:]
     assert waiting.returncode == 1, waiting.output[-3000:]
-    fired = re.search(r"tfdist_opt: stall: worker 0's train step (\d+) has run (\d+) s "
-                      r"\(collective_timeout_s=3\): its collectives are aborted",
-                      waiting.output)
-    assert fired and int(fired.group(1)) >= 6 and 3 <= int(fired.group(2)) <= 5, \
-        waiting.output[-3000:]
-    assert ("tfdist_opt: training stopped: a collective timed out "
-            "(collective_timeout_s=3)") in waiting.output, waiting.output[-3000:]
+    fired = re.search(
+        r"tfdist_opt: stall: worker 0's train step (\d+) has run (\d+) s "
+        r"\(collective_timeout_s=3\): its collectives are aborted",
+        waiting.output,
+    )
+    assert fired and int(fired.group(1)) >= 6 and 3 <= int(fired.group(2)) <= 5, waiting.output[
+        -3000:
+    ]
+    assert (
+        "tfdist_opt: training stopped: a collective timed out (collective_timeout_s=3)"
+    ) in waiting.output, waiting.output[-3000:]
     assert sleeping.returncode not in (0, None), sleeping.output[-3000:]
     assert elapsed < 100
 
@@ -141,8 +169,7 @@ def _slope(points):
     n = len(points)
     mx = sum(x for x, _ in points) / n
     my = sum(y for _, y in points) / n
-    return (sum((x - mx) * (y - my) for x, y in points)
-            / sum((x - mx) ** 2 for x, _ in points))
+    return sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
 
 
 @pytest.mark.slow
@@ -160,12 +187,15 @@ def test_soak_300_steps_no_leak():
     it instead, so the count stays flat.
     """
     results = harness.run_workers(
-        2, [SCRIPT, "--steps", "300", "--soak"], timeout_s=240,
-        extra_env={"TFDIST_OPT_COLLECTIVE_TIMEOUT_S": "60"})
+        2,
+        [SCRIPT, "--steps", "300", "--soak"],
+        timeout_s=240,
+        extra_env={"TFDIST_OPT_COLLECTIVE_TIMEOUT_S": "60"},
+    )
     for r in results:
         assert r.returncode == 0, r.output[-3000:]
         line = [l for l in r.output.splitlines() if l.startswith("RESULT ")][-1]
-        res = json.loads(line[len("RESULT "):])
+        res = json.loads(line[len("RESULT ") :])
         assert res["steps"] == 300
         # (step, rss_mb, os_threads) every 10 steps, then once after fit.
         samples = res["samples"]

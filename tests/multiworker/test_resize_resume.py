@@ -46,11 +46,20 @@ CASES = {
     # they matter) and what each step sends (bf16: rounded per replica) are
     # those of the 2-worker run; a grad_accum cycle is cut mid-way too.
     # Without `replicas` this run ends 4.7e-4 away.
-    "replicas_powersgd_accum": (dict(
-        replicas=2, compression="powersgd", powersgd_rank=1,
-        powersgd_start_step=0, powersgd_min_compression=0,
-        powersgd_wire="bf16", grad_accum=3),
-        3, 2, 12),
+    "replicas_powersgd_accum": (
+        dict(
+            replicas=2,
+            compression="powersgd",
+            powersgd_rank=1,
+            powersgd_start_step=0,
+            powersgd_min_compression=0,
+            powersgd_wire="bf16",
+            grad_accum=3,
+        ),
+        3,
+        2,
+        12,
+    ),
 }
 
 
@@ -61,21 +70,36 @@ def test_two_worker_backup_resumes_on_one_worker(tmp_path, case):
     backup = tmp_path / "bk"
     # The uninterrupted one-process reference runs while the two workers do
     # (they mostly wait on each other's collectives).
-    with harness.alongside(harness.run_single, [
-            SCRIPT, "--out", str(tmp_path / "ref"), "--backup",
-            str(tmp_path / "ref-bk"), *extra], timeout_s=180) as ref_run:
-        p = harness.start_launch(2, [], [SCRIPT, "--out", str(tmp_path / "two"),
-                                         "--backup", str(backup), *extra,
-                                         "--crash-task", "1",
-                                         "--crash-at-step", str(crash_step)])
+    with harness.alongside(
+        harness.run_single,
+        [SCRIPT, "--out", str(tmp_path / "ref"), "--backup", str(tmp_path / "ref-bk"), *extra],
+        timeout_s=180,
+    ) as ref_run:
+        p = harness.start_launch(
+            2,
+            [],
+            [
+                SCRIPT,
+                "--out",
+                str(tmp_path / "two"),
+                "--backup",
+                str(backup),
+                *extra,
+                "--crash-task",
+                "1",
+                "--crash-at-step",
+                str(crash_step),
+            ],
+        )
         out, err = harness.finish_launch(p, timeout=240)
         ref = ref_run.result()
     logs = out[-2000:] + err[-3000:]
     assert p.returncode == 1, logs
     assert (tmp_path / "two" / "crash-1").exists(), logs
 
-    p = harness.start_launch(1, [], [SCRIPT, "--out", str(tmp_path / "one"),
-                                     "--backup", str(backup), *extra])
+    p = harness.start_launch(
+        1, [], [SCRIPT, "--out", str(tmp_path / "one"), "--backup", str(backup), *extra]
+    )
     out, err = harness.finish_launch(p, timeout=240)
     assert p.returncode == 0, out[-2000:] + err[-3000:]
     with open(tmp_path / "one" / "attempt-0-worker-0.json") as f:

@@ -18,8 +18,9 @@ SCRIPT = "tests/multiworker/scripts/twice_train.py"
 
 def _expected_weights():
     from tests.multiworker.scripts import twice_train as t
+
     w, b = np.zeros((2, 1)), 0.0
-    for _ in range(t.EPOCHS):          # full batch of 8 over both workers
+    for _ in range(t.EPOCHS):  # full batch of 8 over both workers
         err = t.X @ w + b - t.Y
         w = w - t.LR * 2 * t.X.T @ err / len(t.X)
         b = b - t.LR * 2 * float(err.mean())
@@ -37,23 +38,26 @@ def test_second_strategy_waits_for_a_late_peer():
     # reaches its first collective. Without the rendezvous both tasks hung
     # in that collective (task 1's group request reached task 0's replaced
     # collective executor): 2 runs in 2 timed out.
-    _check_trained(harness.run_workers(2, [SCRIPT], timeout_s=60,
-                                       extra_env={"TWICE_TRAIN_LAG_S": "5"}))
+    _check_trained(
+        harness.run_workers(2, [SCRIPT], timeout_s=60, extra_env={"TWICE_TRAIN_LAG_S": "5"})
+    )
 
 
 def _check_trained(results):
     for r in results:
         assert r.returncode == 0, r.output[-3000:]
         line = [l for l in r.output.splitlines() if l.startswith("RESULT ")][-1]
-        got = json.loads(line[len("RESULT "):])
+        got = json.loads(line[len("RESULT ") :])
         assert got["replicas"] == 2 and got["first"] == 2
         assert got["sum"] == 3.0
         np.testing.assert_allclose(got["w"], _expected_weights(), rtol=1e-5, atol=1e-6)
 
 
 def _cfg(index, ports=(1111, 2222)):
-    return {"cluster": {"worker": [f"localhost:{p}" for p in ports]},
-            "task": {"type": "worker", "index": index}}
+    return {
+        "cluster": {"worker": [f"localhost:{p}" for p in ports]},
+        "task": {"type": "worker", "index": index},
+    }
 
 
 def test_other_tf_config_in_same_process_is_refused():
@@ -77,7 +81,9 @@ def test_rendezvous_ids_count_the_reuses_and_a_timeout_is_named(monkeypatch):
     _server._reset_for_tests()
     try:
         assert [_server.rendezvous_id() for _ in range(2)] == [
-            "tfdist_opt/strategy_reuse/1", "tfdist_opt/strategy_reuse/2"]
+            "tfdist_opt/strategy_reuse/1",
+            "tfdist_opt/strategy_reuse/2",
+        ]
     finally:
         _server._reset_for_tests()
     waited = []
@@ -88,7 +94,10 @@ def test_rendezvous_ids_count_the_reuses_and_a_timeout_is_named(monkeypatch):
             return False
 
     monkeypatch.setattr(kv_store, "TFKeyValueStore", Store)
-    with pytest.raises(RuntimeError, match=r"waited 7 s \(startup_timeout_s\) at barrier "
-                                           r"'tfdist_opt/strategy_reuse/3'.*same number"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"waited 7 s \(startup_timeout_s\) at barrier "
+        r"'tfdist_opt/strategy_reuse/3'.*same number",
+    ):
         multi_worker._rendezvous("tfdist_opt/strategy_reuse/3", 7.0)
     assert waited == [("tfdist_opt/strategy_reuse/3", 7.0)]

@@ -28,8 +28,7 @@ def _load(path):
 
 
 def _max_rel(a, b):
-    return max(float(np.abs(x - y).max() / (np.abs(y).max() + 1e-30))
-               for x, y in zip(a, b))
+    return max(float(np.abs(x - y).max() / (np.abs(y).max() + 1e-30)) for x, y in zip(a, b))
 
 
 @pytest.mark.compat
@@ -46,5 +45,6 @@ def test_sharded_state_on_two_workers(tmp_path):
         sizes = json.loads((tmp_path / f"bytes_{task}.json").read_text())
         assert sizes["adam_sharded"] < 0.6 * sizes["adam_plain"]
     runpy.run_path(SCRIPT)["reference"](str(tmp_path))  # one process: this one
-    assert _max_rel(_load(tmp_path / "resumed_ref.npz"),
-                    _load(tmp_path / "adam_sharded_0.npz")) < 1e-6
+    assert (
+        _max_rel(_load(tmp_path / "resumed_ref.npz"), _load(tmp_path / "adam_sharded_0.npz")) < 1e-6
+    )

@@ -21,8 +21,9 @@ SCRIPT = f"{harness.REPO_ROOT}/tests/multiworker/scripts/sidecar_train.py"
 
 
 def _run(tmp_path, n, options, epochs):
-    proc = harness.start_launch(n, ["--evaluator", *options],
-                                [SCRIPT, "--out", str(tmp_path), "--epochs", str(epochs)])
+    proc = harness.start_launch(
+        n, ["--evaluator", *options], [SCRIPT, "--out", str(tmp_path), "--epochs", str(epochs)]
+    )
     out, err = harness.finish_launch(proc, timeout=170)
     assert proc.returncode == 0, f"{out[-2000:]}\n{err[-4000:]}"
     assert "[evaluator 0] tfdist_opt: evaluator: stopping (training ended)" in err
@@ -31,14 +32,14 @@ def _run(tmp_path, n, options, epochs):
     steps = list(range(1, epochs + 1))
     assert [e["step"] for e in result["evaluations"]] == steps
     assert result["scalars"] == sorted(
-        [f"evaluation/{m}", s] for m in ("accuracy", "loss") for s in steps)
+        [f"evaluation/{m}", s] for m in ("accuracy", "loss") for s in steps
+    )
     last = result["evaluations"][-1]
     assert last["name"] == f"weights.{epochs:02d}.weights.h5"
     assert last["metrics"]["accuracy"] == final["accuracy"]
     assert last["metrics"]["loss"] == pytest.approx(final["loss"], rel=1e-6)
     # The first evaluation is of the first checkpoint's model (epoch 1).
-    first, epoch1 = result["evaluations"][0], json.loads(
-        (tmp_path / "epoch1.json").read_text())
+    first, epoch1 = result["evaluations"][0], json.loads((tmp_path / "epoch1.json").read_text())
     assert first["name"] == "weights.01.weights.h5"
     assert first["metrics"]["accuracy"] == pytest.approx(epoch1["accuracy"], abs=1e-6)
     assert first["metrics"]["loss"] == pytest.approx(epoch1["loss"], rel=1e-5)

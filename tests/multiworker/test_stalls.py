@@ -36,9 +36,15 @@ SCRIPT = "tests/multiworker/scripts/stall_train.py"
 WARN_S = 2
 STALL_CAP_S = 120
 PREFIX = "tfdist_opt: stall: "
-KINDS = ("tf.data", "tf.data, inspector off", "tf.data unknown cardinality",
-         "dataset function", "generator",
-         "PyDataset", "build_dataset")
+KINDS = (
+    "tf.data",
+    "tf.data, inspector off",
+    "tf.data unknown cardinality",
+    "dataset function",
+    "generator",
+    "PyDataset",
+    "build_dataset",
+)
 
 
 # Steps per epoch when every epoch runs to the longest input's end (worker
@@ -46,18 +52,29 @@ KINDS = ("tf.data", "tf.data, inspector off", "tf.data unknown cardinality",
 # into 2 steps with auto-sharding off; or 10 per-worker batches. A generator
 # object cannot restart: its second epoch replays the 2 batches Keras peeked
 # and ends ("Your input ran out of data"), as plain Keras does on one device.
-STEPS = {"tf.data": [20, 20], "tf.data, inspector off": [20, 20],
-         "tf.data unknown cardinality": [20, 20], "dataset function": [10, 10],
-         "generator": [10, 2], "PyDataset": [10, 10], "build_dataset": [10, 10]}
+STEPS = {
+    "tf.data": [20, 20],
+    "tf.data, inspector off": [20, 20],
+    "tf.data unknown cardinality": [20, 20],
+    "dataset function": [10, 10],
+    "generator": [10, 2],
+    "PyDataset": [10, 10],
+    "build_dataset": [10, 10],
+}
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     results = harness.run_workers(
-        2, [SCRIPT], timeout_s=600,
-        extra_env={"TFDIST_OPT_STALL_WARN_S": str(WARN_S),
-                   "STALL_DIR": str(tmp_path_factory.mktemp("stalls")),
-                   "STALL_CAP_S": str(STALL_CAP_S)})
+        2,
+        [SCRIPT],
+        timeout_s=600,
+        extra_env={
+            "TFDIST_OPT_STALL_WARN_S": str(WARN_S),
+            "STALL_DIR": str(tmp_path_factory.mktemp("stalls")),
+            "STALL_CAP_S": str(STALL_CAP_S),
+        },
+    )
     for r in results:
         assert r.returncode == 0 and "ALL DONE" in r.output, r.output[-4000:]
     return results
@@ -68,7 +85,7 @@ def blocks(output):
     found, current = [], None
     for line in output.splitlines():
         if line.startswith(PREFIX):
-            current = [line[len(PREFIX):]]
+            current = [line[len(PREFIX) :]]
             found.append(current)
         elif current is not None and (line.startswith(("  ", "Thread "))):
             current.append(line)
@@ -78,9 +95,12 @@ def blocks(output):
 
 
 def _named(run, phase_re):
-    pattern = re.compile(r"^worker 1 has been at step (\d+) \(" + phase_re +
-                         r"\) for (\d+) s; worker 0 waits in step (\d+)'s all-reduce\. "
-                         r"worker 1's stack: ")
+    pattern = re.compile(
+        r"^worker 1 has been at step (\d+) \("
+        + phase_re
+        + r"\) for (\d+) s; worker 0 waits in step (\d+)'s all-reduce\. "
+        r"worker 1's stack: "
+    )
     hits = [(b, pattern.match(b)) for b in blocks(run[0].output)]
     return [(b, m) for b, m in hits if m]
 
@@ -116,8 +136,9 @@ def test_lock_wait_is_named_with_the_holders_stack(run):
 def test_messages_come_from_the_chief_at_most_once_per_period(run):
     assert PREFIX not in run[1].output
     part1 = run[0].output.split("PART1 done")[0]
-    lasted = {kind: float(s) for kind, s in
-              re.findall(r"^STALLED (\w+) ([\d.]+)$", run[1].output, re.M)}
+    lasted = {
+        kind: float(s) for kind, s in re.findall(r"^STALLED (\w+) ([\d.]+)$", run[1].output, re.M)
+    }
     assert sorted(lasted) == ["callback", "input", "lock"], run[1].output[-3000:]
     for step, kind in (("14", "callback"), ("22", "lock")):
         assert lasted[kind] < STALL_CAP_S  # ended because it was named
@@ -126,9 +147,14 @@ def test_messages_come_from_the_chief_at_most_once_per_period(run):
 
 
 def _uneven(output):
-    return {r["kind"]: r for r in (json.loads(line[len("UNEVEN "):])
-                                   for line in output.splitlines()
-                                   if line.startswith("UNEVEN "))}
+    return {
+        r["kind"]: r
+        for r in (
+            json.loads(line[len("UNEVEN ") :])
+            for line in output.splitlines()
+            if line.startswith("UNEVEN ")
+        )
+    }
 
 
 def test_uneven_inputs_end_every_epoch_together_for_every_kind(run):
@@ -141,9 +167,13 @@ def test_uneven_inputs_end_every_epoch_together_for_every_kind(run):
         for a, b in zip(w0[kind]["weights"], w1[kind]["weights"]):
             assert np.isfinite(np.array(a)).all(), kind
             np.testing.assert_array_equal(np.array(a), np.array(b))
-        print(f"uneven {kind}: steps per epoch {w0[kind]['steps']} on both workers, "
-              f"{w0[kind]['seconds']} s")
-    warning = ("tfdist_opt: uneven inputs: batches per epoch: worker 0: 10, worker 1: 7. "
-               "Each epoch runs until the last worker's input runs out")
+        print(
+            f"uneven {kind}: steps per epoch {w0[kind]['steps']} on both workers, "
+            f"{w0[kind]['seconds']} s"
+        )
+    warning = (
+        "tfdist_opt: uneven inputs: batches per epoch: worker 0: 10, worker 1: 7. "
+        "Each epoch runs until the last worker's input runs out"
+    )
     assert run[0].output.count(warning) == 1, run[0].output[-3000:]
     assert warning not in run[1].output

@@ -14,7 +14,8 @@ from tests.multiworker import harness
 
 event_accumulator = pytest.importorskip(
     "tensorboard.backend.event_processing.event_accumulator",
-    reason="tensorboard comes with the test extra")
+    reason="tensorboard comes with the test extra",
+)
 
 from tensorboard.util import tensor_util  # noqa: E402
 
@@ -29,20 +30,25 @@ def _pids_of_event_files(root):
 
 def _scalars(path):
     """{tag: [values]} of the scalar summaries in `path` (not recursive)."""
-    acc = event_accumulator.EventAccumulator(
-        path, size_guidance={event_accumulator.TENSORS: 0})
+    acc = event_accumulator.EventAccumulator(path, size_guidance={event_accumulator.TENSORS: 0})
     acc.Reload()
-    return {tag: [float(tensor_util.make_ndarray(e.tensor_proto)) for e in acc.Tensors(tag)]
-            for tag in acc.Tags()["tensors"]
-            if acc.SummaryMetadata(tag).plugin_data.plugin_name == "scalars"}
+    return {
+        tag: [float(tensor_util.make_ndarray(e.tensor_proto)) for e in acc.Tensors(tag)]
+        for tag in acc.Tags()["tensors"]
+        if acc.SummaryMetadata(tag).plugin_data.plugin_name == "scalars"
+    }
 
 
 def test_only_the_chief_writes_and_the_scalars_read_back(tmp_path):
-    res = harness.run_workers(2, ["tests/multiworker/scripts/tb_train.py", str(tmp_path)],
-                              timeout_s=180)
+    res = harness.run_workers(
+        2, ["tests/multiworker/scripts/tb_train.py", str(tmp_path)], timeout_s=180
+    )
     assert [r.returncode for r in res] == [0, 0], [r.output[-3000:] for r in res]
-    pids = {int(m.group(2)): m.group(1) for r in res
-            for m in re.finditer(r"^PID (\S+) (\d+)$", r.output, re.M)}
+    pids = {
+        int(m.group(2)): m.group(1)
+        for r in res
+        for m in re.finditer(r"^PID (\S+) (\d+)$", r.output, re.M)
+    }
     chief_pid = next(p for p, tag in pids.items() if tag == "worker_0")
 
     files, writers = _pids_of_event_files(tmp_path / "tb")
@@ -55,8 +61,13 @@ def test_only_the_chief_writes_and_the_scalars_read_back(tmp_path):
     assert plain_writers == {chief_pid}, plain_writers
 
     ours = _scalars(str(tmp_path / "tb"))
-    for tag in ("throughput/examples_per_sec", "throughput/step_time_median",
-                "comm/comm_fraction", "comm/comm_time", "comm/step_time"):
+    for tag in (
+        "throughput/examples_per_sec",
+        "throughput/step_time_median",
+        "comm/comm_fraction",
+        "comm/comm_time",
+        "comm/step_time",
+    ):
         assert ours.get(tag), (tag, sorted(ours))
     assert all(v > 0 for v in ours["throughput/examples_per_sec"])
     assert len(ours["comm/comm_fraction"]) == 2  # one per epoch

@@ -62,15 +62,22 @@ with strategy.scope():
     model.compile(keras.optimizers.SGD(0.05), "mse")
 backup = ps.BackupAndRestore(os.environ["PS_BACKUP"]) if os.environ.get("PS_BACKUP") else None
 callbacks = ([backup] if backup else []) + [Mark()]  # marks follow the save
-hist = ps.fit(model, dataset_fn, epochs=epochs, steps_per_epoch=steps, verbose=0,
-              callbacks=callbacks)
-print("RESULT " + json.dumps({
-    "strategy": type(strategy).__name__,
-    "loss": hist.history["loss"],
-    "epochs_run": len(hist.history["loss"]),
-    "iterations": int(model.optimizer.iterations.numpy()),
-    "steps_completed": hist.steps_completed,
-    "restored_epoch": backup.restored_epoch if backup else None,
-}), flush=True)
+hist = ps.fit(
+    model, dataset_fn, epochs=epochs, steps_per_epoch=steps, verbose=0, callbacks=callbacks
+)
+print(
+    "RESULT "
+    + json.dumps(
+        {
+            "strategy": type(strategy).__name__,
+            "loss": hist.history["loss"],
+            "epochs_run": len(hist.history["loss"]),
+            "iterations": int(model.optimizer.iterations.numpy()),
+            "steps_completed": hist.steps_completed,
+            "restored_epoch": backup.restored_epoch if backup else None,
+        }
+    ),
+    flush=True,
+)
 sys.stdout.flush()
 os._exit(0)

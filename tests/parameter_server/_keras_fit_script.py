@@ -73,6 +73,7 @@ out = {"strategy": type(strategy).__name__, "seconds": {"start": time.perf_count
 def lap(name):
     out["seconds"][name] = time.perf_counter() - T0
 
+
 with strategy.scope():
     linear = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, use_bias=False)])
     linear.compile(keras.optimizers.SGD(LR), signed_loss, metrics=["mae"])
@@ -84,38 +85,85 @@ def exact(name, fit, rows, labels, steps, weights=None):
     w0, it0 = kernel(linear), steps_of(linear)
     hist = fit()
     expected = w0 - steps * LR * grad(rows, labels, weights)
-    out[name] = {"err": float(np.abs(kernel(linear) - expected).max()),
-                 "scale": float(np.abs(expected - w0).max()),
-                 "steps": steps_of(linear) - it0, "expected_steps": steps,
-                 "history": hist.history, "steps_completed": hist.steps_completed}
+    out[name] = {
+        "err": float(np.abs(kernel(linear) - expected).max()),
+        "scale": float(np.abs(expected - w0).max()),
+        "steps": steps_of(linear) - it0,
+        "expected_steps": steps,
+        "history": hist.history,
+        "steps_completed": hist.steps_completed,
+    }
 
 
 # Arrays, validation_split (last quarter held out) and class_weight.
 cw = {0: 1.0, 1: 3.0}
 split = int(N * 0.75)
 rec = Recorder()
-exact("arrays", lambda: linear.fit(
-    x, y, batch_size=split, epochs=2, steps_per_epoch=5, validation_split=0.25,
-    class_weight=cw, callbacks=[rec], verbose=0), x[:split], y[:split], 10,
-    np.where(y[:split, 0] > 0, 3.0, 1.0).astype("float32"))
+exact(
+    "arrays",
+    lambda: linear.fit(
+        x,
+        y,
+        batch_size=split,
+        epochs=2,
+        steps_per_epoch=5,
+        validation_split=0.25,
+        class_weight=cw,
+        callbacks=[rec],
+        verbose=0,
+    ),
+    x[:split],
+    y[:split],
+    10,
+    np.where(y[:split, 0] > 0, 3.0, 1.0).astype("float32"),
+)
 val_numpy = float(np.mean(-(2 * y[split:, 0] - 1) * (x[split:] @ kernel(linear))[:, 0]))
 out["arrays"]["val_loss_numpy"] = val_numpy
 out["fit_calls"] = rec.calls
 rec2 = Recorder()
-ps.fit(linear, x, y, batch_size=split, epochs=2, steps_per_epoch=5,
-       validation_split=0.25, class_weight=cw, callbacks=[rec2], verbose=0)
+ps.fit(
+    linear,
+    x,
+    y,
+    batch_size=split,
+    epochs=2,
+    steps_per_epoch=5,
+    validation_split=0.25,
+    class_weight=cw,
+    callbacks=[rec2],
+    verbose=0,
+)
 out["ps_fit_calls"] = rec2.calls
 
 lap("arrays")
 # A finite tf.data.Dataset (steps from its size), a dataset function, and a
 # tfdist_opt.build_dataset pipeline (each worker reads all N rows).
-exact("dataset", lambda: linear.fit(
-    tf.data.Dataset.from_tensor_slices((x, y)).batch(N), epochs=3, verbose=0), x, y, 3)
-exact("dataset_fn", lambda: linear.fit(
-    lambda ctx: tf.data.Dataset.from_tensor_slices((x, y)).shuffle(N).batch(N),
-    epochs=2, steps_per_epoch=3, verbose=0), x, y, 6)
-exact("build_dataset", lambda: linear.fit(
-    tfdist_opt.build_dataset((x, y), strategy, N), epochs=4, verbose=0), x, y, 4)
+exact(
+    "dataset",
+    lambda: linear.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(N), epochs=3, verbose=0),
+    x,
+    y,
+    3,
+)
+exact(
+    "dataset_fn",
+    lambda: linear.fit(
+        lambda ctx: tf.data.Dataset.from_tensor_slices((x, y)).shuffle(N).batch(N),
+        epochs=2,
+        steps_per_epoch=3,
+        verbose=0,
+    ),
+    x,
+    y,
+    6,
+)
+exact(
+    "build_dataset",
+    lambda: linear.fit(tfdist_opt.build_dataset((x, y), strategy, N), epochs=4, verbose=0),
+    x,
+    y,
+    4,
+)
 # Uneven inputs: the dataset function runs once for the chief's copy (its
 # length, 10, sets the epoch) and once traced for the workers (TF runs that
 # one graph on every worker, each with input_pipeline_id 0): 7 batches. Each
@@ -135,8 +183,9 @@ out["uneven_lengths"] = uneven_calls
 lap("datasets")
 # evaluate / predict: the same numbers as ps.evaluate / ps.predict and numpy.
 rec3 = Recorder()
-out["evaluate"] = linear.evaluate(x, y, batch_size=10, return_dict=True, verbose=0,
-                                  callbacks=[rec3])
+out["evaluate"] = linear.evaluate(
+    x, y, batch_size=10, return_dict=True, verbose=0, callbacks=[rec3]
+)
 out["ps_evaluate"] = ps.evaluate(linear, x, y, batch_size=10, return_dict=True)
 out["evaluate_numpy"] = float(np.mean(-(2 * y[:, 0] - 1) * (x @ kernel(linear))[:, 0]))
 out["evaluate_calls"] = rec3.calls
@@ -149,13 +198,24 @@ lap("evaluate")
 refused = {}
 it0 = steps_of(linear)
 for name, call in (
-        ("batch_size", lambda: linear.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8),
-                                          batch_size=8, verbose=0)),
-        ("validation_split", lambda: linear.fit(tf.data.Dataset.from_tensor_slices(
-            (x, y)).batch(8), validation_split=0.5, verbose=0)),
-        ("class_weight", lambda: linear.fit(x, y, sample_weight=np.ones(N), verbose=0,
-                                            class_weight=cw)),
-        ("evaluate_kwargs", lambda: linear.evaluate(x, y, verbose=0, bogus=1))):
+    (
+        "batch_size",
+        lambda: linear.fit(
+            tf.data.Dataset.from_tensor_slices((x, y)).batch(8), batch_size=8, verbose=0
+        ),
+    ),
+    (
+        "validation_split",
+        lambda: linear.fit(
+            tf.data.Dataset.from_tensor_slices((x, y)).batch(8), validation_split=0.5, verbose=0
+        ),
+    ),
+    (
+        "class_weight",
+        lambda: linear.fit(x, y, sample_weight=np.ones(N), verbose=0, class_weight=cw),
+    ),
+    ("evaluate_kwargs", lambda: linear.evaluate(x, y, verbose=0, bogus=1)),
+):
     try:
         call()
         refused[name] = "no error"
@@ -169,19 +229,34 @@ lap("refused")
 # BackupAndRestore; a second fit resumes from the backup.
 ids = rng.integers(0, 1000, size=(N, 2)).astype("int64")
 with strategy.scope():
-    emb = keras.Sequential([keras.Input((2,), dtype="int64"), keras.layers.Embedding(1000, 4),
-                            keras.layers.Flatten(), keras.layers.Dense(1)])
+    emb = keras.Sequential(
+        [
+            keras.Input((2,), dtype="int64"),
+            keras.layers.Embedding(1000, 4),
+            keras.layers.Flatten(),
+            keras.layers.Dense(1),
+        ]
+    )
     emb.compile(keras.optimizers.Adam(0.01), "mse")
 table = variables_lib.raw(emb.layers[0].embeddings)
 out["sharded"] = [list(s.shape) for s in getattr(table, "variables", [])]
 d = tempfile.mkdtemp()
 backup_dir = os.path.join(d, "backup")
-emb.fit(ids, y, batch_size=16, epochs=2, verbose=0, callbacks=[
-    # Every epoch (not save_best_only): with async steps epoch 2's loss need
-    # not be lower, and then the file would rightly hold epoch 1's weights.
-    keras.callbacks.ModelCheckpoint(os.path.join(d, "best.keras"), monitor="loss",
-                                    save_best_only=False),
-    keras.callbacks.BackupAndRestore(backup_dir, delete_checkpoint=False)])
+emb.fit(
+    ids,
+    y,
+    batch_size=16,
+    epochs=2,
+    verbose=0,
+    callbacks=[
+        # Every epoch (not save_best_only): with async steps epoch 2's loss need
+        # not be lower, and then the file would rightly hold epoch 1's weights.
+        keras.callbacks.ModelCheckpoint(
+            os.path.join(d, "best.keras"), monitor="loss", save_best_only=False
+        ),
+        keras.callbacks.BackupAndRestore(backup_dir, delete_checkpoint=False),
+    ],
+)
 saved = [emb.layers[0].embeddings.numpy().copy(), steps_of(emb)]
 out["checkpoint_files"] = sorted(os.listdir(d))
 loaded = keras.models.load_model(os.path.join(d, "best.keras"))
@@ -193,14 +268,18 @@ emb.optimizer.iterations.assign(0)
 
 class Restored(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):  # runs after BackupAndRestore's
-        out["restored_equal"] = bool(np.array_equal(
-            emb.layers[0].embeddings.numpy(), saved[0]))
+        out["restored_equal"] = bool(np.array_equal(emb.layers[0].embeddings.numpy(), saved[0]))
 
 
-restarted = emb.fit(ids, y, batch_size=16, epochs=3, verbose=0, callbacks=[
-    keras.callbacks.BackupAndRestore(backup_dir, delete_checkpoint=False), Restored()])
-out["resume"] = {"epochs_run": len(restarted.history["loss"]),
-                 "steps": steps_of(emb) - saved[1]}
+restarted = emb.fit(
+    ids,
+    y,
+    batch_size=16,
+    epochs=3,
+    verbose=0,
+    callbacks=[keras.callbacks.BackupAndRestore(backup_dir, delete_checkpoint=False), Restored()],
+)
+out["resume"] = {"epochs_run": len(restarted.history["loss"]), "steps": steps_of(emb) - saved[1]}
 placed = variables_lib.placement(emb, emb.optimizer)
 out["placement_count"] = len(placed)
 out["off_ps"] = variables_lib.off_ps(placed)

@@ -23,11 +23,20 @@ def dataset_fn(input_context):
 with strategy.scope():
     model = tf_keras.Sequential([tf_keras.layers.Dense(1, input_shape=(4,))])
     model.compile(tf_keras.optimizers.SGD(0.05), "mse")
-hist = model.fit(tf_keras.utils.experimental.DatasetCreator(dataset_fn), epochs=3,
-                 steps_per_epoch=10, verbose=0)
-print("RESULT " + json.dumps({
-    "strategy": type(strategy).__name__, "loss": hist.history["loss"],
-    "iterations": int(model.optimizer.iterations.numpy()),
-    "kernel_device": model.weights[0].device}), flush=True)
+hist = model.fit(
+    tf_keras.utils.experimental.DatasetCreator(dataset_fn), epochs=3, steps_per_epoch=10, verbose=0
+)
+print(
+    "RESULT "
+    + json.dumps(
+        {
+            "strategy": type(strategy).__name__,
+            "loss": hist.history["loss"],
+            "iterations": int(model.optimizer.iterations.numpy()),
+            "kernel_device": model.weights[0].device,
+        }
+    ),
+    flush=True,
+)
 sys.stdout.flush()
 os._exit(0)

@@ -38,8 +38,9 @@ def linear(strategy, out):
         out["keras_fit"] = "no error"
     except Exception as e:  # pylint: disable=broad-except
         out["keras_fit"] = f"{type(e).__name__}: {e}"
-    hist = ps.fit(model, x, y, batch_size=8, epochs=4, verbose=0, seed=1,
-                  validation_data=(x[:64], y[:64]))
+    hist = ps.fit(
+        model, x, y, batch_size=8, epochs=4, verbose=0, seed=1, validation_data=(x[:64], y[:64])
+    )
     out["history"] = hist.history
     out["iterations"] = int(model.optimizer.iterations.numpy())
     out["expected_iterations"] = 4 * 64
@@ -58,21 +59,29 @@ def linear(strategy, out):
     out["early_stop_epochs"] = len(h2.history["loss"])
     path = os.path.join(d, "w.weights.h5")
     before = [w.tolist() for w in model.get_weights()]
-    ps.fit(model, x, y + 1.0, batch_size=64, epochs=1, verbose=0,  # moves the bias
-           callbacks=[keras.callbacks.ModelCheckpoint(path, save_weights_only=True)])
+    ps.fit(
+        model,
+        x,
+        y + 1.0,
+        batch_size=64,
+        epochs=1,
+        verbose=0,  # moves the bias
+        callbacks=[keras.callbacks.ModelCheckpoint(path, save_weights_only=True)],
+    )
     out["checkpoint_written"] = os.path.exists(path)
     plain = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])  # no strategy
     plain.load_weights(path)
-    out["checkpoint"] = {"before": before,
-                         "after": [w.tolist() for w in model.get_weights()],
-                         "loaded": [w.tolist() for w in plain.get_weights()]}
+    out["checkpoint"] = {
+        "before": before,
+        "after": [w.tolist() for w in model.get_weights()],
+        "loaded": [w.tolist() for w in plain.get_weights()],
+    }
     monitor = tfdist_opt.ThroughputMonitor(global_batch_size=8, warmup_steps=4, verbose=0)
     h4 = ps.fit(model, x, y, batch_size=8, epochs=2, verbose=0, callbacks=[monitor])
     out["monitor"] = monitor.summary()
     out["epoch_examples_per_sec"] = h4.history["examples_per_sec"]
     bdir = os.path.join(d, "backup")
-    ps.fit(model, x, y, batch_size=64, epochs=2, verbose=0,
-           callbacks=[ps.BackupAndRestore(bdir)])
+    ps.fit(model, x, y, batch_size=64, epochs=2, verbose=0, callbacks=[ps.BackupAndRestore(bdir)])
     it_after_2 = int(model.optimizer.iterations.numpy())
     backup = ps.BackupAndRestore(bdir)
     h3 = ps.fit(model, x, y, batch_size=64, epochs=3, verbose=0, callbacks=[backup])
@@ -87,9 +96,14 @@ def sharded(strategy, out):
     ids = rng.integers(0, rows, size=(1024, 2)).astype("int64")
     y = (ids[:, :1] % 2).astype("float32")
     with strategy.scope():
-        model = keras.Sequential([keras.Input((2,), dtype="int64"),
-                                  keras.layers.Embedding(rows, dim),
-                                  keras.layers.Flatten(), keras.layers.Dense(1)])
+        model = keras.Sequential(
+            [
+                keras.Input((2,), dtype="int64"),
+                keras.layers.Embedding(rows, dim),
+                keras.layers.Flatten(),
+                keras.layers.Dense(1),
+            ]
+        )
         model.compile(keras.optimizers.Adam(0.01), "mse")
     table = variables_lib.raw(model.layers[0].embeddings)
     out["sharded"] = isinstance(table, variables_lib.ShardedVariable)
@@ -113,7 +127,9 @@ def sharded(strategy, out):
     saved = [s.numpy().copy() for s in table.variables] + [int(model.optimizer.iterations.numpy())]
     ps.fit(model, ids, y, batch_size=64, epochs=1, verbose=0)
     ckpt.restore(path).assert_consumed()
-    out["restored_equal"] = all(np.array_equal(a, s.numpy()) for a, s in zip(saved, table.variables))
+    out["restored_equal"] = all(
+        np.array_equal(a, s.numpy()) for a, s in zip(saved, table.variables)
+    )
     out["restored_iterations"] = [saved[-1], int(model.optimizer.iterations.numpy())]
 
 

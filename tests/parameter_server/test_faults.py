@@ -24,9 +24,11 @@ SCRIPT = os.path.join(os.path.dirname(__file__), "_cluster_script.py")
 class Cluster:
     def __init__(self, tmp_path, env_extra):
         ports = harness.free_ports(5)
-        self.cluster = {"chief": [f"127.0.0.1:{ports[0]}"],
-                        "worker": [f"127.0.0.1:{p}" for p in ports[1:3]],
-                        "ps": [f"127.0.0.1:{p}" for p in ports[3:]]}
+        self.cluster = {
+            "chief": [f"127.0.0.1:{ports[0]}"],
+            "worker": [f"127.0.0.1:{p}" for p in ports[1:3]],
+            "ps": [f"127.0.0.1:{p}" for p in ports[3:]],
+        }
         self.env_extra = env_extra
         self.tmp_path = tmp_path
         self.procs = {}
@@ -35,12 +37,25 @@ class Cluster:
         if cwd is None:  # tasks write relative trace files here, not in the repo
             cwd = self.tmp_path / "cwd"
             (cwd / "trace").mkdir(parents=True, exist_ok=True)
-        env = harness.worker_env(0, [1], dict(self.env_extra, TF_CONFIG=json.dumps(
-            {"cluster": self.cluster, "task": {"type": role, "index": index}})))
+        env = harness.worker_env(
+            0,
+            [1],
+            dict(
+                self.env_extra,
+                TF_CONFIG=json.dumps(
+                    {"cluster": self.cluster, "task": {"type": role, "index": index}}
+                ),
+            ),
+        )
         log = open(self.tmp_path / f"{role}{index}-{time.monotonic_ns()}.log", "w+")
-        p = subprocess.Popen([*harness.python(), SCRIPT], env=env, stdout=log,
-                             stderr=subprocess.STDOUT, start_new_session=True,
-                             cwd=cwd)
+        p = subprocess.Popen(
+            [*harness.python(), SCRIPT],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=cwd,
+        )
         self.procs[(role, index)] = (p, log)
         return p
 
@@ -78,15 +93,23 @@ def _wait_for(path, cluster, timeout=120):
 def _result(output):
     lines = [l for l in output.splitlines() if l.startswith("RESULT ")]
     assert lines, output[-3000:]
-    return json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 def test_worker_killed_mid_training_is_survived_and_rejoins(tmp_path):
     rejoined = tmp_path / "rejoined"  # the restarted worker's cwd
     (rejoined / "trace").mkdir(parents=True)
     mark, stop = str(tmp_path / "mark"), tmp_path / "stop"
-    c = Cluster(tmp_path, {"PS_EPOCHS": "100000", "PS_STEPS": "10", "PS_MARK": mark,
-                           "PS_TRACE_DIR": "trace", "PS_STOP": str(stop)})
+    c = Cluster(
+        tmp_path,
+        {
+            "PS_EPOCHS": "100000",
+            "PS_STEPS": "10",
+            "PS_MARK": mark,
+            "PS_TRACE_DIR": "trace",
+            "PS_STOP": str(stop),
+        },
+    )
     try:
         c.start_all()
         _wait_for(mark + ".0", c)
@@ -120,8 +143,13 @@ def test_worker_killed_mid_training_is_survived_and_rejoins(tmp_path):
 def test_lost_ps_stops_chief_with_one_line_and_restart_resumes(tmp_path):
     mark = str(tmp_path / "mark")
     stop = tmp_path / "stop"
-    extra = {"PS_EPOCHS": "100000", "PS_STEPS": "20", "PS_MARK": mark,
-             "PS_BACKUP": str(tmp_path / "backup"), "PS_STOP": str(stop)}
+    extra = {
+        "PS_EPOCHS": "100000",
+        "PS_STEPS": "20",
+        "PS_MARK": mark,
+        "PS_BACKUP": str(tmp_path / "backup"),
+        "PS_STOP": str(stop),
+    }
     c = Cluster(tmp_path, extra)
     try:
         c.start_all()
@@ -133,8 +161,9 @@ def test_lost_ps_stops_chief_with_one_line_and_restart_resumes(tmp_path):
         assert code == 1, out[-3000:]
         lines = [l for l in out.splitlines() if "training stopped" in l]
         assert len(lines) == 1, out[-3000:]
-        assert lines[0].startswith("tfdist_opt: training stopped: parameter server ps:1 "
-                                   f"({c.cluster['ps'][1]}) was lost"), lines[0]
+        assert lines[0].startswith(
+            f"tfdist_opt: training stopped: parameter server ps:1 ({c.cluster['ps'][1]}) was lost"
+        ), lines[0]
         assert "Traceback" not in out
         print(f"ps loss detected in {detect_s:.1f} s")
     finally:

@@ -14,8 +14,7 @@ import pytest
 from tests.multiworker import harness
 
 # `grappler`: its processes run TensorFlow's graph optimizer, as users run (conftest.py).
-pytestmark = [pytest.mark.multiworker, pytest.mark.slow, pytest.mark.grappler,
-              pytest.mark.compat]
+pytestmark = [pytest.mark.multiworker, pytest.mark.slow, pytest.mark.grappler, pytest.mark.compat]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOL = 2e-5  # float32 rounding of 10 SGD steps of size ~1e-2
@@ -25,10 +24,26 @@ TOL = 2e-5  # float32 rounding of 10 SGD steps of size ~1e-2
 def result():
     env = harness.worker_env(0, [1], {"TF_CONFIG": ""})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tfdist_opt", "launch", "--workers", "2", "--ps", "2",
-         "--", *harness.python(), os.path.join(HERE, "_keras_fit_script.py")],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True, cwd=harness.REPO_ROOT)
+        [
+            sys.executable,
+            "-m",
+            "tfdist_opt",
+            "launch",
+            "--workers",
+            "2",
+            "--ps",
+            "2",
+            "--",
+            *harness.python(),
+            os.path.join(HERE, "_keras_fit_script.py"),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        cwd=harness.REPO_ROOT,
+    )
     try:
         out, err = proc.communicate(timeout=170)
     finally:
@@ -92,7 +107,8 @@ def test_unsupported_arguments_refused_by_name_before_any_step(result):
     refused = result["refused"]
     assert refused["batch_size"].startswith("ValueError: Invalid value for `batch_size`")
     assert refused["validation_split"].startswith(
-        "ValueError: Invalid value for `validation_split`")
+        "ValueError: Invalid value for `validation_split`"
+    )
     assert refused["class_weight"].startswith("ValueError: Invalid value for `class_weight`")
     assert refused["evaluate_kwargs"].startswith("TypeError: Invalid keyword argument")
     assert "bogus" in refused["evaluate_kwargs"]

@@ -23,27 +23,34 @@ Y = np.arange(10, dtype="float32").reshape(10, 1)
 def test_validation_split_is_keras_split():
     (x, y, sw), (vx, vy, vsw) = data_lib.split_validation(X, Y, None, 0.25)
     (kx, ky, _), (kvx, kvy, _) = array_slicing.train_validation_split(
-        (X, Y, None), validation_split=0.25)
+        (X, Y, None), validation_split=0.25
+    )
     for ours, theirs in ((x, kx), (y, ky), (vx, kvx), (vy, kvy)):
         np.testing.assert_array_equal(ours, theirs)
     assert sw is None and vsw is None
 
 
-@pytest.mark.parametrize("x,split,match", [
-    (tf.data.Dataset.from_tensor_slices(X), 0.2, "splits arrays only"),
-    (X, 1.5, r"expected a float in \(0, 1\)"),
-    (X[:1], 0.5, "1 rows cannot be split"),
-])
+@pytest.mark.parametrize(
+    "x,split,match",
+    [
+        (tf.data.Dataset.from_tensor_slices(X), 0.2, "splits arrays only"),
+        (X, 1.5, r"expected a float in \(0, 1\)"),
+        (X[:1], 0.5, "1 rows cannot be split"),
+    ],
+)
 def test_validation_split_refused_by_name(x, split, match):
     with pytest.raises(ValueError, match=r"Invalid value for `validation_split`.*" + match):
         data_lib.split_validation(x, None, None, split)
 
 
-@pytest.mark.parametrize("y", [
-    np.array([0, 1, 2, 1], "int32"),
-    np.array([[0], [1], [2], [1]], "float32"),
-    np.eye(3, dtype="float32")[[0, 1, 2, 1]],
-])
+@pytest.mark.parametrize(
+    "y",
+    [
+        np.array([0, 1, 2, 1], "int32"),
+        np.array([[0], [1], [2], [1]], "float32"),
+        np.eye(3, dtype="float32")[[0, 1, 2, 1]],
+    ],
+)
 def test_class_weight_gives_keras_sample_weights(y):
     cw = {0: 0.5, 1: 2.0, 2: 4.0}
     ds = tf.data.Dataset.from_tensor_slices((np.zeros((4, 2), "float32"), y)).batch(4)
@@ -53,12 +60,15 @@ def test_class_weight_gives_keras_sample_weights(y):
     np.testing.assert_allclose(sw.numpy(), expected)
 
 
-@pytest.mark.parametrize("cw,spec_parts,match", [
-    ({0: 1.0}, 3, "already carries sample weights"),
-    ({0: 1.0}, 1, "has no targets"),
-    ({"a": 1.0}, 2, "expected a non-empty dict"),
-    ({}, 2, "expected a non-empty dict"),
-])
+@pytest.mark.parametrize(
+    "cw,spec_parts,match",
+    [
+        ({0: 1.0}, 3, "already carries sample weights"),
+        ({0: 1.0}, 1, "has no targets"),
+        ({"a": 1.0}, 2, "expected a non-empty dict"),
+        ({}, 2, "expected a non-empty dict"),
+    ],
+)
 def test_class_weight_refused_by_name(cw, spec_parts, match):
     s = tf.TensorSpec((None, 1), tf.float32)
     spec = (s, s, s)[:spec_parts] if spec_parts > 1 else s
@@ -76,7 +86,8 @@ def test_dataset_arguments_refused_by_name():
 
 def test_strategy_made_distributed_dataset_refused():
     dist = tf.distribute.MirroredStrategy(["/cpu:0"]).distribute_datasets_from_function(
-        lambda ctx: tf.data.Dataset.from_tensor_slices(X).batch(2))
+        lambda ctx: tf.data.Dataset.from_tensor_slices(X).batch(2)
+    )
     with pytest.raises(TypeError, match="Invalid value for `x`: a distributed dataset"):
         data_lib.dataset_function(dist)
     fn = lambda ctx: None  # noqa: E731
@@ -95,8 +106,7 @@ def test_custom_train_step_refused_before_anything_runs():
 
 def test_routed_model_refuses_unknown_evaluate_keywords():
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-    model.__class__ = _class_swap.cached_subclass(keras_model.CoordinatorTraining,
-                                                  type(model))
+    model.__class__ = _class_swap.cached_subclass(keras_model.CoordinatorTraining, type(model))
     assert type(model).__name__ == "Sequential"
     with pytest.raises(TypeError, match=r"Invalid keyword argument.*\['bogus'\]"):
         model.evaluate(X, Y, bogus=1)

@@ -17,10 +17,26 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def _launch(script, workers, ps, extra_env):
     env = harness.worker_env(0, [1], dict(extra_env, TF_CONFIG=""))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tfdist_opt", "launch", "--workers", str(workers),
-         "--ps", str(ps), "--", *harness.python(), os.path.join(HERE, script)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True, cwd=harness.REPO_ROOT)
+        [
+            sys.executable,
+            "-m",
+            "tfdist_opt",
+            "launch",
+            "--workers",
+            str(workers),
+            "--ps",
+            str(ps),
+            "--",
+            *harness.python(),
+            os.path.join(HERE, script),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        cwd=harness.REPO_ROOT,
+    )
     try:
         out, err = proc.communicate(timeout=170)
     finally:
@@ -35,8 +51,7 @@ def _result(out):
 
 
 def test_launch_keras3_script_on_chief_workers_and_ps():
-    code, out, err = _launch("_cluster_script.py", 2, 1, {"PS_EPOCHS": "2",
-                                                          "PS_STEPS": "10"})
+    code, out, err = _launch("_cluster_script.py", 2, 1, {"PS_EPOCHS": "2", "PS_STEPS": "10"})
     assert code == 0, err[-3000:]
     assert "[launch] starting 4 task(s) (chief, workers, ps)" in err
     result = _result(out)

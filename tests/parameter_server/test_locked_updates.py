@@ -23,16 +23,19 @@ def _pair(**kwargs):
 
 def _variables():
     rng = np.random.default_rng(0)
-    return [tf.Variable(rng.normal(size=(6, 3)).astype("float32")),
-            tf.Variable(rng.normal(size=(3,)).astype("float32"))]
+    return [
+        tf.Variable(rng.normal(size=(6, 3)).astype("float32")),
+        tf.Variable(rng.normal(size=(3,)).astype("float32")),
+    ]
 
 
 def _gradients(step, sparse):
     rng = np.random.default_rng(step + 1)
     table = rng.normal(size=(6, 3)).astype("float32")
     if sparse:  # rows 1 and 4 only, as an embedding's gradient
-        dense = tf.IndexedSlices(tf.constant(table[[1, 4]]), tf.constant([1, 4]),
-                                 tf.constant([6, 3]))
+        dense = tf.IndexedSlices(
+            tf.constant(table[[1, 4]]), tf.constant([1, 4]), tf.constant([6, 3])
+        )
     else:
         dense = tf.constant(table)
     return [dense, tf.constant(rng.normal(size=(3,)).astype("float32"))]
@@ -68,8 +71,11 @@ def test_each_update_is_one_locked_fused_kernel():
     # No separate slot or variable writes left to interleave: the one write
     # is Keras's `iterations.assign_add` (made atomic under PS by
     # variables.make_counter_atomic).
-    writes = [op.type for op in graph.get_operations() if op.type in (
-        "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp")]
+    writes = [
+        op.type
+        for op in graph.get_operations()
+        if op.type in ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp")
+    ]
     assert writes == ["AssignVariableOp"]
 
 
@@ -86,4 +92,3 @@ def test_other_optimizers_and_custom_adam_steps_are_left_alone():
     assert locked_updates.lock_adam_updates(adamw)
     assert locked_updates.lock_adam_updates(adamw)  # idempotent
     assert type(adamw).__name__ == "AdamW"  # saving records Keras's class
-

@@ -18,13 +18,25 @@ pytestmark = [pytest.mark.multiworker, pytest.mark.slow]
 
 
 def _run(*scenarios: str) -> dict:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-               PYTHONPATH=harness.REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(
+        os.environ,
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PYTHONPATH=harness.REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
     env.pop("TF_CONFIG", None)
     proc = subprocess.Popen(
-        [*harness.python(), os.path.join(os.path.dirname(__file__), "_train_script.py"),
-         *scenarios], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, start_new_session=True, cwd=harness.REPO_ROOT)
+        [
+            *harness.python(),
+            os.path.join(os.path.dirname(__file__), "_train_script.py"),
+            *scenarios,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        cwd=harness.REPO_ROOT,
+    )
     try:
         out, _ = proc.communicate(timeout=240)
     finally:
@@ -32,7 +44,7 @@ def _run(*scenarios: str) -> dict:
     results = {}
     for line in out.splitlines():
         if line.startswith("RESULT "):
-            scenario, payload = line[len("RESULT "):].split(" ", 1)
+            scenario, payload = line[len("RESULT ") :].split(" ", 1)
             results[scenario] = json.loads(payload)
     assert sorted(results) == sorted(scenarios), out[-3000:]
     return results
@@ -59,12 +71,13 @@ def results():
     twice, fails its tests.
     """
     results = _run("linear", "sharded")
-    flaky = sorted(name for name, r in results.items()
-                   if _TRANSPORT_FLAKE in r.get("error", ""))
+    flaky = sorted(name for name, r in results.items() if _TRANSPORT_FLAKE in r.get("error", ""))
     if flaky:
         first = results[flaky[0]]["error"].strip().splitlines()
-        warnings.warn(f"{flaky} failed in gRPC ({_TRANSPORT_FLAKE!r}; "
-                      f"{first[-1][:300]}); rerun once on a fresh cluster")
+        warnings.warn(
+            f"{flaky} failed in gRPC ({_TRANSPORT_FLAKE!r}; "
+            f"{first[-1][:300]}); rerun once on a fresh cluster"
+        )
         results.update(_run(*flaky))
     return results
 
@@ -94,8 +107,7 @@ def test_iterations_equal_steps_under_two_async_workers(linear):
 def test_loss_falls_by_90_percent(linear):
     loss = linear["history"]["loss"]
     assert loss[-1] <= 0.1 * loss[0]
-    assert set(linear["history"]) == {"loss", "mae", "val_loss", "val_mae",
-                                      "examples_per_sec"}
+    assert set(linear["history"]) == {"loss", "mae", "val_loss", "val_mae", "examples_per_sec"}
 
 
 def test_variables_and_slots_on_ps(linear):
@@ -105,7 +117,9 @@ def test_variables_and_slots_on_ps(linear):
 
 def test_evaluate_and_predict_match_numpy(linear):
     assert linear["predict_err"] < 1e-5
-    assert linear["evaluate"]["loss"] == pytest.approx(linear["eval_loss_numpy"], rel=1e-3, abs=1e-9)
+    assert linear["evaluate"]["loss"] == pytest.approx(
+        linear["eval_loss_numpy"], rel=1e-3, abs=1e-9
+    )
 
 
 def test_keras_callbacks(linear):

@@ -34,11 +34,23 @@ def make(task, store, clock, pending=None, abort_s=None, stack="STACK"):
         codes.append(code)
 
     insp = inspector_lib.Inspector(
-        inspector_lib.LocalProgress(clock), task, NAMES, store, "ns/1",
-        warn_s=3.0, abort_s=abort_s, input_pending=pending, clock=clock,
-        out=out, exit_fn=exit_fn, stack_fn=lambda: f"{stack} of {task}",
-        pid=4242 + task, host="elsewhere", host_id="boot-x/net:1",
-        addresses={0: "10.0.0.1:2222", 1: "10.0.0.2:2222"})
+        inspector_lib.LocalProgress(clock),
+        task,
+        NAMES,
+        store,
+        "ns/1",
+        warn_s=3.0,
+        abort_s=abort_s,
+        input_pending=pending,
+        clock=clock,
+        out=out,
+        exit_fn=exit_fn,
+        stack_fn=lambda: f"{stack} of {task}",
+        pid=4242 + task,
+        host="elsewhere",
+        host_id="boot-x/net:1",
+        addresses={0: "10.0.0.1:2222", 1: "10.0.0.2:2222"},
+    )
     insp.stack_wait_s = 0.3
     return insp, out, codes
 
@@ -64,7 +76,8 @@ def test_input_stall_is_named_with_the_stuck_workers_stack():
     text = out.getvalue()
     assert text.startswith(
         "tfdist_opt: stall: worker 1 has been at step 1 (input) for 3 s; worker 0 "
-        "waits in step 1's all-reduce. worker 1's stack: STACK of 1"), text
+        "waits in step 1's all-reduce. worker 1's stack: STACK of 1"
+    ), text
     clock.t += 1.0
     chief.tick()
     assert text == out.getvalue()  # at most once per stall_warn_s
@@ -83,9 +96,11 @@ def test_missing_stack_says_why():
     clock.t += 3.0
     chief.tick()
     # Another host (another published identity): its pid is not looked up here.
-    assert ("worker 1's stack: unavailable: none arrived within 0.3 s (process "
-            "4243 on host elsewhere at 10.0.0.2:2222, another host: its state "
-            "cannot be read from here;") in out.getvalue()
+    assert (
+        "worker 1's stack: unavailable: none arrived within 0.3 s (process "
+        "4243 on host elsewhere at 10.0.0.2:2222, another host: its state "
+        "cannot be read from here;"
+    ) in out.getvalue()
 
 
 def test_abort_every_worker_exits_with_the_stall_code():
@@ -103,11 +118,14 @@ def test_abort_every_worker_exits_with_the_stall_code():
     chief.tick()
     t.join()
     assert codes0 == [43] and codes1 == [43]
-    assert "aborting after a stall of 8 s (stall_abort_s=8): worker 1 has been at " \
-           "step 4 (callbacks) for 8 s" in out0.getvalue()
+    assert (
+        "aborting after a stall of 8 s (stall_abort_s=8): worker 1 has been at "
+        "step 4 (callbacks) for 8 s" in out0.getvalue()
+    )
     assert out1.getvalue().startswith(
         "tfdist_opt: stall: worker 1 exits with code 43: the chief aborted a stall "
-        "of 8 s (stall_abort_s=8): worker 1 has been at step 4")
+        "of 8 s (stall_abort_s=8): worker 1 has been at step 4"
+    )
 
 
 def test_the_chief_behind_reports_its_own_stack():
@@ -121,8 +139,10 @@ def test_the_chief_behind_reports_its_own_stack():
     chief.tick()
     clock.t += 3.5
     chief.tick()
-    assert "worker 0 has been at step 1 (callbacks) for 4 s; worker 1 waits in step " \
-           "2's all-reduce. worker 0's stack: STACK of 0" in out.getvalue()
+    assert (
+        "worker 0 has been at step 1 (callbacks) for 4 s; worker 1 waits in step "
+        "2's all-reduce. worker 0's stack: STACK of 0" in out.getvalue()
+    )
 
 
 def test_records_are_written_only_on_change_and_stop_publishes_done():
@@ -141,8 +161,9 @@ def test_records_are_written_only_on_change_and_stop_publishes_done():
 
 def test_thread_runs_and_stops():
     store = ThreadStore()
-    insp = inspector_lib.Inspector(inspector_lib.LocalProgress(), 1, NAMES, store,
-                                   "ns/2", warn_s=0.4, out=io.StringIO())
+    insp = inspector_lib.Inspector(
+        inspector_lib.LocalProgress(), 1, NAMES, store, "ns/2", warn_s=0.4, out=io.StringIO()
+    )
     insp.start()
     insp.local.enter("step", step=1)
     deadline = time.monotonic() + 5
@@ -189,13 +210,15 @@ def test_stopped_process_state_from_proc():
             time.sleep(0.02)
         assert stacks.unavailable_reason(p.pid, stacks.hostname(), here, 2.0) == (
             f"unavailable: process {p.pid} is stopped (state T: SIGSTOP), so it "
-            "cannot report its stack or its latest position")
+            "cannot report its stack or its latest position"
+        )
         # Same host name, another kernel or network namespace (another host,
         # a container): the pid means nothing here, so /proc is not read.
         assert stacks.process_state(p.pid, here + "x") is None
         assert stacks.process_state(p.pid, "") is None
-        reason = stacks.unavailable_reason(p.pid, stacks.hostname(), here + "x", 2.0,
-                                           "198.18.0.11:2222")
+        reason = stacks.unavailable_reason(
+            p.pid, stacks.hostname(), here + "x", 2.0, "198.18.0.11:2222"
+        )
         assert "stopped" not in reason and "another host" in reason
         assert f"on host {stacks.hostname()} at 198.18.0.11:2222" in reason
     finally:
@@ -264,15 +287,21 @@ def test_every_polled_key_exists_before_it_is_read():
 def test_host_identity_differs_between_network_namespaces():
     """Emulated hosts share the kernel and host name, not the network namespace."""
     from tests.hosts import testbed as testbed_lib
+
     reason = testbed_lib.unavailable_reason()
     if reason:
         pytest.skip(reason)
     here = stacks.host_identity()
     assert here.count("/net:") == 1
     with testbed_lib.TestBed(1, rate=None) as bed:
-        there = bed.run(0, [sys.executable, "-c",
-                            "from tfdist_opt.stall import stacks;"
-                            "print(stacks.host_identity())"]).stdout.strip()
+        there = bed.run(
+            0,
+            [
+                sys.executable,
+                "-c",
+                "from tfdist_opt.stall import stacks;print(stacks.host_identity())",
+            ],
+        ).stdout.strip()
     assert there.split("/")[0] == here.split("/")[0]  # one kernel boot
     assert there != here
 
@@ -282,10 +311,19 @@ def test_collective_timeout_aborts_a_step_once_and_never_an_input_wait():
     aborted = []
     pending = [False]
     insp = inspector_lib.Inspector(
-        inspector_lib.LocalProgress(clock), 1, NAMES, store, "ns/1", warn_s=3.0,
-        input_pending=lambda: pending[0], clock=clock, out=io.StringIO(),
-        exit_fn=lambda code: None, collective_timeout_s=10.0,
-        abort_collectives=aborted.append)
+        inspector_lib.LocalProgress(clock),
+        1,
+        NAMES,
+        store,
+        "ns/1",
+        warn_s=3.0,
+        input_pending=lambda: pending[0],
+        clock=clock,
+        out=io.StringIO(),
+        exit_fn=lambda code: None,
+        collective_timeout_s=10.0,
+        abort_collectives=aborted.append,
+    )
     insp.local.enter("step", step=7)
     pending[0] = True  # waiting for its own batch: no collective yet
     clock.t += 30.0
@@ -299,6 +337,8 @@ def test_collective_timeout_aborts_a_step_once_and_never_an_input_wait():
     clock.t += 1.0
     insp.check_deadline()
     insp.check_deadline()
-    assert aborted == ["worker 1's train step 8 has run 10 s (collective_timeout_s=10): "
-                       "its collectives are aborted (DeadlineExceededError)"]
+    assert aborted == [
+        "worker 1's train step 8 has run 10 s (collective_timeout_s=10): "
+        "its collectives are aborted (DeadlineExceededError)"
+    ]
     assert insp.messages == aborted

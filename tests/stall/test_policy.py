@@ -13,23 +13,27 @@ def rec(task, seq, step, phase, since):
 
 
 def test_worker_in_input_is_behind_the_ones_in_the_all_reduce():
-    records = {0: rec(0, 83, 42, "step", 1000.0), 1: rec(1, 83, 42, "input", 990.0),
-               2: rec(2, 83, 42, "step", 1001.0)}
+    records = {
+        0: rec(0, 83, 42, "step", 1000.0),
+        1: rec(1, 83, 42, "input", 990.0),
+        2: rec(2, 83, 42, "step", 1001.0),
+    }
     stall = policy.assess(records, [0, 1, 2], now=1053.0)
     assert [p.task for p in stall.behind] == [1]
     assert stall.duration == 63.0
     assert policy.laggards(stall) == [1]
     assert policy.describe(stall, NAMES) == (
         "worker 1 has been at step 42 (input) for 63 s; workers 0 and 2 wait "
-        "in step 42's all-reduce.")
+        "in step 42's all-reduce."
+    )
 
 
 def test_worker_in_callbacks_is_behind_by_event_count():
     records = {0: rec(0, 85, 43, "step", 1000.0), 1: rec(1, 84, 42, "callbacks", 995.0)}
     stall = policy.assess(records, [0, 1], now=1005.0)
     assert policy.describe(stall, NAMES) == (
-        "worker 1 has been at step 42 (callbacks) for 10 s; worker 0 waits in "
-        "step 43's all-reduce.")
+        "worker 1 has been at step 42 (callbacks) for 10 s; worker 0 waits in step 43's all-reduce."
+    )
 
 
 def test_a_relabelled_save_keeps_its_place():
@@ -44,7 +48,8 @@ def test_everyone_at_one_place_is_a_stall_with_nobody_waiting():
     assert stall.waiting == () and stall.duration == 60.0
     assert policy.laggards(stall) == []
     assert policy.describe(stall, NAMES).startswith(
-        "no worker has advanced for 60 s: workers 0 and 1 at step 5 (step)")
+        "no worker has advanced for 60 s: workers 0 and 1 at step 5 (step)"
+    )
 
 
 def test_a_worker_not_in_fit_is_named():
@@ -52,7 +57,8 @@ def test_a_worker_not_in_fit_is_named():
     assert stall.missing == (1,) and policy.laggards(stall) == [1]
     assert policy.describe(stall, NAMES) == (
         "worker 1 has not started fit (no progress published) for 30 s; "
-        "worker 0 waits in step 1's all-reduce.")
+        "worker 0 waits in step 1's all-reduce."
+    )
 
 
 def test_done_or_empty_is_no_stall():
@@ -63,8 +69,7 @@ def test_done_or_empty_is_no_stall():
 
 def test_start_of_fit_wording_and_mixed_roles():
     records = {0: rec(0, 1, 0, "callbacks", 0.0), 1: rec(1, 2, 1, "step", 1.0)}
-    text = policy.describe(policy.assess(records, [0, 1], 10.0),
-                           {0: "chief 0", 1: "worker 0"})
+    text = policy.describe(policy.assess(records, [0, 1], 10.0), {0: "chief 0", 1: "worker 0"})
     assert text.startswith("chief 0 has been at the start of fit (callbacks)")
 
 
@@ -74,8 +79,9 @@ def test_progress_round_trips_through_json():
 
 
 def _stall(duration, task=1, seq=5):
-    return policy.Stall((rec(task, seq, 3, "input", 0.0),), (rec(0, seq, 3, "step", 0.0),),
-                        (), 0.0, duration)
+    return policy.Stall(
+        (rec(task, seq, 3, "input", 0.0),), (rec(0, seq, 3, "step", 0.0),), (), 0.0, duration
+    )
 
 
 def test_policy_warns_once_per_period_then_aborts():
@@ -98,14 +104,18 @@ def test_policy_new_stall_warns_again_and_recovery_resets():
     assert policy.StallPolicy(3, None).update(_stall(1e6), 1e6) == policy.WARN
 
 
-@pytest.mark.parametrize("phase,text", [
-    ("validation", "waits in validation after step 3"),
-    ("done", "worker 0 finished fit"),
-    ("callbacks", "waits at step 3 (callbacks)"),
-])
+@pytest.mark.parametrize(
+    "phase,text",
+    [
+        ("validation", "waits in validation after step 3"),
+        ("done", "worker 0 finished fit"),
+        ("callbacks", "waits at step 3 (callbacks)"),
+    ],
+)
 def test_waiting_phases_are_worded(phase, text):
-    stall = policy.Stall((rec(1, 5, 3, "callbacks", 0.0),), (rec(0, 7, 3, phase, 0.0),),
-                         (), 0.0, 10.0)
+    stall = policy.Stall(
+        (rec(1, 5, 3, "callbacks", 0.0),), (rec(0, 7, 3, phase, 0.0),), (), 0.0, 10.0
+    )
     assert text in policy.describe(stall, NAMES)
 
 

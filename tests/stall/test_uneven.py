@@ -12,9 +12,11 @@ def test_equal_lengths_need_nothing():
 
 def test_known_lengths_name_workers_counts_and_unused_batches():
     text = uneven.decide({0: 10, 1: 7, 2: 9}, NAMES)
-    assert text.startswith("tfdist_opt: uneven inputs: batches per epoch: worker 0: 10, "
-                           "worker 1: 7, worker 2: 9. Each epoch runs until the last "
-                           "worker's input runs out")
+    assert text.startswith(
+        "tfdist_opt: uneven inputs: batches per epoch: worker 0: 10, "
+        "worker 1: 7, worker 2: 9. Each epoch runs until the last "
+        "worker's input runs out"
+    )
     assert "(steps without a batch per epoch: worker 1 3, worker 2 1)" in text
 
 

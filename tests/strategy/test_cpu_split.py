@@ -24,19 +24,23 @@ def test_chief_comes_first_and_other_roles_are_not_split():
     assert cpu_split.local_tasks(cfg) == (3, 1)
     cfg["task"] = {"type": "chief", "index": 0}
     assert cpu_split.local_tasks(cfg) == (3, 0)
-    ps = {"cluster": {"worker": ["localhost:1"], "ps": ["localhost:2"]},
-          "task": {"type": "ps", "index": 0}}
+    ps = {
+        "cluster": {"worker": ["localhost:1"], "ps": ["localhost:2"]},
+        "task": {"type": "ps", "index": 0},
+    }
     assert cpu_split.local_tasks(ps) == (1, 0)
 
 
-@pytest.mark.parametrize("cpus, tasks, want", [
-    (2, 2, [(0,), (1,)]),
-    (8, 3, [(0, 1, 2), (3, 4, 5), (6, 7)]),
-    (16, 4, [tuple(range(i * 4, i * 4 + 4)) for i in range(4)]),
-])
+@pytest.mark.parametrize(
+    "cpus, tasks, want",
+    [
+        (2, 2, [(0,), (1,)]),
+        (8, 3, [(0, 1, 2), (3, 4, 5), (6, 7)]),
+        (16, 4, [tuple(range(i * 4, i * 4 + 4)) for i in range(4)]),
+    ],
+)
 def test_pin_pins_each_task_to_its_own_contiguous_slice(cpus, tasks, want):
-    got = [cpu_split.plan("pin", list(range(cpus)), cpus, tasks, r, {})
-           for r in range(tasks)]
+    got = [cpu_split.plan("pin", list(range(cpus)), cpus, tasks, r, {}) for r in range(tasks)]
     assert [g.cpus for g in got] == want
     assert [g.intra_op for g in got] == [len(w) for w in want]
     assert [g.inter_op for g in got] == [max(2, len(w)) for w in want]
@@ -53,9 +57,11 @@ def test_auto_sizes_pools_without_pinning():
 
 
 def test_one_task_or_off_changes_nothing():
-    for split in (cpu_split.plan("auto", [0, 1, 2, 3], 4, 1, 0, {}),
-                  cpu_split.plan("off", [0, 1, 2, 3], 4, 2, 1, {}),
-                  cpu_split.plan("auto", None, 4, 2, 1, {})):
+    for split in (
+        cpu_split.plan("auto", [0, 1, 2, 3], 4, 1, 0, {}),
+        cpu_split.plan("off", [0, 1, 2, 3], 4, 2, 1, {}),
+        cpu_split.plan("auto", None, 4, 2, 1, {}),
+    ):
         assert (split.cpus, split.intra_op, split.inter_op) == (None, None, None)
 
 

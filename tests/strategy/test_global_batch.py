@@ -17,16 +17,14 @@ RTOL = 1e-5
 
 @pytest.fixture(scope="module")
 def three():
-    s = tfdist_opt.opt_strategy(cpu_replicas=3, mode="mirrored",
-                                all_reduce="reduce_to_one")
+    s = tfdist_opt.opt_strategy(cpu_replicas=3, mode="mirrored", all_reduce="reduce_to_one")
     assert s.num_replicas_in_sync == 3
     return s
 
 
 def _data(n):
     rng = np.random.default_rng(0)
-    return (rng.normal(size=(n, 4)).astype("float32"),
-            rng.normal(size=(n, 1)).astype("float32"))
+    return (rng.normal(size=(n, 4)).astype("float32"), rng.normal(size=(n, 1)).astype("float32"))
 
 
 def _model(strategy):
@@ -39,15 +37,18 @@ def _model(strategy):
 
 @pytest.mark.parametrize("drop_remainder", [True, False])
 def test_indivisible_batch_is_refused_before_step_one(three, drop_remainder):
-    ds = tf.data.Dataset.from_tensor_slices(_data(16)).batch(
-        8, drop_remainder=drop_remainder)
+    ds = tf.data.Dataset.from_tensor_slices(_data(16)).batch(8, drop_remainder=drop_remainder)
     model = _model(three)
     before = model.get_weights()
-    with pytest.raises(ValueError, match=(
+    with pytest.raises(
+        ValueError,
+        match=(
             r"Invalid value for `global_batch_size`: expected a multiple of "
             r"the number of replicas in sync \(3\).*Received: "
             r"global_batch_size=8 \(the batch of the tf.data dataset given to "
-            r"`fit`.*num_replicas=3, num_workers=1. Use e.g. 6 or 9")):
+            r"`fit`.*num_replicas=3, num_workers=1. Use e.g. 6 or 9"
+        ),
+    ):
         model.fit(ds, epochs=1, verbose=0)
     assert int(model.optimizer.iterations.numpy()) == 0
     for a, b in zip(before, model.get_weights()):
@@ -82,24 +83,27 @@ def test_last_partial_batch_trains_as_documented(three):
     weights[18:] = 4 / 6
     one = tfdist_opt.opt_strategy(mode="one_device")
     weighted, plain = _model(one), _model(one)
-    weighted.fit(tf.data.Dataset.from_tensor_slices((x, y, weights)).batch(9),
-                 epochs=1, verbose=0)
+    weighted.fit(tf.data.Dataset.from_tensor_slices((x, y, weights)).batch(9), epochs=1, verbose=0)
     plain.fit(ds, epochs=1, verbose=0)
     for a, b in zip(weighted.get_weights(), model.get_weights()):
         np.testing.assert_allclose(b, a, rtol=RTOL, atol=1e-7)
-    assert not all(np.allclose(a, b, rtol=1e-3) for a, b in
-                   zip(plain.get_weights(), model.get_weights()))
+    assert not all(
+        np.allclose(a, b, rtol=1e-3) for a, b in zip(plain.get_weights(), model.get_weights())
+    )
 
 
-@pytest.mark.parametrize("make,expected", [
-    (lambda d: d.batch(8), 8),
-    (lambda d: d.batch(8, drop_remainder=True).map(lambda x: x * 2), 8),
-    (lambda d: d.map(lambda x: x * 2).shuffle(4).batch(8).prefetch(1), 8),
-    (lambda d: d.padded_batch(8), 8),
-    (lambda d: d.batch(8).map(lambda x: x[:2]), None),  # map may change it
-    (lambda d: d, None),  # no batch
-    (lambda d: d.batch(8).unbatch(), None),
-])
+@pytest.mark.parametrize(
+    "make,expected",
+    [
+        (lambda d: d.batch(8), 8),
+        (lambda d: d.batch(8, drop_remainder=True).map(lambda x: x * 2), 8),
+        (lambda d: d.map(lambda x: x * 2).shuffle(4).batch(8).prefetch(1), 8),
+        (lambda d: d.padded_batch(8), 8),
+        (lambda d: d.batch(8).map(lambda x: x[:2]), None),  # map may change it
+        (lambda d: d, None),  # no batch
+        (lambda d: d.batch(8).unbatch(), None),
+    ],
+)
 def test_dataset_global_batch(make, expected):
     ds = make(tf.data.Dataset.range(20))
     assert global_batch.dataset_global_batch(ds) == expected

@@ -38,18 +38,20 @@ def _gpus(n):
 
 
 def _cluster(hosts=("localhost", "localhost"), index=0):
-    return {"cluster": {"worker": [f"{h}:{2222 + i}" for i, h in enumerate(hosts)]},
-            "task": {"type": "worker", "index": index}}
+    return {
+        "cluster": {"worker": [f"{h}:{2222 + i}" for i, h in enumerate(hosts)]},
+        "task": {"type": "worker", "index": index},
+    }
 
 
-@pytest.mark.parametrize("n, kind, impl", [
-    (1, "one_device", None), (2, "mirrored", "nccl"), (8, "mirrored", "nccl")])
+@pytest.mark.parametrize(
+    "n, kind, impl", [(1, "one_device", None), (2, "mirrored", "nccl"), (8, "mirrored", "nccl")]
+)
 def test_one_process_over_local_gpus(n, kind, impl):
     topo = Topology(gpus=_gpus(n))
     cfg = StrategyConfig()
     p = plan_strategy(cfg, topo)
-    assert (p.kind, p.devices, p.all_reduce) == (
-        kind, tuple(f"/gpu:{i}" for i in range(n)), impl)
+    assert (p.kind, p.devices, p.all_reduce) == (kind, tuple(f"/gpu:{i}" for i in range(n)), impl)
     assert p.gpu_memory_growth is True and "one training task" in p.gpu_memory
     if impl:
         import tensorflow as tf
@@ -68,7 +70,10 @@ def test_cluster_over_local_gpus_uses_nccl_collectives(n, workers):
     cfg = StrategyConfig(mode="multi_worker")
     p = plan_strategy(cfg, topo)
     assert (p.kind, p.devices, p.all_reduce) == (
-        "multi_worker", tuple(f"/gpu:{i}" for i in range(n)), "nccl")
+        "multi_worker",
+        tuple(f"/gpu:{i}" for i in range(n)),
+        "nccl",
+    )
     assert p.num_local_replicas * topo.num_workers == n * workers
     impl = multi_worker.communication_options(cfg, p).implementation
     assert impl == tf.distribute.experimental.CommunicationImplementation.NCCL
@@ -81,7 +86,11 @@ def test_cpu_cluster_uses_ring_and_no_memory_choice():
     cfg = StrategyConfig()
     p = plan_strategy(cfg, Topology(tf_config=_cluster()))
     assert (p.kind, p.all_reduce, p.gpu_memory_growth, p.gpu_memory) == (
-        "multi_worker", "ring", None, "")
+        "multi_worker",
+        "ring",
+        None,
+        "",
+    )
     impl = multi_worker.communication_options(cfg, p).implementation
     assert impl == tf.distribute.experimental.CommunicationImplementation.RING
 
@@ -93,8 +102,12 @@ def test_memory_growth_off_warns_when_tasks_share_a_host():
     assert not any("gpu_memory_growth" in w for w in p.warnings)
     off = plan_strategy(StrategyConfig(gpu_memory_growth=False), shared)
     assert off.gpu_memory_growth is False
-    assert [w for w in off.warnings if "gpu_memory_growth=False with 2 training "
-            "tasks on this host" in w and "--gpus-per-worker" in w]
+    assert [
+        w
+        for w in off.warnings
+        if "gpu_memory_growth=False with 2 training tasks on this host" in w
+        and "--gpus-per-worker" in w
+    ]
     apart = Topology(gpus=_gpus(2), tf_config=_cluster(("host-a", "host-b")))
     alone = plan_strategy(StrategyConfig(gpu_memory_growth=False), apart)
     assert alone.gpu_memory_growth is False and alone.warnings == ()
@@ -104,15 +117,20 @@ def test_split_gpu_keeps_its_limits_and_avoids_nccl():
     logical = ("/physical_device:GPU:0/logical:0", "/physical_device:GPU:0/logical:1")
     topo = Topology(gpus=logical, configured_gpus=1, split_gpus=1)
     p = plan_strategy(StrategyConfig(), topo)
-    assert (p.kind, p.devices, p.all_reduce) == ("mirrored", ("/gpu:0", "/gpu:1"),
-                                                 "hierarchical_copy")
+    assert (p.kind, p.devices, p.all_reduce) == (
+        "mirrored",
+        ("/gpu:0", "/gpu:1"),
+        "hierarchical_copy",
+    )
     assert any("NCCL refuses two ranks on one physical GPU" in r for r in p.reasons)
     assert p.gpu_memory_growth is False and "memory limits" in p.gpu_memory
     asked = plan_strategy(StrategyConfig(all_reduce="nccl"), topo)
     assert asked.all_reduce == "nccl"
     assert any("Duplicate GPU detected" in w for w in asked.warnings)
-    cluster = plan_strategy(StrategyConfig(), Topology(
-        gpus=logical, tf_config=_cluster(), configured_gpus=1, split_gpus=1))
+    cluster = plan_strategy(
+        StrategyConfig(),
+        Topology(gpus=logical, tf_config=_cluster(), configured_gpus=1, split_gpus=1),
+    )
     assert (cluster.kind, cluster.all_reduce) == ("multi_worker", "ring")
     # One limited logical device per GPU: NCCL stays, growth stays off.
     limited = plan_strategy(StrategyConfig(), Topology(gpus=_gpus(2), configured_gpus=2))
@@ -122,6 +140,7 @@ def test_split_gpu_keeps_its_limits_and_avoids_nccl():
 @pytest.fixture
 def info(monkeypatch, capsys, fake_gpus):
     """`tfdist-opt info ARGS` in this process on `n` simulated GPUs."""
+
     def run(n, *args, tf_config=None):
         for k in list(os.environ):
             if k == "TF_CONFIG" or k.startswith("TFDIST_OPT_"):
@@ -132,6 +151,7 @@ def info(monkeypatch, capsys, fake_gpus):
         capsys.readouterr()
         assert cli.main(["info", *args]) == 0
         return capsys.readouterr().out
+
     return run
 
 
@@ -158,15 +178,24 @@ def test_detect_topology_counts_logical_devices_of_a_split_gpu(fake_gpus, monkey
 
     fake_gpus(2)
     limited = tf.config.LogicalDeviceConfiguration(memory_limit=1024)
-    monkeypatch.setattr(tf.config, "get_logical_device_configuration",
-                        lambda d: [limited] * 2 if d.name.endswith(":0") else None)
+    monkeypatch.setattr(
+        tf.config,
+        "get_logical_device_configuration",
+        lambda d: [limited] * 2 if d.name.endswith(":0") else None,
+    )
     topo = detect_topology(environ={})
-    assert topo.gpus == ("/physical_device:GPU:0/logical:0",
-                         "/physical_device:GPU:0/logical:1", "/physical_device:GPU:1")
+    assert topo.gpus == (
+        "/physical_device:GPU:0/logical:0",
+        "/physical_device:GPU:0/logical:1",
+        "/physical_device:GPU:1",
+    )
     assert (topo.configured_gpus, topo.split_gpus) == (1, 1)
     p = plan_strategy(StrategyConfig(), topo)
     assert (p.devices, p.all_reduce, p.gpu_memory_growth) == (
-        ("/gpu:0", "/gpu:1", "/gpu:2"), "hierarchical_copy", False)
+        ("/gpu:0", "/gpu:1", "/gpu:2"),
+        "hierarchical_copy",
+        False,
+    )
 
 
 @pytest.mark.parametrize("limited", [False, True])
@@ -177,8 +206,9 @@ def test_opt_strategy_applies_the_plans_memory_choice(fake_gpus, monkeypatch, li
 
     fake_gpus(2)
     calls = []
-    monkeypatch.setattr(tf.config.experimental, "set_memory_growth",
-                        lambda d, on: calls.append((d.name, on)))
+    monkeypatch.setattr(
+        tf.config.experimental, "set_memory_growth", lambda d, on: calls.append((d.name, on))
+    )
     topo = Topology(gpus=_gpus(2), configured_gpus=2 if limited else 0)
     cfg = StrategyConfig()
     build._configure_devices(cfg, plan_strategy(cfg, topo))

@@ -36,8 +36,13 @@ print(json.dumps({"faults_per_alloc": (faults() - before) / 10}))
 
 
 def _faults_per_alloc(policy):
-    p = subprocess.run([sys.executable, "-c", _PROBE, policy], cwd=REPO_ROOT,
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-c", _PROBE, policy],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout)["faults_per_alloc"]
 
@@ -46,21 +51,24 @@ def test_tuning_stops_refaulting_freed_buffers():
     pages = (16 << 20) // 4096
     default = _faults_per_alloc("restore_defaults")
     tuned = _faults_per_alloc("tune_for_collectives")
-    assert default > 0.9 * pages, default   # every page faulted again
-    assert tuned < 0.05 * pages, tuned      # buffers reused
+    assert default > 0.9 * pages, default  # every page faulted again
+    assert tuned < 0.05 * pages, tuned  # buffers reused
 
 
 def test_mallopt_calls(monkeypatch):
     calls = []
-    monkeypatch.setattr(host_memory, "_mallopt",
-                        lambda: lambda p, v: calls.append((p, v)) or 1)
+    monkeypatch.setattr(host_memory, "_mallopt", lambda: lambda p, v: calls.append((p, v)) or 1)
     assert host_memory.tune_for_collectives()
-    assert dict(calls) == {host_memory.M_MMAP_THRESHOLD: 32 << 20,
-                           host_memory.M_TRIM_THRESHOLD: 1 << 30}
+    assert dict(calls) == {
+        host_memory.M_MMAP_THRESHOLD: 32 << 20,
+        host_memory.M_TRIM_THRESHOLD: 1 << 30,
+    }
     calls.clear()
     assert host_memory.restore_defaults()
-    assert dict(calls) == {host_memory.M_MMAP_THRESHOLD: 128 << 10,
-                           host_memory.M_TRIM_THRESHOLD: 128 << 10}
+    assert dict(calls) == {
+        host_memory.M_MMAP_THRESHOLD: 128 << 10,
+        host_memory.M_TRIM_THRESHOLD: 128 << 10,
+    }
 
 
 def test_no_glibc_is_a_no_op(monkeypatch):

@@ -34,23 +34,27 @@ def _no_tf_config(monkeypatch):
 
 def _data():
     rng = np.random.RandomState(0)
-    return (rng.randn(N, 8).astype("float32"),
-            rng.randint(0, 3, size=(N,)).astype("int32"))
+    return (rng.randn(N, 8).astype("float32"), rng.randint(0, 3, size=(N,)).astype("int32"))
 
 
 def _fit(strategy, *, jit=False, sync_bn=False, data=None, steps=None):
     x, y = _data()
     with strategy.scope():
         init = lambda s: keras.initializers.GlorotUniform(seed=s)
-        layers = [keras.Input((8,)),
-                  keras.layers.Dense(16, activation="relu", kernel_initializer=init(1))]
+        layers = [
+            keras.Input((8,)),
+            keras.layers.Dense(16, activation="relu", kernel_initializer=init(1)),
+        ]
         if sync_bn:
             layers.append(keras.layers.BatchNormalization(synchronized=True, name="sync_bn"))
         layers.append(keras.layers.Dense(3, kernel_initializer=init(2)))
         model = keras.Sequential(layers)
-        model.compile(keras.optimizers.SGD(0.1),
-                      keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      metrics=["accuracy"], jit_compile=jit)
+        model.compile(
+            keras.optimizers.SGD(0.1),
+            keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+            jit_compile=jit,
+        )
     if data is None:
         history = model.fit(x, y, batch_size=BATCH, epochs=2, shuffle=False, verbose=0)
     else:
@@ -106,8 +110,9 @@ def test_uncompilable_stage_warns_once_naming_the_layer_and_trains():
     strategy = tfdist_opt.opt_strategy(cpu_replicas=2)
     with pytest.warns(keras_steps.XlaFallbackWarning) as caught:
         jit, _, _ = _fit(strategy, jit=True, sync_bn=True)
-    messages = [str(w.message) for w in caught
-                if issubclass(w.category, keras_steps.XlaFallbackWarning)]
+    messages = [
+        str(w.message) for w in caught if issubclass(w.category, keras_steps.XlaFallbackWarning)
+    ]
     assert len(messages) == 1, messages
     assert "train step" in messages[0] and "'sync_bn'" in messages[0]
     assert "jit_fallback='warn'" in messages[0]
@@ -117,18 +122,22 @@ def test_uncompilable_stage_warns_once_naming_the_layer_and_trains():
 
 def test_jit_fallback_error_raises_before_any_step():
     strategy = tfdist_opt.opt_strategy(cpu_replicas=2, jit_fallback="error")
-    with pytest.raises(keras_steps.UnsupportedCombinationError,
-                       match=r"Unsupported combination: jit_compile=True .* "
-                             r"train step .* layer 'sync_bn'"):
+    with pytest.raises(
+        keras_steps.UnsupportedCombinationError,
+        match=r"Unsupported combination: jit_compile=True .* "
+        r"train step .* layer 'sync_bn'",
+    ):
         _fit(strategy, jit=True, sync_bn=True)
 
 
 def test_jit_fallback_is_validated():
-    with pytest.raises(ValueError, match=r"Invalid value for `jit_fallback`.*"
-                                         r"Received: jit_fallback='never'"):
+    with pytest.raises(
+        ValueError,
+        match=r"Invalid value for `jit_fallback`.*"
+        r"Received: jit_fallback='never'",
+    ):
         StrategyConfig(jit_fallback="never")
-    assert StrategyConfig.load(environ={"TFDIST_OPT_JIT_FALLBACK": "error"}
-                               ).jit_fallback == "error"
+    assert StrategyConfig.load(environ={"TFDIST_OPT_JIT_FALLBACK": "error"}).jit_fallback == "error"
 
 
 def test_generator_input_under_a_strategy_equals_plain_keras():
@@ -137,7 +146,7 @@ def test_generator_input_under_a_strategy_equals_plain_keras():
     def batches():
         while True:
             for i in range(0, N, BATCH):
-                yield x[i:i + BATCH], y[i:i + BATCH]
+                yield x[i : i + BATCH], y[i : i + BATCH]
 
     steps = N // BATCH
     plain, plain_hist, _ = _fit(tf.distribute.get_strategy(), data=batches(), steps=steps)

@@ -10,9 +10,9 @@ from tfdist_opt.strategy.plan import plan_strategy
 from tfdist_opt.strategy.topology import Topology
 
 _PS_CLUSTER = {
-    "cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"],
-                "ps": ["localhost:3"]},
-    "task": {"type": "chief", "index": 0}}
+    "cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"], "ps": ["localhost:3"]},
+    "task": {"type": "chief", "index": 0},
+}
 
 
 @pytest.mark.parametrize("kind", list(Kind))
@@ -36,27 +36,29 @@ def test_kind_is_a_string():
 
 def test_auto_priority_order():
     reasons = []
-    two = {"cluster": {"worker": ["localhost:1", "localhost:2"]},
-           "task": {"type": "worker", "index": 0}}
-    assert kinds.select(StrategyConfig(cpu_replicas=2), Topology(tf_config=two),
-                        reasons) is Kind.MULTI_WORKER
-    assert kinds.select(StrategyConfig(cpu_replicas=2), Topology(), reasons
-                        ) is Kind.MIRRORED
-    assert kinds.select(StrategyConfig(), Topology(gpus=("/gpu:0",)), reasons
-                        ) is Kind.ONE_DEVICE
-    assert reasons == ["TF_CONFIG has 2 tasks",
-                       "no GPU; cpu_replicas=2 virtual CPU devices",
-                       "1 GPU on this host"]
+    two = {
+        "cluster": {"worker": ["localhost:1", "localhost:2"]},
+        "task": {"type": "worker", "index": 0},
+    }
+    assert (
+        kinds.select(StrategyConfig(cpu_replicas=2), Topology(tf_config=two), reasons)
+        is Kind.MULTI_WORKER
+    )
+    assert kinds.select(StrategyConfig(cpu_replicas=2), Topology(), reasons) is Kind.MIRRORED
+    assert kinds.select(StrategyConfig(), Topology(gpus=("/gpu:0",)), reasons) is Kind.ONE_DEVICE
+    assert reasons == [
+        "TF_CONFIG has 2 tasks",
+        "no GPU; cpu_replicas=2 virtual CPU devices",
+        "1 GPU on this host",
+    ]
 
 
 def test_a_role_no_kind_runs_is_refused_at_once_naming_it():
     with pytest.raises(ValueError, match=r"'ps' cannot take part"):
-        plan_strategy(StrategyConfig(mode="multi_worker"),
-                      Topology(tf_config=_PS_CLUSTER))
+        plan_strategy(StrategyConfig(mode="multi_worker"), Topology(tf_config=_PS_CLUSTER))
 
 
-_EVAL_CLUSTER = {"chief": ["localhost:1"], "worker": ["localhost:2"],
-                 "evaluator": ["localhost:3"]}
+_EVAL_CLUSTER = {"chief": ["localhost:1"], "worker": ["localhost:2"], "evaluator": ["localhost:3"]}
 
 
 @pytest.mark.parametrize("mode", ["auto", "multi_worker"])
@@ -69,8 +71,10 @@ def test_training_tasks_ignore_the_evaluator(mode):
 
 @pytest.mark.parametrize("mode", ["auto", "multi_worker", "parameter_server"])
 def test_the_evaluator_gets_one_device_whatever_the_mode(mode):
-    cfg = {"cluster": dict(_EVAL_CLUSTER, ps=["localhost:4"]),
-           "task": {"type": "evaluator", "index": 0}}
+    cfg = {
+        "cluster": dict(_EVAL_CLUSTER, ps=["localhost:4"]),
+        "task": {"type": "evaluator", "index": 0},
+    }
     topo = Topology(tf_config=cfg)
     plan = plan_strategy(StrategyConfig(mode=mode), topo)
     assert plan.kind is Kind.ONE_DEVICE and plan.devices == ("/cpu:0",)
@@ -91,16 +95,21 @@ def test_task_type_reads_tf_config_without_tensorflow():
 
 def test_local_kinds_refuse_a_cluster():
     with pytest.raises(ValueError, match="each would train alone under 'mirrored'"):
-        plan_strategy(StrategyConfig(mode="mirrored"),
-                      Topology(tf_config=_PS_CLUSTER))
+        plan_strategy(StrategyConfig(mode="mirrored"), Topology(tf_config=_PS_CLUSTER))
 
 
-@pytest.mark.parametrize("task_type,index,has_chief,expected", [
-    (None, None, False, True), ("chief", 0, True, True),
-    ("worker", 0, False, True), ("worker", 0, True, False),
-    ("worker", 1, False, False), ("ps", 0, True, False),
-    ("evaluator", 0, True, False),
-])
+@pytest.mark.parametrize(
+    "task_type,index,has_chief,expected",
+    [
+        (None, None, False, True),
+        ("chief", 0, True, True),
+        ("worker", 0, False, True),
+        ("worker", 0, True, False),
+        ("worker", 1, False, False),
+        ("ps", 0, True, False),
+        ("evaluator", 0, True, False),
+    ],
+)
 def test_one_chief_rule(task_type, index, has_chief, expected):
     from tfdist_opt.strategy.topology import is_chief
 

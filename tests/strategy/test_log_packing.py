@@ -16,20 +16,23 @@ def _sum_reduce(calls):
         calls.append((op, [tuple(v.shape) for v in value.values]))
         total = tf.add_n(list(value.values))
         return total / len(value.values) if op == "MEAN" else total
+
     return reduce_fn
 
 
 def test_scalars_of_one_run_are_reduced_in_one_call_per_dtype():
     strategy = _strategy()
     n = strategy.num_replicas_in_sync
-    outputs = strategy.run(lambda: {
-        "loss": tf.constant(1.0) + tf.cast(
-            tf.distribute.get_replica_context().replica_id_in_sync_group, tf.float32),
-        "acc": tf.constant(0.5),
-        "f64": tf.constant(2.0, tf.float64),
-        "vec": tf.ones([3]),  # not rank 0: ordinary path
-        "count": tf.constant(4),  # not floating: ordinary path
-    })
+    outputs = strategy.run(
+        lambda: {
+            "loss": tf.constant(1.0)
+            + tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.float32),
+            "acc": tf.constant(0.5),
+            "f64": tf.constant(2.0, tf.float64),
+            "vec": tf.ones([3]),  # not rank 0: ordinary path
+            "count": tf.constant(4),  # not floating: ordinary path
+        }
+    )
     calls = []
     packer = log_packing.LogPacker(_sum_reduce(calls))
     packer.remember(outputs)

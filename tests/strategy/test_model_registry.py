@@ -39,8 +39,7 @@ def test_every_model_kind_built_in_scope_gets_its_subclass(strategy):
     # Built by nothing yet: `fit` builds them inside strategy.scope(), before
     # the train function is made.
     for model, width in ((lazy, 2), (sub, 1)):
-        model.fit(np.ones((8, 4), "float32"), np.ones((8, width), "float32"),
-                  verbose=0)
+        model.fit(np.ones((8, 4), "float32"), np.ones((8, width), "float32"), verbose=0)
         assert isinstance(model, keras_steps.KerasSteps)
 
 
@@ -52,7 +51,7 @@ def test_models_of_other_strategies_and_outside_scopes_are_not_taken(strategy):
     built._distribute_strategy = other
     assert model_registry.take(strategy) == []
     assert model_registry.take(other) == [built]
-    assert model_registry.take(other) == []                # handed over once
+    assert model_registry.take(other) == []  # handed over once
     assert outside not in model_registry.take(None)
 
 
@@ -60,7 +59,7 @@ def test_recording_restores_keras_name_scope_stack():
     before = private_api.name_scope_stack()
     with keras.name_scope("outer"):
         with model_registry.recording():
-            with model_registry.recording():             # nested: one recorder
+            with model_registry.recording():  # nested: one recorder
                 inner = private_api.name_scope_stack()
                 _functional()
             assert private_api.name_scope_stack() is inner
@@ -89,9 +88,9 @@ def test_adopting_while_another_thread_fills_a_tuple(strategy):
 
 def test_plain_strategy_scope_adopts_nothing():
     import tensorflow as tf
+
     with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
         model = _functional()
     assert type(model) is keras.Model or type(model).__name__ == "Functional"
     assert not isinstance(model, keras_steps.KerasSteps)
     assert chief_saving.adopt_models(tf.distribute.get_strategy()) == 0
-

@@ -5,7 +5,6 @@ tolerance for 2 replicas vs 1: rel 1e-5 (float32; the only difference is the
 summation order of the gradient all-reduce).
 """
 
-
 import keras
 import numpy as np
 import pytest
@@ -28,6 +27,7 @@ def _no_tf_config(monkeypatch):
 @pytest.mark.gpu
 def test_auto_is_one_device_on_cpu_and_mirrors_2_gpus():
     from tests.conftest import host_gpus
+
     gpus = host_gpus()
     s = tfdist_opt.opt_strategy()
     if len(gpus) >= 2:  # README: 2+ GPUs -> MirroredStrategy over them, NCCL
@@ -37,8 +37,7 @@ def test_auto_is_one_device_on_cpu_and_mirrors_2_gpus():
     else:  # CPU, or 1 GPU: OneDeviceStrategy
         assert isinstance(s, tf.distribute.OneDeviceStrategy)
         assert s.num_replicas_in_sync == 1
-        assert s.extended.worker_devices[0].endswith(
-            "device:GPU:0" if gpus else "device:CPU:0")
+        assert s.extended.worker_devices[0].endswith("device:GPU:0" if gpus else "device:CPU:0")
 
 
 def test_cpu_replicas_give_mirrored():
@@ -86,7 +85,9 @@ def test_logs_once_what_and_why(monkeypatch):
 
 def test_too_many_cpu_replicas_after_init_is_a_clear_error():
     tf.constant(1.0)  # runtime initialised with 4 virtual CPUs
-    with pytest.raises(RuntimeError, match="cpu_replicas=8 needs virtual CPU devices.*already initialised with 4"):
+    with pytest.raises(
+        RuntimeError, match="cpu_replicas=8 needs virtual CPU devices.*already initialised with 4"
+    ):
         tfdist_opt.opt_strategy(cpu_replicas=8)
 
 
@@ -111,13 +112,16 @@ def _train(strategy, as_dict=False, tmp_path=None):
     x, ds = _data(as_dict)
     with strategy.scope():
         inputs = keras.Input((6,), name="features")
-        h = keras.layers.Dense(8, activation="relu",
-                               kernel_initializer=keras.initializers.GlorotUniform(seed=1))(inputs)
+        h = keras.layers.Dense(
+            8, activation="relu", kernel_initializer=keras.initializers.GlorotUniform(seed=1)
+        )(inputs)
         out = keras.layers.Dense(3, kernel_initializer=keras.initializers.GlorotUniform(seed=2))(h)
         model = keras.Model({"features": inputs} if as_dict else inputs, out)
-        model.compile(keras.optimizers.SGD(0.1, momentum=0.9),
-                      keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      metrics=["accuracy"])
+        model.compile(
+            keras.optimizers.SGD(0.1, momentum=0.9),
+            keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+        )
     hist = model.fit(ds, epochs=3, verbose=0)
     ev = model.evaluate(ds, verbose=0, return_dict=True)
     pred = model.predict({"features": x} if as_dict else x, batch_size=16, verbose=0)
@@ -126,7 +130,8 @@ def _train(strategy, as_dict=False, tmp_path=None):
         path = str(tmp_path / "m.keras")
         model.save(path)
         saved = keras.models.load_model(path).predict(
-            {"features": x} if as_dict else x, batch_size=16, verbose=0)
+            {"features": x} if as_dict else x, batch_size=16, verbose=0
+        )
     return model.get_weights(), hist.history, ev, pred, saved
 
 
@@ -156,24 +161,37 @@ def test_steps_per_epoch_with_repeat():
     assert int(model.optimizer.iterations.numpy()) == 6
 
 
-@pytest.mark.parametrize("kw,name", [
-    ({"grad_accum": 2}, "grad_accum"),
-    ({"compression": "bf16"}, "compression"),
-    ({"bytes_per_pack": "auto"}, "bytes_per_pack"),
-])
+@pytest.mark.parametrize(
+    "kw,name",
+    [
+        ({"grad_accum": 2}, "grad_accum"),
+        ({"compression": "bf16"}, "compression"),
+        ({"bytes_per_pack": "auto"}, "bytes_per_pack"),
+    ],
+)
 def test_keras3_only_features_refused_under_tf_keras(monkeypatch, kw, name):
     monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
-    with pytest.raises(ValueError, match=rf"Invalid value for `{name}` with tf_keras \(TF_USE_LEGACY_KERAS=1\).*Received: {name}="):
+    with pytest.raises(
+        ValueError,
+        match=rf"Invalid value for `{name}` with tf_keras \(TF_USE_LEGACY_KERAS=1\).*Received: {name}=",
+    ):
         tfdist_opt.opt_strategy(cpu_replicas=2, **kw)
 
 
-@pytest.mark.parametrize("kind,legacy,hooked", [
-    ("multi_worker", False, True), ("multi_worker", True, False),
-    ("mirrored", False, False), ("one_device", False, False)])
+@pytest.mark.parametrize(
+    "kind,legacy,hooked",
+    [
+        ("multi_worker", False, True),
+        ("multi_worker", True, False),
+        ("mirrored", False, False),
+        ("one_device", False, False),
+    ],
+)
 def test_multi_worker_defaults_run_through_the_hooks(monkeypatch, kind, legacy, hooked):
     """Keras 3 on multi-worker: hooked at TF's defaults (fused update, one
     collective with the logs); other kinds and tf_keras keep upstream's path."""
     from tfdist_opt.strategy import build
+
     if legacy:
         monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
     else:

@@ -21,15 +21,17 @@ def _plan(workers, gpus=(), **kw):
     return plan_strategy(StrategyConfig(**kw), Topology(gpus=gpus, tf_config=tf_config))
 
 
-@pytest.mark.parametrize("workers,replicas,kind,devices,created", [
-    (1, 2, "mirrored", ("/cpu:0", "/cpu:1"), 2),
-    (1, 1, "one_device", ("/cpu:0",), 0),
-    (2, 2, "multi_worker", ("/cpu:0",), 0),
-    (2, 4, "multi_worker", ("/cpu:0", "/cpu:1"), 2),
-    (4, 8, "multi_worker", ("/cpu:0", "/cpu:1"), 2),
-])
-def test_each_worker_runs_replicas_over_workers(workers, replicas, kind, devices,
-                                                created):
+@pytest.mark.parametrize(
+    "workers,replicas,kind,devices,created",
+    [
+        (1, 2, "mirrored", ("/cpu:0", "/cpu:1"), 2),
+        (1, 1, "one_device", ("/cpu:0",), 0),
+        (2, 2, "multi_worker", ("/cpu:0",), 0),
+        (2, 4, "multi_worker", ("/cpu:0", "/cpu:1"), 2),
+        (4, 8, "multi_worker", ("/cpu:0", "/cpu:1"), 2),
+    ],
+)
+def test_each_worker_runs_replicas_over_workers(workers, replicas, kind, devices, created):
     p = _plan(workers, replicas=replicas, all_reduce="ring")
     assert (p.kind, p.devices, p.cpu_replicas) == (kind, devices, created)
     assert p.num_local_replicas * workers == replicas
@@ -43,24 +45,33 @@ def test_ring_on_one_worker_reduces_locally():
 
 @pytest.mark.parametrize("workers,replicas", [(2, 3), (3, 4), (4, 2)])
 def test_replicas_not_a_multiple_of_workers(workers, replicas):
-    with pytest.raises(ValueError, match=(
+    with pytest.raises(
+        ValueError,
+        match=(
             rf"Invalid value for `replicas` on {workers} worker\(s\).*"
             rf"Received: replicas={replicas}, workers={workers}. Expected a "
-            rf"multiple of {workers}")):
+            rf"multiple of {workers}"
+        ),
+    ):
         _plan(workers, replicas=replicas)
 
 
 def test_refused_on_gpus():
-    with pytest.raises(ValueError, match=r"`replicas` on a host with 2 GPU.*"
-                       r"Received: replicas=2"):
-        _plan(2, gpus=("/physical_device:GPU:0", "/physical_device:GPU:1"),
-              replicas=2)
+    with pytest.raises(
+        ValueError,
+        match=r"`replicas` on a host with 2 GPU.*"
+        r"Received: replicas=2",
+    ):
+        _plan(2, gpus=("/physical_device:GPU:0", "/physical_device:GPU:1"), replicas=2)
 
 
 def test_refused_with_parameter_servers():
     topo = Topology(tf_config=_cluster(2, ps=1))
-    with pytest.raises(ValueError, match=r"`replicas` with a parameter_server "
-                       r"strategy.*Received: replicas=2"):
+    with pytest.raises(
+        ValueError,
+        match=r"`replicas` with a parameter_server "
+        r"strategy.*Received: replicas=2",
+    ):
         plan_strategy(StrategyConfig(replicas=2), topo)
 
 
@@ -71,14 +82,20 @@ def test_refused_with_one_device():
 
 @pytest.mark.parametrize("value", [0, -1, 1.5, "2", True])
 def test_field_type(value):
-    with pytest.raises(ValueError, match=rf"Invalid value for `replicas`: "
-                       rf"expected a positive int or None. Received: replicas="):
+    with pytest.raises(
+        ValueError,
+        match=rf"Invalid value for `replicas`: "
+        rf"expected a positive int or None. Received: replicas=",
+    ):
         StrategyConfig(replicas=value)
 
 
 def test_not_with_cpu_replicas():
-    with pytest.raises(ValueError, match=r"`cpu_replicas` with `replicas` set.*"
-                       r"Received: cpu_replicas=2, replicas=2"):
+    with pytest.raises(
+        ValueError,
+        match=r"`cpu_replicas` with `replicas` set.*"
+        r"Received: cpu_replicas=2, replicas=2",
+    ):
         StrategyConfig(replicas=2, cpu_replicas=2)
 
 

@@ -53,6 +53,7 @@ def check_fit_order(model) -> None:
             "tfdist_opt callbacks: the fit's callback list is not known (a "
             "model not built under opt_strategy(), or hooks called by hand), "
             "so their order was not checked (see tfdist_opt.callbacks.ordering)",
-            warning=True)
+            warning=True,
+        )
         return
     ordering.check_order(fit.callbacks)

@@ -126,33 +126,52 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
         >>> model.fit(ds, epochs=10, callbacks=[cb])  # rerun after a crash
     """
 
-    def __init__(self, backup_dir: str, save_freq="epoch",
-                 delete_on_end: bool = True, preemption="auto",
-                 preemption_exit_code: int = preemption_lib.PREEMPTION_EXIT_CODE,
-                 keep: int = store_lib.DEFAULT_KEEP):
+    def __init__(
+        self,
+        backup_dir: str,
+        save_freq="epoch",
+        delete_on_end: bool = True,
+        preemption="auto",
+        preemption_exit_code: int = preemption_lib.PREEMPTION_EXIT_CODE,
+        keep: int = store_lib.DEFAULT_KEEP,
+    ):
         super().__init__()
         if not isinstance(backup_dir, (str, os.PathLike)) or not str(backup_dir):
-            raise ValueError("Invalid value for `backup_dir`: expected a "
-                             f"non-empty path. Received: backup_dir={backup_dir!r}")
-        if save_freq != "epoch" and (isinstance(save_freq, bool) or
-                                     not isinstance(save_freq, int) or save_freq < 1):
-            raise ValueError("Invalid value for `save_freq`: expected 'epoch' "
-                             f"or a positive int. Received: save_freq={save_freq!r}")
+            raise ValueError(
+                "Invalid value for `backup_dir`: expected a "
+                f"non-empty path. Received: backup_dir={backup_dir!r}"
+            )
+        if save_freq != "epoch" and (
+            isinstance(save_freq, bool) or not isinstance(save_freq, int) or save_freq < 1
+        ):
+            raise ValueError(
+                "Invalid value for `save_freq`: expected 'epoch' "
+                f"or a positive int. Received: save_freq={save_freq!r}"
+            )
         if not isinstance(delete_on_end, bool):
-            raise TypeError("Invalid value for `delete_on_end`: expected a bool. "
-                            f"Received: delete_on_end={delete_on_end!r}")
+            raise TypeError(
+                "Invalid value for `delete_on_end`: expected a bool. "
+                f"Received: delete_on_end={delete_on_end!r}"
+            )
         if preemption != "auto" and not isinstance(preemption, bool):
-            raise ValueError("Invalid value for `preemption`: expected 'auto' "
-                             f"or a bool. Received: preemption={preemption!r}")
-        if (isinstance(preemption_exit_code, bool)
-                or not isinstance(preemption_exit_code, int)
-                or not 1 <= preemption_exit_code <= 255):
-            raise ValueError("Invalid value for `preemption_exit_code`: expected "
-                             "an int in [1, 255]. Received: "
-                             f"preemption_exit_code={preemption_exit_code!r}")
+            raise ValueError(
+                "Invalid value for `preemption`: expected 'auto' "
+                f"or a bool. Received: preemption={preemption!r}"
+            )
+        if (
+            isinstance(preemption_exit_code, bool)
+            or not isinstance(preemption_exit_code, int)
+            or not 1 <= preemption_exit_code <= 255
+        ):
+            raise ValueError(
+                "Invalid value for `preemption_exit_code`: expected "
+                "an int in [1, 255]. Received: "
+                f"preemption_exit_code={preemption_exit_code!r}"
+            )
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-            raise ValueError("Invalid value for `keep`: expected an int >= 1. "
-                             f"Received: keep={keep!r}")
+            raise ValueError(
+                f"Invalid value for `keep`: expected an int >= 1. Received: keep={keep!r}"
+            )
         self.keep = keep
         self.backup_dir = os.fspath(backup_dir)
         self.preemption = preemption
@@ -185,14 +204,15 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
         _common.check_fit_order(self.model)
         self._reset()
         self._writes = file_writers.is_writer(
-            getattr(self.model, "distribute_strategy", None), self.backup_dir)
+            getattr(self.model, "distribute_strategy", None), self.backup_dir
+        )
         self._ray = ray_checkpoints.train_context()
         optimizer = self.model.optimizer
         if not optimizer.built:
             optimizer.build(self.model.trainable_variables)
         self._checkpoint = tf.train.Checkpoint(
-            weights=list(self.model.weights),
-            optimizer=list(optimizer.variables))
+            weights=list(self.model.weights), optimizer=list(optimizer.variables)
+        )
         exc = meta = None
         try:
             self._prepare_dirs()
@@ -243,11 +263,10 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
         if loss is not None and not math.isfinite(loss):
             self._saw_nonfinite = True
         self._last_loss = loss
-        preempted = (self._agreement is not None
-                     and self._agreement.check(self._train_calls))
-        if (not self._saw_nonfinite
-                and (preempted or (self.save_freq != "epoch"
-                                   and self._calls_in_epoch % self.save_freq == 0))):
+        preempted = self._agreement is not None and self._agreement.check(self._train_calls)
+        if not self._saw_nonfinite and (
+            preempted or (self.save_freq != "epoch" and self._calls_in_epoch % self.save_freq == 0)
+        ):
             self._save(self._epoch, self._calls_in_epoch)
         if preempted:
             self._exit_preempted()
@@ -269,8 +288,7 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
             self._agreement = None
         self.model._initial_epoch = None  # pylint: disable=protected-access
         finished = self._completed or self.model.stop_training
-        if (self.delete_on_end and finished and not self._saw_nonfinite
-                and self._writes):
+        if self.delete_on_end and finished and not self._saw_nonfinite and self._writes:
             delete_backups(self.backup_dir)
 
     # ------------------------------------------------------- internals
@@ -291,8 +309,7 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
             store_lib.remove_staging(self.backup_dir)
             return
         # Temp dirs of this task left by a process killed mid-save.
-        pattern = os.path.join(tempfile.gettempdir(),
-                               f"tfdist_opt_backup_{_common.task_tag()}_*")
+        pattern = os.path.join(tempfile.gettempdir(), f"tfdist_opt_backup_{_common.task_tag()}_*")
         for leftover in glob.glob(pattern):
             shutil.rmtree(leftover, ignore_errors=True)
         store_lib.check_writable(tempfile.gettempdir())
@@ -308,8 +325,7 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
                 if directory is not None:
                     meta, why = store_lib.verify(directory)
                     if meta is None:
-                        raise BackupError(f"Ray's newest checkpoint cannot be "
-                                          f"restored: {why}")
+                        raise BackupError(f"Ray's newest checkpoint cannot be restored: {why}")
                     local = store_lib.find_restorable(self.backup_dir).meta
                     # Ray registers a report when its controller next polls
                     # (every 2 s): a backup_dir may hold a newer one.
@@ -318,19 +334,19 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
                         self._skipped = []
                         return meta
         meta, self._skipped = store_lib.restore_newest(
-            self.backup_dir, read, (tf.errors.OpError, AssertionError, ValueError))
+            self.backup_dir, read, (tf.errors.OpError, AssertionError, ValueError)
+        )
         return meta
 
     def _make_agreement(self):
         topo = topology_lib.detect_topology(gpus=())
-        if self.preemption is False or (self.preemption == "auto"
-                                        and not topo.is_multi_worker):
+        if self.preemption is False or (self.preemption == "auto" and not topo.is_multi_worker):
             return None
         tasks = preemption_lib.task_names(topo.tf_config)
         store = preemption_lib.TFKeyValueStore() if len(tasks) > 1 else None
         return preemption_lib.PreemptionAgreement(
-            _common.task_tag(), tasks, store,
-            preemption_lib.next_fit_namespace())
+            _common.task_tag(), tasks, store, preemption_lib.next_fit_namespace()
+        )
 
     def _exit_preempted(self):
         """All workers have saved at the agreed call: exit for a restart."""
@@ -340,13 +356,18 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
         # Multi-worker: keep our handler, so the launcher's SIGTERM to the
         # others (sent when the first worker exits) only sets a flag.
         agreement.stop(restore_handler=not agreement.multi_worker)
-        waited = time.monotonic() - agreement.signal_time if (
-            agreement.signal_time is not None) else None
-        message = (f"tfdist_opt: preempted; {_common.task_tag()} saved at step "
-                   f"{_common.complete_step(self.model)} (train call "
-                   f"{self._train_calls} of this fit"
-                   + (f", {waited:.2f} s after its SIGTERM" if waited is not None
-                      else "") + f"); exiting with code {self.preemption_exit_code}")
+        waited = (
+            time.monotonic() - agreement.signal_time
+            if (agreement.signal_time is not None)
+            else None
+        )
+        message = (
+            f"tfdist_opt: preempted; {_common.task_tag()} saved at step "
+            f"{_common.complete_step(self.model)} (train call "
+            f"{self._train_calls} of this fit"
+            + (f", {waited:.2f} s after its SIGTERM" if waited is not None else "")
+            + f"); exiting with code {self.preemption_exit_code}"
+        )
         logging.warning(message)
         raise SystemExit(self.preemption_exit_code)
 
@@ -368,23 +389,23 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
             if os.path.exists(staging):
                 shutil.rmtree(staging)
         else:
-            staging = tempfile.mkdtemp(
-                prefix=f"tfdist_opt_backup_{_common.task_tag()}_")
+            staging = tempfile.mkdtemp(prefix=f"tfdist_opt_backup_{_common.task_tag()}_")
         try:
             self._checkpoint.write(os.path.join(staging, "state"))
         finally:
             if not self._writes:
                 shutil.rmtree(staging, ignore_errors=True)
-        meta = {"name": f"{store_lib.PREFIX}{step}", "epoch": epoch,
-                "calls": calls, "step": step}
+        meta = {"name": f"{store_lib.PREFIX}{step}", "epoch": epoch, "calls": calls, "step": step}
         final = None
         if self._writes:
-            final = store_lib.commit(self.backup_dir, staging, meta, keep=self.keep,
-                                     after_manifest=self._after_write)
+            final = store_lib.commit(
+                self.backup_dir, staging, meta, keep=self.keep, after_manifest=self._after_write
+            )
         if self._ray is not None:  # every worker: Ray's report is a barrier
             loss = self._last_loss
-            ray_checkpoints.report(self._ray, meta, final, None if loss is None
-                                   else {"loss": float(loss)})
+            ray_checkpoints.report(
+                self._ray, meta, final, None if loss is None else {"loss": float(loss)}
+            )
 
 
 def read_latest(backup_dir: str) -> dict | None:

@@ -67,7 +67,7 @@ class Restorable:
 def _step_of(name: str) -> int | None:
     if not name.startswith(PREFIX):
         return None
-    tail = name[len(PREFIX):]
+    tail = name[len(PREFIX) :]
     return int(tail) if tail.isdigit() else None
 
 
@@ -77,8 +77,11 @@ def backup_names(backup_dir: str) -> list[str]:
         names = os.listdir(backup_dir)
     except FileNotFoundError:
         return []
-    found = [(s, n) for n in names if (s := _step_of(n)) is not None
-             and os.path.isdir(os.path.join(backup_dir, n))]
+    found = [
+        (s, n)
+        for n in names
+        if (s := _step_of(n)) is not None and os.path.isdir(os.path.join(backup_dir, n))
+    ]
     return [n for _, n in sorted(found, reverse=True)]
 
 
@@ -119,12 +122,20 @@ def atomic_write_text(path: str, text: str) -> None:
 
 def write_manifest(directory: str, meta: dict) -> dict:
     """Seals `directory`: records size + sha256 of each file; returns the manifest."""
-    manifest = {"format": FORMAT, **{k: meta[k] for k in ("name", *_POSITION)},
-                "files": {rel: {"size": os.path.getsize(os.path.join(directory, rel)),
-                                "sha256": _sha256(os.path.join(directory, rel))}
-                          for rel in _files(directory)}}
-    atomic_write_text(os.path.join(directory, MANIFEST),
-                      json.dumps(manifest, sort_keys=True, indent=1))
+    manifest = {
+        "format": FORMAT,
+        **{k: meta[k] for k in ("name", *_POSITION)},
+        "files": {
+            rel: {
+                "size": os.path.getsize(os.path.join(directory, rel)),
+                "sha256": _sha256(os.path.join(directory, rel)),
+            }
+            for rel in _files(directory)
+        },
+    }
+    atomic_write_text(
+        os.path.join(directory, MANIFEST), json.dumps(manifest, sort_keys=True, indent=1)
+    )
     return manifest
 
 
@@ -148,10 +159,15 @@ def verify(directory: str, full: bool = True) -> tuple[dict | None, str | None]:
     except (UnicodeDecodeError, ValueError) as e:
         return None, f"{path} is not valid JSON ({e}; {len(raw)} bytes)"
     files = manifest.get("files") if isinstance(manifest, dict) else None
-    if (not isinstance(files, dict) or not files
-            or any(not isinstance(manifest.get(k), int) for k in _POSITION)):
-        return None, (f"{path} is not a backup manifest (expected an object "
-                      "with epoch, calls, step and files)")
+    if (
+        not isinstance(files, dict)
+        or not files
+        or any(not isinstance(manifest.get(k), int) for k in _POSITION)
+    ):
+        return None, (
+            f"{path} is not a backup manifest (expected an object "
+            "with epoch, calls, step and files)"
+        )
     for rel, want in sorted(files.items()):
         fpath = os.path.join(directory, rel)
         try:
@@ -159,8 +175,10 @@ def verify(directory: str, full: bool = True) -> tuple[dict | None, str | None]:
         except OSError:
             return None, f"{fpath} is missing (listed in {MANIFEST})"
         if size != want.get("size"):
-            return None, (f"{fpath} has {size} bytes, its manifest says "
-                          f"{want.get('size')} (truncated or overwritten)")
+            return None, (
+                f"{fpath} has {size} bytes, its manifest says "
+                f"{want.get('size')} (truncated or overwritten)"
+            )
         if full and _sha256(fpath) != want.get("sha256"):
             return None, f"{fpath} does not match its sha256 in {MANIFEST} (corrupt)"
     meta = {k: manifest[k] for k in _POSITION}
@@ -175,8 +193,13 @@ def _legacy(directory: str, manifest_path: str) -> tuple[dict | None, str | None
         with open(os.path.join(directory, "meta.json"), "rb") as f:
             meta = json.loads(f.read().decode("utf-8"))
         if all(isinstance(meta.get(k), int) for k in _POSITION):
-            return ({**{k: meta[k] for k in _POSITION},
-                     "name": os.path.basename(os.path.normpath(directory))}, None)
+            return (
+                {
+                    **{k: meta[k] for k in _POSITION},
+                    "name": os.path.basename(os.path.normpath(directory)),
+                },
+                None,
+            )
     except (OSError, ValueError, AttributeError):
         pass
     return None, f"{manifest_path} is missing (the save did not finish)"
@@ -198,12 +221,16 @@ def read_pointer(backup_dir: str) -> tuple[dict | None, str | None]:
         what = "empty" if not raw.strip() else f"not valid JSON ({len(raw)} bytes)"
         return None, f"{path} is {what}; ignoring it and scanning the backups"
     if not isinstance(value, dict) or not isinstance(value.get("name"), str):
-        return None, (f"{path} holds {type(value).__name__} {str(value)[:60]!r}, "
-                      "expected an object with a `name`; ignoring it and "
-                      "scanning the backups")
+        return None, (
+            f"{path} holds {type(value).__name__} {str(value)[:60]!r}, "
+            "expected an object with a `name`; ignoring it and "
+            "scanning the backups"
+        )
     if not os.path.isdir(os.path.join(backup_dir, value["name"])):
-        return None, (f"{path} names {value['name']}, which does not exist in "
-                      f"{backup_dir}; scanning the older backups")
+        return None, (
+            f"{path} names {value['name']}, which does not exist in "
+            f"{backup_dir}; scanning the older backups"
+        )
     return value, None
 
 
@@ -228,13 +255,14 @@ def find_restorable(backup_dir: str, skip: int | None = None) -> Restorable:
     if names or pointer_problem:
         raise BackupError(
             f"No valid backup in {backup_dir}, so training would restart from "
-            "step 0; refusing to do that silently. " + "; ".join(skipped)
-            + ". Move the directory away (or delete it) to start from scratch.")
+            "step 0; refusing to do that silently. "
+            + "; ".join(skipped)
+            + ". Move the directory away (or delete it) to start from scratch."
+        )
     return Restorable(None, None, skipped)
 
 
-def restore_newest(backup_dir: str, read, errors: tuple
-                   ) -> tuple[dict | None, list]:
+def restore_newest(backup_dir: str, read, errors: tuple) -> tuple[dict | None, list]:
     """Calls `read(path)` on the newest valid backup; walks back while it raises.
 
     Args:
@@ -260,15 +288,20 @@ def restore_newest(backup_dir: str, read, errors: tuple
                 read(found.path)
             except errors as e:
                 first = (str(e).strip().splitlines() or [""])[0][:300]
-                skipped.append(f"skipped {found.path}: its checkpoint cannot be "
-                               f"restored into this model ({type(e).__name__}: "
-                               f"{first})")
+                skipped.append(
+                    f"skipped {found.path}: its checkpoint cannot be "
+                    f"restored into this model ({type(e).__name__}: "
+                    f"{first})"
+                )
                 skip = found.meta["step"]
                 continue
             if skipped:
-                logging.warning("tfdist_opt: backup: %s; resuming from %s "
-                                "(step %d)", "; ".join(skipped), found.path,
-                                found.meta["step"])
+                logging.warning(
+                    "tfdist_opt: backup: %s; resuming from %s (step %d)",
+                    "; ".join(skipped),
+                    found.path,
+                    found.meta["step"],
+                )
             return found.meta, skipped
     except BackupError as e:
         if skip is None:
@@ -276,12 +309,15 @@ def restore_newest(backup_dir: str, read, errors: tuple
         raise BackupError(
             f"No backup in {backup_dir} can be restored, so training would "
             "restart from step 0; refusing to do that silently. "
-            + "; ".join(skipped) + ". Move the directory away (or delete it) "
-            "to start from scratch.") from e
+            + "; ".join(skipped)
+            + ". Move the directory away (or delete it) "
+            "to start from scratch."
+        ) from e
 
 
-def commit(backup_dir: str, staging: str, meta: dict,
-           keep: int = DEFAULT_KEEP, after_manifest=None) -> str:
+def commit(
+    backup_dir: str, staging: str, meta: dict, keep: int = DEFAULT_KEEP, after_manifest=None
+) -> str:
     """Seals `staging`, renames it to `backup-<step>`, points latest.json at it,
     then prunes to the `keep` newest verified backups. Returns the final path."""
     write_manifest(staging, meta)
@@ -291,9 +327,10 @@ def commit(backup_dir: str, staging: str, meta: dict,
     if os.path.exists(final):  # the same step saved again (epoch end == batch)
         shutil.rmtree(final)
     os.replace(staging, final)
-    atomic_write_text(os.path.join(backup_dir, LATEST),
-                      json.dumps({k: meta[k] for k in ("name", *_POSITION)},
-                                 sort_keys=True))
+    atomic_write_text(
+        os.path.join(backup_dir, LATEST),
+        json.dumps({k: meta[k] for k in ("name", *_POSITION)}, sort_keys=True),
+    )
     prune(backup_dir, meta["step"], keep)
     return final
 
@@ -336,10 +373,13 @@ def check_writable(directory: str) -> None:
         os.close(fd)
         os.remove(probe)
     except OSError as e:
-        raise type(e)(e.errno, f"backup_dir {directory!r} is not writable "
-                               f"({e.strerror or e}); no step was run. Pass a "
-                               "writable directory on storage every worker "
-                               "sees") from e
+        raise type(e)(
+            e.errno,
+            f"backup_dir {directory!r} is not writable "
+            f"({e.strerror or e}); no step was run. Pass a "
+            "writable directory on storage every worker "
+            "sees",
+        ) from e
 
 
 def delete_all(backup_dir: str) -> None:

@@ -81,25 +81,40 @@ class BatchSizeFinder:
         >>> result.per_replica_batch_size, result.learning_rate
     """
 
-    def __init__(self, start: int = 8, factor: int = 2,
-                 max_batch_size: int = 4096, steps_per_trial: int = 5,
-                 warmup_steps: int = 2, rel_tolerance: float = 0.05,
-                 base_lr: float | None = None, base_batch_size: int | None = None,
-                 callbacks: Sequence = (), verbose: int = 1):
-        for name, value, minimum in (("start", start, 1), ("factor", factor, 2),
-                                     ("max_batch_size", max_batch_size, 1),
-                                     ("steps_per_trial", steps_per_trial, 1),
-                                     ("warmup_steps", warmup_steps, 0),
-                                     ("verbose", verbose, 0)):
+    def __init__(
+        self,
+        start: int = 8,
+        factor: int = 2,
+        max_batch_size: int = 4096,
+        steps_per_trial: int = 5,
+        warmup_steps: int = 2,
+        rel_tolerance: float = 0.05,
+        base_lr: float | None = None,
+        base_batch_size: int | None = None,
+        callbacks: Sequence = (),
+        verbose: int = 1,
+    ):
+        for name, value, minimum in (
+            ("start", start, 1),
+            ("factor", factor, 2),
+            ("max_batch_size", max_batch_size, 1),
+            ("steps_per_trial", steps_per_trial, 1),
+            ("warmup_steps", warmup_steps, 0),
+            ("verbose", verbose, 0),
+        ):
             validation.check_int(name, value, minimum)
         if max_batch_size < start:
-            raise ValueError("Invalid value for `max_batch_size`: expected >= "
-                             f"start={start}. Received: max_batch_size={max_batch_size}")
+            raise ValueError(
+                "Invalid value for `max_batch_size`: expected >= "
+                f"start={start}. Received: max_batch_size={max_batch_size}"
+            )
         validation.check_number("rel_tolerance", rel_tolerance, allow_zero=True)
         if (base_lr is None) != (base_batch_size is None):
-            raise ValueError("Invalid arguments: give both `base_lr` and "
-                             f"`base_batch_size` or neither. Received: base_lr="
-                             f"{base_lr!r}, base_batch_size={base_batch_size!r}")
+            raise ValueError(
+                "Invalid arguments: give both `base_lr` and "
+                f"`base_batch_size` or neither. Received: base_lr="
+                f"{base_lr!r}, base_batch_size={base_batch_size!r}"
+            )
         if base_lr is not None:
             lr_math.linear_scaled_lr(base_lr, 1, base_batch_size)  # validates
         self.start = start
@@ -121,8 +136,12 @@ class BatchSizeFinder:
             b *= self.factor
         return sizes
 
-    def find(self, model_fn: Callable, dataset_fn: Callable[[int], tf.data.Dataset],
-             strategy: tf.distribute.Strategy | None = None) -> BatchSizeResult:
+    def find(
+        self,
+        model_fn: Callable,
+        dataset_fn: Callable[[int], tf.data.Dataset],
+        strategy: tf.distribute.Strategy | None = None,
+    ) -> BatchSizeResult:
         """Runs the trials.
 
         Args:
@@ -153,14 +172,15 @@ class BatchSizeFinder:
             if any_oom > 0:
                 reason = OUT_OF_MEMORY
                 if chief and self.verbose:
-                    print(f"BatchSizeFinder: per-replica batch {size}: out of "
-                          "memory", flush=True)
+                    print(f"BatchSizeFinder: per-replica batch {size}: out of memory", flush=True)
                 break
             tried[size] = chief_tput
             throughputs.append(chief_tput)
             if chief and self.verbose:
-                print(f"BatchSizeFinder: per-replica batch {size}: "
-                      f"{chief_tput:.1f} examples/sec", flush=True)
+                print(
+                    f"BatchSizeFinder: per-replica batch {size}: {chief_tput:.1f} examples/sec",
+                    flush=True,
+                )
             if stats.plateau_reached(throughputs, self.rel_tolerance):
                 reason = PLATEAU
                 break
@@ -168,23 +188,36 @@ class BatchSizeFinder:
             raise RuntimeError(
                 "BatchSizeFinder: the first per-replica batch size already ran "
                 f"out of memory. Received: start={self.start}. Expected a "
-                "smaller `start`.")
+                "smaller `start`."
+            )
         best = max(tried, key=lambda b: (tried[b], -b))
         gbs = best * replicas
-        lr = (None if self.base_lr is None else
-              lr_math.linear_scaled_lr(self.base_lr, gbs, self.base_batch_size))
+        lr = (
+            None
+            if self.base_lr is None
+            else lr_math.linear_scaled_lr(self.base_lr, gbs, self.base_batch_size)
+        )
         return BatchSizeResult(best, gbs, lr, dict(tried), reason)
 
     def _trial(self, model_fn, dataset_fn, strategy, gbs) -> tuple[bool, float]:
-        monitor = ThroughputMonitor(global_batch_size=gbs, window=self.steps_per_trial,
-                                    warmup_steps=self.warmup_steps, verbose=0)
+        monitor = ThroughputMonitor(
+            global_batch_size=gbs,
+            window=self.steps_per_trial,
+            warmup_steps=self.warmup_steps,
+            verbose=0,
+        )
         model = None
         try:
             with strategy.scope():
                 model = model_fn()
             ds = dataset_fn(gbs)
-            model.fit(ds, epochs=1, steps_per_epoch=self.warmup_steps + self.steps_per_trial,
-                      verbose=0, callbacks=[monitor, *self.callbacks])
+            model.fit(
+                ds,
+                epochs=1,
+                steps_per_epoch=self.warmup_steps + self.steps_per_trial,
+                verbose=0,
+                callbacks=[monitor, *self.callbacks],
+            )
             return False, monitor.summary()["examples_per_sec"]
         except tf.errors.OpError as e:
             if is_out_of_memory(e):
@@ -195,8 +228,12 @@ class BatchSizeFinder:
             gc.collect()
 
 
-_OOM_MARKERS = ("RESOURCE_EXHAUSTED", "ResourceExhaustedError",
-                "OOM when allocating", "Out of memory")
+_OOM_MARKERS = (
+    "RESOURCE_EXHAUSTED",
+    "ResourceExhaustedError",
+    "OOM when allocating",
+    "Out of memory",
+)
 
 
 def is_out_of_memory(error: Exception) -> bool:
@@ -221,6 +258,7 @@ def _agree(strategy, values: list[float]) -> list[float]:
     def reduce():
         def fn():
             return tf.distribute.get_replica_context().all_reduce("SUM", vec)
+
         return strategy.experimental_local_results(strategy.run(fn))[0]
 
     return [float(x) for x in reduce().numpy()]

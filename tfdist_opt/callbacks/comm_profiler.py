@@ -75,16 +75,23 @@ class CommunicationProfiler(keras.callbacks.Callback):
         >>> model.fit(ds, callbacks=[prof]); prof.comm_fraction
     """
 
-    def __init__(self, probe_steps: int = 10, probe_warmup: int = 2,
-                 warmup_steps: int = 2, trace_path: str | None = None,
-                 verbose: int = 1, log_dir: str | None = None):
+    def __init__(
+        self,
+        probe_steps: int = 10,
+        probe_warmup: int = 2,
+        warmup_steps: int = 2,
+        trace_path: str | None = None,
+        verbose: int = 1,
+        log_dir: str | None = None,
+    ):
         super().__init__()
-        for name, value, minimum in (("probe_steps", probe_steps, 1),
-                                     ("probe_warmup", probe_warmup, 0),
-                                     ("warmup_steps", warmup_steps, 0),
-                                     ("verbose", verbose, 0)):
-            validation.check_int(name, value, minimum,
-                                 expected=f"an int >= {minimum}")
+        for name, value, minimum in (
+            ("probe_steps", probe_steps, 1),
+            ("probe_warmup", probe_warmup, 0),
+            ("warmup_steps", warmup_steps, 0),
+            ("verbose", verbose, 0),
+        ):
+            validation.check_int(name, value, minimum, expected=f"an int >= {minimum}")
         self.probe_steps = probe_steps
         self.probe_warmup = probe_warmup
         self.warmup_steps = warmup_steps
@@ -132,11 +139,14 @@ class CommunicationProfiler(keras.callbacks.Callback):
         self._writer = summaries.ScalarWriter(self.log_dir, self._chief)
         self._comm_time = self._probe()
         if self._chief and self.verbose:
-            print(f"CommunicationProfiler: all-reduce of "
-                  f"{len(self.model.trainable_variables)} gradient tensors "
-                  f"({self._bytes / 2**20:.2f} MiB) takes "
-                  f"{self._comm_time * 1e3:.3f} ms (median of "
-                  f"{self.probe_steps})", flush=True)
+            print(
+                f"CommunicationProfiler: all-reduce of "
+                f"{len(self.model.trainable_variables)} gradient tensors "
+                f"({self._bytes / 2**20:.2f} MiB) takes "
+                f"{self._comm_time * 1e3:.3f} ms (median of "
+                f"{self.probe_steps})",
+                flush=True,
+            )
 
     def on_train_batch_begin(self, batch, logs=None):
         self._begin = time.perf_counter()
@@ -161,13 +171,15 @@ class CommunicationProfiler(keras.callbacks.Callback):
         if logs is not None:
             logs.update(self._values())
         if self._writer is not None and self._writer.active:
-            self._writer.write("comm", self._values(),
-                               _common.complete_step(self.model))
+            self._writer.write("comm", self._values(), _common.complete_step(self.model))
         if self._chief and self.verbose:
-            print(f"CommunicationProfiler epoch {epoch + 1}: comm_fraction "
-                  f"{self.comm_fraction:.3f} (all-reduce "
-                  f"{self._comm_time * 1e3:.3f} ms of "
-                  f"{self.step_time * 1e3:.3f} ms per step)", flush=True)
+            print(
+                f"CommunicationProfiler epoch {epoch + 1}: comm_fraction "
+                f"{self.comm_fraction:.3f} (all-reduce "
+                f"{self._comm_time * 1e3:.3f} ms of "
+                f"{self.step_time * 1e3:.3f} ms per step)",
+                flush=True,
+            )
 
     def on_train_end(self, logs=None):
         if self._writer is not None:
@@ -178,15 +190,18 @@ class CommunicationProfiler(keras.callbacks.Callback):
 
     # ------------------------------------------------------- internals
     def _values(self) -> dict:
-        return {"comm_fraction": self.comm_fraction, "comm_time": self._comm_time,
-                "step_time": self.step_time}
+        return {
+            "comm_fraction": self.comm_fraction,
+            "comm_time": self._comm_time,
+            "step_time": self.step_time,
+        }
 
     def _probe(self) -> float:
         strategy = self.model.distribute_strategy
         specs = [(tuple(v.shape), v.dtype) for v in self.model.trainable_variables]
         self._bytes = sum(
-            int(tf.TensorShape(s).num_elements()) * tf.as_dtype(d).size
-            for s, d in specs)
+            int(tf.TensorShape(s).num_elements()) * tf.as_dtype(d).size for s, d in specs
+        )
         if not specs:
             return 0.0
 
@@ -198,12 +213,15 @@ class CommunicationProfiler(keras.callbacks.Callback):
             value = seed + tf.cast(ctx.replica_id_in_sync_group, tf.float32)
             grads = [tf.fill(s, tf.cast(value, d)) for s, d in specs]
             reduced = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
-            return tf.add_n([tf.cast(tf.reshape(r, [-1])[0], tf.float32)
-                             for r in reduced])
+            return tf.add_n([tf.cast(tf.reshape(r, [-1])[0], tf.float32) for r in reduced])
 
         result = timing.time_and_agree(
-            strategy, replica_fn, self.probe_steps, self.probe_warmup,
-            args_fn=lambda i: (tf.constant(float(i)),))
+            strategy,
+            replica_fn,
+            self.probe_steps,
+            self.probe_warmup,
+            args_fn=lambda i: (tf.constant(float(i)),),
+        )
         for start, end in result.samples:
             self._event("allreduce_probe", start, end, tid=1)
         self._probe_times = result.local_times
@@ -211,17 +229,25 @@ class CommunicationProfiler(keras.callbacks.Callback):
 
     def _event(self, name, start, end, tid=0):
         if len(self._events) < 4 * _MAX_TRACE_STEPS:
-            self._events.append({
-                "name": name, "ph": "X", "pid": self._tag, "tid": tid,
-                "ts": (start - self._t0) * 1e6, "dur": (end - start) * 1e6})
+            self._events.append(
+                {
+                    "name": name,
+                    "ph": "X",
+                    "pid": self._tag,
+                    "tid": tid,
+                    "ts": (start - self._t0) * 1e6,
+                    "dur": (end - start) * 1e6,
+                }
+            )
 
     def _trace_step(self, begin, end):
         if self._last_end is not None:
             self._event("host_gap", self._last_end, begin)
         self._event("train_step", begin, end)
         if self._comm_time:
-            self._event("gradient_all_reduce (estimated)",
-                        max(begin, end - self._comm_time), end, tid=2)
+            self._event(
+                "gradient_all_reduce (estimated)", max(begin, end - self._comm_time), end, tid=2
+            )
         self._last_end = end
 
     def export_trace(self, path: str) -> str | None:
@@ -229,6 +255,7 @@ class CommunicationProfiler(keras.callbacks.Callback):
         if not self._chief:
             return None
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        _common.atomic_write_text(path, json.dumps(
-            {"traceEvents": self._events, "displayTimeUnit": "ms"}))
+        _common.atomic_write_text(
+            path, json.dumps({"traceEvents": self._events, "displayTimeUnit": "ms"})
+        )
         return path

@@ -17,8 +17,7 @@ from typing import Callable
 from tfdist_opt import validation
 
 
-def linear_scaled_lr(base_lr: float, global_batch_size: int,
-                     base_batch_size: int) -> float:
+def linear_scaled_lr(base_lr: float, global_batch_size: int, base_batch_size: int) -> float:
     """The linear scaling rule: `base_lr * global_batch_size / base_batch_size`.
 
     Args:
@@ -39,8 +38,7 @@ def linear_scaled_lr(base_lr: float, global_batch_size: int,
     return base_lr * global_batch_size / base_batch_size
 
 
-def warmup_lr(step: int, start_lr: float, target_lr: float,
-              warmup_steps: int) -> float:
+def warmup_lr(step: int, start_lr: float, target_lr: float, warmup_steps: int) -> float:
     """Gradual (linear) warmup from `start_lr` at step 0 to `target_lr`.
 
     `step` counts optimizer updates already applied (the value of
@@ -58,9 +56,13 @@ def warmup_lr(step: int, start_lr: float, target_lr: float,
     return start_lr + (target_lr - start_lr) * step / warmup_steps
 
 
-def scheduled_lr(step: int, base_lr: float, scaled_lr: float,
-                 warmup_steps: int,
-                 after_warmup: Callable[[int], float] | None = None) -> float:
+def scheduled_lr(
+    step: int,
+    base_lr: float,
+    scaled_lr: float,
+    warmup_steps: int,
+    after_warmup: Callable[[int], float] | None = None,
+) -> float:
     """The full schedule: warmup `base_lr -> scaled_lr`, then `scaled_lr * f(step)`.
 
     Args:

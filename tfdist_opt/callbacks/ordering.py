@@ -35,25 +35,42 @@ RANKS = {
 LOG_WRITERS = {
     "ScaledLearningRate": ("lr",),
     "CommunicationProfiler": ("comm_fraction", "comm_time", "step_time"),
-    "ThroughputMonitor": ("examples_per_sec", "examples_per_sec_per_replica",
-                          "step_time_median", "step_time_p90"),
+    "ThroughputMonitor": (
+        "examples_per_sec",
+        "examples_per_sec_per_replica",
+        "step_time_median",
+        "step_time_p90",
+    ),
 }
 
 # Keras callbacks that read `logs` (so must come after the writers).
-LOG_READERS = ("TensorBoard", "CSVLogger", "EarlyStopping", "ModelCheckpoint",
-               "ReduceLROnPlateau", "RemoteMonitor", "LambdaCallback")
+LOG_READERS = (
+    "TensorBoard",
+    "CSVLogger",
+    "EarlyStopping",
+    "ModelCheckpoint",
+    "ReduceLROnPlateau",
+    "RemoteMonitor",
+    "LambdaCallback",
+)
 
 # Pairs that must not be used together, with the reason and the fix.
 CONFLICTS = {
-    ("DistributedBackupAndRestore", "BackupAndRestore"):
-        "both restore and write backups (Keras's one on every worker, into the "
-        "same files); keep only DistributedBackupAndRestore",
-    ("ScaledLearningRate", "LearningRateScheduler"):
-        "both set the optimizer's learning rate every step; pass your schedule "
-        "to ScaledLearningRate as `after_warmup` instead",
-    ("ScaledLearningRate", "ReduceLROnPlateau"):
-        "both set the optimizer's learning rate; ScaledLearningRate would undo "
-        "every reduction at the next step",
+    (
+        "DistributedBackupAndRestore",
+        "BackupAndRestore",
+    ): "both restore and write backups (Keras's one on every worker, into the "
+    "same files); keep only DistributedBackupAndRestore",
+    (
+        "ScaledLearningRate",
+        "LearningRateScheduler",
+    ): "both set the optimizer's learning rate every step; pass your schedule "
+    "to ScaledLearningRate as `after_warmup` instead",
+    (
+        "ScaledLearningRate",
+        "ReduceLROnPlateau",
+    ): "both set the optimizer's learning rate; ScaledLearningRate would undo "
+    "every reduction at the next step",
 }
 
 
@@ -81,12 +98,12 @@ def check_order(callbacks: Sequence[Any]) -> None:
     callbacks = list(callbacks)
     for (ours, theirs), why in CONFLICTS.items():
         a = [cb for cb in callbacks if ours in _names(cb)]
-        b = [cb for cb in callbacks if theirs in _names(cb)
-             and ours not in _names(cb)]
+        b = [cb for cb in callbacks if theirs in _names(cb) and ours not in _names(cb)]
         if a and b:
             raise ValueError(
                 f"Invalid callbacks: {type(a[0]).__name__} and "
-                f"{type(b[0]).__name__} cannot be used together: {why}.")
+                f"{type(b[0]).__name__} cannot be used together: {why}."
+            )
     for i, cb in enumerate(callbacks):
         writer = _match(cb, LOG_WRITERS)
         if writer is None:
@@ -102,7 +119,8 @@ def check_order(callbacks: Sequence[Any]) -> None:
                     f"before it and would miss them. Move "
                     f"{type(cb).__name__} before {type(callbacks[j]).__name__}, "
                     "or build the list with "
-                    "tfdist_opt.callbacks.ordered([...]).")
+                    "tfdist_opt.callbacks.ordered([...])."
+                )
 
 
 def ordered(callbacks: Sequence[Any]) -> list[Any]:
@@ -120,8 +138,11 @@ def ordered(callbacks: Sequence[Any]) -> list[Any]:
         ...                ThroughputMonitor(global_batch_size=64)])
     """
     callbacks = list(callbacks)
-    ours = [(RANKS[_match(cb, RANKS)], i, cb) for i, cb in enumerate(callbacks)
-            if _match(cb, RANKS) is not None]
+    ours = [
+        (RANKS[_match(cb, RANKS)], i, cb)
+        for i, cb in enumerate(callbacks)
+        if _match(cb, RANKS) is not None
+    ]
     rest = [cb for cb in callbacks if _match(cb, RANKS) is None]
     result = [cb for _, _, cb in sorted(ours, key=lambda t: t[:2])] + rest
     check_order(result)

@@ -83,8 +83,9 @@ def task_names(tf_config: Mapping[str, Any] | None) -> list[str]:
     if tf_config is None:
         return ["local"]
     cluster = tf_config["cluster"]
-    return [f"{role}_{i}" for role in ("chief", "worker")
-            for i in range(len(cluster.get(role, [])))]
+    return [
+        f"{role}_{i}" for role in ("chief", "worker") for i in range(len(cluster.get(role, [])))
+    ]
 
 
 def next_fit_namespace() -> str:
@@ -108,20 +109,29 @@ class PreemptionAgreement:
         clock: callable. Seconds, monotonic. Defaults to `time.monotonic`.
     """
 
-    def __init__(self, me: str, tasks: list[str], store: KeyValueStore | None,
-                 namespace: str, timeout_s: float = DEFAULT_AGREE_TIMEOUT_S,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        me: str,
+        tasks: list[str],
+        store: KeyValueStore | None,
+        namespace: str,
+        timeout_s: float = DEFAULT_AGREE_TIMEOUT_S,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         if me not in tasks:
-            raise ValueError(f"Invalid value for `me`: expected one of {tasks}. "
-                             f"Received: me={me!r}")
+            raise ValueError(
+                f"Invalid value for `me`: expected one of {tasks}. Received: me={me!r}"
+            )
         if len(tasks) > 1 and store is None:
-            raise ValueError("Invalid value for `store`: a cluster of "
-                             f"{len(tasks)} tasks needs a key-value store. "
-                             "Received: store=None")
+            raise ValueError(
+                "Invalid value for `store`: a cluster of "
+                f"{len(tasks)} tasks needs a key-value store. "
+                "Received: store=None"
+            )
         self.me, self.tasks, self.store = me, list(tasks), store
         self.namespace, self.timeout_s, self._clock = namespace, timeout_s, clock
-        self.signal_time: float | None = None   # when our SIGTERM arrived
-        self.save_at: int | None = None         # agreed train call
+        self.signal_time: float | None = None  # when our SIGTERM arrived
+        self.save_at: int | None = None  # agreed train call
         self._learned = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -149,12 +159,14 @@ class PreemptionAgreement:
             self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
             self._installed = True
         else:
-            logging.warning("tfdist_opt: fit runs outside the main thread; "
-                            "SIGTERM cannot be watched (preemption handling off)")
+            logging.warning(
+                "tfdist_opt: fit runs outside the main thread; "
+                "SIGTERM cannot be watched (preemption handling off)"
+            )
         if self.multi_worker:
             self._thread = threading.Thread(
-                target=self._watch, name=f"tfdist_opt-preemption-{self.me}",
-                daemon=True)
+                target=self._watch, name=f"tfdist_opt-preemption-{self.me}", daemon=True
+            )
             self._thread.start()
 
     def stop(self, restore_handler: bool = True) -> None:
@@ -191,8 +203,11 @@ class PreemptionAgreement:
                     return
         except Exception as e:  # pylint: disable=broad-except
             self.watch_error = e
-            logging.debug("tfdist_opt: preemption watcher stopped: %s: %s",
-                          type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+            logging.debug(
+                "tfdist_opt: preemption watcher stopped: %s: %s",
+                type(e).__name__,
+                str(e).splitlines()[0] if str(e) else "",
+            )
 
     # ------------------------------------------------------------ per call
     def check(self, calls: int) -> bool:
@@ -208,8 +223,9 @@ class PreemptionAgreement:
 
     def _announce(self, save_at: int) -> None:
         if self.store.set(self._key("save_at"), str(save_at)):
-            logging.info("tfdist_opt: %s got SIGTERM; all workers save after "
-                         "train call %d", self.me, save_at)
+            logging.info(
+                "tfdist_opt: %s got SIGTERM; all workers save after train call %d", self.me, save_at
+            )
         self._wait_all("ack", "acknowledge the step to save at")
         self._learned.wait(timeout=self.timeout_s)
 
@@ -227,5 +243,9 @@ class PreemptionAgreement:
             if left <= 0 or self.store.get(self._key(kind, task), left) is None:
                 missing.append(task)
         if missing:
-            logging.warning("tfdist_opt: preemption: %s did not %s within %g s",
-                            ", ".join(missing), what, self.timeout_s)
+            logging.warning(
+                "tfdist_opt: preemption: %s did not %s within %g s",
+                ", ".join(missing),
+                what,
+                self.timeout_s,
+            )

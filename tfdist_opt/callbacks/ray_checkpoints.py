@@ -30,6 +30,7 @@ def train_context():
         return None
     try:
         from ray import train  # pylint: disable=g-import-not-at-top
+
         return train.get_context()
     except Exception:  # pylint: disable=broad-except
         return None  # not a Ray Train worker (driver, task, Tune, old Ray)
@@ -40,8 +41,7 @@ def world_rank(context) -> int:
     return int(context.get_world_rank())
 
 
-def report(context, meta: dict, path: str | None, metrics: dict | None = None
-           ) -> None:
+def report(context, meta: dict, path: str | None, metrics: dict | None = None) -> None:
     """Reports one backup to Ray (checkpoint from world rank 0 only).
 
     Args:
@@ -55,8 +55,11 @@ def report(context, meta: dict, path: str | None, metrics: dict | None = None
 
     values = {k: meta[k] for k in ("epoch", "calls", "step")}
     values.update(metrics or {})
-    checkpoint = (train.Checkpoint.from_directory(path)
-                  if path is not None and world_rank(context) == 0 else None)
+    checkpoint = (
+        train.Checkpoint.from_directory(path)
+        if path is not None and world_rank(context) == 0
+        else None
+    )
     train.report(values, checkpoint=checkpoint)
 
 

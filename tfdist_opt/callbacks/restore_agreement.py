@@ -48,14 +48,19 @@ def next_namespace() -> str:
         return f"{_PREFIX}/{_SEQ[0]}"
 
 
-def entry(step: int, name: str | None, directory: str,
-          error: str | None = None) -> dict:
+def entry(step: int, name: str | None, directory: str, error: str | None = None) -> dict:
     """What one worker posts."""
     return {"step": step, "name": name, "dir": directory, "error": error}
 
 
-def exchange(me: str, tasks: list[str], store: KeyValueStore, namespace: str,
-             mine: dict, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict:
+def exchange(
+    me: str,
+    tasks: list[str],
+    store: KeyValueStore,
+    namespace: str,
+    mine: dict,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> dict:
     """Posts `mine`, returns {task: entry} for every task (None: never posted)."""
     store.set(f"{namespace}/{me}", json.dumps(mine, sort_keys=True))
     found = {}
@@ -71,8 +76,7 @@ def exchange(me: str, tasks: list[str], store: KeyValueStore, namespace: str,
 def _describe(task: str, e: dict | None, timeout_s: float) -> str:
     if e is None:
         return f"{task}: did not reach on_train_begin within {timeout_s:g} s"
-    where = (f"{e['name']} in {e['dir']}" if e["name"] else
-             f"no backup in {e['dir']}")
+    where = f"{e['name']} in {e['dir']}" if e["name"] else f"no backup in {e['dir']}"
     text = f"{task} at step {e['step']} ({where})"
     return text + (f" [{e['error']}]" if e.get("error") else "")
 
@@ -86,28 +90,39 @@ def decide(entries: dict, timeout_s: float = DEFAULT_TIMEOUT_S) -> str | None:
         return None
     parts = "; ".join(_describe(t, e, timeout_s) for t, e in entries.items())
     if broken:
-        return (f"tfdist_opt: not starting: a worker cannot start: {parts}. "
-                "No step was run on any worker.")
-    return ("tfdist_opt: not starting: workers restored different states: "
-            f"{parts}. Every worker must read the same backups: one backup_dir "
-            "on storage they all see, or on each host's disk a copy of the same "
-            "backup. No step was run on any worker.")
+        return (
+            f"tfdist_opt: not starting: a worker cannot start: {parts}. "
+            "No step was run on any worker."
+        )
+    return (
+        "tfdist_opt: not starting: workers restored different states: "
+        f"{parts}. Every worker must read the same backups: one backup_dir "
+        "on storage they all see, or on each host's disk a copy of the same "
+        "backup. No step was run on any worker."
+    )
 
 
-def agree_or_raise(meta: dict | None, exc: BaseException | None,
-                   backup_dir: str, store: KeyValueStore | None = None) -> None:
+def agree_or_raise(
+    meta: dict | None,
+    exc: BaseException | None,
+    backup_dir: str,
+    store: KeyValueStore | None = None,
+) -> None:
     """At `on_train_begin`: raises `exc` (one process), or, in a cluster,
     `RestoreMismatchError` on every worker when any had a problem or the
     restored steps differ."""
     topo = topology_lib.detect_topology(gpus=())
-    tasks = (preemption_lib.task_names(topo.tf_config)
-             if topo.is_multi_worker else ["local"])
+    tasks = preemption_lib.task_names(topo.tf_config) if topo.is_multi_worker else ["local"]
     if len(tasks) < 2:
         if exc is not None:
             raise exc
         return
-    mine = entry((meta or {}).get("step", 0), (meta or {}).get("name"),
-                 os.path.abspath(backup_dir), None if exc is None else str(exc))
+    mine = entry(
+        (meta or {}).get("step", 0),
+        (meta or {}).get("name"),
+        os.path.abspath(backup_dir),
+        None if exc is None else str(exc),
+    )
     namespace = next_namespace()
     try:
         store = store or preemption_lib.TFKeyValueStore()
@@ -117,9 +132,12 @@ def agree_or_raise(meta: dict | None, exc: BaseException | None,
         # Strategy) or a peer already lost: nothing to compare with.
         if exc is not None:
             raise exc
-        logging.warning("tfdist_opt: could not compare the restored step with "
-                        "the other workers (%s: %s); continuing",
-                        type(e).__name__, (str(e).splitlines() or [""])[0][:200])
+        logging.warning(
+            "tfdist_opt: could not compare the restored step with "
+            "the other workers (%s: %s); continuing",
+            type(e).__name__,
+            (str(e).splitlines() or [""])[0][:200],
+        )
         return
     line = decide(entries)
     if line is not None:

@@ -58,30 +58,35 @@ class ScaledLearningRate(keras.callbacks.Callback):
         Hour", 2017, https://arxiv.org/abs/1706.02677.
     """
 
-    def __init__(self, base_lr: float, base_batch_size: int,
-                 global_batch_size: int, warmup_steps: int | None = None,
-                 warmup_epochs: float | None = None,
-                 after_warmup: Callable[[int], float] | None = None,
-                 momentum_correction: bool = False):
+    def __init__(
+        self,
+        base_lr: float,
+        base_batch_size: int,
+        global_batch_size: int,
+        warmup_steps: int | None = None,
+        warmup_epochs: float | None = None,
+        after_warmup: Callable[[int], float] | None = None,
+        momentum_correction: bool = False,
+    ):
         super().__init__()
-        self.scaled_lr = lr_math.linear_scaled_lr(base_lr, global_batch_size,
-                                                  base_batch_size)
+        self.scaled_lr = lr_math.linear_scaled_lr(base_lr, global_batch_size, base_batch_size)
         if warmup_steps is not None and warmup_epochs is not None:
             raise ValueError(
                 "Invalid arguments: give `warmup_steps` or `warmup_epochs`, not "
                 f"both. Received: warmup_steps={warmup_steps!r}, "
-                f"warmup_epochs={warmup_epochs!r}")
+                f"warmup_epochs={warmup_epochs!r}"
+            )
         if warmup_steps is not None:
             validation.check_int("warmup_steps", warmup_steps, 0)
         if warmup_epochs is not None:
-            validation.check_number("warmup_epochs", warmup_epochs,
-                                    allow_zero=True)
+            validation.check_number("warmup_epochs", warmup_epochs, allow_zero=True)
         if after_warmup is not None and not callable(after_warmup):
-            raise TypeError("Invalid value for `after_warmup`: expected a "
-                            "callable step -> multiplier or None. Received: "
-                            f"after_warmup={after_warmup!r}")
-        validation.check_bool("momentum_correction", momentum_correction,
-                              error=TypeError)
+            raise TypeError(
+                "Invalid value for `after_warmup`: expected a "
+                "callable step -> multiplier or None. Received: "
+                f"after_warmup={after_warmup!r}"
+            )
+        validation.check_bool("momentum_correction", momentum_correction, error=TypeError)
         self.base_lr = base_lr
         self.base_batch_size = base_batch_size
         self.global_batch_size = global_batch_size
@@ -96,8 +101,9 @@ class ScaledLearningRate(keras.callbacks.Callback):
 
     def lr_at(self, step: int) -> float:
         """The rate this callback sets for the update numbered `step`."""
-        return lr_math.scheduled_lr(step, self.base_lr, self.scaled_lr,
-                                    self._resolved_warmup, self.after_warmup)
+        return lr_math.scheduled_lr(
+            step, self.base_lr, self.scaled_lr, self._resolved_warmup, self.after_warmup
+        )
 
     def on_train_begin(self, logs=None):
         _common.check_fit_order(self.model)
@@ -107,22 +113,25 @@ class ScaledLearningRate(keras.callbacks.Callback):
                 "Invalid optimizer for ScaledLearningRate: its learning rate is "
                 "a schedule, which the callback would overwrite. Received: "
                 f"learning_rate={optimizer._learning_rate!r}. Expected a float "
-                "learning rate; pass the schedule as `after_warmup`.")
+                "learning rate; pass the schedule as `after_warmup`."
+            )
         if self.momentum_correction and not (
-                getattr(optimizer, "momentum", 0) and
-                getattr(optimizer, "momentums", None) is not None):
+            getattr(optimizer, "momentum", 0) and getattr(optimizer, "momentums", None) is not None
+        ):
             raise ValueError(
                 "Invalid value for `momentum_correction`: it applies to SGD "
                 "with momentum > 0 only. Received: momentum_correction=True with "
                 f"{type(optimizer).__name__}"
-                f"(momentum={getattr(optimizer, 'momentum', None)!r}).")
+                f"(momentum={getattr(optimizer, 'momentum', None)!r})."
+            )
         if self.warmup_epochs is not None:
             steps = (self.params or {}).get("steps")
             if not steps:
                 raise ValueError(
                     "Invalid value for `warmup_epochs`: the steps per epoch are "
                     "unknown (pass `steps_per_epoch` to fit, or use "
-                    f"`warmup_steps`). Received: warmup_epochs={self.warmup_epochs!r}")
+                    f"`warmup_steps`). Received: warmup_epochs={self.warmup_epochs!r}"
+                )
             self._resolved_warmup = lr_math.epochs_to_steps(self.warmup_epochs, steps)
         self._spe = int(getattr(self.model, "steps_per_execution", 1) or 1)
         self._step = None

@@ -26,11 +26,11 @@ def percentile(values: Iterable[float], q: float) -> float:
     """
     data = sorted(float(v) for v in values)
     if not data:
-        raise ValueError("Invalid value for `values`: expected at least one "
-                         "value. Received: values=[]")
+        raise ValueError(
+            "Invalid value for `values`: expected at least one value. Received: values=[]"
+        )
     if not 0 <= q <= 100:
-        raise ValueError(f"Invalid value for `q`: expected a number in "
-                         f"[0, 100]. Received: q={q!r}")
+        raise ValueError(f"Invalid value for `q`: expected a number in [0, 100]. Received: q={q!r}")
     pos = (len(data) - 1) * q / 100.0
     lo = math.floor(pos)
     hi = min(lo + 1, len(data) - 1)
@@ -93,9 +93,11 @@ def plateau_reached(throughputs: Sequence[float], rel_tolerance: float) -> bool:
         False
     """
     if not 0 <= rel_tolerance:
-        raise ValueError(f"Invalid value for `rel_tolerance`: expected a "
-                         f"non-negative number. Received: rel_tolerance="
-                         f"{rel_tolerance!r}")
+        raise ValueError(
+            f"Invalid value for `rel_tolerance`: expected a "
+            f"non-negative number. Received: rel_tolerance="
+            f"{rel_tolerance!r}"
+        )
     if len(throughputs) < 2:
         return False
     best_before = max(throughputs[:-1])

@@ -34,8 +34,8 @@ from tfdist_opt.callbacks import _common
 from tfdist_opt.strategy import topology as topology_lib
 
 _SCALAR_METADATA = summary_pb2.SummaryMetadata(
-    plugin_data=summary_pb2.SummaryMetadata.PluginData(
-        plugin_name="scalars")).SerializeToString()
+    plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
+).SerializeToString()
 
 
 # One event file per log_dir per process, shared by every ScalarWriter:
@@ -78,8 +78,7 @@ class ScalarWriter:
 
     def __init__(self, log_dir: str | None, chief: bool | None = None):
         chief = _common.is_chief() if chief is None else chief
-        self._key, self._writer = (_acquire(log_dir) if log_dir and chief
-                                   else (None, None))
+        self._key, self._writer = _acquire(log_dir) if log_dir and chief else (None, None)
 
     @property
     def active(self) -> bool:
@@ -92,9 +91,11 @@ class ScalarWriter:
         with self._writer.as_default(step=step):
             for key in sorted(values):
                 if values[key] is not None:
-                    tf.summary.write(f"{prefix}/{key}",
-                                     tf.constant(values[key], tf.float32),
-                                     metadata=_SCALAR_METADATA)
+                    tf.summary.write(
+                        f"{prefix}/{key}",
+                        tf.constant(values[key], tf.float32),
+                        metadata=_SCALAR_METADATA,
+                    )
 
     def close(self) -> None:
         if self._writer is not None:
@@ -122,7 +123,8 @@ class ChiefOnlyTensorBoard:
         """The chief rule; Keras's own TensorBoard under our strategy's `fit`
         gets the one-writer-per-storage rule instead (`chief_callbacks`)."""
         return _common.is_chief() and topology_lib.strategy_is_chief(
-            getattr(model, "distribute_strategy", None))
+            getattr(model, "distribute_strategy", None)
+        )
 
     def _skip(self) -> bool:
         return not getattr(self, "writes", True)
@@ -139,9 +141,18 @@ def _chief_only(name):
     return hook
 
 
-for _hook in ("on_train_begin", "on_train_end", "on_test_begin", "on_test_end",
-              "on_train_batch_begin", "on_train_batch_end", "on_test_batch_begin",
-              "on_test_batch_end", "on_epoch_begin", "on_epoch_end"):
+for _hook in (
+    "on_train_begin",
+    "on_train_end",
+    "on_test_begin",
+    "on_test_end",
+    "on_train_batch_begin",
+    "on_train_batch_end",
+    "on_test_batch_begin",
+    "on_test_batch_end",
+    "on_epoch_begin",
+    "on_epoch_end",
+):
     setattr(ChiefOnlyTensorBoard, _hook, _chief_only(_hook))
 del _hook
 

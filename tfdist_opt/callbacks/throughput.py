@@ -63,10 +63,16 @@ class ThroughputMonitor(keras.callbacks.Callback):
         >>> monitor.summary()["examples_per_sec"]
     """
 
-    def __init__(self, global_batch_size: int, window: int = 20,
-                 warmup_steps: int = 2, log_dir: str | None = None,
-                 summary_freq: int = 10, verbose: int = 1,
-                 json_path: str | None = None):
+    def __init__(
+        self,
+        global_batch_size: int,
+        window: int = 20,
+        warmup_steps: int = 2,
+        log_dir: str | None = None,
+        summary_freq: int = 10,
+        verbose: int = 1,
+        json_path: str | None = None,
+    ):
         super().__init__()
         validation.check_int("global_batch_size", global_batch_size, 1)
         validation.check_int("window", window, 1)
@@ -101,8 +107,7 @@ class ThroughputMonitor(keras.callbacks.Callback):
         self._reset()
         self._chief = _common.is_chief()
         self._num_replicas = self.model.distribute_strategy.num_replicas_in_sync
-        self._steps_per_execution = int(
-            getattr(self.model, "steps_per_execution", 1) or 1)
+        self._steps_per_execution = int(getattr(self.model, "steps_per_execution", 1) or 1)
         self._writer = summaries.ScalarWriter(self.log_dir, self._chief)
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -130,9 +135,10 @@ class ThroughputMonitor(keras.callbacks.Callback):
         self._examples_timed += examples
         self._epoch_times.append(elapsed / self._steps_per_execution)
         self._epoch_examples += examples
-        values = self._figures(self._window.examples_per_sec(),
-                               [t / self._steps_per_execution
-                                for t in self._window.times])
+        values = self._figures(
+            self._window.examples_per_sec(),
+            [t / self._steps_per_execution for t in self._window.times],
+        )
         if logs is not None:
             logs.update(values)
         if self._writer is not None and step % self.summary_freq == 0:
@@ -146,20 +152,24 @@ class ThroughputMonitor(keras.callbacks.Callback):
         if logs is not None:
             logs.update(values)
         if self._chief and self.verbose:
-            print(f"ThroughputMonitor epoch {epoch + 1}: "
-                  f"{values['examples_per_sec']:.1f} examples/sec "
-                  f"({values['examples_per_sec_per_replica']:.1f} per replica), "
-                  f"step time median {values['step_time_median'] * 1e3:.2f} ms, "
-                  f"p90 {values['step_time_p90'] * 1e3:.2f} ms", flush=True)
+            print(
+                f"ThroughputMonitor epoch {epoch + 1}: "
+                f"{values['examples_per_sec']:.1f} examples/sec "
+                f"({values['examples_per_sec_per_replica']:.1f} per replica), "
+                f"step time median {values['step_time_median'] * 1e3:.2f} ms, "
+                f"p90 {values['step_time_p90'] * 1e3:.2f} ms",
+                flush=True,
+            )
 
     def on_train_end(self, logs=None):
         if self._writer is not None:
             self._writer.close()
             self._writer = None
         if self._chief and self.verbose and self._all_times:
-            print("ThroughputMonitor summary: " + json.dumps(self.summary(),
-                                                             sort_keys=True),
-                  flush=True)
+            print(
+                "ThroughputMonitor summary: " + json.dumps(self.summary(), sort_keys=True),
+                flush=True,
+            )
         if self.json_path:
             self.export_json(self.json_path)
 
@@ -178,15 +188,17 @@ class ThroughputMonitor(keras.callbacks.Callback):
             return {}
         seconds = sum(self._all_times) * self._steps_per_execution
         out = self._figures(self._examples_timed / seconds, self._all_times)
-        out.update({
-            "step_time_jitter": stats.jitter(self._all_times),
-            "steps_timed": len(self._all_times),
-            "examples_timed": self._examples_timed,
-            "seconds_timed": seconds,
-            "global_batch_size": self.global_batch_size,
-            "num_replicas": self._num_replicas,
-            "warmup_steps": self.warmup_steps,
-        })
+        out.update(
+            {
+                "step_time_jitter": stats.jitter(self._all_times),
+                "steps_timed": len(self._all_times),
+                "examples_timed": self._examples_timed,
+                "seconds_timed": seconds,
+                "global_batch_size": self.global_batch_size,
+                "num_replicas": self._num_replicas,
+                "warmup_steps": self.warmup_steps,
+            }
+        )
         return out
 
     def export_json(self, path: str) -> str | None:
@@ -197,8 +209,7 @@ class ThroughputMonitor(keras.callbacks.Callback):
         """
         if not self._chief:
             return None
-        _common.atomic_write_text(path, json.dumps(self.summary(), indent=2,
-                                                   sort_keys=True))
+        _common.atomic_write_text(path, json.dumps(self.summary(), indent=2, sort_keys=True))
         return path
 
     # ------------------------------------------------------- internals

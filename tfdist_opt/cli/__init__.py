@@ -12,11 +12,17 @@ import sys
 
 # subcommand -> (module, one-line help)
 _COMMANDS = {
-    "info": ("tfdist_opt.cli.info", "versions, devices and the strategy opt_strategy() would build"),
+    "info": (
+        "tfdist_opt.cli.info",
+        "versions, devices and the strategy opt_strategy() would build",
+    ),
     "tf-config": ("tfdist_opt.cli.tf_config", "print or write TF_CONFIG for each task"),
     "launch": ("tfdist_opt.cli.launch", "run N local workers with generated TF_CONFIG"),
     "bench": ("tfdist_opt.cli.bench", "run a benchmark binary (train | allreduce | input)"),
-    "k8s": ("tfdist_opt.cli.k8s", "print Kubernetes manifests: Trainer v2 TrainJob, KubeRay RayJob, TFJob"),
+    "k8s": (
+        "tfdist_opt.cli.k8s",
+        "print Kubernetes manifests: Trainer v2 TrainJob, KubeRay RayJob, TFJob",
+    ),
 }
 
 
@@ -34,8 +40,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     name, rest = argv[0], argv[1:]
     if name not in _COMMANDS:
-        print(f"tfdist-opt: unrecognized command {name!r}. Expected one of: "
-              f"{', '.join(_COMMANDS)}.\n\n{_usage()}", file=sys.stderr)
+        print(
+            f"tfdist-opt: unrecognized command {name!r}. Expected one of: "
+            f"{', '.join(_COMMANDS)}.\n\n{_usage()}",
+            file=sys.stderr,
+        )
         return 2
     module_name = _COMMANDS[name][0]
     try:
@@ -43,8 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     except ModuleNotFoundError as e:
         if e.name != module_name:
             raise
-        print(f"tfdist-opt: command {name!r} is not available in this build.",
-              file=sys.stderr)
+        print(f"tfdist-opt: command {name!r} is not available in this build.", file=sys.stderr)
         return 2
     return int(module.main(rest) or 0)
 

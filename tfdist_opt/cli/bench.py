@@ -55,7 +55,8 @@ def benchmarks_dir(environ=None) -> pathlib.Path:
             f"{where}. Expected a source checkout with benchmarks/ next to "
             "tfdist_opt/, or an install built from one (`pip install .` "
             "ships them), or set "
-            f"{BENCHMARKS_DIR_ENV}=/path/to/benchmarks.")
+            f"{BENCHMARKS_DIR_ENV}=/path/to/benchmarks."
+        )
     return path
 
 
@@ -67,21 +68,25 @@ def command(name: str, flags: list[str], environ=None) -> list[str]:
         FileNotFoundError: the binaries or this binary are missing.
     """
     if name not in BINARIES:
-        raise ValueError(f"Unrecognized benchmark: {name!r}. Expected one of: "
-                         f"{', '.join(BINARIES)}.")
+        raise ValueError(
+            f"Unrecognized benchmark: {name!r}. Expected one of: {', '.join(BINARIES)}."
+        )
     path = benchmarks_dir(environ) / BINARIES[name][0]
     if not path.is_file():
-        raise FileNotFoundError(f"{PROG}: {path} is missing. Expected the "
-                                f"{name!r} benchmark binary there.")
+        raise FileNotFoundError(
+            f"{PROG}: {path} is missing. Expected the {name!r} benchmark binary there."
+        )
     return [sys.executable, str(path), *flags]
 
 
 def usage() -> str:
     lines = [f"usage: {PROG} BENCHMARK [FLAGS...]", "", "benchmarks:"]
     lines += [f"  {n:<10} {h}  (benchmarks/{f})" for n, (f, h) in BINARIES.items()]
-    lines += ["", f"Flags go to the binary unchanged; `{PROG} BENCHMARK --help` "
-              "lists them.", "Under the launcher: tfdist-opt launch -n 2 -- "
-              f"{PROG} train --compare=baseline"]
+    lines += [
+        "",
+        f"Flags go to the binary unchanged; `{PROG} BENCHMARK --help` lists them.",
+        f"Under the launcher: tfdist-opt launch -n 2 -- {PROG} train --compare=baseline",
+    ]
     return "\n".join(lines)
 
 
@@ -93,8 +98,7 @@ def main(argv: list[str]) -> int:
     try:
         cmd = command(argv[0], argv[1:])
     except (ValueError, FileNotFoundError) as e:
-        print(f"{PROG}: {e}\n\n{usage()}" if isinstance(e, ValueError)
-              else str(e), file=sys.stderr)
+        print(f"{PROG}: {e}\n\n{usage()}" if isinstance(e, ValueError) else str(e), file=sys.stderr)
         return 2
     return _exec(cmd)
 

@@ -38,9 +38,11 @@ def collect(config_path: str | None = None) -> dict[str, Any]:
 
     if versions.uses_legacy_keras():
         import tf_keras as keras_module
+
         keras_name = "tf_keras"
     else:
         import keras as keras_module
+
         keras_name = "keras"
     out: dict[str, Any] = {
         "python": platform.python_version(),
@@ -59,19 +61,28 @@ def collect(config_path: str | None = None) -> dict[str, Any]:
         topo = topology_lib.detect_topology()
         out["config"] = cfg.to_dict()
         out["tf_config_role"] = (
-            None if topo.tf_config is None else
-            {"task_type": topo.task_type, "task_index": topo.task_index,
-             "num_workers": topo.num_workers, "is_chief": topo.is_chief})
+            None
+            if topo.tf_config is None
+            else {
+                "task_type": topo.task_type,
+                "task_index": topo.task_index,
+                "num_workers": topo.num_workers,
+                "is_chief": topo.is_chief,
+            }
+        )
         plan = plan_lib.plan_strategy(cfg, topo)
         out["strategy"] = {
-            "kind": plan.kind, "devices": list(plan.devices),
+            "kind": plan.kind,
+            "devices": list(plan.devices),
             "replicas_here": plan.num_local_replicas,
             "replicas_in_sync": plan.num_local_replicas * topo.num_workers,
             "collective_implementation": plan.all_reduce,
-            "why": list(plan.reasons), "warnings": list(plan.warnings),
+            "why": list(plan.reasons),
+            "warnings": list(plan.warnings),
             "settings": dict(plan.settings),
             "gpu_memory_growth": plan.gpu_memory_growth,
-            "gpu_memory": plan.gpu_memory}
+            "gpu_memory": plan.gpu_memory,
+        }
         if plan.kind == "multi_worker":
             out["cpu_split"] = cpu_split.detect(cfg.cpu_split, topo.tf_config).reason
     except ValueError as e:
@@ -81,7 +92,7 @@ def collect(config_path: str | None = None) -> dict[str, Any]:
 
 _SAVING = {
     "auto": "storage_sharing=auto: per directory, a probe finds which workers "
-            "share it; one writer per shared storage, a private disk keeps its own copy",
+    "share it; one writer per shared storage, a private disk keeps its own copy",
     "shared": "storage_sharing=shared: every worker sees one storage; only the chief writes",
     "per_worker": "storage_sharing=per_worker: every worker writes its own copy",
 }
@@ -91,7 +102,7 @@ def format_text(info: dict[str, Any]) -> str:
     lines = [
         f"tfdist_opt   : Python {info['python']}, TensorFlow {info['tensorflow']}, {info['keras']}",
         f"devices      : {info['devices']['CPU']} CPU, {len(info['devices']['GPU'])} GPU"
-        + (f" ({', '.join(info['devices']['GPU'])})" if info['devices']['GPU'] else "")
+        + (f" ({', '.join(info['devices']['GPU'])})" if info["devices"]["GPU"] else "")
         + ("" if info["built_with_cuda"] else " (TensorFlow built without CUDA)"),
     ]
     if "tested_set" in info:
@@ -100,11 +111,18 @@ def format_text(info: dict[str, Any]) -> str:
         lines.append(f"error        : {info['error']}")
         return "\n".join(lines)
     role = info["tf_config_role"]
-    lines.append("TF_CONFIG    : " + ("not set (single process)" if role is None else
-                 f"{role['task_type']}:{role['task_index']} (side-car, outside the "
-                 "training cluster)" if role["task_type"] == "evaluator" else
-                 f"{role['task_type']}:{role['task_index']} of {role['num_workers']} task(s)"
-                 + (" (chief)" if role["is_chief"] else "")))
+    lines.append(
+        "TF_CONFIG    : "
+        + (
+            "not set (single process)"
+            if role is None
+            else f"{role['task_type']}:{role['task_index']} (side-car, outside the "
+            "training cluster)"
+            if role["task_type"] == "evaluator"
+            else f"{role['task_type']}:{role['task_index']} of {role['num_workers']} task(s)"
+            + (" (chief)" if role["is_chief"] else "")
+        )
+    )
     s = info["strategy"]
     settings = s.get("settings") or {}
     if "variable_partitioning" in settings:  # parameter_server
@@ -134,24 +152,25 @@ def format_text(info: dict[str, Any]) -> str:
     if s["kind"] == "multi_worker":
         lines.append(f"stalls       : {_stalls_line(info.get('config') or {})}")
     if (info.get("config") or {}).get("shard_optimizer_state"):
-        lines.append(f"optimizer    : state sharded, 1/{s['replicas_in_sync']} of "
-                     "each slot per replica (shard_optimizer_state)")
+        lines.append(
+            f"optimizer    : state sharded, 1/{s['replicas_in_sync']} of "
+            "each slot per replica (shard_optimizer_state)"
+        )
     lines += [f"warning      : {w}" for w in s["warnings"]]
     sharing = (info.get("config") or {}).get("storage_sharing")
     if sharing and role is not None:
         lines.append("saving       : " + _SAVING.get(sharing, sharing))
-    lines.append("presets      : " + (", ".join(
-        os.path.basename(p) for p in info["presets"]) or "none"))
+    lines.append(
+        "presets      : " + (", ".join(os.path.basename(p) for p in info["presets"]) or "none")
+    )
     return "\n".join(lines)
 
 
 _COLLECTIVES = {
-    ("mirrored", "nccl"): "nccl (NcclAllReduce: NCCL among this process's GPUs, "
-                          "no gRPC)",
-    ("mirrored", "hierarchical_copy"): "hierarchical_copy (copies between GPUs, "
-                                       "summed on one)",
+    ("mirrored", "nccl"): "nccl (NcclAllReduce: NCCL among this process's GPUs, no gRPC)",
+    ("mirrored", "hierarchical_copy"): "hierarchical_copy (copies between GPUs, summed on one)",
     ("multi_worker", "nccl"): "nccl (collective ops: NCCL across the workers' "
-                              "GPUs, set up through the coordination service)",
+    "GPUs, set up through the coordination service)",
     ("multi_worker", "ring"): "ring (collective ops over gRPC)",
 }
 
@@ -168,18 +187,20 @@ def _tested_set() -> dict[str, Any]:
     """The installed TensorFlow / Keras / tf-keras against the tested set."""
     installed = versions.installed_versions()
     why = versions.check(installed)
-    return {"tested": versions.tested_set(),
-            "installed": {pkg: f"{dist} {ver}" for pkg, (dist, ver) in installed.items()},
-            "outside": {pkg: f"{' '.join(installed[pkg])} ({reason})"
-                        for pkg, reason in why.items() if reason}}
+    return {
+        "tested": versions.tested_set(),
+        "installed": {pkg: f"{dist} {ver}" for pkg, (dist, ver) in installed.items()},
+        "outside": {
+            pkg: f"{' '.join(installed[pkg])} ({reason})" for pkg, reason in why.items() if reason
+        },
+    }
 
 
 def _tested_set_line(tested: dict[str, Any]) -> str:
     found = ", ".join(tested["installed"].values())
     if not tested["outside"]:
         return f"tested set   : yes ({found}); tested: {tested['tested']}"
-    return (f"tested set   : no: {', '.join(tested['outside'].values())}; "
-            f"tested: {tested['tested']}")
+    return f"tested set   : no: {', '.join(tested['outside'].values())}; tested: {tested['tested']}"
 
 
 def _stalls_line(cfg: dict[str, Any]) -> str:
@@ -189,10 +210,15 @@ def _stalls_line(cfg: dict[str, Any]) -> str:
     warn, abort = cfg.get("stall_warn_s"), cfg.get("stall_abort_s")
     if not warn:
         return "inspector off (stall_warn_s=0 or None): a stuck worker hangs the job"
-    return (f"a worker behind for {warn:g} s is named with its stack, every "
-            f"{warn:g} s (stall_warn_s); "
-            + (f"abort after {abort:g} s, exit code {STALL_EXIT_CODE} "
-               "(stall_abort_s)" if abort else "never aborted (stall_abort_s off)"))
+    return (
+        f"a worker behind for {warn:g} s is named with its stack, every "
+        f"{warn:g} s (stall_warn_s); "
+        + (
+            f"abort after {abort:g} s, exit code {STALL_EXIT_CODE} (stall_abort_s)"
+            if abort
+            else "never aborted (stall_abort_s off)"
+        )
+    )
 
 
 def _gradients_line(cfg: dict[str, Any]) -> str | None:
@@ -201,8 +227,11 @@ def _gradients_line(cfg: dict[str, Any]) -> str | None:
 
     if cfg.get("compression") == "powersgd":
         return powersgd.describe_settings(
-            cfg["powersgd_rank"], cfg["powersgd_start_step"],
-            cfg["powersgd_min_compression"], cfg["powersgd_wire"])
+            cfg["powersgd_rank"],
+            cfg["powersgd_start_step"],
+            cfg["powersgd_min_compression"],
+            cfg["powersgd_wire"],
+        )
     return None
 
 
@@ -210,11 +239,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tfdist-opt info",
         description="Show versions, devices, TF_CONFIG role and the strategy "
-                    "opt_strategy() would build here, and why.")
+        "opt_strategy() would build here, and why.",
+    )
     parser.add_argument("--config", help="config file or preset name (configs/)")
     parser.add_argument("--json", action="store_true", help="print JSON")
-    parser.add_argument("--verbose", action="store_true",
-                        help="also show TensorFlow's C++ start-up lines")
+    parser.add_argument(
+        "--verbose", action="store_true", help="also show TensorFlow's C++ start-up lines"
+    )
     return parser
 
 
@@ -233,7 +264,11 @@ def _run_quiet(argv: list[str], timeout_s: float = 300.0) -> int:
     keep = log_filter.StartupNoiseFilter(log_filter.min_log_level(env))
     proc = subprocess.Popen(
         [sys.executable, "-m", "tfdist_opt", "info", *argv, "--verbose"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -241,8 +276,7 @@ def _run_quiet(argv: list[str], timeout_s: float = 300.0) -> int:
         out, err = proc.communicate()
         err += f"tfdist-opt info: no answer within {timeout_s:g} s; stopped.\n"
     sys.stdout.write(out)
-    sys.stderr.write("".join(line for line in err.splitlines(keepends=True)
-                             if keep(line)))
+    sys.stderr.write("".join(line for line in err.splitlines(keepends=True) if keep(line)))
     sys.stdout.flush()
     return proc.returncode if proc.returncode is not None else 1
 

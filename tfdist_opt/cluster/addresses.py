@@ -43,15 +43,18 @@ def parse_host_list(text: str, default_port: int | None = None) -> list[str]:
         ValueError: an empty entry, a missing or invalid port.
     """
     if not isinstance(text, str):
-        raise TypeError(f"Invalid host list: expected a str like "
-                        f"'h1:2222,h2:2222'. Received: {type(text).__name__}")
+        raise TypeError(
+            f"Invalid host list: expected a str like "
+            f"'h1:2222,h2:2222'. Received: {type(text).__name__}"
+        )
     out = []
     for i, raw in enumerate(text.split(",")):
         entry = raw.strip()
         if not entry:
             raise ValueError(
                 f"Invalid host list: entry {i} is empty; expected "
-                f"'host:port,host:port'. Received: {text!r}")
+                f"'host:port,host:port'. Received: {text!r}"
+            )
         host, port = tf_config_lib.split_address(entry)
         if port is None and default_port is not None:
             entry = join_address(host, default_port)
@@ -59,7 +62,8 @@ def parse_host_list(text: str, default_port: int | None = None) -> list[str]:
         if tf_config_lib.parse_port(port) is None:
             raise ValueError(
                 f"Invalid host list: entry {entry!r} needs a port in 1..65535 "
-                f"('host:port'). Received: {text!r}")
+                f"('host:port'). Received: {text!r}"
+            )
         out.append(entry)
     return out
 
@@ -79,20 +83,19 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
             s.close()
 
 
-def local_addresses(n: int, host: str = "localhost",
-                    ports: list[int] | None = None) -> list[str]:
+def local_addresses(n: int, host: str = "localhost", ports: list[int] | None = None) -> list[str]:
     """n loopback addresses on free ports (or on `ports`)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"Invalid value for `n`: expected a positive int. "
-                         f"Received: n={n!r}")
+        raise ValueError(f"Invalid value for `n`: expected a positive int. Received: n={n!r}")
     if not tf_config_lib.is_loopback_host(host):
         raise ValueError(
             f"Invalid value for `host`: local workers listen on loopback only "
-            f"(TF's gRPC server is unauthenticated). Received: host={host!r}")
+            f"(TF's gRPC server is unauthenticated). Received: host={host!r}"
+        )
     ports = free_ports(n) if ports is None else list(ports)
     return [join_address(host, p) for p in ports]
 
 
 def join_address(host: str, port: int) -> str:
-    """"host:port", bracketing an IPv6 host."""
+    """ "host:port", bracketing an IPv6 host."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

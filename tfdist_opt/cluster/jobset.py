@@ -62,40 +62,45 @@ _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
-def _int(environ: Mapping[str, str], name: str, minimum: int,
-         default: int | None = None) -> int:
+def _int(environ: Mapping[str, str], name: str, minimum: int, default: int | None = None) -> int:
     text = environ.get(name, "").strip()
     if not text and default is not None:
         return default
     if not re.fullmatch(r"\d+", text) or int(text) < minimum:
         raise ValueError(
             f"Invalid JobSet pod environment: `{name}` expected an int >= "
-            f"{minimum}. Received: {name}={environ.get(name)!r}")
+            f"{minimum}. Received: {name}={environ.get(name)!r}"
+        )
     return int(text)
 
 
-def _name(environ: Mapping[str, str], name: str, pattern: re.Pattern,
-          default: str | None = None) -> str:
+def _name(
+    environ: Mapping[str, str], name: str, pattern: re.Pattern, default: str | None = None
+) -> str:
     text = environ.get(name, "").strip() or default
     if not text or not pattern.match(text):
         raise ValueError(
             f"Invalid JobSet pod environment: `{name}` expected a DNS name (set "
             f"from the pod's JobSet labels by the tfdist-opt TensorFlow runtime). "
-            f"Received: {name}={environ.get(name)!r}")
+            f"Received: {name}={environ.get(name)!r}"
+        )
     return text
 
 
-def jobset_hosts(jobset: str, replicated_job: str, job_index: int,
-                 workers: int, subdomain: str | None = None,
-                 port: int = DEFAULT_PORT) -> list[str]:
+def jobset_hosts(
+    jobset: str,
+    replicated_job: str,
+    job_index: int,
+    workers: int,
+    subdomain: str | None = None,
+    port: int = DEFAULT_PORT,
+) -> list[str]:
     """The "host:port" of every pod of one Job of a JobSet, by pod index."""
     domain = subdomain or jobset
-    return [f"{jobset}-{replicated_job}-{job_index}-{i}.{domain}:{port}"
-            for i in range(workers)]
+    return [f"{jobset}-{replicated_job}-{job_index}-{i}.{domain}:{port}" for i in range(workers)]
 
 
-def tf_config_from_jobset(environ: Mapping[str, str] | None = None
-                          ) -> dict[str, Any] | None:
+def tf_config_from_jobset(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     """This JobSet pod's TF_CONFIG, built from its index and JobSet's hostnames.
 
     Pure: reads `environ` only (see the module docstring for the variables).
@@ -129,23 +134,27 @@ def tf_config_from_jobset(environ: Mapping[str, str] | None = None
             f"Invalid JobSet pod environment: `{COMPLETION_INDEX_ENV}` expected "
             f"an index below {WORKERS_ENV}={workers} (the TrainJob's numNodes "
             f"and {WORKERS_ENV} must agree). Received: "
-            f"{COMPLETION_INDEX_ENV}={environ.get(COMPLETION_INDEX_ENV)!r}")
+            f"{COMPLETION_INDEX_ENV}={environ.get(COMPLETION_INDEX_ENV)!r}"
+        )
     jobset = _name(environ, NAME_ENV, _LABEL)
     replicated_job = _name(environ, REPLICATED_JOB_ENV, _LABEL)
     job_index = _int(environ, JOB_INDEX_ENV, 0, default=0)
     subdomain = _name(environ, SUBDOMAIN_ENV, _SUBDOMAIN, default=jobset)
     port = _int(environ, PORT_ENV, 1, default=DEFAULT_PORT)
     if port > 65535:
-        raise ValueError(f"Invalid JobSet pod environment: `{PORT_ENV}` expected "
-                         f"a port in 1..65535. Received: {PORT_ENV}={port}")
+        raise ValueError(
+            f"Invalid JobSet pod environment: `{PORT_ENV}` expected "
+            f"a port in 1..65535. Received: {PORT_ENV}={port}"
+        )
     if workers == 1:
         return None
     hosts = jobset_hosts(jobset, replicated_job, job_index, workers, subdomain, port)
     return tf_config_lib.build_tf_config({"worker": hosts}, "worker", index)
 
 
-def apply_jobset_tf_config(environ: MutableMapping[str, str] | None = None
-                           ) -> dict[str, Any] | None:
+def apply_jobset_tf_config(
+    environ: MutableMapping[str, str] | None = None,
+) -> dict[str, Any] | None:
     """Sets TF_CONFIG from the JobSet variables when it is unset; idempotent.
 
     Args:

@@ -65,26 +65,36 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # ------------------------------------------------------------ field checks
 def check_label(field: str, value: Any, reserve: int = 0) -> None:
     """Raises unless `value` is a DNS label with `reserve` characters to spare."""
-    if (not isinstance(value, str) or not _DNS_LABEL.match(value)
-            or len(value) + reserve > 63):
+    if not isinstance(value, str) or not _DNS_LABEL.match(value) or len(value) + reserve > 63:
         raise ValueError(
             f"Invalid value for `{field}`: expected a DNS label (lower-case "
             f"letters, digits, '-', starting with a letter, at most "
             f"{63 - reserve} characters so pod names fit). Received: "
-            f"{field}={value!r}")
+            f"{field}={value!r}"
+        )
 
 
 def check_count(field: str, value: Any, minimum: int) -> None:
     """Raises unless `value` is an int (not a bool) >= `minimum`."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"Invalid value for `{field}`: expected an int >= "
-                         f"{minimum}. Received: {field}={value!r}")
+        raise ValueError(
+            f"Invalid value for `{field}`: expected an int >= "
+            f"{minimum}. Received: {field}={value!r}"
+        )
 
 
-def check_pod_fields(*, image: Any, command: Any = None, gpus: Any = 0,
-                     port: Any = None, max_restarts: Any = 0,
-                     env: Mapping[str, str] | None = None, backup_dir: Any = None,
-                     backup_claim: Any = None, namespace: Any = None) -> dict[str, str]:
+def check_pod_fields(
+    *,
+    image: Any,
+    command: Any = None,
+    gpus: Any = 0,
+    port: Any = None,
+    max_restarts: Any = 0,
+    env: Mapping[str, str] | None = None,
+    backup_dir: Any = None,
+    backup_claim: Any = None,
+    namespace: Any = None,
+) -> dict[str, str]:
     """Checks what every manifest kind shares; returns the env to set.
 
     `command` and `port` are checked unless None.
@@ -95,40 +105,61 @@ def check_pod_fields(*, image: Any, command: Any = None, gpus: Any = 0,
     if namespace is not None:
         check_label("namespace", namespace)
     if not isinstance(image, str) or not image.strip() or any(c.isspace() for c in image):
-        raise ValueError("Invalid value for `image`: expected a container image "
-                         f"reference like 'registry/trainer:1.0'. Received: image={image!r}")
-    if command is not None and (not command or isinstance(command, str) or not all(
-            isinstance(a, str) for a in command)):
-        raise ValueError("Invalid value for `command`: expected the program to "
-                         f"run after `--`. Received: command={command!r}")
+        raise ValueError(
+            "Invalid value for `image`: expected a container image "
+            f"reference like 'registry/trainer:1.0'. Received: image={image!r}"
+        )
+    if command is not None and (
+        not command or isinstance(command, str) or not all(isinstance(a, str) for a in command)
+    ):
+        raise ValueError(
+            "Invalid value for `command`: expected the program to "
+            f"run after `--`. Received: command={command!r}"
+        )
     check_count("gpus", gpus, 0)
     check_count("max_restarts", max_restarts, 0)
-    if port is not None and (isinstance(port, bool) or not isinstance(port, int)
-                             or not 1 <= port <= 65535):
-        raise ValueError("Invalid value for `port`: expected an int in 1..65535. "
-                         f"Received: port={port!r}")
+    if port is not None and (
+        isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535
+    ):
+        raise ValueError(
+            f"Invalid value for `port`: expected an int in 1..65535. Received: port={port!r}"
+        )
     if backup_dir is not None and (
-            not isinstance(backup_dir, str) or not backup_dir.startswith("/")
-            or ":" in backup_dir or any(c.isspace() for c in backup_dir)):
-        raise ValueError("Invalid value for `backup_dir`: expected an absolute "
-                         "path in the container (no ':' or spaces), the one the "
-                         "program gives DistributedBackupAndRestore. Received: "
-                         f"backup_dir={backup_dir!r}")
+        not isinstance(backup_dir, str)
+        or not backup_dir.startswith("/")
+        or ":" in backup_dir
+        or any(c.isspace() for c in backup_dir)
+    ):
+        raise ValueError(
+            "Invalid value for `backup_dir`: expected an absolute "
+            "path in the container (no ':' or spaces), the one the "
+            "program gives DistributedBackupAndRestore. Received: "
+            f"backup_dir={backup_dir!r}"
+        )
     if backup_claim is not None:
         if backup_dir is None:
-            raise ValueError("Invalid value for `backup_claim`: it names the "
-                             "volume mounted at `backup_dir`; set backup_dir too. "
-                             f"Received: backup_claim={backup_claim!r}, backup_dir=None")
-        if (not isinstance(backup_claim, str) or not _DNS_SUBDOMAIN.match(backup_claim)
-                or len(backup_claim) > 253):
-            raise ValueError("Invalid value for `backup_claim`: expected the name "
-                             "of a PersistentVolumeClaim in the job's namespace. "
-                             f"Received: backup_claim={backup_claim!r}")
+            raise ValueError(
+                "Invalid value for `backup_claim`: it names the "
+                "volume mounted at `backup_dir`; set backup_dir too. "
+                f"Received: backup_claim={backup_claim!r}, backup_dir=None"
+            )
+        if (
+            not isinstance(backup_claim, str)
+            or not _DNS_SUBDOMAIN.match(backup_claim)
+            or len(backup_claim) > 253
+        ):
+            raise ValueError(
+                "Invalid value for `backup_claim`: expected the name "
+                "of a PersistentVolumeClaim in the job's namespace. "
+                f"Received: backup_claim={backup_claim!r}"
+            )
     env = dict(env or {})
     for key in env:
         if not isinstance(key, str) or not _ENV_NAME.match(key):
-            raise ValueError("Invalid value for `env`: expected NAME=VALUE with a "
-                             f"shell-style NAME. Received: {key!r}")
+            raise ValueError(
+                "Invalid value for `env`: expected NAME=VALUE with a "
+                f"shell-style NAME. Received: {key!r}"
+            )
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 
@@ -139,10 +170,16 @@ def env_list(env: Mapping[str, str]) -> list[dict[str, Any]]:
     return [{"name": k, "value": str(v)} for k, v in sorted(env.items())]
 
 
-def container(name: str, image: str, command: Sequence[str] | None,
-              env: list[dict[str, Any]], gpus: int = 0, port: int | None = None,
-              port_name: str | None = None,
-              backup_dir: str | None = None) -> dict[str, Any]:
+def container(
+    name: str,
+    image: str,
+    command: Sequence[str] | None,
+    env: list[dict[str, Any]],
+    gpus: int = 0,
+    port: int | None = None,
+    port_name: str | None = None,
+    backup_dir: str | None = None,
+) -> dict[str, Any]:
     """A pod's container: `gpus` > 0 sets the `nvidia.com/gpu` limit.
 
     Kubernetes schedules extended resources such as GPUs by their limit (a
@@ -152,8 +189,9 @@ def container(name: str, image: str, command: Sequence[str] | None,
     if command is not None:
         c["command"] = list(command)
     if port is not None:
-        c["ports"] = [{"name": port_name, "containerPort": port} if port_name
-                      else {"containerPort": port}]
+        c["ports"] = [
+            {"name": port_name, "containerPort": port} if port_name else {"containerPort": port}
+        ]
     c["env"] = env
     if gpus:
         c["resources"] = {"limits": {GPU_RESOURCE: gpus}}
@@ -167,29 +205,37 @@ def backup_volumes(backup_dir: str | None, backup_claim: str | None) -> list[dic
     if backup_dir is None:
         return []
     if backup_claim is not None:
-        return [{"name": BACKUP_VOLUME,
-                 "persistentVolumeClaim": {"claimName": backup_claim}}]
+        return [{"name": BACKUP_VOLUME, "persistentVolumeClaim": {"claimName": backup_claim}}]
     return [{"name": BACKUP_VOLUME, "emptyDir": {}}]
 
 
-def warn_empty_dir(detail: str, backup_dir: str | None,
-                   backup_claim: str | None) -> None:
+def warn_empty_dir(detail: str, backup_dir: str | None, backup_claim: str | None) -> None:
     """Warns that an emptyDir backup volume is deleted with its pod."""
     if backup_dir is not None and backup_claim is None:
         warnings.warn(
             f"backup_dir={backup_dir!r} is an emptyDir volume, deleted with its "
             f"pod (pod deleted, evicted or rescheduled, node lost); {detail}. "
             "Name a PersistentVolumeClaim (backup_claim, --backup-claim) to keep "
-            "backups across pods.", stacklevel=3)
+            "backups across pods.",
+            stacklevel=3,
+        )
 
 
 # ------------------------------------------------------------ TFJob
-def build_tfjob(name: str, image: str, command: Sequence[str], workers: int,
-                ps: int = 0, namespace: str | None = None,
-                port: int = DEFAULT_PORT, gpus: int = 0, max_restarts: int = 0,
-                env: Mapping[str, str] | None = None,
-                backup_dir: str | None = None,
-                backup_claim: str | None = None) -> dict[str, Any]:
+def build_tfjob(
+    name: str,
+    image: str,
+    command: Sequence[str],
+    workers: int,
+    ps: int = 0,
+    namespace: str | None = None,
+    port: int = DEFAULT_PORT,
+    gpus: int = 0,
+    max_restarts: int = 0,
+    env: Mapping[str, str] | None = None,
+    backup_dir: str | None = None,
+    backup_claim: str | None = None,
+) -> dict[str, Any]:
     """A `TFJob` manifest: `workers` Worker pods (+ `ps` PS pods and a Chief).
 
     Args:
@@ -229,15 +275,33 @@ def build_tfjob(name: str, image: str, command: Sequence[str], workers: int,
     check_count("workers", workers, 1)
     check_count("ps", ps, 0)
     check_label("name", name, reserve=len("-worker-") + len(str(max(workers, ps))))
-    env = check_pod_fields(image=image, command=command, gpus=gpus, port=port,
-                           max_restarts=max_restarts, env=env, backup_dir=backup_dir,
-                           backup_claim=backup_claim, namespace=namespace)
-    warn_empty_dir("it survives the in-place container restarts of max_restarts "
-                   "(restartPolicy OnFailure)", backup_dir, backup_claim)
+    env = check_pod_fields(
+        image=image,
+        command=command,
+        gpus=gpus,
+        port=port,
+        max_restarts=max_restarts,
+        env=env,
+        backup_dir=backup_dir,
+        backup_claim=backup_claim,
+        namespace=namespace,
+    )
+    warn_empty_dir(
+        "it survives the in-place container restarts of max_restarts (restartPolicy OnFailure)",
+        backup_dir,
+        backup_claim,
+    )
 
     restart = "OnFailure" if max_restarts else "Never"
-    pod = dict(restart=restart, image=image, command=command, port=port, env=env,
-               backup_dir=backup_dir, backup_claim=backup_claim)
+    pod = dict(
+        restart=restart,
+        image=image,
+        command=command,
+        port=port,
+        env=env,
+        backup_dir=backup_dir,
+        backup_claim=backup_claim,
+    )
     specs = {}
     if ps:
         specs["Chief"] = _replica(1, gpus=gpus, **pod)
@@ -252,26 +316,34 @@ def build_tfjob(name: str, image: str, command: Sequence[str], workers: int,
         "kind": KIND,
         "metadata": metadata,
         "spec": {
-            "runPolicy": {"backoffLimit": max_restarts * replicas + 1 if max_restarts else 0,
-                          "cleanPodPolicy": "Running"},
+            "runPolicy": {
+                "backoffLimit": max_restarts * replicas + 1 if max_restarts else 0,
+                "cleanPodPolicy": "Running",
+            },
             "tfReplicaSpecs": specs,
         },
     }
 
 
-def _replica(n, *, restart, image, command, port, gpus, env, backup_dir,
-             backup_claim) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": [container(
-        CONTAINER_NAME, image, command, env_list(env), gpus, port, PORT_NAME,
-        backup_dir)]}
+def _replica(
+    n, *, restart, image, command, port, gpus, env, backup_dir, backup_claim
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [
+            container(
+                CONTAINER_NAME, image, command, env_list(env), gpus, port, PORT_NAME, backup_dir
+            )
+        ]
+    }
     volumes = backup_volumes(backup_dir, backup_claim)
     if volumes:
         spec["volumes"] = volumes
     return {"replicas": n, "restartPolicy": restart, "template": {"spec": spec}}
 
 
-def operator_tf_config(job: Mapping[str, Any], role: str, index: int,
-                       cluster_domain: str | None = None) -> dict[str, Any] | None:
+def operator_tf_config(
+    job: Mapping[str, Any], role: str, index: int, cluster_domain: str | None = None
+) -> dict[str, Any] | None:
     """The TF_CONFIG the Training Operator gives replica `role` `index` of `job`.
 
     Mirrors `genClusterSpec` / `genTFConfigJSONStr` (see the module
@@ -287,19 +359,28 @@ def operator_tf_config(job: Mapping[str, Any], role: str, index: int,
         if rtype == "Evaluator":
             continue
         rt = rtype.lower()
-        port = next(p["containerPort"] for c in spec["template"]["spec"]["containers"]
-                    if c["name"] == CONTAINER_NAME for p in c["ports"]
-                    if p["name"] == PORT_NAME)
+        port = next(
+            p["containerPort"]
+            for c in spec["template"]["spec"]["containers"]
+            if c["name"] == CONTAINER_NAME
+            for p in c["ports"]
+            if p["name"] == PORT_NAME
+        )
         domain = f".{cluster_domain}" if cluster_domain else ""
-        cluster[rt] = [f"{name}-{rt}-{i}.{namespace}.svc{domain}:{port}"
-                       for i in range(spec["replicas"])]
-    return {"cluster": cluster, "task": {"type": role.lower(), "index": index},
-            "environment": "cloud"}
+        cluster[rt] = [
+            f"{name}-{rt}-{i}.{namespace}.svc{domain}:{port}" for i in range(spec["replicas"])
+        ]
+    return {
+        "cluster": cluster,
+        "task": {"type": role.lower(), "index": index},
+        "environment": "cloud",
+    }
 
 
 _TFJOB_HOST = re.compile(
     r"^(?P<job>[a-z][-a-z0-9]*)-(?P<role>chief|worker|ps|master)-(?P<i>\d+)"
-    r"\.(?P<ns>[a-z0-9][-a-z0-9]*)\.svc(\.[a-z0-9.-]+)?$")
+    r"\.(?P<ns>[a-z0-9][-a-z0-9]*)\.svc(\.[a-z0-9.-]+)?$"
+)
 
 
 def tfjob_cluster(environ: Mapping[str, str] | None = None) -> "sources.ClusterSource":
@@ -324,8 +405,10 @@ def tfjob_cluster(environ: Mapping[str, str] | None = None) -> "sources.ClusterS
 
     cfg = tf_config_lib.tf_config_from_env(environ)
     if cfg is None:
-        raise ValueError("Invalid TFJob pod: TF_CONFIG is not set (the operator sets "
-                         "none for a one-replica job). Received: TF_CONFIG unset")
+        raise ValueError(
+            "Invalid TFJob pod: TF_CONFIG is not set (the operator sets "
+            "none for a one-replica job). Received: TF_CONFIG unset"
+        )
     jobs = set()
     for role, addresses in cfg["cluster"].items():
         for address in addresses:
@@ -334,20 +417,25 @@ def tfjob_cluster(environ: Mapping[str, str] | None = None) -> "sources.ClusterS
             if not m or m.group("role") != role:
                 raise ValueError(
                     f"Invalid TFJob TF_CONFIG: cluster.{role} address {address!r} is "
-                    "not a TFJob Service name; expected 'JOB-" + role +
-                    "-I.NAMESPACE.svc[.DOMAIN]:PORT'. Received: "
-                    f"cluster.{role}={addresses!r}")
+                    "not a TFJob Service name; expected 'JOB-"
+                    + role
+                    + "-I.NAMESPACE.svc[.DOMAIN]:PORT'. Received: "
+                    f"cluster.{role}={addresses!r}"
+                )
             jobs.add((m.group("job"), m.group("ns")))
     if len(jobs) != 1:
-        raise ValueError("Invalid TFJob TF_CONFIG: addresses name several jobs. "
-                         f"Received: jobs={sorted(jobs)!r}")
-    (job, namespace), = jobs
+        raise ValueError(
+            f"Invalid TFJob TF_CONFIG: addresses name several jobs. Received: jobs={sorted(jobs)!r}"
+        )
+    ((job, namespace),) = jobs
     task = cfg["task"]
     workers = tuple(cfg["cluster"].get("worker", ()))
     index = task["index"] if task["type"] == "worker" else None
     return sources.ClusterSource(
-        workers, index, f"Kubeflow TFJob {job} (namespace {namespace}), this pod "
-        f"{task['type']}:{task['index']}")
+        workers,
+        index,
+        f"Kubeflow TFJob {job} (namespace {namespace}), this pod {task['type']}:{task['index']}",
+    )
 
 
 # ------------------------------------------------------------------ YAML
@@ -378,8 +466,11 @@ def _scalar(v: Any) -> str:
 def _key(k: Any) -> str:
     if not isinstance(k, str):
         raise TypeError(f"to_yaml: keys must be str. Received: {k!r}")
-    return k if _PLAIN_KEY.match(k) and k not in ("true", "false", "null",
-                                                  "yes", "no", "on", "off") else json.dumps(k)
+    return (
+        k
+        if _PLAIN_KEY.match(k) and k not in ("true", "false", "null", "yes", "no", "on", "off")
+        else json.dumps(k)
+    )
 
 
 def _emit(obj: Any, indent: int):
@@ -395,7 +486,7 @@ def _emit(obj: Any, indent: int):
         for v in obj:
             if isinstance(v, (dict, list)) and v:
                 lines = list(_emit(v, indent + 2))
-                yield f"{pad}- {lines[0][indent + 2:]}"
+                yield f"{pad}- {lines[0][indent + 2 :]}"
                 yield from lines[1:]
             else:
                 yield f"{pad}- {_empty(v) if isinstance(v, (dict, list)) else _scalar(v)}\n"

@@ -43,8 +43,13 @@ HEAD_PORTS = (("gcs-server", 6379), ("dashboard", 8265), ("client", 10001))
 _PYTHON = re.compile(r"python[0-9.]*")
 
 
-def entrypoint(command: Sequence[str], workers: int, gpus: int = 0,
-               max_restarts: int = 0, storage: str | None = None) -> str:
+def entrypoint(
+    command: Sequence[str],
+    workers: int,
+    gpus: int = 0,
+    max_restarts: int = 0,
+    storage: str | None = None,
+) -> str:
     """The `tfdist-opt launch --ray auto ...` line the RayJob submits."""
     argv = ["tfdist-opt", "launch", "--ray", "auto", "-n", str(workers)]
     if gpus:
@@ -56,11 +61,19 @@ def entrypoint(command: Sequence[str], workers: int, gpus: int = 0,
     return shlex.join([*argv, "--", *command])
 
 
-def build_rayjob(name: str, image: str, command: Sequence[str], workers: int,
-                 namespace: str | None = None, gpus: int = 0,
-                 max_restarts: int = 0, env: Mapping[str, str] | None = None,
-                 backup_dir: str | None = None, backup_claim: str | None = None,
-                 ray_version: str = DEFAULT_RAY_VERSION) -> dict[str, Any]:
+def build_rayjob(
+    name: str,
+    image: str,
+    command: Sequence[str],
+    workers: int,
+    namespace: str | None = None,
+    gpus: int = 0,
+    max_restarts: int = 0,
+    env: Mapping[str, str] | None = None,
+    backup_dir: str | None = None,
+    backup_claim: str | None = None,
+    ray_version: str = DEFAULT_RAY_VERSION,
+) -> dict[str, Any]:
     """A `RayJob`: a head pod, `workers` worker pods, the launcher as entrypoint.
 
     Args:
@@ -93,34 +106,48 @@ def build_rayjob(name: str, image: str, command: Sequence[str], workers: int,
     # KubeRay's webhook: a RayJob name of at most 47 characters (its cluster
     # gets 6 more, and a RayCluster name at most 53; MaxRayJobNameLength).
     k8s.check_label("name", name, reserve=63 - MAX_NAME)
-    env = k8s.check_pod_fields(image=image, command=command, gpus=gpus,
-                               max_restarts=max_restarts, env=env,
-                               backup_dir=backup_dir, backup_claim=backup_claim,
-                               namespace=namespace)
+    env = k8s.check_pod_fields(
+        image=image,
+        command=command,
+        gpus=gpus,
+        max_restarts=max_restarts,
+        env=env,
+        backup_dir=backup_dir,
+        backup_claim=backup_claim,
+        namespace=namespace,
+    )
     command = list(command)
     exe = os.path.basename(command[0])
-    if not _PYTHON.fullmatch(exe) or len(command) < 2 or (
-            command[1].startswith("-") and command[1] != "-m") or command[1:] == ["-m"]:
+    if (
+        not _PYTHON.fullmatch(exe)
+        or len(command) < 2
+        or (command[1].startswith("-") and command[1] != "-m")
+        or command[1:] == ["-m"]
+    ):
         raise ValueError(
             "Invalid value for `command` with kind rayjob: Ray Train runs a "
             "Python script inside each worker. Expected `python SCRIPT.py "
-            f"ARGS...` or `python -m MODULE ARGS...`. Received: {shlex.join(command)}")
+            f"ARGS...` or `python -m MODULE ARGS...`. Received: {shlex.join(command)}"
+        )
     if backup_dir is not None and backup_claim is None:
         raise ValueError(
             "Invalid value for `backup_claim` with kind rayjob: Ray Train's "
             "storage must be shared by every pod, which an emptyDir is not. "
             "Expected a ReadWriteMany PersistentVolumeClaim. Received: "
-            f"backup_claim=None with backup_dir={backup_dir!r}")
+            f"backup_claim=None with backup_dir={backup_dir!r}"
+        )
     if not isinstance(ray_version, str) or not re.fullmatch(r"\d+\.\d+\.\d+", ray_version):
-        raise ValueError("Invalid value for `ray_version`: expected X.Y.Z, the "
-                         f"image's Ray. Received: ray_version={ray_version!r}")
+        raise ValueError(
+            "Invalid value for `ray_version`: expected X.Y.Z, the "
+            f"image's Ray. Received: ray_version={ray_version!r}"
+        )
 
     volumes = k8s.backup_volumes(backup_dir, backup_claim)
-    head = k8s.container(HEAD_CONTAINER, image, None, k8s.env_list(env),
-                         backup_dir=backup_dir)
+    head = k8s.container(HEAD_CONTAINER, image, None, k8s.env_list(env), backup_dir=backup_dir)
     head["ports"] = [{"name": n, "containerPort": p} for n, p in HEAD_PORTS]
-    worker = k8s.container(WORKER_CONTAINER, image, None, k8s.env_list(env), gpus,
-                           backup_dir=backup_dir)
+    worker = k8s.container(
+        WORKER_CONTAINER, image, None, k8s.env_list(env), gpus, backup_dir=backup_dir
+    )
     metadata = {"name": name}
     if namespace:
         metadata["namespace"] = namespace
@@ -138,14 +165,16 @@ def build_rayjob(name: str, image: str, command: Sequence[str], workers: int,
                     "rayStartParams": {"num-cpus": "0"},
                     "template": {"spec": _pod_spec(head, volumes)},
                 },
-                "workerGroupSpecs": [{
-                    "groupName": WORKER_GROUP,
-                    "replicas": workers,
-                    "minReplicas": workers,
-                    "maxReplicas": workers,
-                    "rayStartParams": {},
-                    "template": {"spec": _pod_spec(worker, volumes)},
-                }],
+                "workerGroupSpecs": [
+                    {
+                        "groupName": WORKER_GROUP,
+                        "replicas": workers,
+                        "minReplicas": workers,
+                        "maxReplicas": workers,
+                        "rayStartParams": {},
+                        "template": {"spec": _pod_spec(worker, volumes)},
+                    }
+                ],
             },
         },
     }

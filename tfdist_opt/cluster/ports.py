@@ -37,8 +37,10 @@ def _bind_error(port: int) -> str | None:
             if e.errno == errno.EADDRINUSE:
                 return "is already in use on this host"
             if e.errno == errno.EACCES:
-                return ("cannot be bound on this host (permission denied: "
-                        "ports below 1024 need privileges)")
+                return (
+                    "cannot be bound on this host (permission denied: "
+                    "ports below 1024 need privileges)"
+                )
             raise
     return None
 
@@ -56,7 +58,8 @@ def check_ports_free(tasks: Sequence[tuple[str, int]]) -> None:
                 f"Port {port} for {task} {problem}: TensorFlow could not start "
                 "that task's server. Stop the process holding it (`ss -ltnp | "
                 f"grep :{port}`) or choose other ports. Received: {task} "
-                f"port={port}")
+                f"port={port}"
+            )
 
 
 def check_own_port(cfg: Mapping, hostnames: Sequence[str] | None = None) -> None:
@@ -71,8 +74,7 @@ def check_own_port(cfg: Mapping, hostnames: Sequence[str] | None = None) -> None
     address = cfg["cluster"][task["type"]][task["index"]]
     host, port = tf_config_lib.split_address(address)
     if _is_this_host(host, hostnames):
-        check_ports_free([(f"{task['type']} {task['index']} ({address})",
-                           int(port))])
+        check_ports_free([(f"{task['type']} {task['index']} ({address})", int(port))])
 
 
 def _is_this_host(host: str, hostnames: Sequence[str] | None = None) -> bool:
@@ -85,7 +87,4 @@ def _is_this_host(host: str, hostnames: Sequence[str] | None = None) -> bool:
         except OSError:
             return False
     short = {n.split(".", 1)[0].lower() for n in names}
-    return host.lower() in {n.lower() for n in names} or (
-        host.split(".", 1)[0].lower() in short)
-
-
+    return host.lower() in {n.lower() for n in names} or (host.split(".", 1)[0].lower() in short)

@@ -29,8 +29,9 @@ def expand_nodelist(nodelist: str) -> list[str]:
         ['node01', 'node02', 'node03', 'node07', 'gpu-a1']
     """
     if not isinstance(nodelist, str) or not nodelist.strip():
-        raise ValueError("Invalid SLURM node list: expected e.g. "
-                         f"'node[01-04,07]'. Received: {nodelist!r}")
+        raise ValueError(
+            f"Invalid SLURM node list: expected e.g. 'node[01-04,07]'. Received: {nodelist!r}"
+        )
     out: list[str] = []
     for entry in _split_top_level(nodelist.strip(), nodelist):
         out.extend(_expand_entry(entry, nodelist))
@@ -52,12 +53,10 @@ def _split_top_level(text: str, whole: str) -> list[str]:
         else:
             cur.append(ch)
     if depth != 0:
-        raise ValueError(f"Invalid SLURM node list: unbalanced brackets. "
-                         f"Received: {whole!r}")
+        raise ValueError(f"Invalid SLURM node list: unbalanced brackets. Received: {whole!r}")
     parts.append("".join(cur))
     if any(not p.strip() for p in parts):
-        raise ValueError(f"Invalid SLURM node list: empty entry. "
-                         f"Received: {whole!r}")
+        raise ValueError(f"Invalid SLURM node list: empty entry. Received: {whole!r}")
     return [p.strip() for p in parts]
 
 
@@ -65,21 +64,21 @@ def _expand_entry(entry: str, whole: str) -> list[str]:
     m = re.search(r"\[([^\]]*)\]", entry)
     if not m:
         return [entry]
-    prefix, suffix = entry[:m.start()], entry[m.end():]
+    prefix, suffix = entry[: m.start()], entry[m.end() :]
     out = []
     for item in m.group(1).split(","):
         item = item.strip()
         lo, sep, hi = item.partition("-")
         if not lo.isdigit() or (sep and not hi.isdigit()):
             raise ValueError(
-                f"Invalid SLURM node list: bad range {item!r} in {entry!r}. "
-                f"Received: {whole!r}")
+                f"Invalid SLURM node list: bad range {item!r} in {entry!r}. Received: {whole!r}"
+            )
         if not sep:
             hi = lo
         if int(hi) < int(lo):
             raise ValueError(
-                f"Invalid SLURM node list: descending range {item!r}. "
-                f"Received: {whole!r}")
+                f"Invalid SLURM node list: descending range {item!r}. Received: {whole!r}"
+            )
         width = len(lo)
         for k in range(int(lo), int(hi) + 1):
             out.extend(_expand_entry(f"{prefix}{k:0{width}d}{suffix}", whole))
@@ -94,13 +93,15 @@ def expand_tasks_per_node(text: str, num_nodes: int) -> list[int]:
         if not m:
             raise ValueError(
                 "Invalid SLURM_TASKS_PER_NODE: expected e.g. '2(x3),1'. "
-                f"Received: SLURM_TASKS_PER_NODE={text!r}")
+                f"Received: SLURM_TASKS_PER_NODE={text!r}"
+            )
         counts.extend([int(m.group(1))] * int(m.group(2) or 1))
     if len(counts) != num_nodes:
         raise ValueError(
             f"Invalid SLURM_TASKS_PER_NODE: describes {len(counts)} node(s) "
             f"but the node list has {num_nodes}. "
-            f"Received: SLURM_TASKS_PER_NODE={text!r}")
+            f"Received: SLURM_TASKS_PER_NODE={text!r}"
+        )
     return counts
 
 
@@ -121,8 +122,9 @@ def _first(environ: Mapping[str, str], names: tuple[str, ...]):
     return None
 
 
-def slurm_cluster(environ: Mapping[str, str] | None = None,
-                  port: int = DEFAULT_PORT) -> ClusterSource:
+def slurm_cluster(
+    environ: Mapping[str, str] | None = None, port: int = DEFAULT_PORT
+) -> ClusterSource:
     """Task addresses of this SLURM job (step), and this task's index.
 
     Tasks are laid out as SLURM's default block distribution does: node by
@@ -147,7 +149,8 @@ def slurm_cluster(environ: Mapping[str, str] | None = None,
         raise ValueError(
             "Not inside a SLURM allocation: SLURM_JOB_NODELIST is unset. "
             "Run under salloc/sbatch, or pass --workers/--hostfile. "
-            f"Received: SLURM_JOB_NODELIST={environ.get('SLURM_JOB_NODELIST')!r}")
+            f"Received: SLURM_JOB_NODELIST={environ.get('SLURM_JOB_NODELIST')!r}"
+        )
     nodes = expand_nodelist(found[1])
     tpn = _first(environ, _TPN_VARS)
     ntasks = _first(environ, _NTASKS_VARS)
@@ -159,35 +162,34 @@ def slurm_cluster(environ: Mapping[str, str] | None = None,
             raise ValueError(
                 f"Invalid {ntasks[0]}: {n} task(s) do not divide evenly over "
                 f"{len(nodes)} node(s) and SLURM_TASKS_PER_NODE is unset. "
-                f"Received: {ntasks[0]}={ntasks[1]!r}, {found[0]}={found[1]!r}")
+                f"Received: {ntasks[0]}={ntasks[1]!r}, {found[0]}={found[1]!r}"
+            )
         counts = [n // len(nodes)] * len(nodes)
     else:
         counts = [1] * len(nodes)
-    addresses = [join_address(node, port + k) for node, c in zip(nodes, counts)
-                 for k in range(c)]
+    addresses = [join_address(node, port + k) for node, c in zip(nodes, counts) for k in range(c)]
     if ntasks is not None and _parse_int(*ntasks) != len(addresses):
         raise ValueError(
             f"Invalid SLURM environment: {ntasks[0]}={ntasks[1]!r} but "
             f"{tpn[0] if tpn else 'the node list'} gives {len(addresses)} "
-            f"task(s). Received: {found[0]}={found[1]!r}")
+            f"task(s). Received: {found[0]}={found[1]!r}"
+        )
     index = None
     if environ.get("SLURM_PROCID", "").strip():
         index = _parse_int("SLURM_PROCID", environ["SLURM_PROCID"])
         if not 0 <= index < len(addresses):
             raise ValueError(
                 f"Invalid SLURM_PROCID: expected an int in [0, "
-                f"{len(addresses)}). Received: SLURM_PROCID={index}")
-    return ClusterSource(tuple(addresses), index,
-                         f"SLURM {found[0]}={found[1]}")
+                f"{len(addresses)}). Received: SLURM_PROCID={index}"
+            )
+    return ClusterSource(tuple(addresses), index, f"SLURM {found[0]}={found[1]}")
 
 
 def _parse_int(name: str, text: str) -> int:
     try:
         value = int(text.strip())
     except ValueError:
-        raise ValueError(f"Invalid {name}: expected an int. "
-                         f"Received: {name}={text!r}") from None
+        raise ValueError(f"Invalid {name}: expected an int. Received: {name}={text!r}") from None
     if value < 0:
-        raise ValueError(f"Invalid {name}: expected a non-negative int. "
-                         f"Received: {name}={text!r}")
+        raise ValueError(f"Invalid {name}: expected a non-negative int. Received: {name}={text!r}")
     return value

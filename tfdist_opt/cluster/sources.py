@@ -60,8 +60,7 @@ __all__ = [
 _HOSTFILE_LINE = re.compile(r"^(?P<host>[^\s=]+)(?P<opts>(\s+\S+)*)$")
 
 
-def parse_hostfile(text: str, port: int = DEFAULT_PORT,
-                   source: str = "hostfile") -> list[str]:
+def parse_hostfile(text: str, port: int = DEFAULT_PORT, source: str = "hostfile") -> list[str]:
     """Hostfile text -> one address per slot.
 
     Lines are `host slots=N` (DeepSpeed, Horovod, Open MPI); `host` alone
@@ -101,42 +100,47 @@ def parse_hostfile(text: str, port: int = DEFAULT_PORT,
             if not sep:
                 raise ValueError(
                     f"Invalid {source} line {lineno}: expected 'host slots=N'. "
-                    f"Received: {raw.strip()!r}")
+                    f"Received: {raw.strip()!r}"
+                )
             if key == "slots":
                 if not value.isdigit() or int(value) < 1:
                     raise ValueError(
                         f"Invalid {source} line {lineno}: `slots` must be a "
-                        f"positive int. Received: slots={value!r}")
+                        f"positive int. Received: slots={value!r}"
+                    )
                 slots = int(value)
         if slots < 1:
-            raise ValueError(f"Invalid {source} line {lineno}: `slots` must be "
-                             f"a positive int. Received: {raw.strip()!r}")
+            raise ValueError(
+                f"Invalid {source} line {lineno}: `slots` must be "
+                f"a positive int. Received: {raw.strip()!r}"
+            )
         if host in seen:
             raise ValueError(
                 f"Invalid {source} line {lineno}: host {host!r} already listed "
-                f"on line {seen[host]}. Received: {raw.strip()!r}")
+                f"on line {seen[host]}. Received: {raw.strip()!r}"
+            )
         seen[host] = lineno
         out.extend(join_address(host, port + k) for k in range(slots))
     if not out:
-        raise ValueError(f"Invalid {source}: no hosts found (expected lines "
-                         f"'host slots=N'). Received: {text[:200]!r}")
+        raise ValueError(
+            f"Invalid {source}: no hosts found (expected lines "
+            f"'host slots=N'). Received: {text[:200]!r}"
+        )
     return out
 
 
 def read_hostfile(path: str | os.PathLike, port: int = DEFAULT_PORT) -> list[str]:
     with open(path, encoding="utf-8") as f:
-        return parse_hostfile(f.read(), port=port,
-                              source=f"hostfile {os.fspath(path)}")
-
+        return parse_hostfile(f.read(), port=port, source=f"hostfile {os.fspath(path)}")
 
 
 # ------------------------------------------------------------ Kubernetes
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
-def statefulset_addresses(name: str, service: str, replicas: int,
-                          port: int = DEFAULT_PORT,
-                          namespace: str | None = None) -> list[str]:
+def statefulset_addresses(
+    name: str, service: str, replicas: int, port: int = DEFAULT_PORT, namespace: str | None = None
+) -> list[str]:
     """Stable pod DNS names of a StatefulSet behind a headless Service.
 
     Example:
@@ -144,17 +148,22 @@ def statefulset_addresses(name: str, service: str, replicas: int,
         ['trainer-0.trainer-svc:2222', 'trainer-1.trainer-svc:2222']
     """
     for field, value in (("name", name), ("service", service)) + (
-            (("namespace", namespace),) if namespace else ()):
+        (("namespace", namespace),) if namespace else ()
+    ):
         if not isinstance(value, str) or not _DNS_LABEL.match(value):
             raise ValueError(
                 f"Invalid value for `{field}`: expected a DNS label (lower-case "
-                f"letters, digits, '-'). Received: {field}={value!r}")
+                f"letters, digits, '-'). Received: {field}={value!r}"
+            )
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
-        raise ValueError(f"Invalid value for `replicas`: expected a positive "
-                         f"int. Received: replicas={replicas!r}")
+        raise ValueError(
+            f"Invalid value for `replicas`: expected a positive "
+            f"int. Received: replicas={replicas!r}"
+        )
     if tf_config_lib.parse_port(str(port)) is None:
-        raise ValueError(f"Invalid value for `port`: expected an int in "
-                         f"1..65535. Received: port={port!r}")
+        raise ValueError(
+            f"Invalid value for `port`: expected an int in 1..65535. Received: port={port!r}"
+        )
     domain = f"{service}.{namespace}" if namespace else service
     return [f"{name}-{i}.{domain}:{port}" for i in range(replicas)]
 
@@ -165,7 +174,8 @@ def parse_statefulset_spec(spec: str) -> tuple[str, str, str | None, int]:
     if not m or tf_config_lib.parse_port(m.group(4)) is None:
         raise ValueError(
             "Invalid StatefulSet spec: expected 'NAME.SERVICE[.NAMESPACE]:PORT' "
-            f"(e.g. 'trainer.trainer-svc:2222'). Received: {spec!r}")
+            f"(e.g. 'trainer.trainer-svc:2222'). Received: {spec!r}"
+        )
     return m.group(1), m.group(2), m.group(3), int(m.group(4))
 
 
@@ -177,13 +187,14 @@ def statefulset_ordinal(hostname: str, name: str | None = None) -> int:
         expected = f"'{name}-N'" if name else "'NAME-N'"
         raise ValueError(
             f"Invalid StatefulSet pod hostname: expected {expected}. "
-            f"Received: HOSTNAME={hostname!r}")
+            f"Received: HOSTNAME={hostname!r}"
+        )
     return int(m.group(2))
 
 
-def statefulset_cluster(spec: str, replicas: int,
-                        environ: Mapping[str, str] | None = None
-                        ) -> ClusterSource:
+def statefulset_cluster(
+    spec: str, replicas: int, environ: Mapping[str, str] | None = None
+) -> ClusterSource:
     """Addresses from a 'NAME.SERVICE[.NAMESPACE]:PORT' spec; index from
     `$HOSTNAME` when it is one of the set's pods."""
     environ = os.environ if environ is None else environ
@@ -196,15 +207,15 @@ def statefulset_cluster(spec: str, replicas: int,
         if index >= replicas:
             raise ValueError(
                 f"Invalid StatefulSet pod: ordinal {index} is outside "
-                f"replicas={replicas}. Received: HOSTNAME={hostname!r}")
+                f"replicas={replicas}. Received: HOSTNAME={hostname!r}"
+            )
     return ClusterSource(tuple(addresses), index, f"StatefulSet {spec}")
 
 
-
 # ------------------------------------------------------ parameter servers
-def assign_ps_roles(addresses: Sequence[str], num_ps: int,
-                    index: int | None = None
-                    ) -> tuple[dict[str, list[str]], tuple[str, int] | None]:
+def assign_ps_roles(
+    addresses: Sequence[str], num_ps: int, index: int | None = None
+) -> tuple[dict[str, list[str]], tuple[str, int] | None]:
     """Splits one source's task addresses into chief, workers and ps tasks.
 
     Task 0 is the chief, the last `num_ps` tasks are parameter servers, the
@@ -229,18 +240,23 @@ def assign_ps_roles(addresses: Sequence[str], num_ps: int,
         ({'chief': ['h0:1'], 'worker': ['h1:1'], 'ps': ['h2:1']}, ('ps', 0))
     """
     if isinstance(num_ps, bool) or not isinstance(num_ps, int) or num_ps < 1:
-        raise ValueError("Invalid value for `--num-ps`: expected a positive int. "
-                         f"Received: --num-ps={num_ps!r}")
+        raise ValueError(
+            f"Invalid value for `--num-ps`: expected a positive int. Received: --num-ps={num_ps!r}"
+        )
     n = len(addresses)
     if n < num_ps + 2:
         raise ValueError(
             f"Invalid parameter-server cluster: {n} task address(es) cannot hold "
             f"1 chief + at least 1 worker + {num_ps} ps. Received: {n} "
             f"address(es), --num-ps={num_ps}. Expected at least {num_ps + 2} "
-            "addresses (or fewer ps tasks).")
+            "addresses (or fewer ps tasks)."
+        )
     addresses = list(addresses)
-    cluster = {"chief": addresses[:1], "worker": addresses[1:n - num_ps],
-               "ps": addresses[n - num_ps:]}
+    cluster = {
+        "chief": addresses[:1],
+        "worker": addresses[1 : n - num_ps],
+        "ps": addresses[n - num_ps :],
+    }
     if index is None:
         return cluster, None
     if index == 0:

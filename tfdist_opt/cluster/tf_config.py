@@ -28,7 +28,8 @@ _WILDCARD_HOSTS = ("0.0.0.0", "::", "*", "[::]")
 _SECURITY_NOTE = (
     "TensorFlow's gRPC server listens on every interface without "
     "authentication (TF SECURITY.md: 'meant for internal communication "
-    "only'); keep the cluster on a private network")
+    "only'); keep the cluster on a private network"
+)
 
 
 class TFConfigError(ValueError):
@@ -61,8 +62,10 @@ def parse_tf_config(text: str, source: str | None = None) -> dict[str, Any]:
         {'type': 'worker', 'index': 0}
     """
     if not isinstance(text, str):
-        raise TypeError(f"Invalid {_source_label(source)}: expected JSON text "
-                        f"(str). Received: {type(text).__name__}")
+        raise TypeError(
+            f"Invalid {_source_label(source)}: expected JSON text "
+            f"(str). Received: {type(text).__name__}"
+        )
     try:
         cfg = json.loads(text)
     except json.JSONDecodeError as e:
@@ -75,8 +78,7 @@ def parse_tf_config(text: str, source: str | None = None) -> dict[str, Any]:
     return cfg
 
 
-def tf_config_from_env(environ: Mapping[str, str] | None = None
-                       ) -> dict[str, Any] | None:
+def tf_config_from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     """The validated TF_CONFIG of this process, or None when unset/empty."""
     environ = os.environ if environ is None else environ
     text = environ.get(TF_CONFIG_ENV, "").strip()
@@ -92,8 +94,7 @@ def tf_config_from_file(path: str | os.PathLike) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------ validation
-def validate_tf_config(cfg: Any, source: str | None = None,
-                       warn: bool = True) -> list[str]:
+def validate_tf_config(cfg: Any, source: str | None = None, warn: bool = True) -> list[str]:
     """Checks a TF_CONFIG dict as TensorFlow would use it, before TF starts.
 
     Errors name TF_CONFIG, the field and the value: missing `cluster` or
@@ -119,50 +120,62 @@ def validate_tf_config(cfg: Any, source: str | None = None,
 
     def fail(field: str, expected: str, received: Any) -> None:
         raise TFConfigError(
-            f"Invalid {label}: field `{field}` {expected}. "
-            f"Received: {field}={received!r}")
+            f"Invalid {label}: field `{field}` {expected}. Received: {field}={received!r}"
+        )
 
     if not isinstance(cfg, dict):
         raise TFConfigError(
             f"Invalid {label}: expected a JSON object with `cluster` and "
-            f"`task`. Received: {type(cfg).__name__} {_clip(cfg)}")
+            f"`task`. Received: {type(cfg).__name__} {_clip(cfg)}"
+        )
     unknown = sorted(set(cfg) - set(_TOP_LEVEL_KEYS))
     if unknown:
         raise TFConfigError(
             f"Invalid {label}: unknown top-level field(s) {', '.join(unknown)}. "
             f"Expected only: {', '.join(_TOP_LEVEL_KEYS)}. "
-            f"Received: keys={sorted(cfg)}")
+            f"Received: keys={sorted(cfg)}"
+        )
     if "cluster" not in cfg:
-        fail("cluster",
-             "is missing: a multi-worker TF_CONFIG needs `cluster` mapping "
-             "roles to address lists (unset TF_CONFIG for a single-worker run)",
-             None)
+        fail(
+            "cluster",
+            "is missing: a multi-worker TF_CONFIG needs `cluster` mapping "
+            "roles to address lists (unset TF_CONFIG for a single-worker run)",
+            None,
+        )
     cluster = cfg["cluster"]
     if not isinstance(cluster, dict) or not cluster:
-        fail("cluster", "must be a non-empty object mapping roles "
-             f"({', '.join(ROLES)}) to address lists", cluster)
+        fail(
+            "cluster",
+            f"must be a non-empty object mapping roles ({', '.join(ROLES)}) to address lists",
+            cluster,
+        )
     for role, addresses in cluster.items():
         if role not in ROLES:
-            fail(f"cluster.{role}",
-                 f"names an unknown task type; expected one of "
-                 f"{', '.join(ROLES)}", addresses)
-        if (not isinstance(addresses, list) or not addresses
-                or not all(isinstance(a, str) for a in addresses)):
-            fail(f"cluster.{role}",
-                 'must be a non-empty list of "host:port" strings', addresses)
+            fail(
+                f"cluster.{role}",
+                f"names an unknown task type; expected one of {', '.join(ROLES)}",
+                addresses,
+            )
+        if (
+            not isinstance(addresses, list)
+            or not addresses
+            or not all(isinstance(a, str) for a in addresses)
+        ):
+            fail(f"cluster.{role}", 'must be a non-empty list of "host:port" strings', addresses)
         for i, address in enumerate(addresses):
             _check_address(f"cluster.{role}[{i}]", address, fail)
     for role in _SINGLETON_ROLES:
         if len(cluster.get(role, [])) > 1:
-            fail(f"cluster.{role}",
-                 f"must list at most one address (a job has one {role})",
-                 cluster[role])
+            fail(
+                f"cluster.{role}",
+                f"must list at most one address (a job has one {role})",
+                cluster[role],
+            )
     _check_duplicates(cluster, label)
     _check_local_mix(cluster, label)
 
     if "task" not in cfg:
-        fail("task", 'is missing: each process needs its own '
-             '{"type": ROLE, "index": I}', None)
+        fail("task", 'is missing: each process needs its own {"type": ROLE, "index": I}', None)
     task = cfg["task"]
     if not isinstance(task, dict):
         fail("task", 'must be an object {"type": ROLE, "index": I}', task)
@@ -170,16 +183,15 @@ def validate_tf_config(cfg: Any, source: str | None = None,
     if task_type not in ROLES:
         fail("task.type", f"must be one of {', '.join(ROLES)}", task_type)
     if task_type not in cluster:
-        fail("task.type", f"must name a role present in `cluster` "
-             f"({', '.join(cluster)})", task_type)
+        fail(
+            "task.type", f"must name a role present in `cluster` ({', '.join(cluster)})", task_type
+        )
     index = task.get("index")
     n = len(cluster[task_type])
     if isinstance(index, bool) or not isinstance(index, int):
-        fail("task.index", f"must be an int in [0, {n}) for role "
-             f"{task_type!r}", index)
+        fail("task.index", f"must be an int in [0, {n}) for role {task_type!r}", index)
     if not 0 <= index < n:
-        fail("task.index", f"must be in [0, {n}): cluster.{task_type} has "
-             f"{n} address(es)", index)
+        fail("task.index", f"must be in [0, {n}): cluster.{task_type} has {n} address(es)", index)
 
     found = tf_config_warnings(cfg)
     if warn:
@@ -198,14 +210,17 @@ def tf_config_warnings(cfg: Mapping[str, Any]) -> list[str]:
             if host in _WILDCARD_HOSTS:
                 out.append(
                     f"cluster.{role}[{i}]={address!r} is a wildcard address; "
-                    f"peers cannot connect to it. {_SECURITY_NOTE}.")
+                    f"peers cannot connect to it. {_SECURITY_NOTE}."
+                )
             elif is_public_host(host):
                 out.append(
-                    f"cluster.{role}[{i}]={address!r} is a public address. "
-                    f"{_SECURITY_NOTE}.")
+                    f"cluster.{role}[{i}]={address!r} is a public address. {_SECURITY_NOTE}."
+                )
     if "ps" in cluster and "chief" not in cluster:
-        out.append("cluster has `ps` tasks but no `chief`: "
-                   "ParameterServerStrategy needs a chief (the coordinator).")
+        out.append(
+            "cluster has `ps` tasks but no `chief`: "
+            "ParameterServerStrategy needs a chief (the coordinator)."
+        )
     return out
 
 
@@ -218,13 +233,13 @@ def num_tasks(cfg: Mapping[str, Any]) -> int:
 def training_cluster(cfg: Mapping[str, Any]) -> dict[str, list[str]]:
     """The cluster without the `evaluator`: TF's rule is that the side-car
     evaluator is not part of the training cluster."""
-    return {r: list(v) for r, v in cfg.get("cluster", {}).items()
-            if r != "evaluator"}
+    return {r: list(v) for r, v in cfg.get("cluster", {}).items() if r != "evaluator"}
 
 
 # ------------------------------------------------------------ build / apply
-def build_tf_config(cluster: Mapping[str, Iterable[str]], task_type: str,
-                    task_index: int) -> dict[str, Any]:
+def build_tf_config(
+    cluster: Mapping[str, Iterable[str]], task_type: str, task_index: int
+) -> dict[str, Any]:
     """Pure: the validated TF_CONFIG dict for one task.
 
     Args:
@@ -247,8 +262,7 @@ def build_tf_config(cluster: Mapping[str, Iterable[str]], task_type: str,
     """
     ordered = {r: list(cluster[r]) for r in ROLES if r in cluster}
     ordered.update({r: list(v) for r, v in cluster.items() if r not in ordered})
-    cfg = {"cluster": ordered,
-           "task": {"type": task_type, "index": task_index}}
+    cfg = {"cluster": ordered, "task": {"type": task_type, "index": task_index}}
     validate_tf_config(cfg, warn=False)
     return cfg
 
@@ -258,8 +272,7 @@ def all_tasks(cluster: Mapping[str, Iterable[str]]) -> list[tuple[str, int]]:
     return [(role, i) for role in ROLES for i in range(len(list(cluster.get(role, []))))]
 
 
-def build_all_tf_configs(cluster: Mapping[str, Iterable[str]]
-                         ) -> list[dict[str, Any]]:
+def build_all_tf_configs(cluster: Mapping[str, Iterable[str]]) -> list[dict[str, Any]]:
     """Pure: one TF_CONFIG per task, chief first (see `all_tasks`)."""
     cluster = {r: list(v) for r, v in cluster.items()}
     return [build_tf_config(cluster, r, i) for r, i in all_tasks(cluster)]
@@ -270,8 +283,7 @@ def dumps_tf_config(cfg: Mapping[str, Any]) -> str:
     return json.dumps(cfg, separators=(",", ":"))
 
 
-def apply_tf_config(cfg: Mapping[str, Any] | None,
-                    environ: dict[str, str] | None = None) -> None:
+def apply_tf_config(cfg: Mapping[str, Any] | None, environ: dict[str, str] | None = None) -> None:
     """The one place that writes TF_CONFIG into an environment.
 
     Args:
@@ -336,8 +348,7 @@ def _check_address(field: str, address: str, fail) -> None:
     if port_text is None or port_text == "":
         fail(field, 'is missing a port: expected "host:port"', address)
     if parse_port(port_text) is None:
-        fail(field, f'has an invalid port {port_text!r}: expected an int in '
-             '1..65535', address)
+        fail(field, f"has an invalid port {port_text!r}: expected an int in 1..65535", address)
 
 
 def _check_duplicates(cluster: Mapping[str, list[str]], label: str) -> None:
@@ -345,14 +356,14 @@ def _check_duplicates(cluster: Mapping[str, list[str]], label: str) -> None:
     for role, addresses in cluster.items():
         for i, address in enumerate(addresses):
             host, port = split_address(address)
-            key = ("localhost" if is_loopback_host(host) else host.lower(),
-                   int(port))
+            key = ("localhost" if is_loopback_host(host) else host.lower(), int(port))
             where = f"cluster.{role}[{i}]"
             if key in seen:
                 raise TFConfigError(
                     f"Invalid {label}: field `{where}` duplicates "
                     f"`{seen[key]}`: two tasks cannot share one address. "
-                    f"Received: {where}={address!r}")
+                    f"Received: {where}={address!r}"
+                )
             seen[key] = where
 
 
@@ -372,7 +383,8 @@ def _check_local_mix(cluster: Mapping[str, list[str]], label: str) -> None:
             f"Invalid {label}: field `{local[0]}` is a loopback address but "
             f"`{remote[0]}` is remote: the remote task would dial its own "
             f"loopback. Use the host's reachable name or IP. "
-            f"Received: {local[0]}={local[1]!r}, {remote[0]}={remote[1]!r}")
+            f"Received: {local[0]}={local[1]!r}, {remote[0]}={remote[1]!r}"
+        )
 
 
 def _clip(value: Any, limit: int = 300) -> str:
@@ -382,4 +394,4 @@ def _clip(value: Any, limit: int = 300) -> str:
 
 def _excerpt(text: str, pos: int, width: int = 20) -> str:
     start = max(0, pos - width)
-    return (f"near {text[start:pos]!r} <here> {text[pos:pos + width]!r}")
+    return f"near {text[start:pos]!r} <here> {text[pos : pos + width]!r}"

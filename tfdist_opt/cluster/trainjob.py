@@ -47,14 +47,17 @@ PORT_NAME = "tf-port"
 
 
 def _label_env(name: str, label: str) -> dict[str, Any]:
-    return {"name": name, "valueFrom": {"fieldRef": {
-        "fieldPath": f"metadata.labels['{label}']"}}}
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{label}']"}}}
 
 
-def build_tf_runtime(image: str, name: str = DEFAULT_RUNTIME,
-                     port: int = jobset.DEFAULT_PORT, max_restarts: int = 0,
-                     backup_dir: str | None = None,
-                     backup_claim: str | None = None) -> dict[str, Any]:
+def build_tf_runtime(
+    image: str,
+    name: str = DEFAULT_RUNTIME,
+    port: int = jobset.DEFAULT_PORT,
+    max_restarts: int = 0,
+    backup_dir: str | None = None,
+    backup_claim: str | None = None,
+) -> dict[str, Any]:
     """A `ClusterTrainingRuntime` for TensorFlow multi-worker jobs.
 
     Args:
@@ -78,10 +81,18 @@ def build_tf_runtime(image: str, name: str = DEFAULT_RUNTIME,
         ValueError: a bad field, named with the value received.
     """
     k8s.check_label("runtime", name)
-    k8s.check_pod_fields(image=image, port=port, max_restarts=max_restarts,
-                         backup_dir=backup_dir, backup_claim=backup_claim)
-    k8s.warn_empty_dir("JobSet restarts (max_restarts) recreate every pod, so no "
-                       "backup survives a restart", backup_dir, backup_claim)
+    k8s.check_pod_fields(
+        image=image,
+        port=port,
+        max_restarts=max_restarts,
+        backup_dir=backup_dir,
+        backup_claim=backup_claim,
+    )
+    k8s.warn_empty_dir(
+        "JobSet restarts (max_restarts) recreate every pod, so no backup survives a restart",
+        backup_dir,
+        backup_claim,
+    )
     env = [
         {"name": jobset.PORT_ENV, "value": str(port)},
         _label_env(jobset.NAME_ENV, jobset.JOBSET_NAME_LABEL),
@@ -91,22 +102,26 @@ def build_tf_runtime(image: str, name: str = DEFAULT_RUNTIME,
     ]
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
-        "containers": [k8s.container(NODE, image, None, env, 0, port, PORT_NAME,
-                                     backup_dir)],
+        "containers": [k8s.container(NODE, image, None, env, 0, port, PORT_NAME, backup_dir)],
     }
     volumes = k8s.backup_volumes(backup_dir, backup_claim)
     if volumes:
         pod["volumes"] = volumes
     jobset_spec: dict[str, Any] = {
         "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
-        "replicatedJobs": [{
-            "name": NODE,
-            "template": {
-                "metadata": {"labels": {ANCESTOR_LABEL: "trainer"}},
-                "spec": {"completionMode": "Indexed", "backoffLimit": 0,
-                         "template": {"spec": pod}},
-            },
-        }],
+        "replicatedJobs": [
+            {
+                "name": NODE,
+                "template": {
+                    "metadata": {"labels": {ANCESTOR_LABEL: "trainer"}},
+                    "spec": {
+                        "completionMode": "Indexed",
+                        "backoffLimit": 0,
+                        "template": {"spec": pod},
+                    },
+                },
+            }
+        ],
     }
     if max_restarts:
         jobset_spec["failurePolicy"] = {"maxRestarts": max_restarts}
@@ -114,15 +129,20 @@ def build_tf_runtime(image: str, name: str = DEFAULT_RUNTIME,
         "apiVersion": API_VERSION,
         "kind": RUNTIME_KIND,
         "metadata": {"name": name, "labels": {FRAMEWORK_LABEL: "tensorflow"}},
-        "spec": {"mlPolicy": {"numNodes": 1},
-                 "template": {"spec": jobset_spec}},
+        "spec": {"mlPolicy": {"numNodes": 1}, "template": {"spec": jobset_spec}},
     }
 
 
-def build_trainjob(name: str, image: str, command: Sequence[str], workers: int,
-                   runtime: str = DEFAULT_RUNTIME, namespace: str | None = None,
-                   gpus: int = 0, env: Mapping[str, str] | None = None
-                   ) -> dict[str, Any]:
+def build_trainjob(
+    name: str,
+    image: str,
+    command: Sequence[str],
+    workers: int,
+    runtime: str = DEFAULT_RUNTIME,
+    namespace: str | None = None,
+    gpus: int = 0,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """A `TrainJob` running `command` in `workers` pods of a TensorFlow runtime.
 
     Args:
@@ -146,15 +166,22 @@ def build_trainjob(name: str, image: str, command: Sequence[str], workers: int,
     k8s.check_count("workers", workers, 1)
     k8s.check_label("name", name, reserve=len(f"-{NODE}-0-") + len(str(workers)))
     k8s.check_label("runtime", runtime)
-    env = k8s.check_pod_fields(image=image, command=command, gpus=gpus, env=env,
-                               namespace=namespace)
+    env = k8s.check_pod_fields(
+        image=image, command=command, gpus=gpus, env=env, namespace=namespace
+    )
     if jobset.WORKERS_ENV in env:
-        raise ValueError(f"Invalid value for `env`: {jobset.WORKERS_ENV} is set "
-                         "from `workers`. Received: "
-                         f"{jobset.WORKERS_ENV}={env[jobset.WORKERS_ENV]!r}")
+        raise ValueError(
+            f"Invalid value for `env`: {jobset.WORKERS_ENV} is set "
+            "from `workers`. Received: "
+            f"{jobset.WORKERS_ENV}={env[jobset.WORKERS_ENV]!r}"
+        )
     env[jobset.WORKERS_ENV] = str(workers)
-    trainer: dict[str, Any] = {"image": image, "command": list(command),
-                               "numNodes": workers, "env": k8s.env_list(env)}
+    trainer: dict[str, Any] = {
+        "image": image,
+        "command": list(command),
+        "numNodes": workers,
+        "env": k8s.env_list(env),
+    }
     if gpus:
         trainer["resourcesPerNode"] = {"limits": {k8s.GPU_RESOURCE: gpus}}
     metadata = {"name": name}
@@ -171,8 +198,9 @@ def build_trainjob(name: str, image: str, command: Sequence[str], workers: int,
     }
 
 
-def pod_environment(job: Mapping[str, Any], runtime: Mapping[str, Any],
-                    index: int) -> dict[str, str]:
+def pod_environment(
+    job: Mapping[str, Any], runtime: Mapping[str, Any], index: int
+) -> dict[str, str]:
     """The variables pod `index` of `job` sees, as Kubernetes would resolve them.
 
     For tests: the runtime's container env with its downward-API labels
@@ -181,9 +209,11 @@ def pod_environment(job: Mapping[str, Any], runtime: Mapping[str, Any],
     """
     name = job["metadata"]["name"]
     (rjob,) = runtime["spec"]["template"]["spec"]["replicatedJobs"]
-    labels = {jobset.JOBSET_NAME_LABEL: name,
-              jobset.REPLICATED_JOB_LABEL: rjob["name"],
-              jobset.JOB_INDEX_LABEL: "0"}
+    labels = {
+        jobset.JOBSET_NAME_LABEL: name,
+        jobset.REPLICATED_JOB_LABEL: rjob["name"],
+        jobset.JOB_INDEX_LABEL: "0",
+    }
     (c,) = rjob["template"]["spec"]["template"]["spec"]["containers"]
     environ = {}
     for e in list(c["env"]) + list(job["spec"]["trainer"]["env"]):
@@ -191,7 +221,7 @@ def pod_environment(job: Mapping[str, Any], runtime: Mapping[str, Any],
             environ[e["name"]] = e["value"]
         else:
             path = e["valueFrom"]["fieldRef"]["fieldPath"]
-            label = path[len("metadata.labels['"):-len("']")]
+            label = path[len("metadata.labels['") : -len("']")]
             environ[e["name"]] = labels[label]
     environ[jobset.COMPLETION_INDEX_ENV] = str(index)
     return environ

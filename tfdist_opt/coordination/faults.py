@@ -21,8 +21,15 @@ _KINDS = {
     "AbortedError": "collectives were aborted after a peer failed",
     "CancelledError": "collectives were cancelled after a peer failed",
 }
-_REASONS = ("Connection reset by peer", "Socket closed", "failed to connect",
-            "heartbeat", "Deadline Exceeded", "timed out", "Connection refused")
+_REASONS = (
+    "Connection reset by peer",
+    "Socket closed",
+    "failed to connect",
+    "heartbeat",
+    "Deadline Exceeded",
+    "timed out",
+    "Connection refused",
+)
 
 
 def coordination_leader(tf_config: Mapping[str, Any] | None) -> str | None:
@@ -36,27 +43,29 @@ def coordination_leader(tf_config: Mapping[str, Any] | None) -> str | None:
     return f"{role}:0 ({tasks[0]})" if tasks else f"{role}:0"
 
 
-def _kind(exc_type_name: str, message: str, tf_config,
-          collective_timeout_s: float | None) -> str:
+def _kind(exc_type_name: str, message: str, tf_config, collective_timeout_s: float | None) -> str:
     if "CoordinationService/Heartbeat" in message or (
-            exc_type_name == "DeadlineExceededError"
-            and "heartbeat" in message.lower()):
+        exc_type_name == "DeadlineExceededError" and "heartbeat" in message.lower()
+    ):
         leader = coordination_leader(tf_config) or "the chief (or worker 0)"
-        return ("the coordination service stopped answering (its heartbeat "
-                f"timed out): {leader}, which hosts it, is frozen (e.g. "
-                "SIGSTOP), overloaded or unreachable")
+        return (
+            "the coordination service stopped answering (its heartbeat "
+            f"timed out): {leader}, which hosts it, is frozen (e.g. "
+            "SIGSTOP), overloaded or unreachable"
+        )
     if exc_type_name == "DeadlineExceededError":
         if collective_timeout_s:
-            return (f"a collective timed out (collective_timeout_s="
-                    f"{collective_timeout_s:g})")
-        return ("a collective timed out (TF's own deadline; no "
-                "collective_timeout_s was set)")
+            return f"a collective timed out (collective_timeout_s={collective_timeout_s:g})"
+        return "a collective timed out (TF's own deadline; no collective_timeout_s was set)"
     return _KINDS[exc_type_name]
 
 
-def explain(exc_type_name: str, message: str,
-            tf_config: Mapping[str, Any] | None = None,
-            collective_timeout_s: float | None = None) -> str | None:
+def explain(
+    exc_type_name: str,
+    message: str,
+    tf_config: Mapping[str, Any] | None = None,
+    collective_timeout_s: float | None = None,
+) -> str | None:
     """A one-line summary of a collective failure, or None if it is not one."""
     if exc_type_name not in _KINDS:
         return None
@@ -78,8 +87,9 @@ def explain(exc_type_name: str, message: str,
         names.append(f"{role}:{index}{address}")
     node = _NODE.search(message)
     reason = next((r for r in _REASONS if r.lower() in message.lower()), None)
-    text = ("tfdist_opt: training stopped: "
-            + _kind(exc_type_name, message, tf_config, collective_timeout_s))
+    text = "tfdist_opt: training stopped: " + _kind(
+        exc_type_name, message, tf_config, collective_timeout_s
+    )
     if names:
         text += f"; lost task: {', '.join(names)}"
     if node:
@@ -89,16 +99,16 @@ def explain(exc_type_name: str, message: str,
     return text + "."
 
 
-def install_excepthook(tf_config: Mapping[str, Any] | None,
-                       collective_timeout_s: float | None = None) -> None:
+def install_excepthook(
+    tf_config: Mapping[str, Any] | None, collective_timeout_s: float | None = None
+) -> None:
     """Prints `explain()`'s line before the traceback of a fatal collective error."""
     previous = sys.excepthook
     if getattr(previous, "_tfdist_opt", False):
         return
 
     def hook(exc_type, exc, tb):
-        line = explain(exc_type.__name__, str(exc), tf_config,
-                       collective_timeout_s)
+        line = explain(exc_type.__name__, str(exc), tf_config, collective_timeout_s)
         if line:
             print(line, file=sys.stderr, flush=True)
         previous(exc_type, exc, tb)

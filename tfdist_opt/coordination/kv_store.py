@@ -51,8 +51,7 @@ class TFKeyValueStore:
 
     def get(self, key: str, timeout_s: float) -> str | None:
         try:
-            return self._context.get_config_key_value(
-                key, max(1, int(timeout_s * 1000)))
+            return self._context.get_config_key_value(key, max(1, int(timeout_s * 1000)))
         except self._errors.DeadlineExceededError:
             return None
 

@@ -53,23 +53,22 @@ def is_listening(address: str, timeout_s: float = 1.0) -> bool:
         return False
 
 
-def missing_peers(cfg: Mapping[str, Any],
-                  probe: Callable[[str], bool] = is_listening) -> list[str]:
+def missing_peers(cfg: Mapping[str, Any], probe: Callable[[str], bool] = is_listening) -> list[str]:
     """'role:index (address)' for each peer that is not listening."""
-    return [f"{name} ({address})" for name, address in peer_addresses(cfg)
-            if not probe(address)]
+    return [f"{name} ({address})" for name, address in peer_addresses(cfg) if not probe(address)]
 
 
-def timeout_message(cfg: Mapping[str, Any], timeout_s: float,
-                    missing: list[str]) -> str:
+def timeout_message(cfg: Mapping[str, Any], timeout_s: float, missing: list[str]) -> str:
     me = f"{cfg['task']['type']}:{cfg['task']['index']}"
     if missing:
         who = "; not listening: " + ", ".join(missing)
     else:
         who = "; every peer's port answers, but the cluster did not form"
-    return (f"tfdist_opt: {me} gave up: multi-worker start-up did not finish "
-            f"within startup_timeout_s={timeout_s:g} s{who}. Killing the "
-            f"process (exit status {EXIT_STARTUP_TIMEOUT}).")
+    return (
+        f"tfdist_opt: {me} gave up: multi-worker start-up did not finish "
+        f"within startup_timeout_s={timeout_s:g} s{who}. Killing the "
+        f"process (exit status {EXIT_STARTUP_TIMEOUT})."
+    )
 
 
 class StartupGuard:
@@ -93,9 +92,15 @@ class StartupGuard:
         if self.timeout_s is not None:
             self._watchdog = subprocess.Popen(
                 watchdog_lib.bare_python(
-                    "startup_guard", "_watchdog_main", str(os.getpid()),
-                    repr(float(self.timeout_s)), json.dumps(self.cfg)),
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+                    "startup_guard",
+                    "_watchdog_main",
+                    str(os.getpid()),
+                    repr(float(self.timeout_s)),
+                    json.dumps(self.cfg),
+                ),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+            )
         return self
 
     def __exit__(self, *exc) -> None:
@@ -108,10 +113,15 @@ class StartupGuard:
                 self._watchdog.wait()
 
 
-def watch(parent_pid: int, timeout_s: float, cfg: Mapping[str, Any],
-          done_fd: int, kill: Callable[[int, int], Any] = os.kill,
-          probe: Callable[[str], bool] = is_listening,
-          err=None) -> bool:
+def watch(
+    parent_pid: int,
+    timeout_s: float,
+    cfg: Mapping[str, Any],
+    done_fd: int,
+    kill: Callable[[int, int], Any] = os.kill,
+    probe: Callable[[str], bool] = is_listening,
+    err=None,
+) -> bool:
     """The watchdog's loop: True if it fired (and killed `parent_pid`)."""
     ready, _, _ = select.select([done_fd], [], [], timeout_s)
     if ready:

@@ -41,11 +41,13 @@ _SCAN_PAUSE_S = 0.05
 
 # What `bare_python` runs: the packages as bare namespaces, so importing one
 # `tfdist_opt.coordination` module runs no package's `__init__`.
-_BARE = ("import sys, types\n"
-         "for name, path in {packages!r}:\n"
-         "    m = types.ModuleType(name); m.__path__ = [path]; sys.modules[name] = m\n"
-         "from tfdist_opt.coordination import {module} as m\n"
-         "sys.exit(m.{function}())\n")
+_BARE = (
+    "import sys, types\n"
+    "for name, path in {packages!r}:\n"
+    "    m = types.ModuleType(name); m.__path__ = [path]; sys.modules[name] = m\n"
+    "from tfdist_opt.coordination import {module} as m\n"
+    "sys.exit(m.{function}())\n"
+)
 
 
 def bare_python(module: str, function: str, *args: str) -> list[str]:
@@ -59,8 +61,11 @@ def bare_python(module: str, function: str, *args: str) -> list[str]:
     """
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(here)
-    packages = (("tfdist_opt", root), ("tfdist_opt.cluster", os.path.join(root, "cluster")),
-                ("tfdist_opt.coordination", here))
+    packages = (
+        ("tfdist_opt", root),
+        ("tfdist_opt.cluster", os.path.join(root, "cluster")),
+        ("tfdist_opt.coordination", here),
+    )
     code = _BARE.format(packages=packages, module=module, function=function)
     return [sys.executable, "-S", "-c", code, *args]
 
@@ -141,9 +146,13 @@ class Watchdog:
         self.launch_id = launch_id
         env = {k: v for k, v in os.environ.items() if k != LAUNCH_ID_ENV}
         self.proc = subprocess.Popen(
-            bare_python("watchdog", "main", launch_id), stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL, env=env, start_new_session=True,
-            text=True)
+            bare_python("watchdog", "main", launch_id),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+            text=True,
+        )
 
     def add_group(self, pgid: int) -> None:
         try:

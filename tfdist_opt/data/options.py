@@ -105,19 +105,17 @@ class PipelineOptions(validation.ConfigFields):
         if not isinstance(self.cache, str) or not self.cache:
             raise ValueError(
                 "Invalid value for `cache`: expected 'none', 'memory' or a "
-                f"file path prefix. Received: cache={self.cache!r}")
-        validation.check_int_or("num_parallel_calls", self.num_parallel_calls, AUTOTUNE,
-                      minimum=1)
+                f"file path prefix. Received: cache={self.cache!r}"
+            )
+        validation.check_int_or("num_parallel_calls", self.num_parallel_calls, AUTOTUNE, minimum=1)
         validation.check_int_or("cycle_length", self.cycle_length, AUTOTUNE, minimum=1)
         validation.check_int_or("prefetch", self.prefetch, AUTOTUNE, minimum=0)
         validation.check_int_or("device_prefetch", self.device_prefetch, AUTO, minimum=1)
-        validation.check_int("private_threadpool_size", self.private_threadpool_size,
-                   minimum=0)
+        validation.check_int("private_threadpool_size", self.private_threadpool_size, minimum=0)
         validation.check_int("autotune_ram_budget", self.autotune_ram_budget, minimum=0)
         if self.deterministic is not None:
             validation.check_bool("deterministic", self.deterministic)
-        validation.check_choice("corrupt_records", self.corrupt_records,
-                                CORRUPT_RECORDS)
+        validation.check_choice("corrupt_records", self.corrupt_records, CORRUPT_RECORDS)
 
     @property
     def cache_kind(self) -> str:
@@ -125,9 +123,12 @@ class PipelineOptions(validation.ConfigFields):
         return self.cache if self.cache in CACHE_KINDS else "file"
 
     @classmethod
-    def load(cls, path: str | os.PathLike | None = None,
-             environ: Mapping[str, str] | None = None, **overrides: Any
-             ) -> "PipelineOptions":
+    def load(
+        cls,
+        path: str | os.PathLike | None = None,
+        environ: Mapping[str, str] | None = None,
+        **overrides: Any,
+    ) -> "PipelineOptions":
         """Merges defaults < the file's `data` table < `TFDIST_OPT_DATA_*` < keywords.
 
         `path` is a file or preset name (defaults to `$TFDIST_OPT_CONFIG`);
@@ -137,8 +138,7 @@ class PipelineOptions(validation.ConfigFields):
             >>> PipelineOptions.load(environ={}, seed=3).seed
             3
         """
-        return config_files.load(cls, path, environ, overrides, section="data",
-                                 prefix=ENV_PREFIX)
+        return config_files.load(cls, path, environ, overrides, section="data", prefix=ENV_PREFIX)
 
 
 def read_data_section(path: str | os.PathLike) -> dict[str, Any]:

@@ -37,7 +37,6 @@ from tfdist_opt.data.options import AUTOTUNE
 from tfdist_opt.data.options import PipelineOptions
 
 
-
 @dataclasses.dataclass
 class DistributedInput:
     """What `build_input()` returns.
@@ -57,11 +56,15 @@ class DistributedInput:
         return self.plans[0].steps_per_epoch if self.plans else None
 
 
-def build_dataset(source: Any, strategy: tf.distribute.Strategy,
-                  global_batch_size: int, *,
-                  map_fn: Callable[..., Any] | None = None,
-                  augment_fn: Callable[..., Any] | None = None,
-                  options: PipelineOptions | None = None) -> Any:
+def build_dataset(
+    source: Any,
+    strategy: tf.distribute.Strategy,
+    global_batch_size: int,
+    *,
+    map_fn: Callable[..., Any] | None = None,
+    augment_fn: Callable[..., Any] | None = None,
+    options: PipelineOptions | None = None,
+) -> Any:
     """Builds a sharded, batched, prefetched distributed dataset.
 
     Args:
@@ -94,27 +97,39 @@ def build_dataset(source: Any, strategy: tf.distribute.Strategy,
         >>> ds = build_dataset((x, y), strategy, global_batch_size=64)
         >>> model.fit(ds, epochs=3)
     """
-    return build_input(source, strategy, global_batch_size, map_fn=map_fn,
-                       augment_fn=augment_fn, options=options).dataset
+    return build_input(
+        source, strategy, global_batch_size, map_fn=map_fn, augment_fn=augment_fn, options=options
+    ).dataset
 
 
-def build_input(source: Any, strategy: tf.distribute.Strategy,
-                global_batch_size: int, *,
-                map_fn: Callable[..., Any] | None = None,
-                augment_fn: Callable[..., Any] | None = None,
-                options: PipelineOptions | None = None) -> DistributedInput:
+def build_input(
+    source: Any,
+    strategy: tf.distribute.Strategy,
+    global_batch_size: int,
+    *,
+    map_fn: Callable[..., Any] | None = None,
+    augment_fn: Callable[..., Any] | None = None,
+    options: PipelineOptions | None = None,
+) -> DistributedInput:
     """`build_dataset()`, also returning the shard plans and steps per epoch."""
     options = PipelineOptions() if options is None else options
     if not isinstance(options, PipelineOptions):
-        raise TypeError("Invalid value for `options`: expected PipelineOptions. "
-                        f"Received: {type(options).__name__}")
+        raise TypeError(
+            "Invalid value for `options`: expected PipelineOptions. "
+            f"Received: {type(options).__name__}"
+        )
     source = sources_lib.as_source(source)
     # Checked here, before any pipeline is built, with both numbers named.
-    sharding.per_replica_batch_size(global_batch_size,
-                                    strategy.num_replicas_in_sync)
+    sharding.per_replica_batch_size(global_batch_size, strategy.num_replicas_in_sync)
     plans: list[sharding.ShardPlan] = []
-    fn = make_dataset_fn(source, global_batch_size, map_fn=map_fn,
-                         augment_fn=augment_fn, options=options, plans=plans)
+    fn = make_dataset_fn(
+        source,
+        global_batch_size,
+        map_fn=map_fn,
+        augment_fn=augment_fn,
+        options=options,
+        plans=plans,
+    )
     input_options = _input_options(options)
     dataset = strategy.distribute_datasets_from_function(fn, options=input_options)
     if isinstance(strategy, tf.distribute.ParameterServerStrategy):
@@ -125,12 +140,15 @@ def build_input(source: Any, strategy: tf.distribute.Strategy,
     return DistributedInput(dataset=dataset, plans=plans)
 
 
-def make_dataset_fn(source: Any, global_batch_size: int, *,
-                    map_fn: Callable[..., Any] | None = None,
-                    augment_fn: Callable[..., Any] | None = None,
-                    options: PipelineOptions | None = None,
-                    plans: list[sharding.ShardPlan] | None = None
-                    ) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
+def make_dataset_fn(
+    source: Any,
+    global_batch_size: int,
+    *,
+    map_fn: Callable[..., Any] | None = None,
+    augment_fn: Callable[..., Any] | None = None,
+    options: PipelineOptions | None = None,
+    plans: list[sharding.ShardPlan] | None = None,
+) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
     """The per-worker `dataset_fn(input_context)` `build_dataset` distributes.
 
     Useful on its own with `strategy.distribute_datasets_from_function` or,
@@ -142,8 +160,13 @@ def make_dataset_fn(source: Any, global_batch_size: int, *,
 
     def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         ds, shard_plan = worker_dataset(
-            source, input_context, global_batch_size, map_fn=map_fn,
-            augment_fn=augment_fn, options=options)
+            source,
+            input_context,
+            global_batch_size,
+            map_fn=map_fn,
+            augment_fn=augment_fn,
+            options=options,
+        )
         if plans is not None:
             plans.append(shard_plan)
         return ds
@@ -151,59 +174,66 @@ def make_dataset_fn(source: Any, global_batch_size: int, *,
     return dataset_fn
 
 
-def worker_dataset(source: Any, input_context: tf.distribute.InputContext,
-                   global_batch_size: int, *,
-                   map_fn: Callable[..., Any] | None = None,
-                   augment_fn: Callable[..., Any] | None = None,
-                   options: PipelineOptions | None = None
-                   ) -> tuple[tf.data.Dataset, sharding.ShardPlan]:
+def worker_dataset(
+    source: Any,
+    input_context: tf.distribute.InputContext,
+    global_batch_size: int,
+    *,
+    map_fn: Callable[..., Any] | None = None,
+    augment_fn: Callable[..., Any] | None = None,
+    options: PipelineOptions | None = None,
+) -> tuple[tf.data.Dataset, sharding.ShardPlan]:
     """One input pipeline's batched dataset and the plan it follows."""
     options = PipelineOptions() if options is None else options
     source = sources_lib.as_source(source)
     ctx = input_context
     sharding.per_replica_batch_size(global_batch_size, ctx.num_replicas_in_sync)
-    common = {"num_workers": ctx.num_input_pipelines,
-              "worker_index": ctx.input_pipeline_id,
-              "num_replicas": ctx.num_replicas_in_sync,
-              "global_batch_size": global_batch_size,
-              "requested": options.shard_policy, "uneven": options.uneven}
+    common = {
+        "num_workers": ctx.num_input_pipelines,
+        "worker_index": ctx.input_pipeline_id,
+        "num_replicas": ctx.num_replicas_in_sync,
+        "global_batch_size": global_batch_size,
+        "requested": options.shard_policy,
+        "uneven": options.uneven,
+    }
     if isinstance(source, sources_lib.TFRecordSource):
         files = resolve_files(source.pattern)
-        counts = source.examples_per_file or count_records(
-            files, source.compression_type)
-        shard_plan = sharding.plan_shards(files=files, examples_per_file=counts,
-                                          **common)
+        counts = source.examples_per_file or count_records(files, source.compression_type)
+        shard_plan = sharding.plan_shards(files=files, examples_per_file=counts, **common)
         ds = _read_tfrecords(shard_plan, source, options, dict(zip(files, counts)))
     elif isinstance(source, sources_lib.ArraySource):
-        shard_plan = sharding.plan_shards(num_examples=source.num_examples,
-                                          **common)
-        rows = (source.rows(ctx.input_pipeline_id, ctx.num_input_pipelines)
-                if shard_plan.policy == sharding.DATA else source.arrays)
+        shard_plan = sharding.plan_shards(num_examples=source.num_examples, **common)
+        rows = (
+            source.rows(ctx.input_pipeline_id, ctx.num_input_pipelines)
+            if shard_plan.policy == sharding.DATA
+            else source.arrays
+        )
         ds = tf.data.Dataset.from_tensor_slices(rows)
     elif isinstance(source, sources_lib.TFDSSource):
         builder = tfds_source.load_builder(source)
-        shard_plan = tfds_source.plan(builder, source, ctx, global_batch_size,
-                                      options)
+        shard_plan = tfds_source.plan(builder, source, ctx, global_batch_size, options)
         ds = tfds_source.read(builder, source, shard_plan, ctx, options)
     else:  # DatasetFnSource
         shard_plan = sharding.plan_shards(
-            per_worker=True, examples_per_worker=source.examples_per_worker,
-            **common)
+            per_worker=True, examples_per_worker=source.examples_per_worker, **common
+        )
         ds = source.fn(ctx)
         if not isinstance(ds, tf.data.Dataset):
             raise TypeError(
                 "Invalid return value of `dataset_fn`: expected a "
-                f"tf.data.Dataset. Received: {type(ds).__name__}")
+                f"tf.data.Dataset. Received: {type(ds).__name__}"
+            )
     # `get_per_replica_batch_size` is TF's own arithmetic; ours must agree.
-    assert (ctx.get_per_replica_batch_size(global_batch_size)
-            == shard_plan.per_replica_batch)
-    _logging.log_once(f"tfdist_opt.data: worker {shard_plan.worker_index}: "
-              f"{shard_plan.describe()}")
+    assert ctx.get_per_replica_batch_size(global_batch_size) == shard_plan.per_replica_batch
+    _logging.log_once(f"tfdist_opt.data: worker {shard_plan.worker_index}: {shard_plan.describe()}")
     if shard_plan.steps_per_epoch is None and shard_plan.num_workers > 1:
-        _logging.log_once("tfdist_opt.data: the dataset_fn source gives no size, so "
-                  "equal steps per epoch on every worker cannot be enforced; "
-                  "pass DatasetFnSource(fn, examples_per_worker=N) or "
-                  "steps_per_epoch to fit.", warning=True)
+        _logging.log_once(
+            "tfdist_opt.data: the dataset_fn source gives no size, so "
+            "equal steps per epoch on every worker cannot be enforced; "
+            "pass DatasetFnSource(fn, examples_per_worker=N) or "
+            "steps_per_epoch to fit.",
+            warning=True,
+        )
     return _finish(ds, shard_plan, map_fn, augment_fn, options), shard_plan
 
 
@@ -218,12 +248,12 @@ def resolve_files(patterns: tuple[str, ...] | str) -> list[str]:
     if not files:
         raise ValueError(
             f"Invalid value for `pattern`: no files match. Received: "
-            f"pattern={list(patterns)!r}. Expected a glob matching TFRecord files.")
+            f"pattern={list(patterns)!r}. Expected a glob matching TFRecord files."
+        )
     return files
 
 
-def count_records(files: list[str], compression_type: str | None = None
-                  ) -> list[int]:
+def count_records(files: list[str], compression_type: str | None = None) -> list[int]:
     """Records per file: header-only seeks for local uncompressed files,
     a tf.data pass otherwise."""
     counts = []
@@ -232,41 +262,41 @@ def count_records(files: list[str], compression_type: str | None = None
             counts.append(sources_lib.count_tfrecords(f))
         else:
             ds = tf.data.TFRecordDataset(f, compression_type=compression_type)
-            counts.append(int(ds.reduce(tf.constant(0, tf.int64),
-                                        lambda c, _: c + 1)))
+            counts.append(int(ds.reduce(tf.constant(0, tf.int64), lambda c, _: c + 1)))
     return counts
 
 
-def _read_tfrecords(shard_plan: sharding.ShardPlan,
-                    source: sources_lib.TFRecordSource,
-                    options: PipelineOptions,
-                    counts: dict[str, int]) -> tf.data.Dataset:
+def _read_tfrecords(
+    shard_plan: sharding.ShardPlan,
+    source: sources_lib.TFRecordSource,
+    options: PipelineOptions,
+    counts: dict[str, int],
+) -> tf.data.Dataset:
     names = list(shard_plan.files)
-    files = tf.data.Dataset.from_tensor_slices(
-        (names, [int(counts[f]) for f in names]))
+    files = tf.data.Dataset.from_tensor_slices((names, [int(counts[f]) for f in names]))
     n = len(names)
     if shard_plan.policy == sharding.DATA:
         # Every worker must see the same element order before `shard`, so:
         # no file shuffle, a fixed cycle length, deterministic interleave.
-        cycle = (options.cycle_length if isinstance(options.cycle_length, int)
-                 else min(n, 8))
+        cycle = options.cycle_length if isinstance(options.cycle_length, int) else min(n, 8)
         deterministic = True
     else:
         if options.shuffle and options.cache_kind == "none" and n > 1:
             files = files.shuffle(
-                n, seed=options.seed,
-                reshuffle_each_iteration=options.reshuffle_each_iteration)
-        cycle = (options.cycle_length if isinstance(options.cycle_length, int)
-                 else tf.data.AUTOTUNE)
+                n, seed=options.seed, reshuffle_each_iteration=options.reshuffle_each_iteration
+            )
+        cycle = options.cycle_length if isinstance(options.cycle_length, int) else tf.data.AUTOTUNE
         deterministic = None
 
     def read_all():
         return files.interleave(
             lambda f, count: tfrecord_files.read_file(
-                f, count, source.compression_type or "",
-                options.corrupt_records),
-            cycle_length=cycle, num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=deterministic)
+                f, count, source.compression_type or "", options.corrupt_records
+            ),
+            cycle_length=cycle,
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=deterministic,
+        )
 
     ds = read_all()
     if options.corrupt_records == "skip":
@@ -279,8 +309,13 @@ def _read_tfrecords(shard_plan: sharding.ShardPlan,
     return ds
 
 
-def _finish(ds: tf.data.Dataset, shard_plan: sharding.ShardPlan,
-            map_fn, augment_fn, options: PipelineOptions) -> tf.data.Dataset:
+def _finish(
+    ds: tf.data.Dataset,
+    shard_plan: sharding.ShardPlan,
+    map_fn,
+    augment_fn,
+    options: PipelineOptions,
+) -> tf.data.Dataset:
     parallel = _autotune(options.num_parallel_calls)
     kept = shard_plan.examples_kept
     if kept is not None:
@@ -289,23 +324,34 @@ def _finish(ds: tf.data.Dataset, shard_plan: sharding.ShardPlan,
         if map_fn is not None:
             ds = ds.map(map_fn, num_parallel_calls=parallel)
             map_fn = None
-        ds = ds.cache("" if options.cache_kind == "memory" else
-                      f"{options.cache}_worker{shard_plan.worker_index}")
+        ds = ds.cache(
+            ""
+            if options.cache_kind == "memory"
+            else f"{options.cache}_worker{shard_plan.worker_index}"
+        )
     if options.shuffle:
-        buffer = (options.shuffle_buffer if isinstance(options.shuffle_buffer, int)
-                  else sharding.shuffle_buffer_size(
-                      kept, shard_plan.per_replica_batch,
-                      streaming=bool(shard_plan.files)
-                      and options.cache_kind == "none"))
-        ds = ds.shuffle(buffer, seed=options.seed,
-                        reshuffle_each_iteration=options.reshuffle_each_iteration)
+        buffer = (
+            options.shuffle_buffer
+            if isinstance(options.shuffle_buffer, int)
+            else sharding.shuffle_buffer_size(
+                kept,
+                shard_plan.per_replica_batch,
+                streaming=bool(shard_plan.files) and options.cache_kind == "none",
+            )
+        )
+        ds = ds.shuffle(
+            buffer, seed=options.seed, reshuffle_each_iteration=options.reshuffle_each_iteration
+        )
     fn = _compose(map_fn, augment_fn)
     if fn is not None:
         ds = ds.map(fn, num_parallel_calls=parallel)
     ds = ds.batch(shard_plan.per_replica_batch, drop_remainder=True)
     if kept is not None:  # per-replica batches this worker yields
-        ds = ds.apply(tf.data.experimental.assert_cardinality(
-            shard_plan.steps_per_epoch * shard_plan.local_replicas))
+        ds = ds.apply(
+            tf.data.experimental.assert_cardinality(
+                shard_plan.steps_per_epoch * shard_plan.local_replicas
+            )
+        )
     if options.prefetch != 0:
         ds = ds.prefetch(_autotune(options.prefetch))
     return ds.with_options(dataset_options(options))
@@ -332,8 +378,7 @@ def _fix_cardinality(dataset: Any, plans: list[sharding.ShardPlan]) -> None:
 def dataset_options(options: PipelineOptions) -> tf.data.Options:
     """The `tf.data.Options` for `options` (auto-shard OFF: we shard)."""
     opts = tf.data.Options()
-    opts.experimental_distribute.auto_shard_policy = (
-        tf.data.experimental.AutoShardPolicy.OFF)
+    opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     if options.private_threadpool_size:
         opts.threading.private_threadpool_size = options.private_threadpool_size
     if options.autotune_ram_budget:
@@ -347,8 +392,9 @@ def _input_options(options: PipelineOptions) -> tf.distribute.InputOptions:
     buffer = options.device_prefetch
     if buffer == AUTO:
         buffer = 2 if tf.config.list_physical_devices("GPU") else 1
-    return tf.distribute.InputOptions(experimental_fetch_to_device=True,
-                                      experimental_per_replica_buffer_size=buffer)
+    return tf.distribute.InputOptions(
+        experimental_fetch_to_device=True, experimental_per_replica_buffer_size=buffer
+    )
 
 
 def _autotune(value: int | str) -> int:

@@ -20,9 +20,12 @@ from tfdist_opt import validation
 UNEVEN = ("drop", "error")
 
 
-def per_replica_batch_size(global_batch_size: int, num_replicas: int,
-                           num_workers: int | None = None,
-                           where: str | None = None) -> int:
+def per_replica_batch_size(
+    global_batch_size: int,
+    num_replicas: int,
+    num_workers: int | None = None,
+    where: str | None = None,
+) -> int:
     """The per-replica batch for a global batch, refusing a remainder.
 
     Args:
@@ -51,15 +54,15 @@ def per_replica_batch_size(global_batch_size: int, num_replicas: int,
         upper = lower + num_replicas
         hint = f"{lower} or {upper}" if lower else f"{upper}"
         source = f" ({where})" if where else ""
-        workers = ("" if num_workers is None
-                   else f", num_workers={num_workers}")
+        workers = "" if num_workers is None else f", num_workers={num_workers}"
         raise ValueError(
             f"Invalid value for `global_batch_size`: expected a multiple of "
             f"the number of replicas in sync ({num_replicas}), so that every "
             "replica gets the same number of examples and each example "
             "weighs the same in the step. Received: "
             f"global_batch_size={global_batch_size}{source}, num_replicas="
-            f"{num_replicas}{workers}. Use e.g. {hint}.")
+            f"{num_replicas}{workers}. Use e.g. {hint}."
+        )
     return global_batch_size // num_replicas
 
 
@@ -86,8 +89,7 @@ def data_shard_sizes(num_examples: int, num_workers: int) -> list[int]:
     return [len(range(i, num_examples, num_workers)) for i in range(num_workers)]
 
 
-def file_shard_sizes(examples_per_file: Sequence[int], num_workers: int
-                     ) -> list[int]:
+def file_shard_sizes(examples_per_file: Sequence[int], num_workers: int) -> list[int]:
     """Examples per worker when file k goes to worker k % n.
 
     Example:
@@ -98,8 +100,12 @@ def file_shard_sizes(examples_per_file: Sequence[int], num_workers: int
     return [sum(examples_per_file[i::num_workers]) for i in range(num_workers)]
 
 
-def steps_per_epoch(shard_sizes: Sequence[int], per_replica_batch: int,
-                    local_replicas: int = 1, uneven: str = "drop") -> int:
+def steps_per_epoch(
+    shard_sizes: Sequence[int],
+    per_replica_batch: int,
+    local_replicas: int = 1,
+    uneven: str = "drop",
+) -> int:
     """Steps every worker can run in one epoch with full batches.
 
     A worker runs `size // (per_replica_batch * local_replicas)` full steps;
@@ -127,8 +133,10 @@ def steps_per_epoch(shard_sizes: Sequence[int], per_replica_batch: int,
     _check_positive_int("per_replica_batch", per_replica_batch)
     _check_positive_int("local_replicas", local_replicas)
     if not shard_sizes:
-        raise ValueError("Invalid value for `shard_sizes`: expected at least "
-                         "one worker. Received: shard_sizes=[]")
+        raise ValueError(
+            "Invalid value for `shard_sizes`: expected at least "
+            "one worker. Received: shard_sizes=[]"
+        )
     per_step = per_replica_batch * local_replicas
     steps = [size // per_step for size in shard_sizes]
     if min(steps) == 0:
@@ -137,19 +145,25 @@ def steps_per_epoch(shard_sizes: Sequence[int], per_replica_batch: int,
             f"worker {list(shard_sizes)}, {per_step} example(s) per worker per "
             f"step (per-replica batch {per_replica_batch} x {local_replicas} "
             "local replica(s)). Expected every worker to hold at least one "
-            "step; use a smaller batch or more data.")
+            "step; use a smaller batch or more data."
+        )
     if uneven == "error" and len(set(steps)) > 1:
         raise ValueError(
             f"Uneven shards: workers would run {steps} steps per epoch "
             f"(examples per worker {list(shard_sizes)}, {per_step} per step), "
             "and a worker with more steps would wait forever in a collective. "
             "Received: uneven='error'. Expected equal shards, or uneven='drop' "
-            f"to run {min(steps)} steps on every worker.")
+            f"to run {min(steps)} steps on every worker."
+        )
     return min(steps)
 
 
-def shuffle_buffer_size(examples_per_worker: int | None, per_replica_batch: int,
-                        cap: int = 10_000, streaming: bool = False) -> int:
+def shuffle_buffer_size(
+    examples_per_worker: int | None,
+    per_replica_batch: int,
+    cap: int = 10_000,
+    streaming: bool = False,
+) -> int:
     """A sane shuffle buffer for one worker.
 
     A shuffle buffer fills completely before the first element of every

@@ -113,24 +113,31 @@ class ShardPlan:
         return sum(self.shard_sizes) - self.examples_kept * self.num_workers
 
     def describe(self) -> str:
-        steps = ("unknown" if self.steps_per_epoch is None
-                 else str(self.steps_per_epoch))
-        text = (f"sharding {self.policy} over {self.num_workers} worker(s) "
-                f"({self.reason}); per-replica batch {self.per_replica_batch} "
-                f"x {self.local_replicas} local replica(s); "
-                f"steps per epoch: {steps}")
+        steps = "unknown" if self.steps_per_epoch is None else str(self.steps_per_epoch)
+        text = (
+            f"sharding {self.policy} over {self.num_workers} worker(s) "
+            f"({self.reason}); per-replica batch {self.per_replica_batch} "
+            f"x {self.local_replicas} local replica(s); "
+            f"steps per epoch: {steps}"
+        )
         if self.shard_sizes is not None:
             text += f"; examples per worker: {list(self.shard_sizes)}"
         dropped = self.examples_dropped
         if dropped:
-            text += (f"; {dropped} example(s) dropped per epoch so every worker "
-                     "runs the same number of steps")
+            text += (
+                f"; {dropped} example(s) dropped per epoch so every worker "
+                "runs the same number of steps"
+            )
         return text
 
 
-def choose_policy(num_files: int | None, num_workers: int,
-                  requested: str = "auto", per_worker: bool = False,
-                  files: Sequence[str] | None = None) -> tuple[str, str]:
+def choose_policy(
+    num_files: int | None,
+    num_workers: int,
+    requested: str = "auto",
+    per_worker: bool = False,
+    files: Sequence[str] | None = None,
+) -> tuple[str, str]:
     """Decides FILE / DATA / OFF and says why.
 
     Args:
@@ -154,14 +161,16 @@ def choose_policy(num_files: int | None, num_workers: int,
         raise ValueError(
             f"Invalid value for `shard_policy`: expected one of "
             f"{', '.join(repr(r) for r in REQUESTS)}. "
-            f"Received: shard_policy={requested!r}")
+            f"Received: shard_policy={requested!r}"
+        )
     _check_positive_int("num_workers", num_workers)
     if per_worker:
         if requested in ("file", "data"):
             raise ValueError(
                 f"Invalid value for `shard_policy`: the source is already "
                 f"per-worker (a dataset_fn), so it cannot be sharded again. "
-                f"Received: shard_policy={requested!r}. Expected 'auto' or 'off'.")
+                f"Received: shard_policy={requested!r}. Expected 'auto' or 'off'."
+            )
         return OFF, "source is already per-worker"
     if requested == "off":
         if num_workers > 1:
@@ -170,7 +179,8 @@ def choose_policy(num_files: int | None, num_workers: int,
                 f"{num_workers} workers would feed every worker the whole "
                 "dataset (each example seen num_workers times per epoch). "
                 "Received: shard_policy='off'. Expected 'auto', 'file' or "
-                "'data' (or a per-worker dataset_fn).")
+                "'data' (or a per-worker dataset_fn)."
+            )
         return OFF, "one worker"
     if num_workers == 1:
         return OFF, "one worker reads everything"
@@ -181,35 +191,49 @@ def choose_policy(num_files: int | None, num_workers: int,
             raise ValueError(
                 "Invalid value for `shard_policy`: 'file' needs a file-based "
                 "source. Received: shard_policy='file' for an in-memory source. "
-                "Expected 'auto' or 'data'.")
+                "Expected 'auto' or 'data'."
+            )
         return DATA, "source has no files"
     if num_files >= num_workers:
         return FILE, f"{num_files} file(s) >= {num_workers} worker(s)"
     if requested == "file":
         listing = "; ".join(
             f"worker {i}: {names if names else 'NO FILES'}"
-            for i, names in enumerate(files_per_worker(
-                list(files) if files is not None else
-                [f"<file {k}>" for k in range(num_files)], num_workers)))
+            for i, names in enumerate(
+                files_per_worker(
+                    list(files) if files is not None else [f"<file {k}>" for k in range(num_files)],
+                    num_workers,
+                )
+            )
+        )
         raise ValueError(
             f"Invalid value for `shard_policy`: 'file' needs at least as many "
             f"files as workers. Received: {num_files} file(s) for "
             f"{num_workers} workers ({listing}). Expected shard_policy='auto' "
-            f"or 'data', or at least {num_workers} files.")
-    return DATA, (f"{num_files} file(s) < {num_workers} workers, so every "
-                  "worker reads all files and keeps every "
-                  f"{num_workers}th element")
+            f"or 'data', or at least {num_workers} files."
+        )
+    return DATA, (
+        f"{num_files} file(s) < {num_workers} workers, so every "
+        "worker reads all files and keeps every "
+        f"{num_workers}th element"
+    )
 
 
-def plan_shards(*, num_workers: int, worker_index: int, num_replicas: int,
-                global_batch_size: int, files: Sequence[str] | None = None,
-                examples_per_file: Sequence[int] | None = None,
-                num_examples: int | None = None,
-                examples_per_worker: int | None = None,
-                per_worker: bool = False, requested: str = "auto",
-                uneven: str = "drop",
-                data_shard_sizes_override: Sequence[int] | None = None
-                ) -> ShardPlan:
+def plan_shards(
+    *,
+    num_workers: int,
+    worker_index: int,
+    num_replicas: int,
+    global_batch_size: int,
+    files: Sequence[str] | None = None,
+    examples_per_file: Sequence[int] | None = None,
+    num_examples: int | None = None,
+    examples_per_worker: int | None = None,
+    per_worker: bool = False,
+    requested: str = "auto",
+    uneven: str = "drop",
+    data_shard_sizes_override: Sequence[int] | None = None,
+) -> ShardPlan:
     """The whole decision for one worker: policy, batch, steps.
 
     Args:
@@ -242,23 +266,26 @@ def plan_shards(*, num_workers: int, worker_index: int, num_replicas: int,
     if not 0 <= worker_index < num_workers:
         raise ValueError(
             f"Invalid value for `worker_index`: expected 0 <= worker_index < "
-            f"{num_workers}. Received: worker_index={worker_index}")
+            f"{num_workers}. Received: worker_index={worker_index}"
+        )
     if num_replicas % num_workers:
         raise ValueError(
             f"Invalid value for `num_replicas`: expected a multiple of the "
             f"number of workers ({num_workers}). Received: "
-            f"num_replicas={num_replicas}")
+            f"num_replicas={num_replicas}"
+        )
     local = num_replicas // num_workers
     files = tuple(files) if files is not None else None
     if files is not None and not files:
-        raise ValueError("Invalid value for `files`: the file pattern matched "
-                         "no files. Received: files=[]")
-    policy, reason = choose_policy(None if files is None else len(files),
-                                   num_workers, requested, per_worker, files)
+        raise ValueError(
+            "Invalid value for `files`: the file pattern matched no files. Received: files=[]"
+        )
+    policy, reason = choose_policy(
+        None if files is None else len(files), num_workers, requested, per_worker, files
+    )
     sizes: list[int] | None
     if per_worker:
-        sizes = (None if examples_per_worker is None
-                 else [examples_per_worker] * num_workers)
+        sizes = None if examples_per_worker is None else [examples_per_worker] * num_workers
     elif files is not None:
         if examples_per_file is None:
             sizes = None
@@ -266,7 +293,8 @@ def plan_shards(*, num_workers: int, worker_index: int, num_replicas: int,
             raise ValueError(
                 f"Invalid value for `examples_per_file`: expected one count "
                 f"per file ({len(files)}). Received: {len(examples_per_file)} "
-                "counts")
+                "counts"
+            )
         elif policy == FILE:
             sizes = file_shard_sizes(examples_per_file, num_workers)
         elif policy == DATA and data_shard_sizes_override is not None:
@@ -274,23 +302,26 @@ def plan_shards(*, num_workers: int, worker_index: int, num_replicas: int,
         else:
             sizes = data_shard_sizes(sum(examples_per_file), num_workers)
     elif num_examples is not None:
-        sizes = (data_shard_sizes(num_examples, num_workers)
-                 if policy != OFF else [num_examples])
+        sizes = data_shard_sizes(num_examples, num_workers) if policy != OFF else [num_examples]
     else:
         sizes = None
-    steps = (None if sizes is None
-             else steps_per_epoch(sizes, per_replica, local, uneven))
+    steps = None if sizes is None else steps_per_epoch(sizes, per_replica, local, uneven)
     mine: tuple[str, ...] = ()
     if files is not None:
-        mine = (tuple(files_per_worker(files, num_workers)[worker_index])
-                if policy == FILE else files)
-    return ShardPlan(policy=policy, num_workers=num_workers,
-                     worker_index=worker_index, local_replicas=local,
-                     per_replica_batch=per_replica,
-                     shard_sizes=None if sizes is None else tuple(sizes),
-                     steps_per_epoch=steps, reason=reason, files=mine)
-
-
+        mine = (
+            tuple(files_per_worker(files, num_workers)[worker_index]) if policy == FILE else files
+        )
+    return ShardPlan(
+        policy=policy,
+        num_workers=num_workers,
+        worker_index=worker_index,
+        local_replicas=local,
+        per_replica_batch=per_replica,
+        shard_sizes=None if sizes is None else tuple(sizes),
+        steps_per_epoch=steps,
+        reason=reason,
+        files=mine,
+    )
 
 
 def _check_positive_int(name: str, value) -> None:

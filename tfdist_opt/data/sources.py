@@ -32,21 +32,23 @@ class TFRecordSource:
     examples_per_file: tuple[int, ...] | None = None
 
     def __post_init__(self):
-        patterns = ((self.pattern,) if isinstance(self.pattern, str)
-                    else tuple(self.pattern))
+        patterns = (self.pattern,) if isinstance(self.pattern, str) else tuple(self.pattern)
         if not patterns or not all(isinstance(p, str) and p for p in patterns):
             raise ValueError(
                 "Invalid value for `pattern`: expected a file pattern or a "
-                f"non-empty list of them. Received: pattern={self.pattern!r}")
+                f"non-empty list of them. Received: pattern={self.pattern!r}"
+            )
         object.__setattr__(self, "pattern", patterns)
         if self.compression_type not in (None, "", "GZIP", "ZLIB"):
             raise ValueError(
                 "Invalid value for `compression_type`: expected None, '', "
                 f"'GZIP' or 'ZLIB'. Received: compression_type="
-                f"{self.compression_type!r}")
+                f"{self.compression_type!r}"
+            )
         if self.examples_per_file is not None:
-            object.__setattr__(self, "examples_per_file",
-                               tuple(int(n) for n in self.examples_per_file))
+            object.__setattr__(
+                self, "examples_per_file", tuple(int(n) for n in self.examples_per_file)
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,11 +75,12 @@ class TFDSSource:
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
-            raise ValueError("Invalid value for `name`: expected a TFDS dataset "
-                             f"name. Received: name={self.name!r}")
+            raise ValueError(
+                "Invalid value for `name`: expected a TFDS dataset "
+                f"name. Received: name={self.name!r}"
+            )
         if isinstance(self.builder_kwargs, Mapping):
-            object.__setattr__(self, "builder_kwargs",
-                               tuple(sorted(self.builder_kwargs.items())))
+            object.__setattr__(self, "builder_kwargs", tuple(sorted(self.builder_kwargs.items())))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -93,13 +96,16 @@ class ArraySource:
     def __post_init__(self):
         leaves = _leaves(self.arrays)
         if not leaves:
-            raise ValueError("Invalid value for `arrays`: expected at least one "
-                             "array. Received: arrays with no leaves")
+            raise ValueError(
+                "Invalid value for `arrays`: expected at least one "
+                "array. Received: arrays with no leaves"
+            )
         lengths = {len(a) for a in leaves}
         if len(lengths) != 1:
             raise ValueError(
                 "Invalid value for `arrays`: expected the same number of rows "
-                f"in every array. Received: lengths {sorted(lengths)}")
+                f"in every array. Received: lengths {sorted(lengths)}"
+            )
 
     @property
     def num_examples(self) -> int:
@@ -130,8 +136,10 @@ class DatasetFnSource:
 
     def __post_init__(self):
         if not callable(self.fn):
-            raise TypeError("Invalid value for `fn`: expected a callable "
-                            f"dataset_fn(input_context). Received: {self.fn!r}")
+            raise TypeError(
+                "Invalid value for `fn`: expected a callable "
+                f"dataset_fn(input_context). Received: {self.fn!r}"
+            )
 
 
 Source = TFRecordSource | TFDSSource | ArraySource | DatasetFnSource
@@ -148,17 +156,21 @@ def as_source(source: Any) -> Source:
     Raises:
         TypeError: anything else (the message lists the accepted forms).
     """
-    if isinstance(source, (TFRecordSource, TFDSSource, ArraySource,
-                           DatasetFnSource)):
+    if isinstance(source, (TFRecordSource, TFDSSource, ArraySource, DatasetFnSource)):
         return source
     if isinstance(source, (str, os.PathLike)):
         return TFRecordSource(os.fspath(source))
-    if isinstance(source, (list, tuple)) and source and all(
-            isinstance(s, (str, os.PathLike)) for s in source):
+    if (
+        isinstance(source, (list, tuple))
+        and source
+        and all(isinstance(s, (str, os.PathLike)) for s in source)
+    ):
         return TFRecordSource(tuple(os.fspath(s) for s in source))
     if isinstance(source, np.ndarray) or (
-            isinstance(source, (tuple, dict)) and source and all(
-                isinstance(a, np.ndarray) for a in _leaves(source))):
+        isinstance(source, (tuple, dict))
+        and source
+        and all(isinstance(a, np.ndarray) for a in _leaves(source))
+    ):
         return ArraySource(source)
     if callable(source):
         return DatasetFnSource(source)
@@ -167,7 +179,8 @@ def as_source(source: Any) -> Source:
         f"{type(source).__name__}. Expected one of: a TFRecord file pattern "
         "(str or list of str), numpy array(s) (array, tuple or dict), a "
         "dataset_fn(input_context), TFRecordSource, TFDSSource, ArraySource "
-        "or DatasetFnSource.")
+        "or DatasetFnSource."
+    )
 
 
 def count_tfrecords(path: str | os.PathLike) -> int:
@@ -186,15 +199,17 @@ def count_tfrecords(path: str | os.PathLike) -> int:
         while pos < size:
             header = f.read(12)
             if len(header) < 12:
-                raise ValueError(f"Invalid TFRecord file {path}: truncated "
-                                 f"record header at byte {pos}")
+                raise ValueError(
+                    f"Invalid TFRecord file {path}: truncated record header at byte {pos}"
+                )
             (length,) = struct.unpack("<Q", header[:8])
             pos += 12 + length + 4
             if pos > size:
                 raise ValueError(
                     f"Invalid TFRecord file {path}: record {count} runs past the "
                     "end of the file (truncated, or compressed: pass "
-                    "compression_type)")
+                    "compression_type)"
+                )
             f.seek(pos)
             count += 1
     return count
@@ -214,4 +229,3 @@ def _map_leaves(fn: Callable[[Any], Any], tree: Any) -> Any:
     if isinstance(tree, tuple):
         return tuple(_map_leaves(fn, t) for t in tree)
     return fn(tree)
-

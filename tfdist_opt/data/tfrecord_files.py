@@ -37,8 +37,9 @@ from tfdist_opt.data.options import CORRUPT_RECORDS
 CHUNK = 256
 
 
-def read_file(path: tf.Tensor, expected: tf.Tensor, compression_type: str = "",
-              on_corrupt: str = "error") -> tf.data.Dataset:
+def read_file(
+    path: tf.Tensor, expected: tf.Tensor, compression_type: str = "", on_corrupt: str = "error"
+) -> tf.data.Dataset:
     """Records of one TFRecord file, checked against its expected count.
 
     Args:
@@ -51,12 +52,13 @@ def read_file(path: tf.Tensor, expected: tf.Tensor, compression_type: str = "",
         A `tf.data.Dataset` of serialized records.
     """
     if on_corrupt not in CORRUPT_RECORDS:
-        raise ValueError(f"Invalid value for `corrupt_records`: expected one of "
-                         f"{CORRUPT_RECORDS}. Received: corrupt_records={on_corrupt!r}")
+        raise ValueError(
+            f"Invalid value for `corrupt_records`: expected one of "
+            f"{CORRUPT_RECORDS}. Received: corrupt_records={on_corrupt!r}"
+        )
     records = tf.data.TFRecordDataset(path, compression_type=compression_type)
     records = records.ignore_errors(log_warning=on_corrupt == "error")
-    flagged = tf.data.Dataset.zip(
-        (records, tf.data.Dataset.from_tensors(False).repeat()))
+    flagged = tf.data.Dataset.zip((records, tf.data.Dataset.from_tensors(False).repeat()))
     sentinel = tf.data.Dataset.from_tensors((tf.constant(b""), True))
     indexed = flagged.concatenate(sentinel).enumerate().batch(CHUNK)
     expected = tf.cast(expected, tf.int64)
@@ -68,16 +70,25 @@ def read_file(path: tf.Tensor, expected: tf.Tensor, compression_type: str = "",
         read = tf.reduce_max(tf.where(is_end, index, -1))
         missing = tf.where(ended, expected - read, 0)
         if on_corrupt == "error":
-            done = tf.debugging.Assert(missing <= 0, [
-                "tfdist_opt.data: corrupt TFRecord file", path, "read", read,
-                "of", expected, "records (a corrupt or truncated record, or a "
-                "wrong examples_per_file); set "
-                "PipelineOptions(corrupt_records='skip') to skip it"],
-                summarize=1)
+            done = tf.debugging.Assert(
+                missing <= 0,
+                [
+                    "tfdist_opt.data: corrupt TFRecord file",
+                    path,
+                    "read",
+                    read,
+                    "of",
+                    expected,
+                    "records (a corrupt or truncated record, or a "
+                    "wrong examples_per_file); set "
+                    "PipelineOptions(corrupt_records='skip') to skip it",
+                ],
+                summarize=1,
+            )
         else:
-            done = tf.cond(missing > 0,
-                           lambda: _report(path, missing, expected),
-                           lambda: tf.constant(True))
+            done = tf.cond(
+                missing > 0, lambda: _report(path, missing, expected), lambda: tf.constant(True)
+            )
         with tf.control_dependencies([done]):
             return tf.boolean_mask(record, tf.logical_not(is_end))
 
@@ -85,8 +96,19 @@ def read_file(path: tf.Tensor, expected: tf.Tensor, compression_type: str = "",
 
 
 def _report(path, missing, expected):
-    with tf.control_dependencies([tf.print("tfdist_opt.data: skipped", missing, "of", expected,
-                    "record(s) of", path, "(from its first corrupt record to "
-                    "its end; PipelineOptions(corrupt_records='skip'))",
-                    output_stream=sys.stderr)]):
+    with tf.control_dependencies(
+        [
+            tf.print(
+                "tfdist_opt.data: skipped",
+                missing,
+                "of",
+                expected,
+                "record(s) of",
+                path,
+                "(from its first corrupt record to "
+                "its end; PipelineOptions(corrupt_records='skip'))",
+                output_stream=sys.stderr,
+            )
+        ]
+    ):
         return tf.constant(True)

@@ -88,9 +88,12 @@ def _is_keras_file(name: str) -> bool:
     return name.endswith(KERAS_SUFFIXES)
 
 
-def scan(directory: str, listdir: Callable = os.listdir,
-         stat: Callable = os.stat, read_text: Callable | None = None
-         ) -> list[Found]:
+def scan(
+    directory: str,
+    listdir: Callable = os.listdir,
+    stat: Callable = os.stat,
+    read_text: Callable | None = None,
+) -> list[Found]:
     """Every checkpoint in `directory` whose format says it is complete.
 
     `keras` files are returned whatever their age: the settle rule is
@@ -124,31 +127,39 @@ def scan(directory: str, listdir: Callable = os.listdir,
 
 
 def _classify(directory, name, path, names, listdir, stat, read_text):
-    if name.startswith(BACKUP_PREFIX) and name[len(BACKUP_PREFIX):].isdigit():
+    if name.startswith(BACKUP_PREFIX) and name[len(BACKUP_PREFIX) :].isdigit():
         if BACKUP_MANIFEST not in set(listdir(path)):
             return None
         st = stat(os.path.join(path, BACKUP_MANIFEST))
-        return Found(name, os.path.join(path, BACKUP_STATE), "backup",
-                     int(name[len(BACKUP_PREFIX):]), (name, st.st_mtime_ns),
-                     st.st_mtime_ns)
+        return Found(
+            name,
+            os.path.join(path, BACKUP_STATE),
+            "backup",
+            int(name[len(BACKUP_PREFIX) :]),
+            (name, st.st_mtime_ns),
+            st.st_mtime_ns,
+        )
     if name.endswith(".index"):
-        prefix = name[:-len(".index")]
+        prefix = name[: -len(".index")]
         if not any(n.startswith(prefix + ".data-") for n in names):
             return None
         st = stat(path)
-        return Found(prefix, os.path.join(directory, prefix), "tf",
-                     _step_from_name(prefix), (st.st_size, st.st_mtime_ns),
-                     st.st_mtime_ns)
+        return Found(
+            prefix,
+            os.path.join(directory, prefix),
+            "tf",
+            _step_from_name(prefix),
+            (st.st_size, st.st_mtime_ns),
+            st.st_mtime_ns,
+        )
     if _is_keras_file(name):
         st = stat(path)
         if not stat_lib.S_ISREG(st.st_mode):
             return None
         step = _step_from_name(name.rsplit(".", 2)[0])
         if name == KERAS_BACKUP_WEIGHTS and KERAS_BACKUP_METADATA in names:
-            step = _keras_backup_epoch(
-                read_text(os.path.join(directory, KERAS_BACKUP_METADATA)))
-        return Found(name, path, "keras", step, (st.st_size, st.st_mtime_ns),
-                     st.st_mtime_ns)
+            step = _keras_backup_epoch(read_text(os.path.join(directory, KERAS_BACKUP_METADATA)))
+        return Found(name, path, "keras", step, (st.st_size, st.st_mtime_ns), st.st_mtime_ns)
     return None
 
 
@@ -183,14 +194,20 @@ class CheckpointWatcher:
         ValueError: `settle_s` is negative.
     """
 
-    def __init__(self, directory: str, settle_s: float = 2.0,
-                 clock: Callable[[], float] = time.monotonic,
-                 listdir: Callable = os.listdir, stat: Callable = os.stat,
-                 read_text: Callable | None = None):
-        if isinstance(settle_s, bool) or not isinstance(settle_s, (int, float)) \
-                or settle_s < 0:
-            raise ValueError("Invalid value for `settle_s`: expected a number "
-                             f">= 0 (seconds). Received: settle_s={settle_s!r}")
+    def __init__(
+        self,
+        directory: str,
+        settle_s: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+        listdir: Callable = os.listdir,
+        stat: Callable = os.stat,
+        read_text: Callable | None = None,
+    ):
+        if isinstance(settle_s, bool) or not isinstance(settle_s, (int, float)) or settle_s < 0:
+            raise ValueError(
+                "Invalid value for `settle_s`: expected a number "
+                f">= 0 (seconds). Received: settle_s={settle_s!r}"
+            )
         self.directory = directory
         self.settle_s = float(settle_s)
         self._clock, self._listdir, self._stat = clock, listdir, stat
@@ -209,8 +226,7 @@ class CheckpointWatcher:
         now = self._clock()
         out = []
         present = set()
-        for item in scan(self.directory, self._listdir, self._stat,
-                         self._read_text):
+        for item in scan(self.directory, self._listdir, self._stat, self._read_text):
             present.add(item.key)
             if item.key in self._done:
                 continue

@@ -51,11 +51,15 @@ class ChiefWatch:
             Defaults to never.
     """
 
-    def __init__(self, address: str, grace_s: float = 3.0,
-                 startup_timeout_s: float | None = 300.0,
-                 clock: Callable[[], float] = time.monotonic,
-                 answers: Callable[[str], bool] = startup_guard.is_listening,
-                 ended: Callable[[], bool] = lambda: False):
+    def __init__(
+        self,
+        address: str,
+        grace_s: float = 3.0,
+        startup_timeout_s: float | None = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+        answers: Callable[[str], bool] = startup_guard.is_listening,
+        ended: Callable[[], bool] = lambda: False,
+    ):
         self.address = address
         self.grace_s = grace_s
         self.startup_timeout_s = startup_timeout_s
@@ -77,8 +81,7 @@ class ChiefWatch:
             if self._gone_since is None:
                 self._gone_since = now
             return ENDED if now - self._gone_since >= self.grace_s else RUNNING
-        if (self.startup_timeout_s is not None
-                and now - self._start > self.startup_timeout_s):
+        if self.startup_timeout_s is not None and now - self._start > self.startup_timeout_s:
             return NEVER_CAME
         return WAITING
 
@@ -124,15 +127,20 @@ class Outcome:
     skipped: list
 
 
-def run(watcher: checkpoints_lib.CheckpointWatcher,
-        end: ChiefWatch | None,
-        load: Callable[[checkpoints_lib.Found], None],
-        evaluate: Callable[[checkpoints_lib.Found], dict],
-        *, max_evaluations: int | None = None, timeout_s: float | None = None,
-        poll_s: float = 1.0, clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
-        log: Callable[[str], None] = print,
-        load_errors: tuple = (Exception,)) -> Outcome:
+def run(
+    watcher: checkpoints_lib.CheckpointWatcher,
+    end: ChiefWatch | None,
+    load: Callable[[checkpoints_lib.Found], None],
+    evaluate: Callable[[checkpoints_lib.Found], dict],
+    *,
+    max_evaluations: int | None = None,
+    timeout_s: float | None = None,
+    poll_s: float = 1.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    log: Callable[[str], None] = print,
+    load_errors: tuple = (Exception,),
+) -> Outcome:
     """Evaluates each new complete checkpoint until training has ended.
 
     Each pass first asks `end` whether training has ended, then lists the
@@ -175,8 +183,7 @@ def run(watcher: checkpoints_lib.CheckpointWatcher,
                 log(f"skipped unreadable checkpoint {why}")
                 continue
             if not watcher.unchanged(item):
-                log(f"{item.name} was rewritten while it was read; reading the "
-                    "new version next")
+                log(f"{item.name} was rewritten while it was read; reading the new version next")
                 continue
             evaluations.append(Evaluation(item, evaluate(item)))
             last_new = clock()
@@ -186,8 +193,10 @@ def run(watcher: checkpoints_lib.CheckpointWatcher,
         if state == ENDED:
             return Outcome("training ended", evaluations, skipped)
         if state == NEVER_CAME:
-            log(f"the training chief ({end.address}) never answered within "
-                f"{end.startup_timeout_s:g} s; evaluated the checkpoints present")
+            log(
+                f"the training chief ({end.address}) never answered within "
+                f"{end.startup_timeout_s:g} s; evaluated the checkpoints present"
+            )
             return Outcome("chief never came", evaluations, skipped)
         if timeout_s is not None and clock() - last_new >= timeout_s:
             return Outcome("timeout", evaluations, skipped)

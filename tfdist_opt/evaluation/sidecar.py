@@ -28,8 +28,14 @@ from tfdist_opt.evaluation import loop as loop_lib
 # What a half-written, foreign or vanished checkpoint raises on load: h5py
 # refuses a truncated .h5 (its superblock records the end of file), a .keras
 # zip without its central directory (written last) is a BadZipFile.
-_LOAD_ERRORS = (OSError, ValueError, KeyError, AssertionError,
-                zipfile.BadZipFile, tf.errors.OpError)
+_LOAD_ERRORS = (
+    OSError,
+    ValueError,
+    KeyError,
+    AssertionError,
+    zipfile.BadZipFile,
+    tf.errors.OpError,
+)
 
 
 class SidecarEvaluator:
@@ -108,28 +114,52 @@ class SidecarEvaluator:
         ```
     """
 
-    def __init__(self, model, data, checkpoint_dir, steps=None,
-                 max_evaluations=None, callbacks=None, *, log_dir=None,
-                 timeout=None, poll_interval=1.0, settle_s=2.0,
-                 end_grace_s=3.0, startup_timeout=300.0, verbose=2):
+    def __init__(
+        self,
+        model,
+        data,
+        checkpoint_dir,
+        steps=None,
+        max_evaluations=None,
+        callbacks=None,
+        *,
+        log_dir=None,
+        timeout=None,
+        poll_interval=1.0,
+        settle_s=2.0,
+        end_grace_s=3.0,
+        startup_timeout=300.0,
+        verbose=2,
+    ):
         if not isinstance(model, keras.Model):
-            raise TypeError("Invalid value for `model`: expected a Keras 3 "
-                            f"`keras.Model`. Received: model={type(model).__name__}")
+            raise TypeError(
+                "Invalid value for `model`: expected a Keras 3 "
+                f"`keras.Model`. Received: model={type(model).__name__}"
+            )
         if not getattr(model, "compiled", False):
             raise ValueError(
                 "Invalid value for `model`: expected a compiled model (with "
                 "the metrics to report); call model.compile(...) first. "
-                f"Received: model={model.name!r} (not compiled)")
+                f"Received: model={model.name!r} (not compiled)"
+            )
         if not isinstance(checkpoint_dir, str) or not checkpoint_dir:
-            raise ValueError("Invalid value for `checkpoint_dir`: expected a "
-                             "non-empty path. Received: "
-                             f"checkpoint_dir={checkpoint_dir!r}")
+            raise ValueError(
+                "Invalid value for `checkpoint_dir`: expected a "
+                "non-empty path. Received: "
+                f"checkpoint_dir={checkpoint_dir!r}"
+            )
         for name, value, integer in (
-                ("steps", steps, True), ("max_evaluations", max_evaluations, True),
-                ("timeout", timeout, False), ("startup_timeout", startup_timeout, False)):
+            ("steps", steps, True),
+            ("max_evaluations", max_evaluations, True),
+            ("timeout", timeout, False),
+            ("startup_timeout", startup_timeout, False),
+        ):
             _check_number(name, value, integer, allow_none=True)
-        for name, value in (("poll_interval", poll_interval),
-                            ("settle_s", settle_s), ("end_grace_s", end_grace_s)):
+        for name, value in (
+            ("poll_interval", poll_interval),
+            ("settle_s", settle_s),
+            ("end_grace_s", end_grace_s),
+        ):
             _check_number(name, value, False, allow_none=False)
         self.model = model
         self.data = data
@@ -148,9 +178,13 @@ class SidecarEvaluator:
         self._evaluated = 0
 
     # ------------------------------------------------------------ the loop
-    def start(self, *, tf_config: dict[str, Any] | None = None,
-              clock: Callable[[], float] = time.monotonic,
-              sleep: Callable[[float], None] = time.sleep) -> dict | None:
+    def start(
+        self,
+        *,
+        tf_config: dict[str, Any] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> dict | None:
         """Runs the evaluation loop until training has ended.
 
         Args:
@@ -166,28 +200,50 @@ class SidecarEvaluator:
             tf_config = tf_config_lib.tf_config_from_env()
         address = loop_lib.chief_address(tf_config)
         ended_file = os.environ.get(loop_lib.TRAINING_ENDED_ENV)
-        end = (loop_lib.ChiefWatch(
-            address, self.end_grace_s, self.startup_timeout, clock=clock,
-            ended=(lambda: os.path.exists(ended_file)) if ended_file else (lambda: False))
-            if address else None)
+        end = (
+            loop_lib.ChiefWatch(
+                address,
+                self.end_grace_s,
+                self.startup_timeout,
+                clock=clock,
+                ended=(lambda: os.path.exists(ended_file)) if ended_file else (lambda: False),
+            )
+            if address
+            else None
+        )
         watcher = checkpoints_lib.CheckpointWatcher(
-            self.checkpoint_dir, settle_s=self.settle_s, clock=clock)
+            self.checkpoint_dir, settle_s=self.settle_s, clock=clock
+        )
         writer = summaries.ScalarWriter(self.log_dir, chief=True)
-        _log(f"watching {self.checkpoint_dir} for checkpoints"
-             + (f"; training ends when the chief ({address}) exits" if address
-                else "; no TF_CONFIG chief: stops on max_evaluations/timeout"))
+        _log(
+            f"watching {self.checkpoint_dir} for checkpoints"
+            + (
+                f"; training ends when the chief ({address}) exits"
+                if address
+                else "; no TF_CONFIG chief: stops on max_evaluations/timeout"
+            )
+        )
         try:
             self.outcome = loop_lib.run(
-                watcher, end, self.load, lambda item: self._evaluate(item, writer),
-                max_evaluations=self.max_evaluations, timeout_s=self.timeout,
-                poll_s=self.poll_interval, clock=clock, sleep=sleep, log=_log,
-                load_errors=_LOAD_ERRORS)
+                watcher,
+                end,
+                self.load,
+                lambda item: self._evaluate(item, writer),
+                max_evaluations=self.max_evaluations,
+                timeout_s=self.timeout,
+                poll_s=self.poll_interval,
+                clock=clock,
+                sleep=sleep,
+                log=_log,
+                load_errors=_LOAD_ERRORS,
+            )
         finally:
             writer.close()
         n = len(self.outcome.evaluations)
-        _log(f"stopping ({self.outcome.reason}): {n} checkpoint(s) evaluated"
-             + (f", {len(self.outcome.skipped)} unreadable" if self.outcome.skipped
-                else ""))
+        _log(
+            f"stopping ({self.outcome.reason}): {n} checkpoint(s) evaluated"
+            + (f", {len(self.outcome.skipped)} unreadable" if self.outcome.skipped else "")
+        )
         return self.outcome.evaluations[-1].metrics if n else None
 
     def load(self, item: checkpoints_lib.Found) -> None:
@@ -199,7 +255,8 @@ class SidecarEvaluator:
             raise ValueError(
                 "Invalid value for `model`: it has no weights yet, so a "
                 f"checkpoint cannot be restored into it. Received: {item.name}. "
-                "Expected a built model (call it on a batch or give Input shapes).")
+                "Expected a built model (call it on a batch or give Input shapes)."
+            )
         if item.format == "backup":  # DistributedBackupAndRestore's layout
             ckpt = tf.train.Checkpoint(weights=list(self.model.weights))
         else:
@@ -213,19 +270,31 @@ class SidecarEvaluator:
             raise ValueError(
                 f"Checkpoint {item.path} does not hold this model's weights "
                 f"under `{root}` (expected tf.train.Checkpoint({root}=...) of "
-                f"the same model): {str(e)[:300]}") from e
+                f"the same model): {str(e)[:300]}"
+            ) from e
 
     def _evaluate(self, item, writer) -> dict:
-        x, y, weights = (keras.utils.unpack_x_y_sample_weight(self.data)
-                         if isinstance(self.data, tuple) else (self.data, None, None))
-        metrics = self.model.evaluate(x, y, sample_weight=weights, steps=self.steps,
-                                      callbacks=self.callbacks,
-                                      verbose=self.verbose, return_dict=True)
+        x, y, weights = (
+            keras.utils.unpack_x_y_sample_weight(self.data)
+            if isinstance(self.data, tuple)
+            else (self.data, None, None)
+        )
+        metrics = self.model.evaluate(
+            x,
+            y,
+            sample_weight=weights,
+            steps=self.steps,
+            callbacks=self.callbacks,
+            verbose=self.verbose,
+            return_dict=True,
+        )
         metrics = {k: float(v) for k, v in metrics.items()}
         self._evaluated += 1
         step = item.step if item.step is not None else self._evaluated
-        _log(f"{item.name} (step {item.step}): " + ", ".join(
-            f"{k}={v:.6g}" for k, v in sorted(metrics.items())))
+        _log(
+            f"{item.name} (step {item.step}): "
+            + ", ".join(f"{k}={v:.6g}" for k, v in sorted(metrics.items()))
+        )
         writer.write("evaluation", metrics, step)
         return metrics
 
@@ -233,13 +302,18 @@ class SidecarEvaluator:
 def _check_number(name, value, integer, allow_none):
     if value is None and allow_none:
         return
-    ok = (not isinstance(value, bool) and isinstance(value, int if integer else (int, float))
-          and (value > 0 if integer else value >= 0))
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, int if integer else (int, float))
+        and (value > 0 if integer else value >= 0)
+    )
     if not ok:
         expected = "a positive int" if integer else "a number >= 0 (seconds)"
-        raise ValueError(f"Invalid value for `{name}`: expected {expected}"
-                         f"{' or None' if allow_none else ''}. Received: "
-                         f"{name}={value!r}")
+        raise ValueError(
+            f"Invalid value for `{name}`: expected {expected}"
+            f"{' or None' if allow_none else ''}. Received: "
+            f"{name}={value!r}"
+        )
 
 
 def _log(message: str) -> None:

@@ -87,13 +87,25 @@ def create_accumulators(optimizer, variables) -> list:
     check_supported(optimizer)
     strategy = optimizer._distribution_strategy
     with tf.init_scope():
-        scope = (strategy.scope() if tf.distribute.get_strategy() is not strategy
-                 else contextlib.nullcontext())
+        scope = (
+            strategy.scope()
+            if tf.distribute.get_strategy() is not strategy
+            else contextlib.nullcontext()
+        )
         with scope:
-            accumulators = [replica_slots.add_slot(
-                optimizer, v, ACCUMULATOR_NAME, v.shape, "zeros", _on_read_sum,
-                replica_slots.PerReplicaSum, _tfdist_strategy=strategy)
-                for v in variables]
+            accumulators = [
+                replica_slots.add_slot(
+                    optimizer,
+                    v,
+                    ACCUMULATOR_NAME,
+                    v.shape,
+                    "zeros",
+                    _on_read_sum,
+                    replica_slots.PerReplicaSum,
+                    _tfdist_strategy=strategy,
+                )
+                for v in variables
+            ]
     runtime.OBJECTS.of(optimizer).accumulators = accumulators
     return accumulators
 
@@ -125,12 +137,11 @@ def accumulate_and_apply(optimizer, grads, trainable_variables, state) -> tf.Ten
         raise RuntimeError(
             "tfdist_opt accumulation: the optimizer has no accumulators; "
             "build it first (`optimizer.build(model.trainable_variables)`, "
-            "which `fit` does) under the strategy's scope.")
+            "which `fit` does) under the strategy's scope."
+        )
     options, k = state.options, state.grad_accum
-    accs = [accumulators[optimizer._get_variable_index(v)].value
-            for v in trainable_variables]
-    new = [a.read_value() + tf.cast(tf.convert_to_tensor(g), a.dtype)
-           for a, g in zip(accs, grads)]
+    accs = [accumulators[optimizer._get_variable_index(v)].value for v in trainable_variables]
+    new = [a.read_value() + tf.cast(tf.convert_to_tensor(g), a.dtype) for a, g in zip(accs, grads)]
     strategy = optimizer._distribution_strategy
     # PowerSGD (compression="powersgd") takes its matrices raw, once per
     # update; everything else is cast here, in the replica context.
@@ -141,8 +152,11 @@ def accumulate_and_apply(optimizer, grads, trainable_variables, state) -> tf.Ten
     # Under PowerSGD the rest rides in the P factors' collective (raw here,
     # cast by `lowrank.apply`); otherwise it is cast here and packed.
     raw_rest = tuple(new[i] for i in rest) if psgd else ()
-    wire, metas = ([], []) if psgd else allreduce.compress_all(
-        [new[i] for i in rest], options, strategy.num_replicas_in_sync)
+    wire, metas = (
+        ([], [])
+        if psgd
+        else allreduce.compress_all([new[i] for i in rest], options, strategy.num_replicas_in_sync)
+    )
     tvars = [getattr(v, "value", v) for v in trainable_variables]
     micro_steps = optimizer._iterations
 
@@ -151,16 +165,31 @@ def accumulate_and_apply(optimizer, grads, trainable_variables, state) -> tf.Ten
 
         def update():
             reduced = [None] * len(tvars)
-            for i, r, meta in zip(rest, allreduce.cross_replica_reduce_sum(
-                    distribution, wire, [tvars[i] for i in rest], options,
-                    tuned=state.tuned_bytes_per_pack), metas):
+            for i, r, meta in zip(
+                rest,
+                allreduce.cross_replica_reduce_sum(
+                    distribution,
+                    wire,
+                    [tvars[i] for i in rest],
+                    options,
+                    tuned=state.tuned_bytes_per_pack,
+                ),
+                metas,
+            ):
                 reduced[i] = (r, meta)
             if psgd:
-                for i, r in zip(low + rest, lowrank.apply(
-                        distribution, list(raw),
-                        [psgd.entries[index[i]] for i in low], step // k - 1,
-                        options, rest=list(raw_rest),
-                        tuned=state.tuned_bytes_per_pack)):
+                for i, r in zip(
+                    low + rest,
+                    lowrank.apply(
+                        distribution,
+                        list(raw),
+                        [psgd.entries[index[i]] for i in low],
+                        step // k - 1,
+                        options,
+                        rest=list(raw_rest),
+                        tuned=state.tuned_bytes_per_pack,
+                    ),
+                ):
                     reduced[i] = (r, None)
             optimizer._apply_weight_decay(trainable_variables)
             lr = optimizer.learning_rate
@@ -171,15 +200,14 @@ def accumulate_and_apply(optimizer, grads, trainable_variables, state) -> tf.Ten
                 optimizer.update_step(_clip(optimizer, g), var, lr)
 
             for (r, meta), v in zip(reduced, tvars):
-                distribution.extended.update(v, apply_one, args=(r, meta),
-                                             group=False)
+                distribution.extended.update(v, apply_one, args=(r, meta), group=False)
             return tf.constant(True)
 
-        return tf.cond(tf.equal(step % k, 0), update,
-                       lambda: tf.constant(False))
+        return tf.cond(tf.equal(step % k, 0), update, lambda: tf.constant(False))
 
     applied = tf.distribute.get_replica_context().merge_call(
-        cross_replica_step, args=(wire, tuple(new[i] for i in low), raw_rest))
+        cross_replica_step, args=(wire, tuple(new[i] for i in low), raw_rest)
+    )
     for a, v in zip(accs, new):
         a.assign(tf.where(applied, tf.zeros_like(v), v))
     return applied
@@ -193,7 +221,8 @@ def check_supported(optimizer) -> None:
                 f"tfdist_opt grad_accum does not support `{name}` on "
                 f"{type(optimizer).__name__}. Received: "
                 f"{name}={getattr(optimizer, name)!r}. Expected it unset, or "
-                "grad_accum=1.")
+                "grad_accum=1."
+            )
     if getattr(optimizer, "gradient_accumulation_steps", None):
         raise ValueError(
             "Invalid optimizer for tfdist_opt grad_accum: Keras's own "
@@ -201,7 +230,8 @@ def check_supported(optimizer) -> None:
             "tf.distribute, keras-team/keras#17429). Received: "
             "gradient_accumulation_steps="
             f"{optimizer.gradient_accumulation_steps}. Expected None; use "
-            "opt_strategy(grad_accum=k) alone.")
+            "opt_strategy(grad_accum=k) alone."
+        )
 
 
 def _clip(optimizer, g):

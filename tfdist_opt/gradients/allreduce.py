@@ -47,8 +47,9 @@ class _Wire:
     factor: int
 
 
-def pack_policy(options: GradientOptions, sizes: Sequence[int],
-                tuned: int | None = None) -> packing.PackPolicy:
+def pack_policy(
+    options: GradientOptions, sizes: Sequence[int], tuned: int | None = None
+) -> packing.PackPolicy:
     """The packing policy for these gradient byte sizes.
 
     With `bytes_per_pack="auto"`, an autotuned size (`tuned`, measured by
@@ -60,22 +61,24 @@ def pack_policy(options: GradientOptions, sizes: Sequence[int],
             # Reverse (backprop) order, like the "auto" policy: TF runs a
             # replica's collectives in issue order, so a first pack holding
             # the first layer (its gradient comes last) holds back every pack.
-            return dataclasses.replace(packing.fixed_policy(tuned), reverse=True,
-                                       reason=f"autotuned: {tuned} bytes, "
-                                              "reverse (backprop) order")
+            return dataclasses.replace(
+                packing.fixed_policy(tuned),
+                reverse=True,
+                reason=f"autotuned: {tuned} bytes, reverse (backprop) order",
+            )
         return packing.auto_pack_policy(sizes)
     return packing.fixed_policy(bpp)
 
 
-def compress(grad: tf.Tensor, options: GradientOptions, num_replicas: int
-             ) -> tuple[tf.Tensor, _Wire]:
+def compress(
+    grad: tf.Tensor, options: GradientOptions, num_replicas: int
+) -> tuple[tf.Tensor, _Wire]:
     """Casts one dense gradient to its wire dtype (fp16: / n first)."""
     dtype = grad.dtype
     wire_name = precision.compress_dtype(dtype.name, options.wire_dtype)
     if wire_name is None:
         return grad, _Wire(dtype, dtype, 1)
-    factor = precision.predivide_factor(wire_name, num_replicas,
-                                        options.predivide)
+    factor = precision.predivide_factor(wire_name, num_replicas, options.predivide)
     if factor != 1:
         grad = grad / tf.cast(factor, dtype)
     wire = tf.as_dtype(wire_name)
@@ -92,8 +95,9 @@ def decompress(reduced: tf.Tensor, meta: _Wire) -> tf.Tensor:
     return out
 
 
-def plan_buckets(tensors: Sequence[tf.Tensor], options: GradientOptions,
-                 tuned: int | None = None) -> list[list[int]]:
+def plan_buckets(
+    tensors: Sequence[tf.Tensor], options: GradientOptions, tuned: int | None = None
+) -> list[list[int]]:
     """Index buckets over `tensors` (already in wire dtype), per dtype."""
     by_dtype: dict[tf.DType, list[int]] = {}
     for i, t in enumerate(tensors):
@@ -108,16 +112,20 @@ def plan_buckets(tensors: Sequence[tf.Tensor], options: GradientOptions,
         policy = pack_policy(options, sizes, tuned)
         groups = packing.assign_buckets(sizes, policy)
         buckets.extend([idx[j] for j in g] for g in groups)
-        _log_once(f"tfdist_opt gradients: {len(idx)} {dtype.name} tensors, "
-                  f"{sum(sizes)} bytes -> {len(groups)} pack(s): "
-                  f"{policy.describe()} ({policy.reason})")
+        _log_once(
+            f"tfdist_opt gradients: {len(idx)} {dtype.name} tensors, "
+            f"{sum(sizes)} bytes -> {len(groups)} pack(s): "
+            f"{policy.describe()} ({policy.reason})"
+        )
     return buckets
 
 
-def all_reduce_sum(grads: Sequence[tf.Tensor | tf.IndexedSlices | None],
-                   options: GradientOptions,
-                   strategy: tf.distribute.Strategy | None = None,
-                   tuned: int | None = None) -> list:
+def all_reduce_sum(
+    grads: Sequence[tf.Tensor | tf.IndexedSlices | None],
+    options: GradientOptions,
+    strategy: tf.distribute.Strategy | None = None,
+    tuned: int | None = None,
+) -> list:
     """SUM all-reduce of `grads` from a replica context, compressed + packed.
 
     Args:
@@ -134,12 +142,12 @@ def all_reduce_sum(grads: Sequence[tf.Tensor | tf.IndexedSlices | None],
     strategy = strategy or tf.distribute.get_strategy()
     n = strategy.num_replicas_in_sync
     out: list = list(grads)
-    dense = [i for i, g in enumerate(grads)
-             if g is not None and not isinstance(g, tf.IndexedSlices)]
+    dense = [
+        i for i, g in enumerate(grads) if g is not None and not isinstance(g, tf.IndexedSlices)
+    ]
     sparse = [i for i, g in enumerate(grads) if isinstance(g, tf.IndexedSlices)]
     if sparse:
-        reduced = ctx.all_reduce(tf.distribute.ReduceOp.SUM,
-                                 [grads[i] for i in sparse])
+        reduced = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [grads[i] for i in sparse])
         for i, r in zip(sparse, reduced):
             out[i] = r
     if not dense:
@@ -148,25 +156,27 @@ def all_reduce_sum(grads: Sequence[tf.Tensor | tf.IndexedSlices | None],
     wire = [s for s, _ in sent]
     for bucket in plan_buckets(wire, options, tuned):
         values = [wire[j] for j in bucket]
-        reduced = ctx.all_reduce(tf.distribute.ReduceOp.SUM, values,
-                                 options=_one_pack(values))
+        reduced = ctx.all_reduce(tf.distribute.ReduceOp.SUM, values, options=_one_pack(values))
         for j, r in zip(bucket, reduced):
             out[dense[j]] = decompress(r, sent[j][1])
     return out
 
 
-def compress_all(grads: Sequence[tf.Tensor], options: GradientOptions,
-                 num_replicas: int) -> tuple[list[tf.Tensor], list[_Wire]]:
+def compress_all(
+    grads: Sequence[tf.Tensor], options: GradientOptions, num_replicas: int
+) -> tuple[list[tf.Tensor], list[_Wire]]:
     """`compress` over a list of dense gradients (replica context)."""
-    pairs = [compress(tf.convert_to_tensor(g), options, num_replicas)
-             for g in grads]
+    pairs = [compress(tf.convert_to_tensor(g), options, num_replicas) for g in grads]
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
-def cross_replica_reduce_sum(distribution: tf.distribute.Strategy,
-                             wire: Sequence, destinations: Sequence,
-                             options: GradientOptions,
-                             tuned: int | None = None) -> list:
+def cross_replica_reduce_sum(
+    distribution: tf.distribute.Strategy,
+    wire: Sequence,
+    destinations: Sequence,
+    options: GradientOptions,
+    tuned: int | None = None,
+) -> list:
     """SUM-reduces per-replica wire values from a cross-replica context.
 
     Args:
@@ -186,8 +196,8 @@ def cross_replica_reduce_sum(distribution: tf.distribute.Strategy,
     for bucket in plan_buckets(local, options, tuned):
         pairs = [(wire[j], destinations[j]) for j in bucket]
         reduced = distribution.extended.batch_reduce_to(
-            tf.distribute.ReduceOp.SUM, pairs,
-            options=_one_pack([local[j] for j in bucket]))
+            tf.distribute.ReduceOp.SUM, pairs, options=_one_pack([local[j] for j in bucket])
+        )
         for j, r in zip(bucket, reduced):
             out[j] = r
     return out
@@ -198,8 +208,7 @@ def _one_pack(values) -> tf.distribute.experimental.CommunicationOptions:
     # the strategy's own value): ask for packs at least as large as the
     # bucket so each bucket is exactly one collective.
     total = sum(_nbytes(v) or 0 for v in values)
-    return tf.distribute.experimental.CommunicationOptions(
-        bytes_per_pack=max(1, total + 1))
+    return tf.distribute.experimental.CommunicationOptions(bytes_per_pack=max(1, total + 1))
 
 
 def _nbytes(t) -> int | None:

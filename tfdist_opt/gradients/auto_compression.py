@@ -30,9 +30,10 @@ from __future__ import annotations
 import dataclasses
 
 CHOICES = ("none", "bf16", "powersgd")  # least to most lossy
-LOSSY = {"bf16": "gradients cast to bfloat16 on the wire (8-bit mantissa)",
-         "powersgd": "rank-{rank} PowerSGD factors with error feedback "
-                     "instead of the gradient matrices"}
+LOSSY = {
+    "bf16": "gradients cast to bfloat16 on the wire (8-bit mantissa)",
+    "powersgd": "rank-{rank} PowerSGD factors with error feedback instead of the gradient matrices",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,40 +46,63 @@ class Estimate:
 
 
 def _check_positive(name: str, value, allow_zero: bool = False) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (
-        value >= 0 if allow_zero else value > 0)
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and (value >= 0 if allow_zero else value > 0)
+    )
     if not ok:
         bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"Invalid value for `{name}`: expected a number {bound}. "
-                         f"Received: {name}={value!r}")
+        raise ValueError(
+            f"Invalid value for `{name}`: expected a number {bound}. Received: {name}={value!r}"
+        )
 
 
-def estimates(link_bytes_per_s: float, grad_bytes: float, compute_s: float, *,
-              powersgd_bytes: float | None = None,
-              cast_bytes_per_s: float = 2e9,
-              powersgd_overhead: float = 0.15) -> list[Estimate]:
+def estimates(
+    link_bytes_per_s: float,
+    grad_bytes: float,
+    compute_s: float,
+    *,
+    powersgd_bytes: float | None = None,
+    cast_bytes_per_s: float = 2e9,
+    powersgd_overhead: float = 0.15,
+) -> list[Estimate]:
     """The predicted step of each candidate (see the module docstring)."""
     _check_positive("link_bytes_per_s", link_bytes_per_s)
     _check_positive("grad_bytes", grad_bytes, allow_zero=True)
     _check_positive("compute_s", compute_s, allow_zero=True)
     _check_positive("cast_bytes_per_s", cast_bytes_per_s)
     _check_positive("powersgd_overhead", powersgd_overhead, allow_zero=True)
-    out = [Estimate("none", grad_bytes, compute_s + grad_bytes / link_bytes_per_s),
-           Estimate("bf16", grad_bytes / 2,
-                    compute_s + grad_bytes / cast_bytes_per_s
-                    + grad_bytes / 2 / link_bytes_per_s)]
+    out = [
+        Estimate("none", grad_bytes, compute_s + grad_bytes / link_bytes_per_s),
+        Estimate(
+            "bf16",
+            grad_bytes / 2,
+            compute_s + grad_bytes / cast_bytes_per_s + grad_bytes / 2 / link_bytes_per_s,
+        ),
+    ]
     if powersgd_bytes is not None:
         _check_positive("powersgd_bytes", powersgd_bytes, allow_zero=True)
-        out.append(Estimate("powersgd", powersgd_bytes,
-                            compute_s * (1 + powersgd_overhead)
-                            + powersgd_bytes / link_bytes_per_s))
+        out.append(
+            Estimate(
+                "powersgd",
+                powersgd_bytes,
+                compute_s * (1 + powersgd_overhead) + powersgd_bytes / link_bytes_per_s,
+            )
+        )
     return out
 
 
-def choose_compression(link_bytes_per_s: float, grad_bytes: float,
-                       compute_s: float, *, powersgd_bytes: float | None = None,
-                       min_gain: float = 0.1, allow_lossy: bool = True,
-                       **model) -> tuple[str, str]:
+def choose_compression(
+    link_bytes_per_s: float,
+    grad_bytes: float,
+    compute_s: float,
+    *,
+    powersgd_bytes: float | None = None,
+    min_gain: float = 0.1,
+    allow_lossy: bool = True,
+    **model,
+) -> tuple[str, str]:
     """Picks none / bf16 / powersgd by the expected step time.
 
     Args:
@@ -103,20 +127,26 @@ def choose_compression(link_bytes_per_s: float, grad_bytes: float,
         'none'
     """
     _check_positive("min_gain", min_gain, allow_zero=True)
-    ests = estimates(link_bytes_per_s, grad_bytes, compute_s,
-                     powersgd_bytes=powersgd_bytes, **model)
+    ests = estimates(
+        link_bytes_per_s, grad_bytes, compute_s, powersgd_bytes=powersgd_bytes, **model
+    )
     best = ests[0]
     if allow_lossy:
         for est in ests[1:]:
             if est.step_s <= best.step_s * (1 - min_gain):
                 best = est
     figures = ", ".join(f"{e.choice} {1e3 * e.step_s:.0f} ms" for e in ests)
-    reason = (f"link {link_bytes_per_s / 1e6:.0f} MB/s, {grad_bytes / 1e6:.1f} MB "
-              f"of gradients, compute {1e3 * compute_s:.0f} ms a step: "
-              f"predicted step {figures}")
+    reason = (
+        f"link {link_bytes_per_s / 1e6:.0f} MB/s, {grad_bytes / 1e6:.1f} MB "
+        f"of gradients, compute {1e3 * compute_s:.0f} ms a step: "
+        f"predicted step {figures}"
+    )
     if best.choice == "none":
-        reason += (f"; no compression is {min_gain:.0%} faster" if allow_lossy
-                   else "; lossy compression not allowed")
+        reason += (
+            f"; no compression is {min_gain:.0%} faster"
+            if allow_lossy
+            else "; lossy compression not allowed"
+        )
     else:
         reason += f"; {best.choice} is the fastest by >= {min_gain:.0%}"
     return best.choice, reason
@@ -125,13 +155,12 @@ def choose_compression(link_bytes_per_s: float, grad_bytes: float,
 def start_line(choice: str, reason: str, rank: int = 4) -> str:
     """The line printed at start: the choice, LOSSY when it is, and why."""
     lossy = LOSSY.get(choice)
-    tag = (f" (LOSSY: {lossy.format(rank=rank)})" if lossy else " (exact)")
+    tag = f" (LOSSY: {lossy.format(rank=rank)})" if lossy else " (exact)"
     return f"tfdist_opt: compression=auto picked {choice}{tag}: {reason}"
 
 
 # ------------------------------------------------------ measurement binding
-def measure_link(strategy, nbytes: int = 8 << 20, iters: int = 3,
-                 warmup: int = 1) -> float:
+def measure_link(strategy, nbytes: int = 8 << 20, iters: int = 3, warmup: int = 1) -> float:
     """All-reduce bus bandwidth (bytes/s) of `strategy`, the same on every worker.
 
     Times `iters` all-reduces of one float32 tensor of `nbytes` (after
@@ -166,8 +195,9 @@ def grad_bytes_of(model) -> int:
     return total
 
 
-def choose_for(strategy, grad_bytes: float, step_s: float, *,
-               powersgd_bytes: float | None = None, **kwargs) -> tuple[str, str]:
+def choose_for(
+    strategy, grad_bytes: float, step_s: float, *, powersgd_bytes: float | None = None, **kwargs
+) -> tuple[str, str]:
     """Measures the link and decides for a step measured at `step_s`.
 
     `step_s` is a measured uncompressed step (communication included): the
@@ -177,5 +207,4 @@ def choose_for(strategy, grad_bytes: float, step_s: float, *,
     if rate == float("inf"):
         return "none", "one replica: no gradient crosses a link"
     compute_s = max(0.0, step_s - grad_bytes / rate)
-    return choose_compression(rate, grad_bytes, compute_s,
-                              powersgd_bytes=powersgd_bytes, **kwargs)
+    return choose_compression(rate, grad_bytes, compute_s, powersgd_bytes=powersgd_bytes, **kwargs)

@@ -31,14 +31,16 @@ from tfdist_opt.gradients import timing
 from tfdist_opt.gradients.options import GradientOptions
 from tfdist_opt.strategy import topology
 
-CSV_FIELDS = ("bytes_per_pack", "num_packs", "median_s", "min_s", "max_s",
-              "iters", "chosen")
+CSV_FIELDS = ("bytes_per_pack", "num_packs", "median_s", "min_s", "max_s", "iters", "chosen")
 
 
-def time_all_reduce(strategy: tf.distribute.Strategy,
-                    shapes: Sequence[tuple[tuple[int, ...], str]],
-                    options: GradientOptions, warmup: int = 2, iters: int = 5
-                    ) -> timing.Timing:
+def time_all_reduce(
+    strategy: tf.distribute.Strategy,
+    shapes: Sequence[tuple[tuple[int, ...], str]],
+    options: GradientOptions,
+    warmup: int = 2,
+    iters: int = 5,
+) -> timing.Timing:
     """Times the all-reduce of zeros with these shapes (agreed everywhere).
 
     Args:
@@ -54,17 +56,22 @@ def time_all_reduce(strategy: tf.distribute.Strategy,
     def replica_fn():
         out = allreduce.all_reduce_sum(tensors, options, strategy)
         # One scalar back, so the timing includes every collective.
-        return tf.add_n([tf.reduce_sum(tf.cast(o[..., :1] if o.shape.rank else o,
-                                               tf.float32)) for o in out])
+        return tf.add_n(
+            [tf.reduce_sum(tf.cast(o[..., :1] if o.shape.rank else o, tf.float32)) for o in out]
+        )
 
     return timing.time_and_agree(strategy, replica_fn, iters, warmup)
 
 
-def tune(strategy: tf.distribute.Strategy,
-         shapes: Sequence[tuple[tuple[int, ...], str]],
-         options: GradientOptions, candidates: Sequence[int] | None = None,
-         warmup: int = 2, iters: int = 5, csv_path: str | None = None
-         ) -> tuple[int, list[dict]]:
+def tune(
+    strategy: tf.distribute.Strategy,
+    shapes: Sequence[tuple[tuple[int, ...], str]],
+    options: GradientOptions,
+    candidates: Sequence[int] | None = None,
+    warmup: int = 2,
+    iters: int = 5,
+    csv_path: str | None = None,
+) -> tuple[int, list[dict]]:
     """Times every candidate pack size and returns the fastest.
 
     Returns:
@@ -75,21 +82,30 @@ def tune(strategy: tf.distribute.Strategy,
         candidates = packing.candidate_pack_sizes(sizes)
     rows = []
     for b in candidates:
-        opts = GradientOptions(bytes_per_pack=b, compression=options.compression,
-                               predivide=options.predivide)
+        opts = GradientOptions(
+            bytes_per_pack=b, compression=options.compression, predivide=options.predivide
+        )
         t = time_all_reduce(strategy, shapes, opts, warmup, iters)
-        rows.append({"bytes_per_pack": b,
-                     "num_packs": len(packing.assign_buckets(
-                         sizes, packing.fixed_policy(b))),
-                     "median_s": t.median_s, "min_s": t.min_s,
-                     "max_s": t.max_s, "iters": iters})
-    best = packing.choose_fastest([(r["bytes_per_pack"], r["median_s"])
-                                   for r in rows])
+        rows.append(
+            {
+                "bytes_per_pack": b,
+                "num_packs": len(packing.assign_buckets(sizes, packing.fixed_policy(b))),
+                "median_s": t.median_s,
+                "min_s": t.min_s,
+                "max_s": t.max_s,
+                "iters": iters,
+            }
+        )
+    best = packing.choose_fastest([(r["bytes_per_pack"], r["median_s"]) for r in rows])
     for row in rows:
         row["chosen"] = int(row["bytes_per_pack"] == best)
-        logging.info("tfdist_opt autotune: bytes_per_pack=%d packs=%d "
-                     "median=%.2f ms%s", row["bytes_per_pack"], row["num_packs"],
-                     1e3 * row["median_s"], " <- chosen" if row["chosen"] else "")
+        logging.info(
+            "tfdist_opt autotune: bytes_per_pack=%d packs=%d median=%.2f ms%s",
+            row["bytes_per_pack"],
+            row["num_packs"],
+            1e3 * row["median_s"],
+            " <- chosen" if row["chosen"] else "",
+        )
     if csv_path and topology.strategy_is_chief(strategy):
         write_csv(csv_path, rows)
     return best, rows
@@ -104,8 +120,7 @@ def write_csv(path: str, rows: Sequence[dict]) -> None:
             w.writerow({k: r.get(k) for k in CSV_FIELDS})
 
 
-def maybe_tune_for_variables(strategy, variables, options: GradientOptions
-                             ) -> int | None:
+def maybe_tune_for_variables(strategy, variables, options: GradientOptions) -> int | None:
     """Autotunes on a multi-worker strategy; None where it does not apply.
 
     Runs eagerly only (`fit` builds the optimizer before its first step);
@@ -115,8 +130,9 @@ def maybe_tune_for_variables(strategy, variables, options: GradientOptions
         return None
     if num_workers(strategy) < 2 or not tf.executing_eagerly():
         return None
-    best, _ = tune(strategy, shapes_of(variables), options, warmup=1, iters=3,
-                   csv_path=options.autotune_csv)
+    best, _ = tune(
+        strategy, shapes_of(variables), options, warmup=1, iters=3, csv_path=options.autotune_csv
+    )
     return best
 
 

@@ -19,17 +19,20 @@ from __future__ import annotations
 from tfdist_opt import validation
 
 
-def effective_batch_size(micro_batch: int, grad_accum: int,
-                         num_replicas: int) -> int:
+def effective_batch_size(micro_batch: int, grad_accum: int, num_replicas: int) -> int:
     """micro x k x replicas: the examples behind one optimizer step."""
-    for name, v in (("micro_batch", micro_batch), ("grad_accum", grad_accum),
-                    ("num_replicas", num_replicas)):
+    for name, v in (
+        ("micro_batch", micro_batch),
+        ("grad_accum", grad_accum),
+        ("num_replicas", num_replicas),
+    ):
         validation.check_int(name, v, 1)
     return micro_batch * grad_accum * num_replicas
 
 
-def check_batch_contract(global_batch: int, micro_batch: int, grad_accum: int,
-                         num_replicas: int) -> None:
+def check_batch_contract(
+    global_batch: int, micro_batch: int, grad_accum: int, num_replicas: int
+) -> None:
     """Raises unless global_batch == micro x grad_accum x replicas.
 
     Args:
@@ -51,19 +54,22 @@ def check_batch_contract(global_batch: int, micro_batch: int, grad_accum: int,
     if global_batch == expected:
         return
     per = grad_accum * num_replicas
-    hint = (f"micro_batch={global_batch // per}" if global_batch % per == 0
-            else f"a global_batch that is a multiple of {per}")
+    hint = (
+        f"micro_batch={global_batch // per}"
+        if global_batch % per == 0
+        else f"a global_batch that is a multiple of {per}"
+    )
     raise ValueError(
         "Invalid batch contract: global_batch must equal micro_batch x "
         "grad_accum x num_replicas. Received: "
         f"global_batch={global_batch}, micro_batch={micro_batch}, "
         f"grad_accum={grad_accum}, num_replicas={num_replicas} "
         f"({micro_batch} x {grad_accum} x {num_replicas} = {expected}). "
-        f"Expected global_batch={expected}, or {hint}.")
+        f"Expected global_batch={expected}, or {hint}."
+    )
 
 
-def micro_batch_from_dataset(dataset_batch: int, grad_accum: int,
-                             num_replicas: int) -> int:
+def micro_batch_from_dataset(dataset_batch: int, grad_accum: int, num_replicas: int) -> int:
     """Per-replica micro-batch from the batch the dataset yields per step.
 
     Raises:
@@ -80,13 +86,18 @@ def micro_batch_from_dataset(dataset_batch: int, grad_accum: int,
             f"num_replicas={num_replicas}, micro_batch="
             f"{dataset_batch / num_replicas:g}. Expected a dataset batch that "
             f"is a multiple of {num_replicas}; the effective global batch is "
-            "micro_batch x grad_accum x num_replicas.")
+            "micro_batch x grad_accum x num_replicas."
+        )
     return dataset_batch // num_replicas
 
 
-def check_updates_per_fit(grad_accum: int, steps_per_epoch: int | None,
-                          epochs: int, initial_epoch: int = 0,
-                          pending_micro_steps: int = 0) -> str | None:
+def check_updates_per_fit(
+    grad_accum: int,
+    steps_per_epoch: int | None,
+    epochs: int,
+    initial_epoch: int = 0,
+    pending_micro_steps: int = 0,
+) -> str | None:
     """Before `fit`: a warning line when the fit may apply no update, else None.
 
     With `grad_accum = k` the optimizer steps once every k micro-batches
@@ -114,9 +125,12 @@ def check_updates_per_fit(grad_accum: int, steps_per_epoch: int | None,
             f"grad_accum={grad_accum}, steps_per_epoch={steps_per_epoch}, "
             f"epochs={epochs}. Expected grad_accum <= {total}, or more "
             "steps (more data, more epochs, or a repeated dataset with "
-            f"steps_per_epoch >= {grad_accum}).")
+            f"steps_per_epoch >= {grad_accum})."
+        )
     if steps_per_epoch < grad_accum:
-        return (f"tfdist_opt grad_accum: an epoch has {steps_per_epoch} "
-                f"step(s), fewer than grad_accum={grad_accum}: each optimizer "
-                "update spans epochs and per-epoch metrics mix updates")
+        return (
+            f"tfdist_opt grad_accum: an epoch has {steps_per_epoch} "
+            f"step(s), fewer than grad_accum={grad_accum}: each optimizer "
+            "update spans epochs and per-epoch metrics mix updates"
+        )
     return None

@@ -19,8 +19,7 @@ def xla_matmul(a, b, transpose_b=False):
     return tf.matmul(a, b, transpose_b=transpose_b)
 
 
-def skinny_matmul(a, b, device, transpose_a=False,
-                  transpose_b=False) -> tf.Tensor:
+def skinny_matmul(a, b, device, transpose_a=False, transpose_b=False) -> tf.Tensor:
     """`op(a) @ op(b)` where one side has only `rank` columns.
 
     On a CPU device float32/float64 products go through XLA: TF's oneDNN
@@ -57,5 +56,4 @@ class SeededNormal:
 
     def __call__(self, shape, dtype=None):
         rng = np.random.default_rng([self.seed, self.index])
-        return tf.constant(rng.standard_normal(tuple(shape)),
-                           dtype=dtype or "float32")
+        return tf.constant(rng.standard_normal(tuple(shape)), dtype=dtype or "float32")

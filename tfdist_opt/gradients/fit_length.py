@@ -77,12 +77,13 @@ def checked(dataset, grad_accum: int):
     """`dataset` (a distributed dataset), checked against each fit it feeds."""
     try:
         runtime.OBJECTS.of(dataset).grad_accum = grad_accum
-        dataset.__class__ = _class_swap.cached_subclass(FitLengthChecked,
-                                                        type(dataset))
+        dataset.__class__ = _class_swap.cached_subclass(FitLengthChecked, type(dataset))
     except (TypeError, AttributeError) as e:
         _logging.log_once(
             f"tfdist_opt grad_accum={grad_accum}: fit lengths are not checked "
-            f"for {type(dataset).__name__} inputs ({e})", warning=True)
+            f"for {type(dataset).__name__} inputs ({e})",
+            warning=True,
+        )
     return dataset
 
 
@@ -93,8 +94,7 @@ def watch(strategy, grad_accum: int) -> None:
     `distribute_datasets_from_function` on this instance (after any
     wrapper already there); `keras_binding.detach` removes them.
     """
-    for name in ("experimental_distribute_dataset",
-                 "distribute_datasets_from_function"):
+    for name in ("experimental_distribute_dataset", "distribute_datasets_from_function"):
         original = getattr(strategy, name)
 
         def distribute(*args, _original=original, **kwargs):
@@ -122,8 +122,11 @@ def before_epoch(grad_accum: int, dataset=None) -> None:
             # Keras starts at `model._initial_epoch or initial_epoch` (a
             # restore sets the former at on_train_begin, before this).
             initial = private_api.initial_epoch(model) or call.initial_epoch
-            start = {"epochs": call.epochs, "initial_epoch": int(initial or 0),
-                     "pending": _pending_micro_steps(model)}
+            start = {
+                "epochs": call.epochs,
+                "initial_epoch": int(initial or 0),
+                "pending": _pending_micro_steps(model),
+            }
             _FITS[epoch_iterator] = start
     if start is None:  # checked already
         return
@@ -139,13 +142,19 @@ def before_epoch(grad_accum: int, dataset=None) -> None:
             "without steps_per_epoch), so whether it runs the "
             f"{grad_accum} steps one update needs is checked only after its "
             "first epoch. Pass steps_per_epoch to have it checked before "
-            "step 1.", warning=True)
+            "step 1.",
+            warning=True,
+        )
         return
     with _LOCK:
         _FITS[epoch_iterator] = None
     line = contract.check_updates_per_fit(
-        grad_accum, steps, start["epochs"], start["initial_epoch"],
-        pending_micro_steps=start["pending"])
+        grad_accum,
+        steps,
+        start["epochs"],
+        start["initial_epoch"],
+        pending_micro_steps=start["pending"],
+    )
     if line is None:
         return
     if not line.startswith("Invalid value"):
@@ -169,8 +178,11 @@ def _calling_fit(dataset):
     """
     for model, fit in runtime.FITS.items():
         epoch_iterator = fit.epoch_iterator
-        if (epoch_iterator is not None and not fit.building
-                and private_api.distributed_dataset_of(epoch_iterator) is dataset):
+        if (
+            epoch_iterator is not None
+            and not fit.building
+            and private_api.distributed_dataset_of(epoch_iterator) is dataset
+        ):
             return model, epoch_iterator, fit
     return None
 

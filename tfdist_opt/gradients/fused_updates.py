@@ -37,7 +37,7 @@ _FUSED_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
 
 
 def kind_of(optimizer) -> str | None:
-    """"sgd" or "adam" when `optimizer` updates with Keras's own step."""
+    """ "sgd" or "adam" when `optimizer` updates with Keras's own step."""
     step = _own_update_step(type(optimizer))
     if step is keras.optimizers.SGD.update_step:
         return "sgd"
@@ -61,8 +61,12 @@ def apply_fused(optimizer, gradient, variable, learning_rate) -> bool:
     """
     kind = kind_of(optimizer)
     handle = getattr(variable, "handle", None)
-    if (kind is None or handle is None or isinstance(gradient, tf.IndexedSlices)
-            or variable.dtype not in _FUSED_DTYPES):
+    if (
+        kind is None
+        or handle is None
+        or isinstance(gradient, tf.IndexedSlices)
+        or variable.dtype not in _FUSED_DTYPES
+    ):
         return False
     dtype = variable.dtype
     index = optimizer._get_variable_index(variable)
@@ -70,22 +74,24 @@ def apply_fused(optimizer, gradient, variable, learning_rate) -> bool:
     gradient = tf.cast(gradient, dtype)
     if kind == "sgd":
         if optimizer.momentum == 0:
-            tf.raw_ops.ResourceApplyGradientDescent(
-                var=handle, alpha=lr, delta=gradient)
+            tf.raw_ops.ResourceApplyGradientDescent(var=handle, alpha=lr, delta=gradient)
             return True
         tf.raw_ops.ResourceApplyKerasMomentum(
-            var=handle, accum=slot_handle(optimizer.momentums[index]), lr=lr,
-            grad=gradient, momentum=tf.cast(optimizer.momentum, dtype),
-            use_nesterov=bool(optimizer.nesterov))
+            var=handle,
+            accum=slot_handle(optimizer.momentums[index]),
+            lr=lr,
+            grad=gradient,
+            momentum=tf.cast(optimizer.momentum, dtype),
+            use_nesterov=bool(optimizer.nesterov),
+        )
         return True
     args = adam_args(optimizer, index, dtype, lr, gradient, slot_handle)
     if optimizer.amsgrad:
         tf.raw_ops.ResourceApplyAdamWithAmsgrad(
-            var=handle, vhat=slot_handle(optimizer._velocity_hats[index]),
-            use_locking=False, **args)
+            var=handle, vhat=slot_handle(optimizer._velocity_hats[index]), use_locking=False, **args
+        )
     else:
-        tf.raw_ops.ResourceApplyAdam(var=handle, use_nesterov=False,
-                                     use_locking=False, **args)
+        tf.raw_ops.ResourceApplyAdam(var=handle, use_nesterov=False, use_locking=False, **args)
     return True
 
 
@@ -94,12 +100,17 @@ def adam_args(optimizer, index, dtype, lr, gradient, handle_of) -> dict:
     local_step = tf.cast(optimizer.iterations + 1, dtype)
     beta_1 = tf.cast(optimizer.beta_1, dtype)
     beta_2 = tf.cast(optimizer.beta_2, dtype)
-    return dict(m=handle_of(optimizer._momentums[index]),
-                v=handle_of(optimizer._velocities[index]),
-                beta1_power=tf.pow(beta_1, local_step),
-                beta2_power=tf.pow(beta_2, local_step),
-                lr=lr, beta1=beta_1, beta2=beta_2,
-                epsilon=tf.cast(optimizer.epsilon, dtype), grad=gradient)
+    return dict(
+        m=handle_of(optimizer._momentums[index]),
+        v=handle_of(optimizer._velocities[index]),
+        beta1_power=tf.pow(beta_1, local_step),
+        beta2_power=tf.pow(beta_2, local_step),
+        lr=lr,
+        beta1=beta_1,
+        beta2=beta_2,
+        epsilon=tf.cast(optimizer.epsilon, dtype),
+        grad=gradient,
+    )
 
 
 def slot_handle(slot):
@@ -111,7 +122,6 @@ def slot_handle(slot):
 def _own_update_step(cls):
     # The first class in the MRO that is not one of our hook mixins.
     for klass in cls.__mro__:
-        if "update_step" in vars(klass) and not vars(klass).get(
-                "_tfdist_mixin", False):
+        if "update_step" in vars(klass) and not vars(klass).get("_tfdist_mixin", False):
             return vars(klass)["update_step"]
     return None

@@ -64,7 +64,6 @@ from tfdist_opt.gradients import sharded_state
 from tfdist_opt.gradients.options import GradientOptions
 
 
-
 @dataclasses.dataclass
 class OptimizerState:
     """What one hooked optimizer does with its gradients.
@@ -112,33 +111,35 @@ class GradientHooks:
             return super()._all_reduce_sum_gradients(grads_and_vars)
         grads_and_vars = list(grads_and_vars)
         if state.options.is_powersgd:
-            return lowrank.all_reduce_sum(self, grads_and_vars,
-                                          lowrank.state_of(self),
-                                          tuned=state.tuned_bytes_per_pack)
+            return lowrank.all_reduce_sum(
+                self, grads_and_vars, lowrank.state_of(self), tuned=state.tuned_bytes_per_pack
+            )
         strategy = self._distribution_strategy
         logs = log_fold.take(strategy)
         if state.options.wire_dtype is not None:
             logs = None  # they would travel cast: their own collective
         grads = [g for g, _ in grads_and_vars] + list(logs or [])
         reduced = allreduce.all_reduce_sum(
-            grads, state.options, strategy, tuned=state.tuned_bytes_per_pack)
+            grads, state.options, strategy, tuned=state.tuned_bytes_per_pack
+        )
         if logs:
-            log_fold.answer(strategy, logs, reduced[len(grads_and_vars):])
+            log_fold.answer(strategy, logs, reduced[len(grads_and_vars) :])
         return [(r, v) for r, (_, v) in zip(reduced, grads_and_vars)]
 
     def update_step(self, gradient, variable, learning_rate):
         state = state_of(self)
-        if not (state is not None and state.options.fused_updates
-                and fused_updates.apply_fused(self, gradient, variable,
-                                              learning_rate)):
+        if not (
+            state is not None
+            and state.options.fused_updates
+            and fused_updates.apply_fused(self, gradient, variable, learning_rate)
+        ):
             super().update_step(gradient, variable, learning_rate)
 
     def _backend_apply_gradients(self, grads, trainable_variables):
         state = state_of(self)
         if state is None or state.grad_accum == 1:
             return super()._backend_apply_gradients(grads, trainable_variables)
-        accumulation.accumulate_and_apply(self, list(grads),
-                                          list(trainable_variables), state)
+        accumulation.accumulate_and_apply(self, list(grads), list(trainable_variables), state)
         return None
 
     def save_own_variables(self, store):
@@ -147,8 +148,7 @@ class GradientHooks:
         replica_slots.save_variables(self, store)
 
     def load_own_variables(self, store):
-        if not (replica_slots.has_saved_whole(self)
-                and replica_slots.load_variables(self, store)):
+        if not (replica_slots.has_saved_whole(self) and replica_slots.load_variables(self, store)):
             return super().load_own_variables(store)
 
     @property
@@ -163,7 +163,8 @@ class GradientHooks:
 
         schedule = getattr(self, "_learning_rate", None)
         if _grad_accum(self) > 1 and isinstance(
-                schedule, keras.optimizers.schedules.LearningRateSchedule):
+            schedule, keras.optimizers.schedules.LearningRateSchedule
+        ):
             return schedule(self.iterations)
         return super()._get_current_learning_rate()
 
@@ -187,8 +188,11 @@ def unhook(optimizer) -> None:
     cls = type(optimizer)
     if issubclass(cls, GradientHooks):
         optimizer.__class__ = next(
-            c for c in cls.__mro__[1:] if not issubclass(c, GradientHooks)
-            and not issubclass(c, sharded_state.ShardedStateHooks))
+            c
+            for c in cls.__mro__[1:]
+            if not issubclass(c, GradientHooks)
+            and not issubclass(c, sharded_state.ShardedStateHooks)
+        )
     state = runtime.OBJECTS.get(optimizer)
     if state is not None:
         state.gradients = None

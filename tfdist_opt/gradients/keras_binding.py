@@ -45,8 +45,7 @@ from tfdist_opt.gradients import hooks
 from tfdist_opt.gradients import upstream
 from tfdist_opt.gradients.options import GradientOptions
 
-_WRAPPED = ("scope", "experimental_distribute_dataset",
-            "distribute_datasets_from_function")
+_WRAPPED = ("scope", "experimental_distribute_dataset", "distribute_datasets_from_function")
 
 
 class GradientBinding:
@@ -59,8 +58,7 @@ class GradientBinding:
             under this binding; filled by `tuned_pack_size`.
     """
 
-    def __init__(self, strategy: tf.distribute.Strategy,
-                 options: GradientOptions):
+    def __init__(self, strategy: tf.distribute.Strategy, options: GradientOptions):
         self.options = options
         self.tuned: dict = {}
         # Weak: the binding lives in the strategy's runtime, which must not
@@ -80,8 +78,7 @@ class GradientBinding:
         with self._lock:
             if key in self.tuned:
                 return self.tuned[key]
-        best = autotune.maybe_tune_for_variables(self._strategy, variables,
-                                                 self.options)
+        best = autotune.maybe_tune_for_variables(self._strategy, variables, self.options)
         if best is not None:
             with self._lock:
                 self.tuned[key] = best
@@ -95,16 +92,14 @@ class GradientBinding:
             return False
         # Created now (Keras sets `_distribution_strategy` after the first
         # variable) in this strategy's scope, not in a nested other one.
-        own = getattr(optimizer, "_distribution_strategy",
-                      tf.distribute.get_strategy())
+        own = getattr(optimizer, "_distribution_strategy", tf.distribute.get_strategy())
         if own is not self._strategy:
             return False
         hooks.hook(optimizer, hooks.OptimizerState(self.options, binding=self))
         return True
 
 
-def attach(strategy: tf.distribute.Strategy, options: GradientOptions
-           ) -> tf.distribute.Strategy:
+def attach(strategy: tf.distribute.Strategy, options: GradientOptions) -> tf.distribute.Strategy:
     """Makes Keras 3 optimizers created in `strategy.scope()` use `options`.
 
     Optimizers created earlier keep what they had; re-attaching replaces
@@ -206,8 +201,15 @@ def _wrap_distribute_dataset(strategy, k: int) -> None:
             logging.info(
                 "tfdist_opt grad_accum: dataset batch %d = micro %d x %d "
                 "replicas per step; effective global batch micro x k x "
-                "replicas = %d x %d x %d = %d", batch, micro, n, micro, k, n,
-                contract.effective_batch_size(micro, k, n))
+                "replicas = %d x %d x %d = %d",
+                batch,
+                micro,
+                n,
+                micro,
+                k,
+                n,
+                contract.effective_batch_size(micro, k, n),
+            )
         return original(dataset, options)
 
     strategy.experimental_distribute_dataset = experimental_distribute_dataset

@@ -51,17 +51,20 @@ def eligible(model, optimizer_folds) -> bool:
             hooks sum offered logs (`hooks.can_fold_logs`).
     """
     strategy = model.distribute_strategy
-    if model.run_eagerly or not getattr(strategy, "_fold_logs", False) or not getattr(
-            strategy, "_pack_log_reductions", False):
+    if (
+        model.run_eagerly
+        or not getattr(strategy, "_fold_logs", False)
+        or not getattr(strategy, "_pack_log_reductions", False)
+    ):
         return False
-    if (len(strategy.extended.worker_devices) != 1
-            or strategy.num_replicas_in_sync < 2):
+    if len(strategy.extended.worker_devices) != 1 or strategy.num_replicas_in_sync < 2:
         return False
     cls = type(model)
     train_step_code, compute_metrics_code = private_api.keras_train_step_code()
-    if (getattr(cls.train_step, "__code__", None) is not train_step_code
-            or getattr(cls.compute_metrics, "__code__", None)
-            is not compute_metrics_code):
+    if (
+        getattr(cls.train_step, "__code__", None) is not train_step_code
+        or getattr(cls.compute_metrics, "__code__", None) is not compute_metrics_code
+    ):
         return False
     return model.optimizer is not None and optimizer_folds(model.optimizer)
 
@@ -78,12 +81,12 @@ def train_step(model):
             else:
                 y_pred = model(x)
             loss = model._compute_loss(  # pylint: disable=protected-access
-                x=x, y=y, y_pred=y_pred, sample_weight=sample_weight,
-                training=True)
+                x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True
+            )
             model._loss_tracker.update_state(  # pylint: disable=protected-access
                 private_api.unscale_loss_for_distribution(loss),
-                sample_weight=tf.shape(
-                    next(i for i in keras.tree.flatten(x) if i is not None))[0])
+                sample_weight=tf.shape(next(i for i in keras.tree.flatten(x) if i is not None))[0],
+            )
             if model.optimizer is not None:
                 loss = model.optimizer.scale_loss(loss)
         # Upstream computes these after apply_gradients; they read only
@@ -107,9 +110,11 @@ def train_step(model):
 
 def offer(strategy, logs) -> None:
     """Offers the rank-0 float32 values of `logs` to the next gradient pack."""
-    leaves = [v for v in tf.nest.flatten(logs)
-              if isinstance(v, tf.Tensor) and v.shape.rank == 0
-              and v.dtype == tf.float32]
+    leaves = [
+        v
+        for v in tf.nest.flatten(logs)
+        if isinstance(v, tf.Tensor) and v.shape.rank == 0 and v.dtype == tf.float32
+    ]
     runtime.runtime_of(strategy).log_offer = leaves or None
 
 
@@ -124,8 +129,10 @@ def answer(strategy, leaves, sums) -> None:
     """Records the cross-replica SUM of each taken log value."""
     packer = getattr(strategy, "_log_packer", None)
     if packer is None:
-        raise ValueError("Invalid value for `strategy`: expected a strategy "
-                         "whose logs are packed (KerasMultiWorkerMirrored"
-                         f"Strategy). Received: strategy={strategy!r}")
+        raise ValueError(
+            "Invalid value for `strategy`: expected a strategy "
+            "whose logs are packed (KerasMultiWorkerMirrored"
+            f"Strategy). Received: strategy={strategy!r}"
+        )
     for leaf, total in zip(leaves, sums):
         packer.preset(leaf, total, strategy.num_replicas_in_sync)

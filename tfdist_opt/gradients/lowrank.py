@@ -110,33 +110,51 @@ def init(optimizer, variables, options: GradientOptions) -> PowerSGDState:
     existing = state_of(optimizer)
     if existing is not None:
         return existing
-    plan = powersgd.plan([tuple(v.shape) for v in variables],
-                         [_dtype_name(v.dtype) for v in variables],
-                         options.powersgd_rank, options.powersgd_min_compression,
-                         options.powersgd_wire)
+    plan = powersgd.plan(
+        [tuple(v.shape) for v in variables],
+        [_dtype_name(v.dtype) for v in variables],
+        options.powersgd_rank,
+        options.powersgd_min_compression,
+        options.powersgd_wire,
+    )
     strategy = optimizer._distribution_strategy
     entries = {}
     with tf.init_scope():
-        scope = (strategy.scope() if tf.distribute.get_strategy() is not strategy
-                 else contextlib.nullcontext())
+        scope = (
+            strategy.scope()
+            if tf.distribute.get_strategy() is not strategy
+            else contextlib.nullcontext()
+        )
         with scope:
             for j, m in enumerate(plan.matrices):
                 var = variables[m.index]
                 error = replica_slots.add_slot(
-                    optimizer, var, ERROR_NAME, var.shape, "zeros",
-                    _on_read_sum, replica_slots.PerReplicaSum,
-                    _tfdist_strategy=strategy)
+                    optimizer,
+                    var,
+                    ERROR_NAME,
+                    var.shape,
+                    "zeros",
+                    _on_read_sum,
+                    replica_slots.PerReplicaSum,
+                    _tfdist_strategy=strategy,
+                )
                 q = optimizer.add_variable(
-                    shape=(m.cols, m.rank), dtype=_dtype_name(var.dtype),
+                    shape=(m.cols, m.rank),
+                    dtype=_dtype_name(var.dtype),
                     initializer=factor_ops.SeededNormal(options.powersgd_seed, j),
-                    name=f"{_sanitized(var)}_{Q_NAME}")
+                    name=f"{_sanitized(var)}_{Q_NAME}",
+                )
                 entries[m.index] = Entry(m, error, q)
     state = PowerSGDState(plan, entries, options)
     runtime.OBJECTS.of(optimizer).powersgd = state
-    logging.info("tfdist_opt gradients: %s (rank %d, from update %d, "
-                 "min compression %s, wire %s)", plan.describe(),
-                 options.powersgd_rank, options.powersgd_start_step,
-                 options.powersgd_min_compression, options.powersgd_wire)
+    logging.info(
+        "tfdist_opt gradients: %s (rank %d, from update %d, min compression %s, wire %s)",
+        plan.describe(),
+        options.powersgd_rank,
+        options.powersgd_start_step,
+        options.powersgd_min_compression,
+        options.powersgd_wire,
+    )
     return state
 
 
@@ -146,8 +164,9 @@ def state_of(optimizer) -> PowerSGDState | None:
     return None if state is None else state.powersgd
 
 
-def all_reduce_sum(optimizer, grads_and_vars, state: PowerSGDState,
-                   tuned: int | None = None) -> list:
+def all_reduce_sum(
+    optimizer, grads_and_vars, state: PowerSGDState, tuned: int | None = None
+) -> list:
     """SUM all-reduce of one step's gradients from a replica context.
 
     The dense gradients PowerSGD does not compress (biases, small matrices)
@@ -170,18 +189,24 @@ def all_reduce_sum(optimizer, grads_and_vars, state: PowerSGDState,
     """
     grads = [g for g, _ in grads_and_vars]
     index = [optimizer._get_variable_index(v) for _, v in grads_and_vars]
-    selected = [k for k, g in enumerate(grads)
-                if index[k] in state.entries and g is not None
-                and not isinstance(g, tf.IndexedSlices)]
+    selected = [
+        k
+        for k, g in enumerate(grads)
+        if index[k] in state.entries and g is not None and not isinstance(g, tf.IndexedSlices)
+    ]
     chosen = set(selected)
-    dense_rest = [k for k, g in enumerate(grads) if k not in chosen
-                  and g is not None and not isinstance(g, tf.IndexedSlices)]
+    dense_rest = [
+        k
+        for k, g in enumerate(grads)
+        if k not in chosen and g is not None and not isinstance(g, tf.IndexedSlices)
+    ]
     sparse = [k for k, g in enumerate(grads) if isinstance(g, tf.IndexedSlices)]
     out = list(grads)
     strategy = optimizer._distribution_strategy
     if sparse:
-        for k, r in zip(sparse, allreduce.all_reduce_sum(
-                [grads[k] for k in sparse], state.options, strategy)):
+        for k, r in zip(
+            sparse, allreduce.all_reduce_sum([grads[k] for k in sparse], state.options, strategy)
+        ):
             out[k] = r
     if selected or dense_rest:
         entries = [state.entries[index[k]] for k in selected]
@@ -189,19 +214,29 @@ def all_reduce_sum(optimizer, grads_and_vars, state: PowerSGDState,
         logs = _foldable_logs(strategy, state.options, grads, selected)
 
         def cross_replica(distribution, values, rest, log_values):
-            return apply(distribution, list(values), entries,
-                         tf.convert_to_tensor(counter), state.options,
-                         rest=list(rest), tuned=tuned, logs=list(log_values))
+            return apply(
+                distribution,
+                list(values),
+                entries,
+                tf.convert_to_tensor(counter),
+                state.options,
+                rest=list(rest),
+                tuned=tuned,
+                logs=list(log_values),
+            )
 
         reduced = tf.distribute.get_replica_context().merge_call(
-            cross_replica, args=(
+            cross_replica,
+            args=(
                 tuple(tf.convert_to_tensor(grads[k]) for k in selected),
                 tuple(tf.convert_to_tensor(grads[k]) for k in dense_rest),
-                tuple(logs)))
+                tuple(logs),
+            ),
+        )
         for k, r in zip(selected + dense_rest, reduced):
             out[k] = r
         if logs:
-            log_fold.answer(strategy, logs, reduced[len(selected + dense_rest):])
+            log_fold.answer(strategy, logs, reduced[len(selected + dense_rest) :])
     return [(r, v) for r, (_, v) in zip(out, grads_and_vars)]
 
 
@@ -213,15 +248,25 @@ def _foldable_logs(strategy, options, grads, selected) -> list:
     compressed gradients (`log_fold`).
     """
     logs = log_fold.take(strategy)
-    if not logs or options.powersgd_wire != "none" or any(
-            grads[k].dtype != tf.float32 for k in selected):
+    if (
+        not logs
+        or options.powersgd_wire != "none"
+        or any(grads[k].dtype != tf.float32 for k in selected)
+    ):
         return []
     return logs
 
 
-def apply(distribution, grads, entries, update: tf.Tensor,
-          options: GradientOptions, rest=(), tuned: int | None = None,
-          logs=()) -> list:
+def apply(
+    distribution,
+    grads,
+    entries,
+    update: tf.Tensor,
+    options: GradientOptions,
+    rest=(),
+    tuned: int | None = None,
+    logs=(),
+) -> list:
     """The PowerSGD step on the selected gradients (cross-replica context).
 
     Args:
@@ -250,12 +295,12 @@ def apply(distribution, grads, entries, update: tf.Tensor,
 
     def compressed():
         with tf.name_scope("powersgd"):  # names the step's ops in profiles
-            return _powersgd_step(distribution, devices, local, entries,
-                                  options, rest_local, logs_local)
+            return _powersgd_step(
+                distribution, devices, local, entries, options, rest_local, logs_local
+            )
 
     def uncompressed():
-        return _plain_step(distribution, devices,
-                           local + rest_local + logs_local, options, tuned)
+        return _plain_step(distribution, devices, local + rest_local + logs_local, options, tuned)
 
     start = options.powersgd_start_step
     if not entries or start == 0:
@@ -263,12 +308,15 @@ def apply(distribution, grads, entries, update: tf.Tensor,
     else:
         flat = tf.cond(update >= start, compressed, uncompressed)
     nd = len(devices)
-    return [_per_replica(distribution, flat[j * nd:(j + 1) * nd])
-            for j in range(len(grads) + len(rest) + len(logs))]
+    return [
+        _per_replica(distribution, flat[j * nd : (j + 1) * nd])
+        for j in range(len(grads) + len(rest) + len(logs))
+    ]
 
 
-def _powersgd_step(distribution, devices, local, entries, options,
-                   rest_local, logs_local=()) -> list:
+def _powersgd_step(
+    distribution, devices, local, entries, options, rest_local, logs_local=()
+) -> list:
     """One power-iteration step; returns the flat (tensor-major) results.
 
     The error buffer holds M = g + e in place (`assign_add`); after the Q
@@ -291,22 +339,20 @@ def _powersgd_step(distribution, devices, local, entries, options,
                 err = distribution.experimental_local_results(e.error.value)[d]
                 q = distribution.experimental_local_results(e.q.value)[d]
                 g = tf.reshape(tf.cast(local[j][d], err.dtype), err.shape)
-                m = tf.reshape(err.assign_add(g, read_value=True),
-                               [e.matrix.rows, e.matrix.cols])
+                m = tf.reshape(err.assign_add(g, read_value=True), [e.matrix.rows, e.matrix.cols])
                 ms[d][j] = m
-                ps.append(factor_ops.skinny_matmul(
-                    m, factor_ops.orthonormal(q.read_value()), dev))
+                ps.append(factor_ops.skinny_matmul(m, factor_ops.orthonormal(q.read_value()), dev))
             ps.extend(rest_local[i][d] for i in range(len(rest_local)))
-    summed = _reduce(distribution, devices, ps, count + len(rest_local),
-                     options)
+    summed = _reduce(distribution, devices, ps, count + len(rest_local), options)
     qs, p_hat = [], [[None] * count for _ in range(nd)]
     for d, dev in enumerate(devices):
         with tf.device(dev):
             for j in range(count):
                 ph = factor_ops.orthonormal(summed[d][j])
                 p_hat[d][j] = ph
-                qs.append(tf.transpose(
-                    factor_ops.skinny_matmul(ph, ms[d][j], dev, transpose_a=True)))
+                qs.append(
+                    tf.transpose(factor_ops.skinny_matmul(ph, ms[d][j], dev, transpose_a=True))
+                )
             qs.extend(logs_local[i][d] for i in range(len(logs_local)))
     q_sum = _reduce(distribution, devices, qs, count + len(logs_local), options)
     nr = count + len(rest_local)
@@ -319,10 +365,11 @@ def _powersgd_step(distribution, devices, local, entries, options,
                 err = distribution.experimental_local_results(e.error.value)[d]
                 approx = tf.reshape(
                     factor_ops.skinny_matmul(p_hat[d][j], q_sum[d][j], dev, transpose_b=True),
-                    err.shape)
+                    err.shape,
+                )
                 tf.raw_ops.ResourceApplyGradientDescent(
-                    var=err.handle, alpha=tf.constant(inv_n, err.dtype),
-                    delta=approx)
+                    var=err.handle, alpha=tf.constant(inv_n, err.dtype), delta=approx
+                )
                 g = local[j][d]
                 flat[j * nd + d] = tf.cast(tf.reshape(approx, tf.shape(g)), g.dtype)
             for i in range(len(rest_local)):
@@ -336,13 +383,11 @@ def _plain_step(distribution, devices, local, options, tuned=None) -> list:
     """Uncompressed SUM of per-device gradients (cast to the wire, packed)."""
     nd, count = len(devices), len(local)
     values = [local[j][d] for d in range(nd) for j in range(count)]
-    reduced = _reduce(distribution, devices, values, count, options,
-                      packing=options, tuned=tuned)
+    reduced = _reduce(distribution, devices, values, count, options, packing=options, tuned=tuned)
     return [reduced[d][j] for j in range(count) for d in range(nd)]
 
 
-def _reduce(distribution, devices, values, count, options, packing=_ONE_PACK,
-            tuned=None):
+def _reduce(distribution, devices, values, count, options, packing=_ONE_PACK, tuned=None):
     """SUM over replicas of `count` tensors per device (device-major list).
 
     Casts to the wire dtype and back per device; `packing` decides the
@@ -359,12 +404,10 @@ def _reduce(distribution, devices, values, count, options, packing=_ONE_PACK,
             per_dev.append(sent)
         metas.append(meta)
         wire.append(_per_replica(distribution, per_dev))
-    reduced = allreduce.cross_replica_reduce_sum(distribution, wire, wire, packing,
-                                                 tuned=tuned)
+    reduced = allreduce.cross_replica_reduce_sum(distribution, wire, wire, packing, tuned=tuned)
     out = [[None] * count for _ in range(nd)]
     for j, r in enumerate(reduced):
-        for d, (dev, v) in enumerate(zip(devices,
-                                         distribution.experimental_local_results(r))):
+        for d, (dev, v) in enumerate(zip(devices, distribution.experimental_local_results(r))):
             with tf.device(dev):
                 out[d][j] = allreduce.decompress(v, metas[j])
     return out
@@ -375,7 +418,8 @@ def _per_replica(distribution, per_device: list):
         return per_device[0]
     nd = len(per_device)
     return distribution.experimental_distribute_values_from_function(
-        lambda ctx: per_device[ctx.replica_id_in_sync_group % nd])
+        lambda ctx: per_device[ctx.replica_id_in_sync_group % nd]
+    )
 
 
 def _sanitized(var) -> str:

@@ -113,24 +113,29 @@ class GradientOptions:
 
     def __post_init__(self):
         bpp = self.bytes_per_pack
-        if bpp != "auto" and (isinstance(bpp, bool) or not isinstance(bpp, int)
-                              or bpp < 0):
+        if bpp != "auto" and (isinstance(bpp, bool) or not isinstance(bpp, int) or bpp < 0):
             raise ValueError(
                 "Invalid value for `bytes_per_pack`: expected a non-negative "
-                f'int or "auto". Received: bytes_per_pack={bpp!r}')
+                f'int or "auto". Received: bytes_per_pack={bpp!r}'
+            )
         if self.compression not in COMPRESSIONS:
             raise ValueError(
                 "Invalid value for `compression`: expected one of "
                 f"{', '.join(repr(c) for c in COMPRESSIONS)}. "
-                f"Received: compression={self.compression!r}")
+                f"Received: compression={self.compression!r}"
+            )
         k = self.grad_accum
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError(
                 "Invalid value for `grad_accum`: expected a positive int. "
-                f"Received: grad_accum={k!r}")
-        powersgd.check_settings(self.powersgd_rank, self.powersgd_start_step,
-                                self.powersgd_min_compression,
-                                self.powersgd_wire)
+                f"Received: grad_accum={k!r}"
+            )
+        powersgd.check_settings(
+            self.powersgd_rank,
+            self.powersgd_start_step,
+            self.powersgd_min_compression,
+            self.powersgd_wire,
+        )
         if self.shard_optimizer_state:
             zero_plan.check_combination(self.compression, self.grad_accum)
 
@@ -153,24 +158,27 @@ class GradientOptions:
         `CommunicationOptions(bytes_per_pack=...)`. `hooked` asks for the
         hooks anyway.
         """
-        return (not self.hooked and self.compression == "none"
-                and self.grad_accum == 1
-                and self.bytes_per_pack != "auto"
-                and not (self.via_hook and self.bytes_per_pack != 0)
-                and not self.shard_optimizer_state)
+        return (
+            not self.hooked
+            and self.compression == "none"
+            and self.grad_accum == 1
+            and self.bytes_per_pack != "auto"
+            and not (self.via_hook and self.bytes_per_pack != 0)
+            and not self.shard_optimizer_state
+        )
 
     @classmethod
     def from_config(cls, config) -> "GradientOptions":
         """From a `tfdist_opt.StrategyConfig` (duck-typed: no import)."""
-        return cls(bytes_per_pack=config.bytes_per_pack,
-                   compression=config.compression,
-                   grad_accum=config.grad_accum,
-                   powersgd_rank=config.powersgd_rank,
-                   powersgd_start_step=config.powersgd_start_step,
-                   powersgd_min_compression=config.powersgd_min_compression,
-                   powersgd_wire=config.powersgd_wire,
-                   shard_optimizer_state=getattr(
-                       config, "shard_optimizer_state", False),
-                   shard_bucket_bytes=getattr(
-                       config, "shard_bucket_bytes", 32 << 20),
-                   fused_updates=getattr(config, "fused_updates", True))
+        return cls(
+            bytes_per_pack=config.bytes_per_pack,
+            compression=config.compression,
+            grad_accum=config.grad_accum,
+            powersgd_rank=config.powersgd_rank,
+            powersgd_start_step=config.powersgd_start_step,
+            powersgd_min_compression=config.powersgd_min_compression,
+            powersgd_wire=config.powersgd_wire,
+            shard_optimizer_state=getattr(config, "shard_optimizer_state", False),
+            shard_bucket_bytes=getattr(config, "shard_bucket_bytes", 32 << 20),
+            fused_updates=getattr(config, "fused_updates", True),
+        )

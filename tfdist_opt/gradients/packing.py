@@ -66,21 +66,25 @@ class PackPolicy:
     def describe(self) -> str:
         if self.bucket_bytes == 0:
             return "one pack"
-        first = (f", first {_fmt(self.first_bucket_bytes)}"
-                 if self.first_bucket_bytes else "")
+        first = f", first {_fmt(self.first_bucket_bytes)}" if self.first_bucket_bytes else ""
         order = ", reverse order" if self.reverse else ""
         return f"packs of {_fmt(self.bucket_bytes)}{first}{order}"
 
 
 def fixed_policy(bytes_per_pack: int) -> PackPolicy:
     """TF's own packing for an explicit `bytes_per_pack` (0: one pack)."""
-    if isinstance(bytes_per_pack, bool) or not isinstance(bytes_per_pack, int) \
-            or bytes_per_pack < 0:
+    if (
+        isinstance(bytes_per_pack, bool)
+        or not isinstance(bytes_per_pack, int)
+        or bytes_per_pack < 0
+    ):
         raise ValueError(
             "Invalid value for `bytes_per_pack`: expected a non-negative int. "
-            f"Received: bytes_per_pack={bytes_per_pack!r}")
-    return PackPolicy(bucket_bytes=bytes_per_pack,
-                      reason=f"bytes_per_pack={bytes_per_pack} requested")
+            f"Received: bytes_per_pack={bytes_per_pack!r}"
+        )
+    return PackPolicy(
+        bucket_bytes=bytes_per_pack, reason=f"bytes_per_pack={bytes_per_pack} requested"
+    )
 
 
 def auto_pack_policy(sizes: Sequence[int]) -> PackPolicy:
@@ -104,10 +108,15 @@ def auto_pack_policy(sizes: Sequence[int]) -> PackPolicy:
     bucket = min(MAX_BUCKET, max(MIN_BUCKET, _round_kib(total / TARGET_PACKS)))
     first = min(FIRST_BUCKET, bucket)
     return PackPolicy(
-        bucket_bytes=bucket, first_bucket_bytes=first, reverse=True,
-        reason=(f"{_fmt(total)} in {len(sizes)} gradients: ~{TARGET_PACKS} "
-                f"packs clamped to [{_fmt(MIN_BUCKET)}, {_fmt(MAX_BUCKET)}], "
-                f"first {_fmt(first)}, reverse (backprop) order"))
+        bucket_bytes=bucket,
+        first_bucket_bytes=first,
+        reverse=True,
+        reason=(
+            f"{_fmt(total)} in {len(sizes)} gradients: ~{TARGET_PACKS} "
+            f"packs clamped to [{_fmt(MIN_BUCKET)}, {_fmt(MAX_BUCKET)}], "
+            f"first {_fmt(first)}, reverse (backprop) order"
+        ),
+    )
 
 
 def assign_buckets(sizes: Sequence[int], policy: PackPolicy) -> list[list[int]]:
@@ -182,8 +191,10 @@ def choose_fastest(trials: Sequence[tuple[int, float]]) -> int:
         ValueError: no trials.
     """
     if not trials:
-        raise ValueError("Invalid value for `trials`: expected at least one "
-                         "(bytes_per_pack, seconds) pair. Received: []")
+        raise ValueError(
+            "Invalid value for `trials`: expected at least one "
+            "(bytes_per_pack, seconds) pair. Received: []"
+        )
     return min(trials, key=lambda t: (t[1], -t[0] if t[0] else -math.inf))[0]
 
 

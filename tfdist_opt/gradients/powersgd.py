@@ -67,19 +67,20 @@ def check_settings(rank, start_step, min_compression, wire) -> None:
     """Raises a `ValueError` naming the first bad PowerSGD setting."""
     validation.check_int("powersgd_rank", rank, minimum=1)
     validation.check_int("powersgd_start_step", start_step, minimum=0)
-    validation.check_number("powersgd_min_compression", min_compression,
-                            allow_zero=True)
+    validation.check_number("powersgd_min_compression", min_compression, allow_zero=True)
     validation.check_choice("powersgd_wire", wire, WIRES)
 
 
 def describe_settings(rank, start_step, min_compression, wire) -> str:
     """One line for `tfdist-opt info`: what `compression="powersgd"` does."""
-    return (f"PowerSGD rank {rank} from update {start_step} (updates before it "
-            f"all-reduce uncompressed); float matrices of rank >= 2 whose rank-"
-            f"{rank} factors are >= {min_compression:g}x smaller send factors P, Q "
-            "(2 all-reduces, error feedback, warm-started Q); biases, small and "
-            "sparse gradients take the packed all-reduce; wire "
-            + ("float32" if wire == "none" else wire))
+    return (
+        f"PowerSGD rank {rank} from update {start_step} (updates before it "
+        f"all-reduce uncompressed); float matrices of rank >= 2 whose rank-"
+        f"{rank} factors are >= {min_compression:g}x smaller send factors P, Q "
+        "(2 all-reduces, error feedback, warm-started Q); biases, small and "
+        "sparse gradients take the packed all-reduce; wire "
+        + ("float32" if wire == "none" else wire)
+    )
 
 
 def matrix_shape(shape: Sequence[int | None]) -> tuple[int, int] | None:
@@ -135,14 +136,15 @@ class Plan:
         return self.dense_bytes / max(1, self.sent_bytes)
 
     def describe(self) -> str:
-        return (f"PowerSGD compresses {len(self.matrices)} matrices, "
-                f"{len(self.rest)} tensors go uncompressed: "
-                f"{self.dense_bytes} -> {self.sent_bytes} bytes per step "
-                f"({self.ratio:.1f}x fewer)")
+        return (
+            f"PowerSGD compresses {len(self.matrices)} matrices, "
+            f"{len(self.rest)} tensors go uncompressed: "
+            f"{self.dense_bytes} -> {self.sent_bytes} bytes per step "
+            f"({self.ratio:.1f}x fewer)"
+        )
 
 
-def should_compress(rows: int, cols: int, rank: int,
-                    min_compression: float) -> bool:
+def should_compress(rows: int, cols: int, rank: int, min_compression: float) -> bool:
     """Whether rank-`rank` factors are at least `min_compression` x smaller.
 
     Example:
@@ -154,9 +156,14 @@ def should_compress(rows: int, cols: int, rank: int,
     return min_compression * (rows + cols) * rank <= rows * cols
 
 
-def plan(shapes: Sequence[Sequence[int | None]], dtypes: Sequence[str],
-         rank: int, min_compression: float, wire: str = "none",
-         sparse: Sequence[bool] | None = None) -> Plan:
+def plan(
+    shapes: Sequence[Sequence[int | None]],
+    dtypes: Sequence[str],
+    rank: int,
+    min_compression: float,
+    wire: str = "none",
+    sparse: Sequence[bool] | None = None,
+) -> Plan:
     """Selects the gradients to compress (see the module docstring).
 
     Args:

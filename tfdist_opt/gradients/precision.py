@@ -38,8 +38,7 @@ References:
 from __future__ import annotations
 
 FLOAT_BITS = {"float16": 16, "bfloat16": 16, "float32": 32, "float64": 64}
-UNIT_ROUNDOFF = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8,
-                 "float32": 2.0 ** -24, "float64": 2.0 ** -53}
+UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24, "float64": 2.0**-53}
 FP16_MAX = 65504.0
 
 
@@ -59,16 +58,16 @@ def compress_dtype(dtype: str, wire_dtype: str | None) -> str | None:
     return wire_dtype
 
 
-def predivide_factor(wire_dtype: str | None, num_replicas: int,
-                     predivide: bool = True) -> int:
+def predivide_factor(wire_dtype: str | None, num_replicas: int, predivide: bool = True) -> int:
     """What to divide by before the cast (and multiply by after): n for fp16."""
     if predivide and wire_dtype == "float16" and num_replicas > 1:
         return num_replicas
     return 1
 
 
-def compression_rtol(wire_dtype: str, num_replicas: int, steps: int = 1,
-                     safety: float = 2.0) -> float:
+def compression_rtol(
+    wire_dtype: str, num_replicas: int, steps: int = 1, safety: float = 2.0
+) -> float:
     """Relative tolerance for weight updates after `steps` compressed steps.
 
     Returns safety x steps x n x u (see the module docstring).
@@ -80,12 +79,12 @@ def compression_rtol(wire_dtype: str, num_replicas: int, steps: int = 1,
     if wire_dtype not in UNIT_ROUNDOFF:
         raise ValueError(
             "Invalid value for `wire_dtype`: expected one of "
-            f"{', '.join(sorted(UNIT_ROUNDOFF))}. Received: wire_dtype={wire_dtype!r}")
+            f"{', '.join(sorted(UNIT_ROUNDOFF))}. Received: wire_dtype={wire_dtype!r}"
+        )
     return safety * steps * max(1, num_replicas) * UNIT_ROUNDOFF[wire_dtype]
 
 
-def fp16_sum_overflows(local_max_abs: float, num_replicas: int,
-                       predivide: bool) -> bool:
+def fp16_sum_overflows(local_max_abs: float, num_replicas: int, predivide: bool) -> bool:
     """Whether an fp16 SUM of n values of size `local_max_abs` overflows."""
     factor = predivide_factor("float16", num_replicas, predivide)
     return local_max_abs / factor * num_replicas > FP16_MAX

@@ -43,7 +43,6 @@ from tfdist_opt import runtime
 from tfdist_opt.strategy import virtual_replicas
 
 
-
 class SavedWhole:
     """Mixin on a Keras variable: saves and loads through two methods.
 
@@ -81,8 +80,7 @@ class PerReplicaSum(SavedWhole):
         got = tuple(value.shape)
         if got == (n, *shape):
             slots = data_slots(strategy)
-            assign_replicas(strategy, getattr(self, "value", self),
-                            lambda r: value[slots[r]])
+            assign_replicas(strategy, getattr(self, "value", self), lambda r: value[slots[r]])
             return
         if got == shape:  # an older checkpoint: the sum over replicas
             total = value
@@ -92,13 +90,13 @@ class PerReplicaSum(SavedWhole):
             raise ValueError(
                 f"Invalid value for `{self.path}` in the checkpoint: expected "
                 f"shape {(n, *shape)} (one slice per replica) or {shape} (their "
-                f"sum). Received: shape={got}")
+                f"sum). Received: shape={got}"
+            )
         even = tf.cast(total / n, self.dtype)
         assign_replicas(strategy, getattr(self, "value", self), lambda r: even)
 
 
-def add_slot(optimizer, reference, name, shape, initializer, creator,
-             mixin: type, **attrs):
+def add_slot(optimizer, reference, name, shape, initializer, creator, mixin: type, **attrs):
     """Creates an optimizer variable like `add_variable_from_reference`.
 
     Args:
@@ -119,13 +117,20 @@ def add_slot(optimizer, reference, name, shape, initializer, creator,
     name = name or "var"
     if hasattr(reference, "path"):
         name = f"{reference.path.replace('/', '_')}_{name}"
-    with optimizer._distribution_strategy.extended.colocate_vars_with(
-            getattr(reference, "value", reference)), \
-            tf.variable_creator_scope(creator):
+    with (
+        optimizer._distribution_strategy.extended.colocate_vars_with(
+            getattr(reference, "value", reference)
+        ),
+        tf.variable_creator_scope(creator),
+    ):
         with keras.name_scope(optimizer.name, caller=optimizer):
             variable = keras.Variable(
-                initializer=keras.initializers.get(initializer), shape=shape,
-                dtype=reference.dtype, trainable=False, name=name)
+                initializer=keras.initializers.get(initializer),
+                shape=shape,
+                dtype=reference.dtype,
+                trainable=False,
+                name=name,
+            )
     variable.__class__ = _class_swap.cached_subclass(mixin, type(variable))
     for k, v in attrs.items():
         setattr(variable, k, v)
@@ -136,8 +141,11 @@ def add_slot(optimizer, reference, name, shape, initializer, creator,
 def save_variables(optimizer, store) -> None:
     """Keras `save_own_variables`: a `SavedWhole` variable saves its value."""
     for i, variable in enumerate(optimizer.variables):
-        store[str(i)] = (variable._tfdist_saved_value().numpy()
-                         if isinstance(variable, SavedWhole) else variable.numpy())
+        store[str(i)] = (
+            variable._tfdist_saved_value().numpy()
+            if isinstance(variable, SavedWhole)
+            else variable.numpy()
+        )
 
 
 def load_variables(optimizer, store) -> bool:
@@ -193,9 +201,7 @@ def local_replica_ids(strategy) -> list[int]:
     ids = state.local_replica_ids
     if ids is None:
         with tf.init_scope():
-            out = strategy.run(
-                lambda: tf.distribute.get_replica_context().replica_id_in_sync_group)
-            ids = [int(tf.get_static_value(x))
-                   for x in strategy.experimental_local_results(out)]
+            out = strategy.run(lambda: tf.distribute.get_replica_context().replica_id_in_sync_group)
+            ids = [int(tf.get_static_value(x)) for x in strategy.experimental_local_results(out)]
         state.local_replica_ids = ids
     return ids

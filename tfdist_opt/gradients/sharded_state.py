@@ -45,7 +45,6 @@ SHARD_ATTR = "_tfdist_shard"
 _UNSHARDED_NAMES = ("tfdist_accumulator",)
 
 
-
 class _Zero:
     """An optimizer's sharding: the keys of its sharded variables."""
 
@@ -93,37 +92,42 @@ class ShardedStateHooks:
     """Mixin in front of a hooked optimizer class; see the module doc."""
 
     def build(self, variables):
-        zero_plan.check_optimizer(type(self).__name__,
-                                  bool(getattr(self, "use_ema", False)),
-                                  getattr(self, "gradient_accumulation_steps", None))
+        zero_plan.check_optimizer(
+            type(self).__name__,
+            bool(getattr(self, "use_ema", False)),
+            getattr(self, "gradient_accumulation_steps", None),
+        )
         strategy = self._distribution_strategy
         keys = {self._var_key(v) for v in variables}
         runtime.OBJECTS.of(self).zero = _Zero(
-            keys, strategy, zero_collectives.Collectives(strategy))
+            keys, strategy, zero_collectives.Collectives(strategy)
+        )
         super().build(variables)
 
-    def add_variable_from_reference(self, reference_variable, name=None,
-                                    initializer="zeros"):
+    def add_variable_from_reference(self, reference_variable, name=None, initializer="zeros"):
         zero = _zero_of(self)
-        if (zero is None or name in _UNSHARDED_NAMES
-                or self._var_key(reference_variable) not in zero.keys):
+        if (
+            zero is None
+            or name in _UNSHARDED_NAMES
+            or self._var_key(reference_variable) not in zero.keys
+        ):
             return super().add_variable_from_reference(
-                reference_variable, name=name, initializer=initializer)
-        return _add_shard(self, reference_variable, name, initializer,
-                          zero.strategy)
+                reference_variable, name=name, initializer=initializer
+            )
+        return _add_shard(self, reference_variable, name, initializer, zero.strategy)
 
     def _backend_update_step(self, grads, trainable_variables, learning_rate):
         ctx = tf.distribute.get_replica_context()
         zero = _zero_of(self)
         if zero is None:
-            return super()._backend_update_step(grads, trainable_variables,
-                                                learning_rate)
+            return super()._backend_update_step(grads, trainable_variables, learning_rate)
         if ctx is None:
             raise RuntimeError(
                 "tfdist_opt shard_optimizer_state: the optimizer step must run "
                 "in a replica context (inside `strategy.run`, as `model.fit` "
                 "does); each replica updates its own shard. Received a call in "
-                "the cross-replica context.")
+                "the cross-replica context."
+            )
         tvars = [getattr(v, "value", v) for v in trainable_variables]
         state = runtime.OBJECTS.of(self).gradients
         r = _static_replica_id(ctx)
@@ -133,16 +137,21 @@ class ShardedStateHooks:
             g_shards = [tf.reshape(tf.convert_to_tensor(g), [-1]) for g in grads]
         else:
             g_shards = zero_collectives.reduce_scatter(
-                list(grads), [lay.s for lay in layouts], r, zero.collectives,
-                state.options, state.options.shard_bucket_bytes)
+                list(grads),
+                [lay.s for lay in layouts],
+                r,
+                zero.collectives,
+                state.options,
+                state.options.shard_bucket_bytes,
+            )
         news = []
         for g_shard, v, lay in zip(g_shards, tvars, layouts):
-            view = _ShardView(_local_slice(v.read_value(), r, lay.s, lay.size),
-                              self._var_key(v), v.dtype)
+            view = _ShardView(
+                _local_slice(v.read_value(), r, lay.s, lay.size), self._var_key(v), v.dtype
+            )
             self.update_step(g_shard, view, learning_rate)
             news.append(view.value)
-        _gather_and_write(ctx, zero, tvars, layouts, news, r,
-                          state.options.shard_bucket_bytes)
+        _gather_and_write(ctx, zero, tvars, layouts, news, r, state.options.shard_bucket_bytes)
 
 
 def _zero_of(optimizer):
@@ -174,9 +183,8 @@ def state_bytes_per_replica(optimizer) -> int:
 def full_value(variable) -> tf.Tensor:
     """A sharded slot's full value in its variable's shape (cross-replica)."""
     shard = getattr(variable, SHARD_ATTR)
-    flat = replica_slots.concat_replicas(shard.strategy,
-                                         getattr(variable, "value", variable))
-    return tf.reshape(flat[:shard.size], shard.shape)
+    flat = replica_slots.concat_replicas(shard.strategy, getattr(variable, "value", variable))
+    return tf.reshape(flat[: shard.size], shard.shape)
 
 
 def assign_full(variable, value) -> None:
@@ -186,7 +194,8 @@ def assign_full(variable, value) -> None:
     flat = tf.reshape(tf.cast(tf.convert_to_tensor(value), tv.dtype), [-1])
     flat = tf.pad(flat, [[0, shard.n * shard.s - shard.size]])
     replica_slots.assign_replicas(
-        shard.strategy, tv, lambda r: flat[r * shard.s:(r + 1) * shard.s])
+        shard.strategy, tv, lambda r: flat[r * shard.s : (r + 1) * shard.s]
+    )
 
 
 class _ShardView:
@@ -219,8 +228,10 @@ class _ShardView:
 def _static_replica_id(ctx) -> int:
     r = tf.get_static_value(ctx.replica_id_in_sync_group)
     if r is None:
-        raise RuntimeError("tfdist_opt shard_optimizer_state needs a static "
-                           "replica id (a tf.distribute replica context).")
+        raise RuntimeError(
+            "tfdist_opt shard_optimizer_state needs a static "
+            "replica id (a tf.distribute replica context)."
+        )
     return int(r)
 
 
@@ -245,26 +256,34 @@ def _gather_and_write(ctx, zero, tvars, layouts, news, r, max_bytes):
     """
     n = zero.collectives.n
     plan = zero_plan.gather_plan(
-        [v.dtype.name for v in tvars], [v.dtype.size for v in tvars],
-        [lay.s for lay in layouts], [lay.unit for lay in layouts],
-        [lay.in_place for lay in layouts], n,
-        max_bytes if n > 1 else 0)
+        [v.dtype.name for v in tvars],
+        [v.dtype.size for v in tvars],
+        [lay.s for lay in layouts],
+        [lay.unit for lay in layouts],
+        [lay.in_place for lay in layouts],
+        n,
+        max_bytes if n > 1 else 0,
+    )
     done = []
     for _, pieces in plan:
         with tf.control_dependencies(done):
-            parts = [news[i][start:start + length] for i, start, length, _ in pieces]
+            parts = [news[i][start : start + length] for i, start, length, _ in pieces]
             x = parts[0] if len(parts) == 1 else tf.concat(parts, axis=0)
             gathered = x if n == 1 else zero.collectives.gather(x, r)
-        spec = [(tvars[i], layouts[i], start, length, offset)
-                for i, start, length, offset in pieces]
+        spec = [
+            (tvars[i], layouts[i], start, length, offset) for i, start, length, offset in pieces
+        ]
         done = [ctx.merge_call(_write_all, args=(gathered, spec))]
 
 
 def _write_all(distribution, gathered, spec):
     ops = []
     for v, lay, start, length, offset in spec:
-        ops.append(distribution.extended.update(
-            v, _write, args=(gathered, lay, start, length, offset), group=True))
+        ops.append(
+            distribution.extended.update(
+                v, _write, args=(gathered, lay, start, length, offset), group=True
+            )
+        )
     with tf.control_dependencies(tf.nest.flatten(ops)):
         return tf.constant(True)
 
@@ -281,7 +300,7 @@ def _write(var, gathered, lay, start, length, offset):
     """
     rows = tf.reshape(gathered, [lay.n, -1])
     if not lay.in_place or (start == 0 and length >= lay.s):  # the whole shard
-        flat = tf.reshape(rows[:, offset:offset + lay.s], [-1])[:lay.size]
+        flat = tf.reshape(rows[:, offset : offset + lay.s], [-1])[: lay.size]
         return var.assign(tf.reshape(flat, lay.shape))
     ops = []
     for r in range(lay.n):
@@ -289,18 +308,24 @@ def _write(var, gathered, lay, start, length, offset):
         hi = min(lo + length, lay.size)
         if hi <= lo:
             continue
-        chunk = rows[r, offset:offset + hi - lo]
+        chunk = rows[r, offset : offset + hi - lo]
         lo_row, hi_row = lo // lay.unit, hi // lay.unit
-        ops.append(var[lo_row:hi_row].assign(
-            tf.reshape(chunk, [hi_row - lo_row, *lay.shape[1:]])))
+        ops.append(var[lo_row:hi_row].assign(tf.reshape(chunk, [hi_row - lo_row, *lay.shape[1:]])))
     return tf.group(ops)
 
 
 def _add_shard(optimizer, reference, name, initializer, strategy):
     shard = _Shard(reference.shape, strategy)
-    return replica_slots.add_slot(optimizer, reference, name, (shard.s,),
-                                  initializer, _on_read, ShardedSlot,
-                                  **{SHARD_ATTR: shard})
+    return replica_slots.add_slot(
+        optimizer,
+        reference,
+        name,
+        (shard.s,),
+        initializer,
+        _on_read,
+        ShardedSlot,
+        **{SHARD_ATTR: shard},
+    )
 
 
 def _on_read(next_creator, **kwargs):

@@ -42,27 +42,25 @@ class Timing:
         return [end - start for start, end in self.samples]
 
 
-def agree(strategy: tf.distribute.Strategy, values: Sequence[float],
-          op: str = "MEAN") -> list[float]:
+def agree(
+    strategy: tf.distribute.Strategy, values: Sequence[float], op: str = "MEAN"
+) -> list[float]:
     """`values` reduced (`"MEAN"` or `"SUM"`) over all replicas, everywhere.
 
     Example:
         >>> agree(tf.distribute.get_strategy(), [1.0, 2.0])  # doctest: +SKIP
         [1.0, 2.0]
     """
-    reduce_op = {"MEAN": tf.distribute.ReduceOp.MEAN,
-                 "SUM": tf.distribute.ReduceOp.SUM}.get(op)
+    reduce_op = {"MEAN": tf.distribute.ReduceOp.MEAN, "SUM": tf.distribute.ReduceOp.SUM}.get(op)
     if reduce_op is None:
-        raise ValueError("Invalid value for `op`: expected 'MEAN' or 'SUM'. "
-                         f"Received: op={op!r}")
+        raise ValueError(f"Invalid value for `op`: expected 'MEAN' or 'SUM'. Received: op={op!r}")
     vec = tf.constant(list(values), tf.float64)
 
     def replica_fn():
         # `tf.identity` per replica: MirroredStrategy returns a tensor that is
         # the same object in every replica (a capture) unreduced, so a SUM of
         # a capture would come back as the value itself.
-        return tf.distribute.get_replica_context().all_reduce(
-            reduce_op, tf.identity(vec))
+        return tf.distribute.get_replica_context().all_reduce(reduce_op, tf.identity(vec))
 
     @tf.function
     def fn():
@@ -72,9 +70,13 @@ def agree(strategy: tf.distribute.Strategy, values: Sequence[float],
     return [float(x) for x in out.numpy()]
 
 
-def time_collective(strategy: tf.distribute.Strategy, replica_fn: Callable,
-                    iters: int, warmup: int,
-                    args_fn: Callable[[int], tuple] | None = None) -> list:
+def time_collective(
+    strategy: tf.distribute.Strategy,
+    replica_fn: Callable,
+    iters: int,
+    warmup: int,
+    args_fn: Callable[[int], tuple] | None = None,
+) -> list:
     """(start, end) of `iters` calls of `strategy.run(replica_fn)`, local.
 
     Args:
@@ -87,8 +89,10 @@ def time_collective(strategy: tf.distribute.Strategy, replica_fn: Callable,
     """
     for name, value, minimum in (("iters", iters, 1), ("warmup", warmup, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ValueError(f"Invalid value for `{name}`: expected an int "
-                             f">= {minimum}. Received: {name}={value!r}")
+            raise ValueError(
+                f"Invalid value for `{name}`: expected an int "
+                f">= {minimum}. Received: {name}={value!r}"
+            )
     args_fn = args_fn or (lambda i: ())
 
     @tf.function
@@ -111,12 +115,15 @@ def time_collective(strategy: tf.distribute.Strategy, replica_fn: Callable,
     return samples
 
 
-def time_and_agree(strategy: tf.distribute.Strategy, replica_fn: Callable,
-                   iters: int, warmup: int,
-                   args_fn: Callable[[int], tuple] | None = None) -> Timing:
+def time_and_agree(
+    strategy: tf.distribute.Strategy,
+    replica_fn: Callable,
+    iters: int,
+    warmup: int,
+    args_fn: Callable[[int], tuple] | None = None,
+) -> Timing:
     """`time_collective`, then median/min/max averaged over all replicas."""
     samples = time_collective(strategy, replica_fn, iters, warmup, args_fn)
     times = [end - start for start, end in samples]
-    med, lo, hi = agree(strategy, [statistics.median(times), min(times),
-                                   max(times)])
+    med, lo, hi = agree(strategy, [statistics.median(times), min(times), max(times)])
     return Timing(median_s=med, min_s=lo, max_s=hi, samples=tuple(samples))

@@ -28,8 +28,11 @@ CHECKED_KERAS = versions.KERAS_RANGE
 
 # (method, parameters incl. self, how the hooks use it): the
 # `tfdist_opt.private_api` entries of `TFOptimizer` that carry `params`.
-SIGNATURES = tuple((e.attr, e.params, e.why) for e in private_api.ENTRIES
-                   if e.owner == private_api.TF_OPTIMIZER and e.params is not None)
+SIGNATURES = tuple(
+    (e.attr, e.params, e.why)
+    for e in private_api.ENTRIES
+    if e.owner == private_api.TF_OPTIMIZER and e.params is not None
+)
 
 _LOCK = threading.Lock()
 _WARNED: set[str] = set()
@@ -60,21 +63,26 @@ def check(base=None) -> None:
                 f"`{base.__name__}.{name}` ({use}). Expected parameters "
                 f"{params}, found {got}. Use Keras {CHECKED_KERAS}, or turn "
                 "the gradient features off (compression='none', "
-                "grad_accum=1, an int bytes_per_pack).")
+                "grad_accum=1, an int bytes_per_pack)."
+            )
     if not isinstance(inspect.getattr_static(base, "iterations", None), property):
         raise RuntimeError(
             f"tfdist_opt's gradient hooks were checked against Keras "
             f"{CHECKED_KERAS}; in Keras {version} `{base.__name__}.iterations` "
-            "is no longer a property.")
+            "is no longer a property."
+        )
     _check_name_scope_stack(version)
     if not versions.keras_tested(version):
         with _LOCK:
             if version in _WARNED:
                 return
             _WARNED.add(version)
-        logging.warning("tfdist_opt gradient hooks: checked against Keras %s, "
-                        "running on %s (the signatures they use match)",
-                        CHECKED_KERAS, version)
+        logging.warning(
+            "tfdist_opt gradient hooks: checked against Keras %s, "
+            "running on %s (the signatures they use match)",
+            CHECKED_KERAS,
+            version,
+        )
 
 
 def creating_optimizer():
@@ -98,7 +106,8 @@ def _check_name_scope_stack(version: str) -> None:
             f"{CHECKED_KERAS}; in Keras {version} `backend.name_scope` no "
             "longer records its caller in global_state 'name_scope_stack', "
             "which is how optimizers created in opt_strategy().scope() are "
-            "found.")
+            "found."
+        )
 
 
 def _params(method) -> tuple[str, ...] | None:

@@ -83,14 +83,17 @@ class Collectives:
         self.token = None
         if self.n > 1:
             with tf.init_scope(), strategy.scope():
-                self.token = tf.Variable(0.0, trainable=False,
-                                         name="tfdist_zero_ordering_token")
+                self.token = tf.Variable(0.0, trainable=False, name="tfdist_zero_ordering_token")
 
     def _kw(self, x, replica):
-        return dict(input=x, group_size=self.n, group_key=self.group,
-                    instance_key=_next_instance_key(self.group, replica),
-                    ordering_token=[self.token.handle],
-                    communication_hint="auto")
+        return dict(
+            input=x,
+            group_size=self.n,
+            group_key=self.group,
+            instance_key=_next_instance_key(self.group, replica),
+            ordering_token=[self.token.handle],
+            communication_hint="auto",
+        )
 
     def all_to_all(self, x, replica):
         """`x` [n, k] -> [n, k], row j from replica j's row `replica`."""
@@ -101,8 +104,7 @@ class Collectives:
         return tf.raw_ops.CollectiveGatherV2(**self._kw(x, replica))
 
 
-def reduce_scatter(grads, shard_sizes, replica, collectives, options,
-                   max_bytes) -> list[tf.Tensor]:
+def reduce_scatter(grads, shard_sizes, replica, collectives, options, max_bytes) -> list[tf.Tensor]:
     """This replica's shard of each summed gradient (replica context).
 
     Args:
@@ -127,7 +129,9 @@ def reduce_scatter(grads, shard_sizes, replica, collectives, options,
     out: list = [None] * len(grads)
     plan = zero_plan.scatter_buckets(
         [g.dtype.name for g in grads],
-        [int(g.shape.num_elements()) * g.dtype.size for g in grads], max_bytes)
+        [int(g.shape.num_elements()) * g.dtype.size for g in grads],
+        max_bytes,
+    )
     done = []
     for bucket in plan:
         # Cast, pad and concatenate only once the previous bucket is summed.
@@ -141,8 +145,7 @@ def reduce_scatter(grads, shard_sizes, replica, collectives, options,
                     flat = tf.pad(flat, [[0, pad]])
                 rows.append(tf.reshape(flat, [n, shard_sizes[j]]))
                 metas.append(meta)
-            x = (tf.identity(rows[0]) if len(rows) == 1
-                 else tf.concat(rows, axis=1))
+            x = tf.identity(rows[0]) if len(rows) == 1 else tf.concat(rows, axis=1)
         got = collectives.all_to_all(x, replica)
         summed = tf.add_n(tf.unstack(got, num=n))
         done = [summed]

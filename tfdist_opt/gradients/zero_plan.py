@@ -53,15 +53,17 @@ def padded_size(num_elements: int, num_replicas: int, unit: int = 1) -> int:
     return num_replicas * shard_size(num_elements, num_replicas, unit)
 
 
-def shard_bounds(num_elements: int, num_replicas: int, replica: int,
-                 unit: int = 1) -> tuple[int, int]:
+def shard_bounds(
+    num_elements: int, num_replicas: int, replica: int, unit: int = 1
+) -> tuple[int, int]:
     """[start, stop) of replica `replica`'s real (unpadded) elements."""
     s = shard_size(num_elements, num_replicas, unit)
     return min(replica * s, num_elements), min((replica + 1) * s, num_elements)
 
 
-def state_bytes(slot_sizes: list[int], itemsize: int, num_replicas: int,
-                sharded: bool, scalar_bytes: int = 0) -> int:
+def state_bytes(
+    slot_sizes: list[int], itemsize: int, num_replicas: int, sharded: bool, scalar_bytes: int = 0
+) -> int:
     """Optimizer-state bytes held by one replica.
 
     Args:
@@ -109,8 +111,7 @@ def writes_in_place(rank: int, unit: int) -> bool:
     return rank == 1 or (rank >= 2 and unit > 1)
 
 
-def scatter_buckets(dtypes: list[str], nbytes: list[int], max_bytes: int
-                    ) -> list[list[int]]:
+def scatter_buckets(dtypes: list[str], nbytes: list[int], max_bytes: int) -> list[list[int]]:
     """Which gradients share one reduce-scatter collective.
 
     Per dtype, in reverse variable order (backprop produces the last
@@ -135,9 +136,15 @@ def scatter_buckets(dtypes: list[str], nbytes: list[int], max_bytes: int
     return out
 
 
-def gather_plan(dtypes: list[str], itemsizes: list[int], shard_sizes: list[int],
-                units: list[int], splittable: list[bool], num_replicas: int,
-                max_bytes: int) -> list[tuple[str, list[tuple[int, int, int, int]]]]:
+def gather_plan(
+    dtypes: list[str],
+    itemsizes: list[int],
+    shard_sizes: list[int],
+    units: list[int],
+    splittable: list[bool],
+    num_replicas: int,
+    max_bytes: int,
+) -> list[tuple[str, list[tuple[int, int, int, int]]]]:
     """How the updated shards are gathered: buckets of bounded size.
 
     Each bucket is one gather collective of one dtype; its gathered output
@@ -171,7 +178,8 @@ def gather_plan(dtypes: list[str], itemsizes: list[int], shard_sizes: list[int],
         raise ValueError(
             "Invalid value for `shard_sizes`: expected one itemsize, shard "
             f"size, unit and flag per dtype ({len(dtypes)}). Received: "
-            f"lengths {[len(x) for x in lists]}")
+            f"lengths {[len(x) for x in lists]}"
+        )
     order: dict[str, list[int]] = {}
     for i, dtype in enumerate(dtypes):
         order.setdefault(dtype, []).append(i)
@@ -181,8 +189,7 @@ def gather_plan(dtypes: list[str], itemsizes: list[int], shard_sizes: list[int],
         used = 0
         for i in members:
             s, unit = int(shard_sizes[i]), int(units[i])
-            cap = (max_bytes // (num_replicas * int(itemsizes[i]))
-                   if max_bytes > 0 else None)
+            cap = max_bytes // (num_replicas * int(itemsizes[i])) if max_bytes > 0 else None
             start = 0
             while start < s:
                 left = s - start
@@ -206,24 +213,26 @@ def gather_plan(dtypes: list[str], itemsizes: list[int], shard_sizes: list[int],
     return out
 
 
-def check_optimizer(class_name: str, use_ema: bool,
-                    gradient_accumulation_steps) -> None:
+def check_optimizer(class_name: str, use_ema: bool, gradient_accumulation_steps) -> None:
     """Raises for optimizers whose state cannot be sharded elementwise."""
     if class_name in REFUSED_OPTIMIZERS:
         raise NotImplementedError(
             f"tfdist_opt shard_optimizer_state does not support {class_name}: "
             f"{REFUSED_OPTIMIZERS[class_name]}. Received: optimizer="
             f"{class_name}. Expected an elementwise optimizer (SGD, Adam, "
-            "AdamW, RMSprop, Adagrad, ...), or shard_optimizer_state=False.")
-    for name, value in (("use_ema", use_ema),
-                        ("gradient_accumulation_steps",
-                         gradient_accumulation_steps)):
+            "AdamW, RMSprop, Adagrad, ...), or shard_optimizer_state=False."
+        )
+    for name, value in (
+        ("use_ema", use_ema),
+        ("gradient_accumulation_steps", gradient_accumulation_steps),
+    ):
         if value:
             raise NotImplementedError(
                 f"tfdist_opt shard_optimizer_state does not support `{name}` "
                 f"on {class_name}. Received: {name}={value!r}. Expected it "
                 "unset (use opt_strategy(grad_accum=k) for accumulation), or "
-                "shard_optimizer_state=False.")
+                "shard_optimizer_state=False."
+            )
 
 
 def check_combination(compression: str, grad_accum: int) -> None:
@@ -245,11 +254,13 @@ def check_combination(compression: str, grad_accum: int) -> None:
             "PowerSGD's error feedback and low-rank update need the whole "
             "gradient matrix on every replica, which sharding is meant to "
             "avoid. Received: compression='powersgd'. Expected 'none', "
-            "'fp16' or 'bf16', or shard_optimizer_state=False.")
+            "'fp16' or 'bf16', or shard_optimizer_state=False."
+        )
     if grad_accum > 1:
         raise ValueError(
             "Invalid value for `grad_accum` with shard_optimizer_state=True: "
             "not implemented (the accumulated update runs in the "
             "cross-replica context, the sharded update needs the replica "
             f"context). Received: grad_accum={grad_accum}. Expected 1, or "
-            "shard_optimizer_state=False.")
+            "shard_optimizer_state=False."
+        )

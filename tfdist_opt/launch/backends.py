@@ -32,16 +32,31 @@ class LocalBackend:
     handle_signals: bool = True
     name: str = "local"
 
-    def run(self, argv: Sequence[str], layout: Layout, policy: RestartPolicy, *,
-            stdout: IO[str] | None = None,
-            stderr: IO[str] | None = None) -> LaunchResult:
+    def run(
+        self,
+        argv: Sequence[str],
+        layout: Layout,
+        policy: RestartPolicy,
+        *,
+        stdout: IO[str] | None = None,
+        stderr: IO[str] | None = None,
+    ) -> LaunchResult:
         return local_lib.run_local(
-            argv, layout.count("worker"), layout=layout,
-            num_ps=layout.count("ps"), evaluator=layout.has_evaluator,
-            max_restarts=policy.max_restarts, cpu_replicas=self.cpu_replicas,
-            startup_timeout=self.startup_timeout, base_port=self.base_port,
-            term_timeout=self.term_timeout, quiet=self.quiet,
-            handle_signals=self.handle_signals, stdout=stdout, stderr=stderr)
+            argv,
+            layout.count("worker"),
+            layout=layout,
+            num_ps=layout.count("ps"),
+            evaluator=layout.has_evaluator,
+            max_restarts=policy.max_restarts,
+            cpu_replicas=self.cpu_replicas,
+            startup_timeout=self.startup_timeout,
+            base_port=self.base_port,
+            term_timeout=self.term_timeout,
+            quiet=self.quiet,
+            handle_signals=self.handle_signals,
+            stdout=stdout,
+            stderr=stderr,
+        )
 
 
 @dataclasses.dataclass
@@ -58,19 +73,33 @@ class RayBackend:
     handle_signals: bool = True
     name: str = "ray"
 
-    def run(self, argv: Sequence[str], layout: Layout, policy: RestartPolicy, *,
-            stdout: IO[str] | None = None,
-            stderr: IO[str] | None = None) -> LaunchResult:
+    def run(
+        self,
+        argv: Sequence[str],
+        layout: Layout,
+        policy: RestartPolicy,
+        *,
+        stdout: IO[str] | None = None,
+        stderr: IO[str] | None = None,
+    ) -> LaunchResult:
         from tfdist_opt.launch import ray_launch  # pylint: disable=g-import-not-at-top
+
         lo = layout.count("worker")
         workers = lo if layout.max_workers is None else f"{lo}:{layout.max_workers}"
         return ray_launch.run_ray(
-            argv, workers, address=self.address,
-            max_restarts=policy.max_restarts, storage_path=self.storage_path,
-            resize_interval_s=self.resize_interval_s, env=dict(layout.env) or None,
+            argv,
+            workers,
+            address=self.address,
+            max_restarts=policy.max_restarts,
+            storage_path=self.storage_path,
+            resize_interval_s=self.resize_interval_s,
+            env=dict(layout.env) or None,
             gpus_per_worker=layout.gpus_per_worker,
-            quiet=self.quiet, handle_signals=self.handle_signals,
-            stdout=stdout, stderr=stderr)
+            quiet=self.quiet,
+            handle_signals=self.handle_signals,
+            stdout=stdout,
+            stderr=stderr,
+        )
 
 
 BACKENDS = {"local": LocalBackend, "ray": RayBackend}
@@ -83,6 +112,8 @@ def get_backend(name: str, **options) -> Backend:
         ValueError: no backend has that name.
     """
     if name not in BACKENDS:
-        raise ValueError(f"Unrecognized launch backend: {name!r}. Expected one "
-                         f"of: {', '.join(sorted(BACKENDS))}.")
+        raise ValueError(
+            f"Unrecognized launch backend: {name!r}. Expected one "
+            f"of: {', '.join(sorted(BACKENDS))}."
+        )
     return BACKENDS[name](**options)

@@ -66,23 +66,26 @@ class RestartPolicy:
     def __post_init__(self):
         r = self.max_restarts
         if isinstance(r, bool) or not isinstance(r, int) or r < 0:
-            raise ValueError("Invalid value for `--max-restarts`: expected an int "
-                             f">= 0. Received: --max-restarts={r!r}")
+            raise ValueError(
+                "Invalid value for `--max-restarts`: expected an int "
+                f">= 0. Received: --max-restarts={r!r}"
+            )
 
     @property
     def attempts(self) -> int:
         return self.max_restarts + 1
 
-    def should_restart(self, result: LaunchResult, restarts: int,
-                       stopped: bool) -> bool:
+    def should_restart(self, result: LaunchResult, restarts: int, stopped: bool) -> bool:
         """Restart after `result`? `restarts`: restarts done so far;
         `stopped`: the launcher got a stop signal (never restarted)."""
-        return (result.returncode != 0 and not stopped
-                and restarts < self.max_restarts)
+        return result.returncode != 0 and not stopped and restarts < self.max_restarts
 
-    def run(self, attempt: Callable[[int], LaunchResult],
-            stopped: Callable[[], bool],
-            log: Callable[[str], None]) -> LaunchResult:
+    def run(
+        self,
+        attempt: Callable[[int], LaunchResult],
+        stopped: Callable[[], bool],
+        log: Callable[[str], None],
+    ) -> LaunchResult:
         """Runs `attempt(restart_count)` until it succeeds or the policy stops.
 
         Args:
@@ -102,8 +105,10 @@ class RestartPolicy:
             if not self.should_restart(result, restarts, stopped()):
                 return result
             restarts += 1
-            log(f"{result.message}; restarting the group "
-                f"(restart {restarts} of {self.max_restarts})")
+            log(
+                f"{result.message}; restarting the group "
+                f"(restart {restarts} of {self.max_restarts})"
+            )
 
 
 class Backend(Protocol):
@@ -115,7 +120,13 @@ class Backend(Protocol):
 
     name: str
 
-    def run(self, argv: Sequence[str], layout, policy: RestartPolicy, *,
-            stdout: IO[str] | None = None,
-            stderr: IO[str] | None = None) -> LaunchResult:
+    def run(
+        self,
+        argv: Sequence[str],
+        layout,
+        policy: RestartPolicy,
+        *,
+        stdout: IO[str] | None = None,
+        stderr: IO[str] | None = None,
+    ) -> LaunchResult:
         """Runs `argv` as the layout's tasks; returns how the launch ended."""

@@ -23,8 +23,7 @@ NEVER = frozenset({"TF_CONFIG"})  # per task, built by the backend
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def parse_env_flags(items: Sequence[str], environ: Mapping[str, str]
-                    ) -> dict[str, str]:
+def parse_env_flags(items: Sequence[str], environ: Mapping[str, str]) -> dict[str, str]:
     """`--env NAME=VALUE` / `--env NAME` items as {NAME: VALUE}.
 
     Raises:
@@ -35,32 +34,35 @@ def parse_env_flags(items: Sequence[str], environ: Mapping[str, str]
     for item in items:
         name, has_value, value = item.partition("=")
         if not _NAME.fullmatch(name):
-            raise ValueError("Invalid value for `--env`: expected NAME=VALUE or "
-                             "NAME (a variable name: letters, digits, _). "
-                             f"Received: --env {item!r}")
+            raise ValueError(
+                "Invalid value for `--env`: expected NAME=VALUE or "
+                "NAME (a variable name: letters, digits, _). "
+                f"Received: --env {item!r}"
+            )
         if name in NEVER:
-            raise ValueError("Invalid value for `--env`: TF_CONFIG is built for "
-                             f"each task by the launcher. Received: --env {item!r}")
+            raise ValueError(
+                "Invalid value for `--env`: TF_CONFIG is built for "
+                f"each task by the launcher. Received: --env {item!r}"
+            )
         if not has_value:
             if name not in environ:
                 raise ValueError(
                     f"Invalid value for `--env`: {name} is not set in the "
                     f"launcher's environment. Received: --env {name}. Expected "
-                    f"--env {name}=VALUE, or {name} set where you run launch.")
+                    f"--env {name}=VALUE, or {name} set where you run launch."
+                )
             value = environ[name]
         out[name] = value
     return out
 
 
-def forwarded(environ: Mapping[str, str],
-              flags: Mapping[str, str] | None = None) -> dict[str, str]:
+def forwarded(environ: Mapping[str, str], flags: Mapping[str, str] | None = None) -> dict[str, str]:
     """The variables every task gets: `TFDIST_OPT_*`, `TF_*`, then `--env`."""
-    out = {k: v for k, v in sorted(environ.items())
-           if k.startswith(PREFIXES) and k not in NEVER}
+    out = {k: v for k, v in sorted(environ.items()) if k.startswith(PREFIXES) and k not in NEVER}
     out.update(flags or {})
     return out
 
 
 def describe(env: Mapping[str, str]) -> str:
-    """"forwarding A, B" for the start line ("" when nothing is)."""
+    """ "forwarding A, B" for the start line ("" when nothing is)."""
     return f"forwarding {', '.join(sorted(env))}" if env else ""

@@ -46,9 +46,11 @@ def check_gpus_per_worker(value) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError("Invalid value for `--gpus-per-worker`: expected an int "
-                         ">= 0 (0: CPU only). Received: --gpus-per-worker="
-                         f"{value!r}")
+        raise ValueError(
+            "Invalid value for `--gpus-per-worker`: expected an int "
+            ">= 0 (0: CPU only). Received: --gpus-per-worker="
+            f"{value!r}"
+        )
     return value
 
 
@@ -72,24 +74,27 @@ def parse_visible(text: str) -> tuple[str, ...]:
             raise ValueError(
                 f"Invalid value for `{GPU_ENV}`: expected GPU indices >= 0 or "
                 f"UUIDs (GPU-..., MIG-...), comma-separated. Received: "
-                f"{GPU_ENV}={text!r} (entry {e!r})")
+                f"{GPU_ENV}={text!r} (entry {e!r})"
+            )
     dupes = sorted({e for e in entries if entries.count(e) > 1})
     if dupes:
         raise ValueError(
             f"Invalid value for `{GPU_ENV}`: each GPU may appear once (the "
             f"launcher hands out disjoint slices). Received: {GPU_ENV}="
-            f"{text!r} ({', '.join(dupes)} repeated)")
+            f"{text!r} ({', '.join(dupes)} repeated)"
+        )
     return entries
 
 
-def discover(run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
-             which: Callable[[str], str | None] = shutil.which) -> tuple[str, ...]:
+def discover(
+    run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
+    which: Callable[[str], str | None] = shutil.which,
+) -> tuple[str, ...]:
     """GPU indices `nvidia-smi -L` lists ("GPU 0: ..." lines); () without it."""
     if which("nvidia-smi") is None:
         return ()
     try:
-        out = run(["nvidia-smi", "-L"], capture_output=True, text=True,
-                  timeout=10, check=False)
+        out = run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.SubprocessError):
         return ()
     if out.returncode != 0:
@@ -98,18 +103,21 @@ def discover(run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
     return tuple(m.group(1) for m in found if m)
 
 
-def visible_gpus(env: Mapping[str, str],
-                 discover_fn: Callable[[], tuple[str, ...]] = discover
-                 ) -> tuple[tuple[str, ...], str]:
+def visible_gpus(
+    env: Mapping[str, str], discover_fn: Callable[[], tuple[str, ...]] = discover
+) -> tuple[tuple[str, ...], str]:
     """(GPUs the launch may hand out, where they were found)."""
     if GPU_ENV in env:
         return parse_visible(env[GPU_ENV]), GPU_ENV
     return tuple(discover_fn()), "nvidia-smi -L"
 
 
-def place(tasks: Sequence[Task], gpus: Sequence[str],
-          gpus_per_worker: int | None = None, source: str = GPU_ENV
-          ) -> tuple[list[tuple[str, ...] | None], str]:
+def place(
+    tasks: Sequence[Task],
+    gpus: Sequence[str],
+    gpus_per_worker: int | None = None,
+    source: str = GPU_ENV,
+) -> tuple[list[tuple[str, ...] | None], str]:
     """Each task's GPUs, in task order, and the start line's account of them.
 
     Args:
@@ -133,45 +141,54 @@ def place(tasks: Sequence[Task], gpus: Sequence[str],
     if not gpus and k is None:
         return [None] * len(tasks), ""
     listed = ",".join(gpus)
-    seen = (f"none found by {source}" if not gpus else
-            f"{source}={listed}" if source == GPU_ENV else f"{source}: {listed}")
+    seen = (
+        f"none found by {source}"
+        if not gpus
+        else f"{source}={listed}"
+        if source == GPU_ENV
+        else f"{source}: {listed}"
+    )
     if k is None:
         if n and len(gpus) % n:
             raise ValueError(
                 f"Invalid GPU split: {len(gpus)} GPU(s) ({seen}) do not divide "
                 f"into equal slices for {n} training task(s). Received: "
                 f"{n} task(s), {len(gpus)} GPU(s). Expected --gpus-per-worker K "
-                f"with {n} x K <= {len(gpus)} (unused GPUs stay idle).")
+                f"with {n} x K <= {len(gpus)} (unused GPUs stay idle)."
+            )
         k = len(gpus) // n if n else 0
     if n * k > len(gpus):
         raise ValueError(
             f"Invalid value for `--gpus-per-worker`: {n} training task(s) x {k} "
             f"GPU(s) need {n * k}, but {len(gpus)} are visible ({seen}). "
             f"Received: --gpus-per-worker={k}. Expected at most "
-            f"{len(gpus) // n if n else 0}, or fewer workers.")
+            f"{len(gpus) // n if n else 0}, or fewer workers."
+        )
     out: list[tuple[str, ...] | None] = []
     parts = []
     next_gpu = 0
     for task in tasks:
-        if task.role in _TRAINING or (task.role == "evaluator" and k
-                                       and next_gpu + k <= len(gpus)):
-            mine = gpus[next_gpu:next_gpu + k]
+        if task.role in _TRAINING or (task.role == "evaluator" and k and next_gpu + k <= len(gpus)):
+            mine = gpus[next_gpu : next_gpu + k]
             next_gpu += k
         else:
             mine = ()
         out.append(mine)
         parts.append(f"{task.label} -> {','.join(mine) or 'none'}")
     idle = len(gpus) - next_gpu
-    note = (f"GPUs ({seen}): {'; '.join(parts)}"
-            + (f"; {idle} unused" if idle else ""))
+    note = f"GPUs ({seen}): {'; '.join(parts)}" + (f"; {idle} unused" if idle else "")
     return out, note
 
 
-def placed_layout(num_workers: int, num_ps: int = 0, evaluator: bool = False,
-                  gpus_per_worker: int | None = None,
-                  env: Mapping[str, str] | None = None,
-                  forward: Mapping[str, str] | None = None,
-                  discover_fn: Callable[[], tuple[str, ...]] = discover):
+def placed_layout(
+    num_workers: int,
+    num_ps: int = 0,
+    evaluator: bool = False,
+    gpus_per_worker: int | None = None,
+    env: Mapping[str, str] | None = None,
+    forward: Mapping[str, str] | None = None,
+    discover_fn: Callable[[], tuple[str, ...]] = discover,
+):
     """`local_layout` with each task's GPUs placed by the rule above.
 
     Args:
@@ -185,12 +202,12 @@ def placed_layout(num_workers: int, num_ps: int = 0, evaluator: bool = False,
     plain = layout_lib.local_layout(num_workers, num_ps, evaluator)
     visible, source = visible_gpus(os.environ if env is None else env, discover_fn)
     per_task, note = place(plain.tasks, visible, gpus_per_worker, source)
-    return layout_lib.local_layout(num_workers, num_ps, evaluator, forward,
-                                   per_task, note)
+    return layout_lib.local_layout(num_workers, num_ps, evaluator, forward, per_task, note)
 
 
-def ray_request(gpus_per_worker: int | None, cluster_gpus: float,
-                min_workers: int) -> tuple[int, str]:
+def ray_request(
+    gpus_per_worker: int | None, cluster_gpus: float, min_workers: int
+) -> tuple[int, str]:
     """(GPUs each Ray worker asks for, the start line's note).
 
     Without `gpus_per_worker`: 1 per worker when the Ray cluster has GPUs,
@@ -214,8 +231,11 @@ def ray_request(gpus_per_worker: int | None, cluster_gpus: float,
             f"x {k} GPU(s) need {k * min_workers}, but the Ray cluster has "
             f"{have} (ray.cluster_resources()). Received: --gpus-per-worker={k}. "
             f"Expected at most {have // min_workers if min_workers else 0}, or "
-            "fewer workers.")
+            "fewer workers."
+        )
     if k == 0:
         return 0, f"GPUs: none per worker (CPU only; the cluster has {have})"
-    return k, (f"GPUs: {k} per worker ({why}; the cluster has {have}; Ray "
-               "sets each worker's CUDA_VISIBLE_DEVICES)")
+    return k, (
+        f"GPUs: {k} per worker ({why}; the cluster has {have}; Ray "
+        "sets each worker's CUDA_VISIBLE_DEVICES)"
+    )

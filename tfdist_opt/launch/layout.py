@@ -36,8 +36,9 @@ class Task:
 
     def __post_init__(self):
         if self.role not in ROLES:
-            raise ValueError(f"Unrecognized task role: {self.role!r}. Expected "
-                             f"one of {', '.join(ROLES)}.")
+            raise ValueError(
+                f"Unrecognized task role: {self.role!r}. Expected one of {', '.join(ROLES)}."
+            )
 
     @property
     def label(self) -> str:
@@ -87,18 +88,24 @@ class Layout:
     def cluster(self, addresses: Sequence[str]) -> dict[str, list[str]]:
         """{role: [address, ...]} with `addresses` given in task order."""
         if len(addresses) != len(self.tasks):
-            raise ValueError(f"Invalid addresses: expected {len(self.tasks)} "
-                             f"(one per task). Received: {len(addresses)}")
+            raise ValueError(
+                f"Invalid addresses: expected {len(self.tasks)} "
+                f"(one per task). Received: {len(addresses)}"
+            )
         out: dict[str, list[str]] = {}
         for task, address in zip(self.tasks, addresses):
             out.setdefault(task.role, []).append(address)
         return out
 
 
-def local_layout(num_workers: int, num_ps: int = 0, evaluator: bool = False,
-                 env: Mapping[str, str] | None = None,
-                 gpus: Sequence[tuple[str, ...] | None] | None = None,
-                 gpu_note: str = "") -> Layout:
+def local_layout(
+    num_workers: int,
+    num_ps: int = 0,
+    evaluator: bool = False,
+    env: Mapping[str, str] | None = None,
+    gpus: Sequence[tuple[str, ...] | None] | None = None,
+    gpu_note: str = "",
+) -> Layout:
     """The tasks `tfdist-opt launch -n N [--ps K] [--evaluator]` starts.
 
     Args:
@@ -120,19 +127,30 @@ def local_layout(num_workers: int, num_ps: int = 0, evaluator: bool = False,
     if gpus is None:
         gpus = [None] * len(roles)
     if len(gpus) != len(roles):
-        raise ValueError(f"Invalid GPU placement: expected {len(roles)} entries "
-                         f"(one per task). Received: {len(gpus)}")
+        raise ValueError(
+            f"Invalid GPU placement: expected {len(roles)} entries "
+            f"(one per task). Received: {len(gpus)}"
+        )
     tasks = tuple(Task(role, index, g) for (role, index), g in zip(roles, gpus))
     return Layout(tasks, dict(env or {}), gpu_note)
 
 
-def worker_layout(num_workers, env: Mapping[str, str] | None = None,
-                  gpus_per_worker: int | None = None, gpu_note: str = "") -> Layout:
+def worker_layout(
+    num_workers,
+    env: Mapping[str, str] | None = None,
+    gpus_per_worker: int | None = None,
+    gpu_note: str = "",
+) -> Layout:
     """Workers only, N or MIN:MAX (`launch --ray -n ...`): the fewest are
     the layout's tasks, the most its `max_workers`."""
     lo, hi = parse_workers(num_workers)
-    return Layout(tuple(Task("worker", i) for i in range(lo)), dict(env or {}),
-                  gpu_note, max_workers=hi, gpus_per_worker=gpus_per_worker)
+    return Layout(
+        tuple(Task("worker", i) for i in range(lo)),
+        dict(env or {}),
+        gpu_note,
+        max_workers=hi,
+        gpus_per_worker=gpus_per_worker,
+    )
 
 
 def parse_workers(text) -> tuple[int, int | None]:
@@ -144,9 +162,10 @@ def parse_workers(text) -> tuple[int, int | None]:
     if isinstance(text, int) and not isinstance(text, bool):
         text = str(text)
     m = re.fullmatch(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?", str(text))
-    lo, hi = (int(m.group(1)), None if m.group(2) is None else int(m.group(2))) \
-        if m else (0, None)
+    lo, hi = (int(m.group(1)), None if m.group(2) is None else int(m.group(2))) if m else (0, None)
     if not m or lo < 1 or (hi is not None and hi < lo):
-        raise ValueError("Invalid value for `-n`: expected a positive int N or "
-                         f"MIN:MAX with 1 <= MIN <= MAX. Received: -n {text}")
+        raise ValueError(
+            "Invalid value for `-n`: expected a positive int N or "
+            f"MIN:MAX with 1 <= MIN <= MAX. Received: -n {text}"
+        )
     return lo, hi

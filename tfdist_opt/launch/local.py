@@ -57,14 +57,29 @@ from tfdist_opt.launch import layout as layout_lib
 from tfdist_opt.launch import log_filter
 from tfdist_opt.launch import process_group
 from tfdist_opt.launch.checks import (  # noqa: F401  (re-exported)
-    LaunchError, PortInUseError, check_command, check_cpu_replicas,
-    check_launch_numbers, check_own_port, check_ports_free, port_in_use)
+    LaunchError,
+    PortInUseError,
+    check_command,
+    check_cpu_replicas,
+    check_launch_numbers,
+    check_own_port,
+    check_ports_free,
+    port_in_use,
+)
 from tfdist_opt.launch.contract import EXIT_LAUNCH_ERROR
 from tfdist_opt.launch.contract import LaunchResult
 from tfdist_opt.launch.contract import RestartPolicy
 from tfdist_opt.launch.local_envs import (  # noqa: F401  (re-exported)
-    CPU_REPLICAS_ENV, NUM_WORKERS_ENV, RESTART_COUNT_ENV, WORKER_INDEX_ENV,
-    attempt_envs, evaluator_env, local_cluster, ps_task_envs, worker_env)
+    CPU_REPLICAS_ENV,
+    NUM_WORKERS_ENV,
+    RESTART_COUNT_ENV,
+    WORKER_INDEX_ENV,
+    attempt_envs,
+    evaluator_env,
+    local_cluster,
+    ps_task_envs,
+    worker_env,
+)
 
 DEFAULT_STARTUP_TIMEOUT_S = 300.0
 DEFAULT_TERM_TIMEOUT_S = 5.0
@@ -73,23 +88,27 @@ _JOIN_POLL_S = 0.25
 
 
 # ------------------------------------------------------------ run_local
-def run_local(argv: Sequence[str], num_workers: int, *,
-              cpu_replicas: int | None = None,
-              max_restarts: int = 0,
-              startup_timeout: float | None = DEFAULT_STARTUP_TIMEOUT_S,
-              base_port: int | None = None,
-              term_timeout: float = DEFAULT_TERM_TIMEOUT_S,
-              env: Mapping[str, str] | None = None,
-              cwd: str | None = None,
-              stdout: IO[str] | None = None,
-              stderr: IO[str] | None = None,
-              handle_signals: bool = True,
-              num_ps: int = 0,
-              evaluator: bool = False,
-              quiet: bool = False,
-              layout: layout_lib.Layout | None = None,
-              gpus_per_worker: int | None = None,
-              discover_gpus=gpus_lib.discover) -> LaunchResult:
+def run_local(
+    argv: Sequence[str],
+    num_workers: int,
+    *,
+    cpu_replicas: int | None = None,
+    max_restarts: int = 0,
+    startup_timeout: float | None = DEFAULT_STARTUP_TIMEOUT_S,
+    base_port: int | None = None,
+    term_timeout: float = DEFAULT_TERM_TIMEOUT_S,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    stdout: IO[str] | None = None,
+    stderr: IO[str] | None = None,
+    handle_signals: bool = True,
+    num_ps: int = 0,
+    evaluator: bool = False,
+    quiet: bool = False,
+    layout: layout_lib.Layout | None = None,
+    gpus_per_worker: int | None = None,
+    discover_gpus=gpus_lib.discover,
+) -> LaunchResult:
     """Runs `argv` as `num_workers` local workers of one cluster.
 
     Args:
@@ -155,61 +174,70 @@ def run_local(argv: Sequence[str], num_workers: int, *,
         ...           startup_timeout=None).returncode  # doctest: +SKIP
         0
     """
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) \
-            or num_workers < 1:
-        raise ValueError("Invalid value for `-n`: expected a positive int. "
-                         f"Received: -n {num_workers!r}")
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+        raise ValueError(
+            f"Invalid value for `-n`: expected a positive int. Received: -n {num_workers!r}"
+        )
     policy = RestartPolicy(max_restarts)
     check_cpu_replicas(num_workers, cpu_replicas)
     if isinstance(num_ps, bool) or not isinstance(num_ps, int) or num_ps < 0:
-        raise ValueError("Invalid value for `--ps`: expected an int >= 0. "
-                         f"Received: --ps {num_ps!r}")
+        raise ValueError(
+            f"Invalid value for `--ps`: expected an int >= 0. Received: --ps {num_ps!r}"
+        )
     if evaluator and num_workers < 2 and not num_ps:
         raise ValueError(
             "Invalid value for `--evaluator`: the side-car evaluator needs a "
             "training cluster (it learns that training ended when the chief's "
             f"TF server goes away). Received: -n {num_workers} --evaluator. "
-            "Expected -n 2 or more, or --ps K.")
+            "Expected -n 2 or more, or --ps K."
+        )
     check_launch_numbers(num_workers, base_port, startup_timeout, term_timeout)
     base_env = dict(os.environ if env is None else env)
     check_command(argv, cwd, base_env.get("PATH", os.defpath))
     expected = layout_lib.local_layout(num_workers, num_ps, evaluator)
     if layout is None:
-        layout = gpus_lib.placed_layout(num_workers, num_ps, evaluator,
-                                        gpus_per_worker, base_env,
-                                        discover_fn=discover_gpus)
+        layout = gpus_lib.placed_layout(
+            num_workers, num_ps, evaluator, gpus_per_worker, base_env, discover_fn=discover_gpus
+        )
     elif [t.label for t in layout.tasks] != [t.label for t in expected.tasks]:
         raise ValueError(
             "Invalid `layout`: its tasks must be the ones -n/--ps/--evaluator "
             f"ask for. Received: {[t.label for t in layout.tasks]}. Expected: "
-            f"{[t.label for t in expected.tasks]}")
+            f"{[t.label for t in expected.tasks]}"
+        )
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
     lock = threading.Lock()
     launcher = _Launcher(out, err, lock)
     if quiet:
         base_env, set_level = log_filter.quiet_env(base_env)
-        launcher.keep = log_filter.StartupNoiseFilter(
-            log_filter.min_log_level(base_env))
+        launcher.keep = log_filter.StartupNoiseFilter(log_filter.min_log_level(base_env))
         if set_level:
-            launcher.log("TensorFlow C++ INFO/WARNING lines hidden in workers "
-                         "(TF_CPP_MIN_LOG_LEVEL=2; --verbose shows them)")
+            launcher.log(
+                "TensorFlow C++ INFO/WARNING lines hidden in workers "
+                "(TF_CPP_MIN_LOG_LEVEL=2; --verbose shows them)"
+            )
     launcher.watchdog = watchdog_lib.Watchdog(watchdog_lib.new_launch_id())
     old_handlers = launcher.install_signal_handlers() if handle_signals else {}
 
     def attempt(restarts: int) -> LaunchResult:
         envs, labels, ports, where = attempt_envs(
-            layout, base_env, base_port, cpu_replicas, restarts,
-            launcher.scratch if evaluator else None)
+            layout,
+            base_env,
+            base_port,
+            cpu_replicas,
+            restarts,
+            launcher.scratch if evaluator else None,
+        )
         what = f"{len(envs)} task(s)" if num_ps else f"{num_workers} worker(s)"
-        launcher.log(f"starting {what} {where} (attempt "
-                     f"{restarts + 1} of {policy.attempts}): {shlex.join(argv)}")
-        return launcher.run_attempt(argv, envs, ports, startup_timeout,
-                                    term_timeout, cwd, labels)
+        launcher.log(
+            f"starting {what} {where} (attempt "
+            f"{restarts + 1} of {policy.attempts}): {shlex.join(argv)}"
+        )
+        return launcher.run_attempt(argv, envs, ports, startup_timeout, term_timeout, cwd, labels)
 
     try:
-        result = policy.run(attempt, lambda: launcher.stop_signal is not None,
-                            launcher.log)
+        result = policy.run(attempt, lambda: launcher.stop_signal is not None, launcher.log)
         launcher.log(result.message + launcher.hidden_note())
         return result
     finally:
@@ -224,8 +252,10 @@ def _killed_note(late: list[str], term_timeout: float, signal_name: str) -> str:
     """' (worker 1 SIGKILLed: ...)' for workers the grace period did not see out."""
     if not late:
         return ""
-    return (f" ({', '.join(late)} SIGKILLed: still running {term_timeout:g} s "
-            f"after {signal_name}; --term-timeout sets the grace)")
+    return (
+        f" ({', '.join(late)} SIGKILLed: still running {term_timeout:g} s "
+        f"after {signal_name}; --term-timeout sets the grace)"
+    )
 
 
 class _Launcher:
@@ -246,8 +276,11 @@ class _Launcher:
 
     def hidden_note(self) -> str:
         hidden = self.keep.hidden if self.keep is not None else 0
-        return (f" ({hidden} TensorFlow start-up line(s) hidden; --verbose "
-                "shows them)" if hidden else "")
+        return (
+            f" ({hidden} TensorFlow start-up line(s) hidden; --verbose shows them)"
+            if hidden
+            else ""
+        )
 
     def log(self, message: str) -> None:
         with self.lock:
@@ -273,12 +306,14 @@ class _Launcher:
         if self.group is not None:
             self.group.signal_all(signum)
 
-    def run_attempt(self, argv, envs, ports, startup_timeout, term_timeout,
-                    cwd, labels=None) -> LaunchResult:
+    def run_attempt(
+        self, argv, envs, ports, startup_timeout, term_timeout, cwd, labels=None
+    ) -> LaunchResult:
         n = len(envs)
         labels = labels or [f"worker {i}" for i in range(n)]
-        self.group = group = process_group.Group(argv, envs, cwd, self.out, self.err,
-                                    self.lock, self.watchdog, self.keep, labels)
+        self.group = group = process_group.Group(
+            argv, envs, cwd, self.out, self.err, self.lock, self.watchdog, self.keep, labels
+        )
         # The side-car evaluator (last) learns here that training ended.
         ended_file = envs[-1].get(TRAINING_ENDED_ENV) if labels[-1] == "evaluator 0" else None
         try:
@@ -295,16 +330,19 @@ class _Launcher:
                     return LaunchResult(
                         128 + self.stop_signal,
                         message=f"got {name}; stopped {n} worker(s)"
-                                + _killed_note(late, term_timeout, name))
+                        + _killed_note(late, term_timeout, name),
+                    )
                 failed = [i for i, c in enumerate(codes) if c not in (None, 0)]
                 if failed:
                     i = failed[0]
                     code = codes[i]
                     group.terminate(term_timeout)
                     return LaunchResult(
-                        process_group.exit_code(code), failed_worker=i,
+                        process_group.exit_code(code),
+                        failed_worker=i,
                         message=f"{labels[i]} {process_group.describe_code(code)}; "
-                                f"stopped the other {n - 1} worker(s)")
+                        f"stopped the other {n - 1} worker(s)",
+                    )
                 if all(c == 0 for c in codes):
                     group.kill()  # reap anything left in their groups
                     return LaunchResult(0, message=f"all {n} worker(s) finished")
@@ -318,21 +356,23 @@ class _Launcher:
                             joined[i] = True
                     next_join_poll = now + _JOIN_POLL_S
                     if all(joined):
-                        self.log(f"all {len(ports)} workers joined (TF servers "
-                                 f"listening) {now - start:.1f} s after start")
-                    if (not all(joined) and startup_timeout
-                            and now - start > startup_timeout):
+                        self.log(
+                            f"all {len(ports)} workers joined (TF servers "
+                            f"listening) {now - start:.1f} s after start"
+                        )
+                    if not all(joined) and startup_timeout and now - start > startup_timeout:
                         late = [i for i, ok in enumerate(joined) if not ok]
                         group.terminate(term_timeout)
-                        names = ", ".join(f"{labels[i]} (localhost:{ports[i]})"
-                                          for i in late)
+                        names = ", ".join(f"{labels[i]} (localhost:{ports[i]})" for i in late)
                         return LaunchResult(
-                            EXIT_LAUNCH_ERROR, failed_worker=late[0],
+                            EXIT_LAUNCH_ERROR,
+                            failed_worker=late[0],
                             message=f"{names} did not join within "
-                                    f"{startup_timeout:g} s (its TF server never "
-                                    "listened: is the strategy created early, "
-                                    "and does the script start?); stopped all "
-                                    "workers")
+                            f"{startup_timeout:g} s (its TF server never "
+                            "listened: is the strategy created early, "
+                            "and does the script start?); stopped all "
+                            "workers",
+                        )
                 time.sleep(_POLL_S)
         finally:
             group.kill()

@@ -41,24 +41,32 @@ _NVIDIA_DRIVER = "/proc/driver/nvidia/version"
 # TF's C++ log prefixes, severity letter first captured: absl's (TF 2.20,
 # 2.21 and some 2.18/2.19 lines: severity, MMDD, time, thread id) and TSL's
 # older one (TF 2.18/2.19: date, time, severity), then the source file:line].
-_PREFIX = (r"^(?:([IWEF])\d{4} \d\d:\d\d:\d+\.\d+ +\d+ "
-           r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: ([IWEF]) )")
+_PREFIX = (
+    r"^(?:([IWEF])\d{4} \d\d:\d\d:\d+\.\d+ +\d+ "
+    r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: ([IWEF]) )"
+)
 _CPP_LINE = re.compile(_PREFIX + r"[\w./-]+:\d+\] ")
 _SEVERITY = {"I": 0, "W": 1, "E": 2, "F": 3}
 _ALWAYS = (
-    re.compile(r"^WARNING: All log messages before absl::InitializeLog\(\) is "
-               r"called are written to STDERR$"),
+    re.compile(
+        r"^WARNING: All log messages before absl::InitializeLog\(\) is "
+        r"called are written to STDERR$"
+    ),
     # TF 2.18/2.19, at import, on every host (an ERROR line about its own
     # plugin registry, tensorflow/tensorflow#62075): "Unable to register
     # cuFFT factory: Attempting to register factory for plugin cuFFT when
     # one has already been registered" (and cuDNN, cuBLAS).
-    re.compile(_PREFIX + r"[\w./-]*cuda_(fft|dnn|blas)\.cc:\d+\] Unable to register "
-               r"cu\w+ factory: Attempting to register factory for plugin cu\w+ "
-               r"when one has already been registered$"),
+    re.compile(
+        _PREFIX + r"[\w./-]*cuda_(fft|dnn|blas)\.cc:\d+\] Unable to register "
+        r"cu\w+ factory: Attempting to register factory for plugin cu\w+ "
+        r"when one has already been registered$"
+    ),
 )
 _NO_DRIVER = (
-    re.compile(_PREFIX + r"[\w./-]*cuda_(platform|driver|executor)\.cc:\d+\] "
-               r"failed call to cuInit"),
+    re.compile(
+        _PREFIX + r"[\w./-]*cuda_(platform|driver|executor)\.cc:\d+\] "
+        r"failed call to cuInit"
+    ),
 )
 
 
@@ -99,8 +107,7 @@ class StartupNoiseFilter:
             `None`: look at `/proc/driver/nvidia/version`.
     """
 
-    def __init__(self, min_level: int = int(QUIET_LEVEL),
-                 nvidia_driver: bool | None = None):
+    def __init__(self, min_level: int = int(QUIET_LEVEL), nvidia_driver: bool | None = None):
         driver = has_nvidia_driver() if nvidia_driver is None else nvidia_driver
         self.patterns = _ALWAYS + (() if driver else _NO_DRIVER)
         self.min_level = min(min_level, 2)
@@ -110,7 +117,8 @@ class StartupNoiseFilter:
         text = line.rstrip("\n")
         m = _CPP_LINE.match(text)
         if (m and _SEVERITY[m.group(1) or m.group(2)] < self.min_level) or any(
-                p.search(text) for p in self.patterns):
+            p.search(text) for p in self.patterns
+        ):
             self.hidden += 1
             return False
         return True

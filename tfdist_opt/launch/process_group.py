@@ -60,8 +60,7 @@ def _deathsig_preexec():
 class Group:
     """One attempt: N processes, their output pumps, and their teardown."""
 
-    def __init__(self, argv, envs, cwd, out, err, lock, watchdog=None,
-                 keep=None, labels=None):
+    def __init__(self, argv, envs, cwd, out, err, lock, watchdog=None, keep=None, labels=None):
         labels = labels or [f"worker {i}" for i in range(len(envs))]
         self.labels = list(labels)
         self.procs: list[subprocess.Popen] = []
@@ -74,9 +73,15 @@ class Group:
                     env = dict(env, **{watchdog_lib.LAUNCH_ID_ENV: watchdog.launch_id})
                 try:
                     p = subprocess.Popen(
-                        list(argv), env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                        start_new_session=True, preexec_fn=preexec)
+                        list(argv),
+                        env=env,
+                        cwd=cwd,
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                        start_new_session=True,
+                        preexec_fn=preexec,
+                    )
                 except OSError as e:
                     raise LaunchError(
                         f"Cannot start {labels[i]}: {shlex.join(argv)}: "
@@ -86,9 +91,11 @@ class Group:
                 if watchdog is not None:
                     watchdog.add_group(p.pid)
                 for pipe, stream in ((p.stdout, out), (p.stderr, err)):
-                    t = threading.Thread(target=_pump, daemon=True,
-                                         args=(pipe, stream, f"[{labels[i]}] ", lock,
-                                               keep))
+                    t = threading.Thread(
+                        target=_pump,
+                        daemon=True,
+                        args=(pipe, stream, f"[{labels[i]}] ", lock, keep),
+                    )
                     t.start()
                     self.pumps.append(t)
         except BaseException:
@@ -99,8 +106,7 @@ class Group:
         for p in self.procs:
             _killpg(p, signum)
 
-    def terminate(self, timeout_s: float, signum: int | None = signal.SIGTERM
-                  ) -> list[str]:
+    def terminate(self, timeout_s: float, signum: int | None = signal.SIGTERM) -> list[str]:
         """Sends `signum` (None: already sent) to every live worker group,
         waits up to timeout_s for them to exit, then SIGKILLs them all.
 
@@ -114,8 +120,7 @@ class Group:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and any(p.poll() is None for p in live):
             time.sleep(_POLL_S)
-        late = [self.labels[i] for i, p in enumerate(self.procs)
-                if p in live and p.poll() is None]
+        late = [self.labels[i] for i, p in enumerate(self.procs) if p in live and p.poll() is None]
         self.kill()
         return late
 
@@ -143,8 +148,7 @@ def _killpg(p: subprocess.Popen, signum: int) -> None:
         pass
 
 
-def _pump(pipe: IO[bytes], stream: IO[str], prefix: str,
-          lock: threading.Lock, keep=None) -> None:
+def _pump(pipe: IO[bytes], stream: IO[str], prefix: str, lock: threading.Lock, keep=None) -> None:
     try:
         for raw in iter(pipe.readline, b""):
             line = raw.decode("utf-8", errors="replace")

@@ -36,8 +36,7 @@ _METHOD = "/ray.rpc.NodeInfoGcsService/GetClusterId"
 _ACCEPTED, _REFUSED, _OTHER = "accepted", "refused", "other"
 
 
-def find_token(environ: Mapping[str, str], home: str | None = None
-               ) -> tuple[str | None, str]:
+def find_token(environ: Mapping[str, str], home: str | None = None) -> tuple[str | None, str]:
     """(token, where it came from) in Ray's order; (None, places looked)."""
     if environ.get(TOKEN_ENV, "").strip():
         return environ[TOKEN_ENV].strip(), TOKEN_ENV
@@ -54,19 +53,22 @@ def find_token(environ: Mapping[str, str], home: str | None = None
     return None, f"{TOKEN_ENV}, {TOKEN_PATH_ENV}, {path}"
 
 
-def grpc_probe(address: str, token: str | None,
-               timeout: float = PROBE_TIMEOUT_S) -> str:
+def grpc_probe(address: str, token: str | None, timeout: float = PROBE_TIMEOUT_S) -> str:
     """One GetClusterId call: "accepted", "refused" (auth) or "other"."""
     try:
         import grpc  # pylint: disable=g-import-not-at-top  (comes with Ray)
     except ImportError:
         return _OTHER  # no Ray here either: run_ray says so next
     with grpc.insecure_channel(address) as channel:
-        call = channel.unary_unary(_METHOD, request_serializer=lambda b: b,
-                                   response_deserializer=lambda b: b)
+        call = channel.unary_unary(
+            _METHOD, request_serializer=lambda b: b, response_deserializer=lambda b: b
+        )
         try:
-            call(b"", timeout=timeout,
-                 metadata=[("authorization", f"Bearer {token}")] if token else None)
+            call(
+                b"",
+                timeout=timeout,
+                metadata=[("authorization", f"Bearer {token}")] if token else None,
+            )
             return _ACCEPTED
         except grpc.RpcError as e:
             if e.code() == grpc.StatusCode.UNAUTHENTICATED:
@@ -74,31 +76,37 @@ def grpc_probe(address: str, token: str | None,
             return _OTHER
 
 
-def prepare(address: str, environ: Mapping[str, str] | None = None,
-            probe: Callable[[str, str | None], str] = grpc_probe,
-            home: str | None = None) -> tuple[dict[str, str], str]:
+def prepare(
+    address: str,
+    environ: Mapping[str, str] | None = None,
+    probe: Callable[[str, str | None], str] = grpc_probe,
+    home: str | None = None,
+) -> tuple[dict[str, str], str]:
     """(variables to set in this process, start-line note) for joining `address`.
 
     Raises:
         LaunchError: the cluster wants a token and none here is accepted.
     """
     environ = os.environ if environ is None else environ
-    if environ.get(MODE_ENV, "").lower() == "disabled" or \
-            not re.fullmatch(r"[\w.-]+:\d+", address):
+    if environ.get(MODE_ENV, "").lower() == "disabled" or not re.fullmatch(r"[\w.-]+:\d+", address):
         return {}, ""  # ray://, auto: Ray resolves and reports those itself
     if probe(address, None) != _REFUSED:
         return {}, ""
     token, source = find_token(environ, home)
-    fix = ("Fix: copy the head's ~/.ray/auth_token (written by `ray start` with "
-           f"{MODE_ENV}=token) to this host's ~/.ray/auth_token, or set "
-           f"{TOKEN_ENV} / {TOKEN_PATH_ENV}, then run again.")
+    fix = (
+        "Fix: copy the head's ~/.ray/auth_token (written by `ray start` with "
+        f"{MODE_ENV}=token) to this host's ~/.ray/auth_token, or set "
+        f"{TOKEN_ENV} / {TOKEN_PATH_ENV}, then run again."
+    )
     if token is None:
         raise LaunchError(
             f"Cannot join the Ray cluster at `--ray {address}`: it requires its "
-            f"auth token, and none was found here (looked in {source}). {fix}")
+            f"auth token, and none was found here (looked in {source}). {fix}"
+        )
     if probe(address, token) != _ACCEPTED:
         raise LaunchError(
             f"Cannot join the Ray cluster at `--ray {address}`: it refused the "
-            f"auth token from {source} (another cluster's token?). {fix}")
+            f"auth token from {source} (another cluster's token?). {fix}"
+        )
     updates = {} if environ.get(MODE_ENV, "").lower() == "token" else {MODE_ENV: "token"}
     return updates, f"Ray auth token from {source}"

@@ -96,8 +96,9 @@ def worker_address() -> str:
     return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
-def worker_environment(addresses: Sequence[str], index: int,
-                       restart_count: int | None = None) -> dict[str, str]:
+def worker_environment(
+    addresses: Sequence[str], index: int, restart_count: int | None = None
+) -> dict[str, str]:
     """Pure: the variables worker `index` of `addresses` gets.
 
     Args:
@@ -110,11 +111,11 @@ def worker_environment(addresses: Sequence[str], index: int,
         meaning "remove") and the launcher's `TFDIST_LAUNCH_*` variables.
     """
     n = len(addresses)
-    env = {WORKER_INDEX_ENV: str(index), NUM_WORKERS_ENV: str(n),
-           "TF_CONFIG": ""}
+    env = {WORKER_INDEX_ENV: str(index), NUM_WORKERS_ENV: str(n), "TF_CONFIG": ""}
     if n > 1:
-        env["TF_CONFIG"] = json.dumps(tf_config_lib.build_tf_config(
-            {"worker": list(addresses)}, "worker", index))
+        env["TF_CONFIG"] = json.dumps(
+            tf_config_lib.build_tf_config({"worker": list(addresses)}, "worker", index)
+        )
     if restart_count is not None:
         env[RESTART_COUNT_ENV] = str(restart_count)
     return env
@@ -138,9 +139,12 @@ class _Backend(Backend):
     def on_start(self, worker_group, backend_config):
         addresses = worker_group.execute(worker_address)
         restart_count = backend_config.restart_count()
-        ray.get([worker_group.execute_single_async(
-            i, _setup_worker, addresses, i, restart_count)
-            for i in range(len(worker_group))])
+        ray.get(
+            [
+                worker_group.execute_single_async(i, _setup_worker, addresses, i, restart_count)
+                for i in range(len(worker_group))
+            ]
+        )
 
     def on_shutdown(self, worker_group, backend_config):
         del backend_config
@@ -179,6 +183,7 @@ class TensorflowConfig(BackendConfig):
         # What Ray's own TensorflowConfig reports (its run state and
         # dashboard label the run TensorFlow); Ray keeps the enum private.
         from ray.train.v2._internal.util import TrainingFramework  # pylint: disable=g-import-not-at-top
+
         return TrainingFramework.TENSORFLOW
 
     def to_dict(self) -> dict:

@@ -30,12 +30,14 @@ def on_head_node():
     import ray  # pylint: disable=g-import-not-at-top
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # pylint: disable=g-import-not-at-top
 
-    heads = [n["NodeID"] for n in ray.nodes() if n.get("Alive")
-             and HEAD_RESOURCE in (n.get("Resources") or {})]
+    heads = [
+        n["NodeID"]
+        for n in ray.nodes()
+        if n.get("Alive") and HEAD_RESOURCE in (n.get("Resources") or {})
+    ]
     if heads:  # hard: a soft affinity placed the first actor elsewhere
         return NodeAffinitySchedulingStrategy(heads[0], soft=False)
-    return NodeAffinitySchedulingStrategy(
-        ray.get_runtime_context().get_node_id(), soft=True)
+    return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
 
 
 def attempts_actor(strategy):

@@ -40,6 +40,7 @@ import threading
 import time
 
 import ray
+
 # A DeveloperAPI that Ray keeps under _internal (see tfdist_opt.private_api).
 from ray.train.v2._internal.execution.callback import ControllerCallback
 
@@ -99,8 +100,9 @@ class LostNodeCallback(ControllerCallback):
             return  # RAISE ends the run: no restart to size
         # Runs on the controller's asyncio loop, where Ray warns about a
         # blocking `ray.get`; the loop has nothing else to do meanwhile.
-        worker = threading.Thread(target=_settle_quietly, args=(self.wait_s,),
-                                  name="tfdist_opt-lost-nodes", daemon=True)
+        worker = threading.Thread(
+            target=_settle_quietly, args=(self.wait_s,), name="tfdist_opt-lost-nodes", daemon=True
+        )
         worker.start()
         worker.join(self.wait_s + 30)
 
@@ -112,8 +114,10 @@ def _settle_quietly(wait_s: float) -> None:
         _log.warning("tfdist_opt: could not check for lost Ray nodes: %s", e)
         return
     if lost:
-        _log.warning("tfdist_opt: Ray node(s) lost: %s; the group restarts on "
-                     "the nodes left", ", ".join(n[:8] for n in lost))
+        _log.warning(
+            "tfdist_opt: Ray node(s) lost: %s; the group restarts on the nodes left",
+            ", ".join(n[:8] for n in lost),
+        )
 
 
 def settle_lost_nodes(wait_s: float = 60.0, probe_s: float = 1.0) -> list[str]:
@@ -132,8 +136,12 @@ def settle_lost_nodes(wait_s: float = 60.0, probe_s: float = 1.0) -> list[str]:
     Returns:
         list of str. The node ids found lost.
     """
-    lost = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and not _accepts(
-        n.get("NodeManagerAddress"), n.get("NodeManagerPort"), probe_s)]
+    lost = [
+        n["NodeID"]
+        for n in ray.nodes()
+        if n.get("Alive")
+        and not _accepts(n.get("NodeManagerAddress"), n.get("NodeManagerPort"), probe_s)
+    ]
     deadline = time.monotonic() + wait_s
     while lost and time.monotonic() < deadline:
         alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}

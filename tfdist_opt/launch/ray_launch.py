@@ -82,18 +82,22 @@ def python_target(argv: Sequence[str]) -> tuple[str, str, list[str]]:
     argv = list(argv)
     exe = os.path.basename(argv[0]) if argv else ""
     if not re.fullmatch(r"python[0-9.]*", exe) and (
-            not argv or os.path.realpath(argv[0]) != os.path.realpath(sys.executable)):
+        not argv or os.path.realpath(argv[0]) != os.path.realpath(sys.executable)
+    ):
         raise ValueError(
             "Invalid command for `--ray`: workers run a Python script inside "
-            "Ray's worker process. Received: " + shlex.join(argv) +
-            ". Expected `python SCRIPT.py ARGS...` or `python -m MODULE ARGS...`.")
+            "Ray's worker process. Received: "
+            + shlex.join(argv)
+            + ". Expected `python SCRIPT.py ARGS...` or `python -m MODULE ARGS...`."
+        )
     rest = argv[1:]
     if rest[:1] == ["-m"] and len(rest) > 1:
         return "module", rest[1], [rest[1], *rest[2:]]
     if not rest or rest[0].startswith("-"):
         raise ValueError(
             "Invalid command for `--ray`: expected a script or `-m MODULE` after "
-            f"python. Received: {shlex.join(argv)}")
+            f"python. Received: {shlex.join(argv)}"
+        )
     return "path", rest[0], list(rest)
 
 
@@ -108,24 +112,31 @@ def _exit_code(error) -> tuple[int, int | None, str]:
     if failures:
         rank, exc = sorted(failures.items())[0]
         first = str(exc).strip().splitlines()
-        return (EXIT_LAUNCH_ERROR, rank,
-                f"worker {rank} failed: {first[-1] if first else type(exc).__name__}")
+        return (
+            EXIT_LAUNCH_ERROR,
+            rank,
+            f"worker {rank} failed: {first[-1] if first else type(exc).__name__}",
+        )
     text = str(error).strip().splitlines()
     return EXIT_LAUNCH_ERROR, None, text[-1] if text else type(error).__name__
 
 
-def run_ray(argv: Sequence[str], num_workers, *,
-            address: str | None = None,
-            max_restarts: int = 0,
-            storage_path: str | None = None,
-            resize_interval_s: float | None = None,
-            env: Mapping[str, str] | None = None,
-            cwd: str | None = None,
-            stdout: IO[str] | None = None,
-            stderr: IO[str] | None = None,
-            quiet: bool = True,
-            handle_signals: bool = True,
-            gpus_per_worker: int | None = None) -> LaunchResult:
+def run_ray(
+    argv: Sequence[str],
+    num_workers,
+    *,
+    address: str | None = None,
+    max_restarts: int = 0,
+    storage_path: str | None = None,
+    resize_interval_s: float | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    stdout: IO[str] | None = None,
+    stderr: IO[str] | None = None,
+    quiet: bool = True,
+    handle_signals: bool = True,
+    gpus_per_worker: int | None = None,
+) -> LaunchResult:
     """Runs `python SCRIPT ...` as Ray Train workers; the launcher contract.
 
     Args:
@@ -172,20 +183,24 @@ def run_ray(argv: Sequence[str], num_workers, *,
     policy = RestartPolicy(max_restarts)
     gpus_lib.check_gpus_per_worker(gpus_per_worker)
     if resize_interval_s is not None and (
-            isinstance(resize_interval_s, bool)
-            or not isinstance(resize_interval_s, (int, float))
-            or not resize_interval_s >= 0 or hi is None):
+        isinstance(resize_interval_s, bool)
+        or not isinstance(resize_interval_s, (int, float))
+        or not resize_interval_s >= 0
+        or hi is None
+    ):
         raise ValueError(
             "Invalid value for `--ray-resize-interval`: expected seconds >= 0 "
             "with an elastic -n MIN:MAX. Received: --ray-resize-interval="
-            f"{resize_interval_s!r} with -n {num_workers}")
+            f"{resize_interval_s!r} with -n {num_workers}"
+        )
     kind, target, args = python_target(argv)
     cwd = os.path.abspath(cwd or os.getcwd())
     if kind == "path":
         target = os.path.join(cwd, target)
         if not os.path.isfile(target):
-            raise ValueError(f"Invalid command for `--ray`: no script {target}. "
-                             f"Received: {shlex.join(argv)}")
+            raise ValueError(
+                f"Invalid command for `--ray`: no script {target}. Received: {shlex.join(argv)}"
+            )
     forward_note = env_forward.describe(env or {})
     worker_env = dict(env or {})
     if quiet and "TF_CPP_MIN_LOG_LEVEL" not in os.environ:
@@ -206,8 +221,9 @@ def run_ray(argv: Sequence[str], num_workers, *,
         from ray.util.queue import Queue  # pylint: disable=g-import-not-at-top
         from tfdist_opt.launch import ray_backend  # pylint: disable=g-import-not-at-top
     except ImportError as e:
-        raise ImportError("`tfdist-opt launch --ray` needs Ray Train: pip install "
-                          f"'tfdist_opt[ray]' ({e})") from e
+        raise ImportError(
+            f"`tfdist-opt launch --ray` needs Ray Train: pip install 'tfdist_opt[ray]' ({e})"
+        ) from e
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
     lock = threading.Lock()
@@ -220,10 +236,12 @@ def run_ray(argv: Sequence[str], num_workers, *,
     stop = {"signum": None}
     old_handlers = {}
     if handle_signals and threading.current_thread() is threading.main_thread():
+
         def on_signal(signum, frame):
             del frame
             stop["signum"] = signum
             raise KeyboardInterrupt
+
         for s in (signal.SIGINT, signal.SIGTERM):
             old_handlers[s] = signal.signal(s, on_signal)
     own_storage = storage_path is None
@@ -240,22 +258,35 @@ def run_ray(argv: Sequence[str], num_workers, *,
             # "local": a Ray of our own even when another instance runs
             # here (with no address Ray joins the newest one it finds, and
             # then refuses num_cpus).
-            ray.init(address="local", num_cpus=max(hi or lo, os.cpu_count() or 1),
-                     include_dashboard=False, log_to_driver=False,
-                     configure_logging=False, runtime_env=runtime_env)
+            ray.init(
+                address="local",
+                num_cpus=max(hi or lo, os.cpu_count() or 1),
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+                runtime_env=runtime_env,
+            )
         else:
             try:
-                ray.init(address=address, log_to_driver=False,
-                         configure_logging=False, runtime_env=runtime_env)
+                ray.init(
+                    address=address,
+                    log_to_driver=False,
+                    configure_logging=False,
+                    runtime_env=runtime_env,
+                )
             except ConnectionError as e:
                 raise LaunchError(
                     f"Cannot join the Ray cluster at `--ray {address}`: "
                     f"{str(e).strip().splitlines()[-1]} (is it running, and "
-                    "does this process have its auth token?)") from e
-        log(f"Ray {'local instance started' if address is None else 'joined at ' + address}"
-            f" in {time.monotonic() - t0:.1f} s" + (f" ({auth_note})" if auth_note else ""))
+                    "does this process have its auth token?)"
+                ) from e
+        log(
+            f"Ray {'local instance started' if address is None else 'joined at ' + address}"
+            f" in {time.monotonic() - t0:.1f} s" + (f" ({auth_note})" if auth_note else "")
+        )
         gpus, gpu_note = gpus_lib.ray_request(
-            gpus_per_worker, ray.cluster_resources().get("GPU", 0), lo)
+            gpus_per_worker, ray.cluster_resources().get("GPU", 0), lo
+        )
         if gpus_per_worker == 0:  # Ray sets no CUDA_VISIBLE_DEVICES then
             worker_env[gpus_lib.GPU_ENV] = ""
         head = ray_driver.on_head_node()  # a lost node must not take these along
@@ -265,21 +296,35 @@ def run_ray(argv: Sequence[str], num_workers, *,
         pump.start()
         workers = lo if hi is None else (lo, hi)
         trainer = _trainer(
-            {"env": worker_env, "cwd": cwd, "kind": kind, "quiet": quiet,
-             "target": target, "args": args, "logs": logs},
+            {
+                "env": worker_env,
+                "cwd": cwd,
+                "kind": kind,
+                "quiet": quiet,
+                "target": target,
+                "args": args,
+                "logs": logs,
+            },
             ray_backend.TensorflowConfig(attempts=attempts),
             ray_train.ScalingConfig(
                 num_workers=workers,
-                **({"use_gpu": True, "resources_per_worker": {"GPU": gpus}}
-                   if gpus else {}),
-                **({} if resize_interval_s is None else
-                   {"elastic_resize_monitor_interval_s": float(resize_interval_s)})),
-            _run_config(storage, policy, elastic=hi is not None,
-                        resize_interval_s=resize_interval_s))
-        log(f"starting {workers if hi is None else f'{lo}..{hi}'} Ray worker(s) "
+                **({"use_gpu": True, "resources_per_worker": {"GPU": gpus}} if gpus else {}),
+                **(
+                    {}
+                    if resize_interval_s is None
+                    else {"elastic_resize_monitor_interval_s": float(resize_interval_s)}
+                ),
+            ),
+            _run_config(
+                storage, policy, elastic=hi is not None, resize_interval_s=resize_interval_s
+            ),
+        )
+        log(
+            f"starting {workers if hi is None else f'{lo}..{hi}'} Ray worker(s) "
             f"(up to {policy.attempts} attempt(s))"
             + "".join(f"; {n}" for n in (gpu_note, forward_note) if n)
-            + f": {shlex.join(argv)}")
+            + f": {shlex.join(argv)}"
+        )
         try:
             trainer.fit()
             code, failed, message = 0, None, "all Ray workers finished"
@@ -295,8 +340,7 @@ def run_ray(argv: Sequence[str], num_workers, *,
             restarts = 0
         pump.stop()
         log(f"{message} ({restarts} restart(s), {time.monotonic() - t0:.1f} s)")
-        return LaunchResult(code, restarts=restarts, failed_worker=failed,
-                            message=message)
+        return LaunchResult(code, restarts=restarts, failed_worker=failed, message=message)
     finally:
         if pump is not None:
             pump.stop()
@@ -313,8 +357,9 @@ def run_ray(argv: Sequence[str], num_workers, *,
             signal.signal(s, h)
 
 
-def _run_config(storage: str, policy: RestartPolicy | int, elastic: bool,
-                resize_interval_s: float | None = None):
+def _run_config(
+    storage: str, policy: RestartPolicy | int, elastic: bool, resize_interval_s: float | None = None
+):
     """Ray Train's RunConfig: storage, restarts, and for MIN:MAX the callback
     that sizes a restart after a lost node from the nodes left and keeps the
     elastic view as fresh as the resize checks (`resize_interval_s`).
@@ -327,11 +372,15 @@ def _run_config(storage: str, policy: RestartPolicy | int, elastic: bool,
         policy = RestartPolicy(policy)
     from ray import train as ray_train  # pylint: disable=g-import-not-at-top
     from tfdist_opt.launch import ray_elastic  # pylint: disable=g-import-not-at-top
+
     return ray_train.RunConfig(
-        storage_path=storage, name="tfdist_opt_launch",
+        storage_path=storage,
+        name="tfdist_opt_launch",
         failure_config=ray_train.FailureConfig(max_failures=policy.max_restarts),
-        callbacks=[ray_elastic.LostNodeCallback(
-            refresh_s=max(1.0, resize_interval_s or 60.0))] if elastic else [])
+        callbacks=[ray_elastic.LostNodeCallback(refresh_s=max(1.0, resize_interval_s or 60.0))]
+        if elastic
+        else [],
+    )
 
 
 def _trainer(train_loop_config, backend_config, scaling_config, run_config):
@@ -343,7 +392,11 @@ def _trainer(train_loop_config, backend_config, scaling_config, run_config):
     with our `ray_backend.TensorflowConfig`.
     """
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer  # pylint: disable=g-import-not-at-top
+
     return DataParallelTrainer(
-        ray_worker.worker_loop, train_loop_config=train_loop_config,
-        backend_config=backend_config, scaling_config=scaling_config,
-        run_config=run_config)
+        ray_worker.worker_loop,
+        train_loop_config=train_loop_config,
+        backend_config=backend_config,
+        scaling_config=scaling_config,
+        run_config=run_config,
+    )

@@ -24,6 +24,7 @@ from typing import Sequence
 
 EXIT_RE = re.compile(r"tfdist-opt worker exit code (\d+)")
 
+
 class WorkerExit(RuntimeError):
     """A Ray worker's script ended with a non-zero exit code."""
 
@@ -93,8 +94,8 @@ class _ForwardFds:
                 if lines:
                     try:
                         self.queue.put_nowait_batch(
-                            [(self.index, fd, ln.decode(errors="replace"))
-                             for ln in lines])
+                            [(self.index, fd, ln.decode(errors="replace")) for ln in lines]
+                        )
                     except Exception:  # pylint: disable=broad-except
                         pass  # the launcher is gone; drop the output
                 if not chunk:
@@ -131,4 +132,3 @@ def worker_loop(config: dict) -> None:
         code = run_target(config["kind"], config["target"], config["args"])
     if code:
         raise WorkerExit(code, index)
-

@@ -18,10 +18,13 @@ from tfdist_opt.cluster import tf_config as tf_config_lib
 from tfdist_opt.launch import gpus as gpus_lib
 
 
-def srun_command(argv: Sequence[str], environ: Mapping[str, str] | None = None,
-                 port: int = sources.DEFAULT_PORT,
-                 python: str | None = None,
-                 gpus_per_task: int | None = None) -> list[str]:
+def srun_command(
+    argv: Sequence[str],
+    environ: Mapping[str, str] | None = None,
+    port: int = sources.DEFAULT_PORT,
+    python: str | None = None,
+    gpus_per_task: int | None = None,
+) -> list[str]:
     """The `srun` line that runs `argv` once per task of this allocation.
 
     Each task runs `python -m tfdist_opt launch --slurm-task --port P -- argv`,
@@ -42,36 +45,50 @@ def srun_command(argv: Sequence[str], environ: Mapping[str, str] | None = None,
     cmd.append(f"--nodes={len(nodes)}")
     if gpus_lib.check_gpus_per_worker(gpus_per_task):
         cmd.append(f"--gpus-per-task={gpus_per_task}")
-    cmd += [python or sys.executable, "-m", "tfdist_opt", "launch",
-            "--slurm-task", f"--port={port}", "--", *argv]
+    cmd += [
+        python or sys.executable,
+        "-m",
+        "tfdist_opt",
+        "launch",
+        "--slurm-task",
+        f"--port={port}",
+        "--",
+        *argv,
+    ]
     return cmd
 
 
-def slurm_task_env(environ: Mapping[str, str] | None = None,
-                   port: int = sources.DEFAULT_PORT) -> dict[str, str]:
+def slurm_task_env(
+    environ: Mapping[str, str] | None = None, port: int = sources.DEFAULT_PORT
+) -> dict[str, str]:
     """Pure: this SLURM task's environment with its TF_CONFIG applied."""
     environ = dict(os.environ if environ is None else environ)
     src = sources.slurm_cluster(environ, port=port)
     if src.index is None:
         raise ValueError(
             "--slurm-task runs inside an srun task: SLURM_PROCID is unset. "
-            "Received: SLURM_PROCID=None")
-    cfg = (tf_config_lib.build_tf_config({"worker": list(src.addresses)},
-                                         "worker", src.index)
-           if len(src.addresses) > 1 else None)
+            "Received: SLURM_PROCID=None"
+        )
+    cfg = (
+        tf_config_lib.build_tf_config({"worker": list(src.addresses)}, "worker", src.index)
+        if len(src.addresses) > 1
+        else None
+    )
     tf_config_lib.apply_tf_config(cfg, environ)
     return environ
 
 
-def exec_slurm_task(argv: Sequence[str], port: int = sources.DEFAULT_PORT
-                    ) -> None:  # pragma: no cover - replaces the process
+def exec_slurm_task(
+    argv: Sequence[str], port: int = sources.DEFAULT_PORT
+) -> None:  # pragma: no cover - replaces the process
     """Applies this task's TF_CONFIG and replaces the process with `argv`."""
     env = slurm_task_env(os.environ, port=port)
     os.execvpe(argv[0], list(argv), env)
 
 
-def per_host_commands(cluster: Mapping[str, Sequence[str]], argv: Sequence[str]
-                      ) -> list[tuple[str, str, int, str]]:
+def per_host_commands(
+    cluster: Mapping[str, Sequence[str]], argv: Sequence[str]
+) -> list[tuple[str, str, int, str]]:
     """One shell line per task: `(address, task_type, index, "TF_CONFIG=... CMD")`.
 
     Example:
@@ -83,7 +100,6 @@ def per_host_commands(cluster: Mapping[str, Sequence[str]], argv: Sequence[str]
     out = []
     for task_type, index in tf_config_lib.all_tasks(cluster):
         cfg = tf_config_lib.build_tf_config(cluster, task_type, index)
-        line = (f"TF_CONFIG={shlex.quote(tf_config_lib.dumps_tf_config(cfg))} "
-                + shlex.join(argv))
+        line = f"TF_CONFIG={shlex.quote(tf_config_lib.dumps_tf_config(cfg))} " + shlex.join(argv)
         out.append((cluster[task_type][index], task_type, index, line))
     return out

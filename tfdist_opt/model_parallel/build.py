@@ -31,11 +31,12 @@ def _place(layer, device):
     if not layer.built:
         return layer
     with tf.device(device):
-        clone = keras.saving.deserialize_keras_object(
-            keras.saving.serialize_keras_object(layer))
+        clone = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
         if not clone.built:
-            raise ValueError(f"Cannot place the built layer {layer.name!r}: its "
-                             "config does not rebuild it. Pass it unbuilt.")
+            raise ValueError(
+                f"Cannot place the built layer {layer.name!r}: its "
+                "config does not rebuild it. Pass it unbuilt."
+            )
         clone.set_weights(layer.get_weights())
     return clone
 
@@ -46,9 +47,17 @@ def _visible():
     return gpus, cpus
 
 
-def pipeline(stages, devices="auto", micro_batches=1, *, input_shape=None,
-             num_stages=None, split_at=None, cross_worker="auto",
-             name="pipeline") -> PipelineModel:
+def pipeline(
+    stages,
+    devices="auto",
+    micro_batches=1,
+    *,
+    input_shape=None,
+    num_stages=None,
+    split_at=None,
+    cross_worker="auto",
+    name="pipeline",
+) -> PipelineModel:
     """A Keras model whose stages run on different local devices.
 
     Layer-group (pipeline) model parallelism: each stage's variables,
@@ -99,62 +108,82 @@ def pipeline(stages, devices="auto", micro_batches=1, *, input_shape=None,
     if cross_worker == "auto":
         cross_worker = cross_worker_lib.cluster_workers()[0] > 1
     elif not isinstance(cross_worker, bool):
-        raise TypeError("Invalid type for `cross_worker`: expected a bool or "
-                        f"\"auto\". Received: cross_worker={cross_worker!r}")
+        raise TypeError(
+            "Invalid type for `cross_worker`: expected a bool or "
+            f'"auto". Received: cross_worker={cross_worker!r}'
+        )
     if cross_worker:
         cross_worker_lib.cluster_workers()  # refuses a parameter-server cluster
         cross_worker_lib.enable()
     gpus, cpus = _visible()
     if isinstance(stages, keras.Sequential):
         layers, input_shape = _split_sequential(
-            stages, devices, num_stages, split_at, input_shape, gpus, cpus)
+            stages, devices, num_stages, split_at, input_shape, gpus, cpus
+        )
     elif isinstance(stages, (list, tuple)):
         if num_stages is not None or split_at is not None:
-            raise ValueError("`num_stages`/`split_at` apply to a Sequential model; "
-                             "a list of stages is already split. Received: "
-                             f"num_stages={num_stages!r}, split_at={split_at!r}")
-        layers = [keras.Sequential(list(s)) if isinstance(s, (list, tuple)) else s
-                  for s in stages]
+            raise ValueError(
+                "`num_stages`/`split_at` apply to a Sequential model; "
+                "a list of stages is already split. Received: "
+                f"num_stages={num_stages!r}, split_at={split_at!r}"
+            )
+        layers = [keras.Sequential(list(s)) if isinstance(s, (list, tuple)) else s for s in stages]
         for s, layer in enumerate(layers):
             if not isinstance(layer, keras.layers.Layer):
-                raise TypeError(f"Invalid type for `stages[{s}]`: expected a "
-                                f"keras.Layer or a list of them. Received: {layer!r}")
+                raise TypeError(
+                    f"Invalid type for `stages[{s}]`: expected a "
+                    f"keras.Layer or a list of them. Received: {layer!r}"
+                )
         if not layers:
-            raise ValueError("Invalid value for `stages`: expected at least one "
-                             "stage. Received: stages=[]")
+            raise ValueError(
+                "Invalid value for `stages`: expected at least one stage. Received: stages=[]"
+            )
     else:
-        raise TypeError("Invalid type for `stages`: expected a list of keras "
-                        "layers or a keras.Sequential. Received: "
-                        f"{type(stages).__name__}")
+        raise TypeError(
+            "Invalid type for `stages`: expected a list of keras "
+            "layers or a keras.Sequential. Received: "
+            f"{type(stages).__name__}"
+        )
     if input_shape is None:
-        raise ValueError("Missing `input_shape`: expected the per-example input "
-                         "shape, e.g. input_shape=(784,). Received: None")
+        raise ValueError(
+            "Missing `input_shape`: expected the per-example input "
+            "shape, e.g. input_shape=(784,). Received: None"
+        )
     placed = plan_lib.resolve_devices(devices, len(layers), gpus, cpus)
     layers = [_place(layer, d) for layer, d in zip(layers, placed)]
-    return PipelineModel(layers, placed, input_shape, micro_batches=micro_batches,
-                         cross_worker=cross_worker, name=name)
+    return PipelineModel(
+        layers,
+        placed,
+        input_shape,
+        micro_batches=micro_batches,
+        cross_worker=cross_worker,
+        name=name,
+    )
 
 
 def _split_sequential(model, devices, num_stages, split_at, input_shape, gpus, cpus):
     if not model.built:
-        raise ValueError(f"Cannot split the Sequential {model.name!r}: it is not "
-                         "built. Give it a keras.Input (or call build) first.")
+        raise ValueError(
+            f"Cannot split the Sequential {model.name!r}: it is not "
+            "built. Give it a keras.Input (or call build) first."
+        )
     layers = list(model.layers)
     sizes = [layer_bytes(layer) for layer in layers]
     if split_at is not None:
-        plan = plan_lib.split_at_names([la.name for la in layers], sizes,
-                                       list(split_at), _nested_names(layers))
+        plan = plan_lib.split_at_names(
+            [la.name for la in layers], sizes, list(split_at), _nested_names(layers)
+        )
     else:
         if num_stages is None:
-            num_stages = len(devices) if not isinstance(devices, str) else (
-                len(gpus) or len(cpus))
+            num_stages = len(devices) if not isinstance(devices, str) else (len(gpus) or len(cpus))
         plan = plan_lib.balanced_split(sizes, num_stages)
     placed = plan_lib.resolve_devices(devices, plan.num_stages, gpus, cpus)
     stages = []
     for s, ((a, b), device) in enumerate(zip(plan.ranges(), placed)):
         # Built layers hold variables on the default device: copy them here.
-        stages.append(keras.Sequential([_place(la, device) for la in layers[a:b]],
-                                       name=f"stage{s}"))
+        stages.append(
+            keras.Sequential([_place(la, device) for la in layers[a:b]], name=f"stage{s}")
+        )
     if input_shape is None:
         input_shape = tuple(model.input_shape[1:])
     return stages, input_shape

@@ -43,14 +43,17 @@ def cluster_workers(environ=None) -> tuple[int, int, bool]:
             "A pipeline cannot combine with parameter-server training: its "
             "variables live on the stage devices of every worker. Expected a "
             "TF_CONFIG with only `chief`/`worker` tasks. Received: TF_CONFIG "
-            f"cluster roles {sorted(cluster)}")
+            f"cluster roles {sorted(cluster)}"
+        )
     order = [("chief", i) for i in range(len(cluster.get("chief", [])))] + [
-        ("worker", i) for i in range(len(cluster.get("worker", [])))]
+        ("worker", i) for i in range(len(cluster.get("worker", [])))
+    ]
     me = (task["type"], int(task.get("index", 0)))
     if me not in order:
         raise ValueError(
             "A pipeline runs on `chief`/`worker` tasks only. Received: TF_CONFIG "
-            f"task {json.dumps(task)}")
+            f"task {json.dumps(task)}"
+        )
     rank = order.index(me)
     return len(order), rank, rank == 0
 
@@ -68,29 +71,38 @@ def enable() -> None:
     if _ENABLED:
         return
     options = tf.distribute.experimental.CommunicationOptions(
-        implementation=tf.distribute.experimental.CommunicationImplementation.RING)
+        implementation=tf.distribute.experimental.CommunicationImplementation.RING
+    )
     try:
-        _ENABLED.append(tf.distribute.MultiWorkerMirroredStrategy(
-            communication_options=options))
+        _ENABLED.append(tf.distribute.MultiWorkerMirroredStrategy(communication_options=options))
     except RuntimeError as e:
         # A MultiWorkerMirroredStrategy made earlier (e.g. opt_strategy())
         # already started the server: local device names carry the job.
-        if not any(d.name.startswith(("/job:worker", "/job:chief"))
-                   for d in tf.config.list_logical_devices()):
+        if not any(
+            d.name.startswith(("/job:worker", "/job:chief"))
+            for d in tf.config.list_logical_devices()
+        ):
             raise RuntimeError(
                 "Cannot combine the pipeline with data parallelism across "
                 "workers: TensorFlow already ran an op, and collectives can only "
                 "be configured at start-up. Call `pipeline(...)` (or "
                 "`tfdist_opt.opt_strategy()`) before any other TensorFlow op, or "
-                "pass cross_worker=False.") from e
+                "pass cross_worker=False."
+            ) from e
         _ENABLED.append(None)
 
 
 def _all_reduce(tensor, group_size, group_key, instance_key, final_op):
     return tf.raw_ops.CollectiveReduceV2(
-        input=tensor, group_size=group_size, group_key=group_key,
-        instance_key=instance_key, ordering_token=[], merge_op="Add",
-        final_op=final_op, communication_hint="ring")
+        input=tensor,
+        group_size=group_size,
+        group_key=group_key,
+        instance_key=instance_key,
+        ordering_token=[],
+        merge_op="Add",
+        final_op=final_op,
+        communication_hint="ring",
+    )
 
 
 def _packed(values, devices, instance_base, final_op, num_workers):
@@ -101,14 +113,13 @@ def _packed(values, devices, instance_base, final_op, num_workers):
             out.append([])
             continue
         with tf.device(device), tf.control_dependencies(previous):
-            flat = tf.concat([tf.reshape(tf.cast(v, tf.float32), [-1])
-                              for v in vals], axis=0)
-            reduced = _all_reduce(flat, num_workers, _GROUP_KEY_BASE + s,
-                                  instance_base + s, final_op)
+            flat = tf.concat([tf.reshape(tf.cast(v, tf.float32), [-1]) for v in vals], axis=0)
+            reduced = _all_reduce(
+                flat, num_workers, _GROUP_KEY_BASE + s, instance_base + s, final_op
+            )
             sizes = [int(v.shape.num_elements()) for v in vals]
             parts = tf.split(reduced, sizes)
-            out.append([tf.cast(tf.reshape(p, v.shape), v.dtype)
-                        for p, v in zip(parts, vals)])
+            out.append([tf.cast(tf.reshape(p, v.shape), v.dtype) for p, v in zip(parts, vals)])
         previous = [reduced]  # the same collective order on every worker
     return out
 
@@ -129,8 +140,7 @@ def broadcast_variables(vars_per_stage, devices) -> None:
 
     @tf.function
     def run():
-        values = [[v if is_chief else tf.zeros_like(v) for v in vs]
-                  for vs in vars_per_stage]
+        values = [[v if is_chief else tf.zeros_like(v) for v in vs] for vs in vars_per_stage]
         values = [[tf.convert_to_tensor(v) for v in vs] for vs in values]
         reduced = _packed(values, devices, _INSTANCE_KEY_BROADCAST, "Id", num_workers)
         for vs, rs in zip(vars_per_stage, reduced):

@@ -28,9 +28,10 @@ from tfdist_opt.model_parallel.stage import stage_call
 _JIT_ERROR = (
     "Invalid value for `jit_compile`: a pipeline model cannot be XLA-compiled. "
     "XLA compiles the step for one device and loses the stage placement (TF "
-    "2.21: \"Trying to access resource ... located in device CPU:1 from "
-    "device CPU:0\"). Expected jit_compile=False (or \"auto\", which is "
-    "turned off here). Received: jit_compile={!r}")
+    '2.21: "Trying to access resource ... located in device CPU:1 from '
+    'device CPU:0"). Expected jit_compile=False (or "auto", which is '
+    "turned off here). Received: jit_compile={!r}"
+)
 
 
 @keras.saving.register_keras_serializable(package="tfdist_opt")
@@ -47,8 +48,7 @@ class PipelineModel(keras.Model):
             shard of the data). Defaults to `False`.
     """
 
-    def __init__(self, stages, devices, input_shape, micro_batches=1,
-                 cross_worker=False, **kwargs):
+    def __init__(self, stages, devices, input_shape, micro_batches=1, cross_worker=False, **kwargs):
         super().__init__(**kwargs)
         self.stages = list(stages)
         self.stage_devices = list(devices)
@@ -65,7 +65,8 @@ class PipelineModel(keras.Model):
                 raise ValueError(
                     f"Stage {s} ({layer.name!r}) has no variables; every stage "
                     "needs at least one, or it has nothing to place. Merge it "
-                    "into a neighbouring stage.")
+                    "into a neighbouring stage."
+                )
             shape = layer.compute_output_shape(shape)
         self.build((None, *self.example_shape))
 
@@ -115,15 +116,16 @@ class PipelineModel(keras.Model):
     # --------------------------------------------------------- train step
     def stage_variables(self):
         """Per stage, its floating-point variables (trainable and not)."""
-        return [[w for w in layer.weights if "float" in str(w.dtype)]
-                for layer in self.stages]
+        return [[w for w in layer.weights if "float" in str(w.dtype)] for layer in self.stages]
 
     def train_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         batch = tf.shape(x)[0]
         tf.debugging.assert_greater_equal(
-            batch, self.micro_batches,
-            message=f"batch smaller than micro_batches={self.micro_batches}")
+            batch,
+            self.micro_batches,
+            message=f"batch smaller than micro_batches={self.micro_batches}",
+        )
         per_stage = [list(layer.trainable_variables) for layer in self.stages]
         sums = [[None] * len(vs) for vs in per_stage]
         preds, loss_total = [], 0.0
@@ -136,12 +138,9 @@ class PipelineModel(keras.Model):
             share = tf.cast(hi - lo, tf.float32) / batch_f
             with tf.GradientTape() as tape:
                 h = xm
-                for s, (layer, device) in enumerate(
-                        zip(self.stages, self.stage_devices)):
-                    h = stage_call(layer, device, h, training=True,
-                                   input_grad=s > 0)
-                loss = self.compute_loss(x=xm, y=ym, y_pred=h,
-                                         sample_weight=swm, training=True)
+                for s, (layer, device) in enumerate(zip(self.stages, self.stage_devices)):
+                    h = stage_call(layer, device, h, training=True, input_grad=s > 0)
+                loss = self.compute_loss(x=xm, y=ym, y_pred=h, sample_weight=swm, training=True)
                 scaled = self.optimizer.scale_loss(loss * share)
             flat = [v for vs in per_stage for v in vs]
             grads = tape.gradient(scaled, flat)
@@ -181,8 +180,11 @@ class PipelineModel(keras.Model):
         stages = []
         for stage_config, device in zip(config["stages"], config["devices"]):
             with tf.device(device):  # a built stage's variables go here
-                stages.append(keras.saving.deserialize_keras_object(
-                    stage_config, custom_objects=custom_objects))
+                stages.append(
+                    keras.saving.deserialize_keras_object(
+                        stage_config, custom_objects=custom_objects
+                    )
+                )
         config["stages"] = stages
         return cls(**config)
 
@@ -191,7 +193,8 @@ def same_device(a: str, b: str) -> bool:
     """Whether two device strings name the same device type and index."""
     sa, sb = tf.DeviceSpec.from_string(a), tf.DeviceSpec.from_string(b)
     return (sa.device_type or "").upper() == (sb.device_type or "").upper() and (
-        (sa.device_index or 0) == (sb.device_index or 0))
+        (sa.device_index or 0) == (sb.device_index or 0)
+    )
 
 
 def _check_placement(layer, device, s):
@@ -200,4 +203,5 @@ def _check_placement(layer, device, s):
             raise ValueError(
                 f"Stage {s} ({layer.name!r}) was built before it was placed: "
                 f"variable {w.path!r} is on {w.value.device}, not {device}. Pass "
-                "unbuilt layers (or let `pipeline()` clone built ones).")
+                "unbuilt layers (or let `pipeline()` clone built ones)."
+            )

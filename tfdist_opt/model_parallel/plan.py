@@ -75,11 +75,15 @@ def balanced_split(layer_bytes: Sequence[int], num_stages: int) -> StagePlan:
     """
     sizes = [int(b) for b in layer_bytes]
     if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 1:
-        raise ValueError("Invalid value for `num_stages`: expected an int >= 1. "
-                         f"Received: num_stages={num_stages!r}")
+        raise ValueError(
+            "Invalid value for `num_stages`: expected an int >= 1. "
+            f"Received: num_stages={num_stages!r}"
+        )
     if any(b < 0 for b in sizes):
-        raise ValueError("Invalid value for `layer_bytes`: expected non-negative "
-                         f"ints. Received: layer_bytes={sizes}")
+        raise ValueError(
+            "Invalid value for `layer_bytes`: expected non-negative "
+            f"ints. Received: layer_bytes={sizes}"
+        )
     with_params = sum(1 for b in sizes if b > 0)
     if with_params < num_stages:
         raise ValueError(
@@ -87,7 +91,8 @@ def balanced_split(layer_bytes: Sequence[int], num_stages: int) -> StagePlan:
             f"{with_params} of its {len(sizes)} layers have variables, and every "
             "stage needs at least one (a stage with no variables has nothing to "
             f"place). Received: num_stages={num_stages}. Use at most "
-            f"{with_params} stages.")
+            f"{with_params} stages."
+        )
     n = len(sizes)
     prefix = [0]
     for b in sizes:
@@ -116,9 +121,12 @@ def balanced_split(layer_bytes: Sequence[int], num_stages: int) -> StagePlan:
     return StagePlan(starts, n, _stage_bytes(sizes, starts))
 
 
-def split_at_names(layer_names: Sequence[str], layer_bytes: Sequence[int],
-                   split_at: Sequence[str],
-                   nested: dict[str, str] | None = None) -> StagePlan:
+def split_at_names(
+    layer_names: Sequence[str],
+    layer_bytes: Sequence[int],
+    split_at: Sequence[str],
+    nested: dict[str, str] | None = None,
+) -> StagePlan:
     """A `StagePlan` whose stages 2..n begin at the layers named in `split_at`.
 
     Args:
@@ -138,19 +146,24 @@ def split_at_names(layer_names: Sequence[str], layer_bytes: Sequence[int],
     starts = [0]
     for name in split_at:
         if name not in names:
-            where = (f"it is inside the nested layer {nested[name]!r}, which "
-                     "runs as a whole on one device" if name in nested
-                     else "no top-level layer has that name")
+            where = (
+                f"it is inside the nested layer {nested[name]!r}, which "
+                "runs as a whole on one device"
+                if name in nested
+                else "no top-level layer has that name"
+            )
             raise ValueError(
                 f"Cannot split the model at layer {name!r}: {where}. Expected "
                 f"one of the top-level layers {names[1:]}. Received: "
-                f"split_at={list(split_at)!r}")
+                f"split_at={list(split_at)!r}"
+            )
         index = names.index(name)
         if index <= starts[-1]:
             raise ValueError(
                 f"Cannot split the model at layer {name!r}: split points must be "
                 "distinct, in model order, and not the first layer. Received: "
-                f"split_at={list(split_at)!r}")
+                f"split_at={list(split_at)!r}"
+            )
         starts.append(index)
     plan = StagePlan(tuple(starts), len(names), _stage_bytes(list(layer_bytes), starts))
     for s, ((a, b), nbytes) in enumerate(zip(plan.ranges(), plan.stage_bytes)):
@@ -158,12 +171,14 @@ def split_at_names(layer_names: Sequence[str], layer_bytes: Sequence[int],
             raise ValueError(
                 f"Stage {s} (layers {names[a:b]}) has no variables; every stage "
                 "needs at least one, or it has nothing to place. Move its split "
-                f"point. Received: split_at={list(split_at)!r}")
+                f"point. Received: split_at={list(split_at)!r}"
+            )
     return plan
 
 
-def resolve_devices(devices: str | Sequence[str], num_stages: int,
-                    gpus: Sequence[str], cpus: Sequence[str]) -> list[str]:
+def resolve_devices(
+    devices: str | Sequence[str], num_stages: int, gpus: Sequence[str], cpus: Sequence[str]
+) -> list[str]:
     """Device names for `num_stages` stages.
 
     Args:
@@ -181,44 +196,54 @@ def resolve_devices(devices: str | Sequence[str], num_stages: int,
     """
     if isinstance(devices, str):
         if devices != AUTO:
-            raise ValueError("Invalid value for `devices`: expected \"auto\" or a "
-                             f"list of device names. Received: devices={devices!r}")
+            raise ValueError(
+                'Invalid value for `devices`: expected "auto" or a '
+                f"list of device names. Received: devices={devices!r}"
+            )
         pool, kind = (list(gpus), "GPU") if gpus else (list(cpus), "CPU")
         if num_stages > len(pool):
             raise ValueError(
                 f"More stages than devices: {num_stages} stages but only "
                 f"{len(pool)} visible {kind} device(s) {pool}. Use fewer stages, "
                 "or (on CPU) more virtual devices with cpu_replicas. Received: "
-                f"devices='auto', num_stages={num_stages}")
+                f"devices='auto', num_stages={num_stages}"
+            )
         return pool[:num_stages]
-    if not isinstance(devices, (list, tuple)) or not all(
-            isinstance(d, str) for d in devices):
-        raise TypeError("Invalid type for `devices`: expected \"auto\" or a list "
-                        f"of str. Received: devices={devices!r}")
+    if not isinstance(devices, (list, tuple)) or not all(isinstance(d, str) for d in devices):
+        raise TypeError(
+            'Invalid type for `devices`: expected "auto" or a list '
+            f"of str. Received: devices={devices!r}"
+        )
     if num_stages > len(devices):
         raise ValueError(
             f"More stages than devices: {num_stages} stages but {len(devices)} "
-            f"device(s). Received: devices={list(devices)!r}")
+            f"device(s). Received: devices={list(devices)!r}"
+        )
     if num_stages < len(devices):
         raise ValueError(
             f"Invalid value for `devices`: expected one device per stage "
-            f"({num_stages}). Received: devices={list(devices)!r}")
+            f"({num_stages}). Received: devices={list(devices)!r}"
+        )
     if len(set(devices)) != len(devices):
-        raise ValueError("Invalid value for `devices`: a device appears twice. "
-                         f"Received: devices={list(devices)!r}")
+        raise ValueError(
+            "Invalid value for `devices`: a device appears twice. "
+            f"Received: devices={list(devices)!r}"
+        )
     return list(devices)
 
 
 def validate_micro_batches(micro_batches) -> int:
     """`micro_batches` as an int >= 1, or a ValueError naming it."""
-    if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) \
-            or micro_batches < 1:
-        raise ValueError("Invalid value for `micro_batches`: expected an int >= 1. "
-                         f"Received: micro_batches={micro_batches!r}")
+    if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
+        raise ValueError(
+            "Invalid value for `micro_batches`: expected an int >= 1. "
+            f"Received: micro_batches={micro_batches!r}"
+        )
     return micro_batches
 
 
 def micro_batch_bounds(batch: int, micro_batches: int) -> list[tuple[int, int]]:
     """Row ranges of `micro_batches` near-equal slices of a batch of `batch`."""
-    return [(batch * m // micro_batches, batch * (m + 1) // micro_batches)
-            for m in range(micro_batches)]
+    return [
+        (batch * m // micro_batches, batch * (m + 1) // micro_batches) for m in range(micro_batches)
+    ]

@@ -39,16 +39,18 @@ def stage_call(layer, device: str, x, training: bool, input_grad: bool = True):
         if not isinstance(out, tf.Tensor):
             raise TypeError(
                 f"Invalid stage output: stage {layer.name!r} must return one "
-                f"tensor (it feeds the next stage). Received: {type(out).__name__}")
+                f"tensor (it feeds the next stage). Received: {type(out).__name__}"
+            )
 
         def grad(dy, variables=None):
             variables = list(variables or [])
             sources = ([inp] if input_grad else []) + variables
             with tf.device(device):
-                grads = tape.gradient(out, sources, output_gradients=dy,
-                                      unconnected_gradients="zero")
+                grads = tape.gradient(
+                    out, sources, output_gradients=dy, unconnected_gradients="zero"
+                )
             dx = grads[0] if input_grad else None
-            return dx, grads[len(grads) - len(variables):]
+            return dx, grads[len(grads) - len(variables) :]
 
         return out, grad
 

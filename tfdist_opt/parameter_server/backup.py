@@ -70,11 +70,15 @@ class BackupAndRestore(keras.callbacks.Callback):
     def __init__(self, backup_dir: str, max_to_keep: int = 2, delete_on_end: bool = False):
         super().__init__()
         if not isinstance(backup_dir, (str, os.PathLike)) or not str(backup_dir):
-            raise ValueError("Invalid value for `backup_dir`: expected a directory path. "
-                             f"Received: backup_dir={backup_dir!r}")
+            raise ValueError(
+                "Invalid value for `backup_dir`: expected a directory path. "
+                f"Received: backup_dir={backup_dir!r}"
+            )
         if isinstance(max_to_keep, bool) or not isinstance(max_to_keep, int) or max_to_keep < 1:
-            raise ValueError("Invalid value for `max_to_keep`: expected a positive int. "
-                             f"Received: max_to_keep={max_to_keep!r}")
+            raise ValueError(
+                "Invalid value for `max_to_keep`: expected a positive int. "
+                f"Received: max_to_keep={max_to_keep!r}"
+            )
         self.backup_dir = os.fspath(backup_dir)
         self.max_to_keep = max_to_keep
         self.delete_on_end = delete_on_end
@@ -91,8 +95,9 @@ class BackupAndRestore(keras.callbacks.Callback):
         with tf.init_scope():
             self._epoch = tf.Variable(-1, dtype=tf.int64, trainable=False, name="epoch")
         ckpt = variables_checkpoint(self.model, self.model.optimizer, epoch=self._epoch)
-        self._manager = tf.train.CheckpointManager(ckpt, self.backup_dir,
-                                                   max_to_keep=self.max_to_keep)
+        self._manager = tf.train.CheckpointManager(
+            ckpt, self.backup_dir, max_to_keep=self.max_to_keep
+        )
         latest = self._manager.latest_checkpoint
         if latest:
             ckpt.restore(latest).assert_existing_objects_matched()

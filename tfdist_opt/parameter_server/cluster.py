@@ -31,7 +31,8 @@ def partitioner(min_shard_bytes: int, max_shards: int):
     if max_shards <= 1:
         return None
     return tf.distribute.experimental.partitioners.MinSizePartitioner(
-        min_shard_bytes=min_shard_bytes, max_shards=max_shards)
+        min_shard_bytes=min_shard_bytes, max_shards=max_shards
+    )
 
 
 class InProcessCluster:
@@ -53,31 +54,46 @@ class InProcessCluster:
     def __init__(self, num_workers: int = 2, num_ps: int = 2):
         for name, value in (("num_workers", num_workers), ("num_ps", num_ps)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"Invalid value for `{name}`: expected a positive "
-                                 f"int. Received: {name}={value!r}")
+                raise ValueError(
+                    f"Invalid value for `{name}`: expected a positive "
+                    f"int. Received: {name}={value!r}"
+                )
         ports = sources.free_ports(num_workers + num_ps)
         addresses = [f"127.0.0.1:{p}" for p in ports]
         self.cluster_def: dict[str, list[str]] = {
-            "worker": addresses[:num_workers], "ps": addresses[num_workers:]}
+            "worker": addresses[:num_workers],
+            "ps": addresses[num_workers:],
+        }
         spec = tf.train.ClusterSpec(self.cluster_def)
         self.servers = []
         for i in range(num_workers):
-            self.servers.append(tf.distribute.Server(
-                spec, job_name="worker", task_index=i, protocol="grpc",
-                config=server_config(num_workers), start=True))
+            self.servers.append(
+                tf.distribute.Server(
+                    spec,
+                    job_name="worker",
+                    task_index=i,
+                    protocol="grpc",
+                    config=server_config(num_workers),
+                    start=True,
+                )
+            )
         for i in range(num_ps):
-            self.servers.append(tf.distribute.Server(
-                spec, job_name="ps", task_index=i, protocol="grpc",
-                config=server_config(num_workers), start=True))
-        self.resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-            spec, rpc_layer="grpc")
+            self.servers.append(
+                tf.distribute.Server(
+                    spec,
+                    job_name="ps",
+                    task_index=i,
+                    protocol="grpc",
+                    config=server_config(num_workers),
+                    start=True,
+                )
+            )
+        self.resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc")
 
-    def strategy(self, min_shard_bytes: int = 256 << 10, max_shards: int = 0,
-                 **kwargs: Any):
+    def strategy(self, min_shard_bytes: int = 256 << 10, max_shards: int = 0, **kwargs: Any):
         """A `KerasParameterServerStrategy` over this cluster."""
         from tfdist_opt.parameter_server import strategy as strategy_lib
 
         return strategy_lib.KerasParameterServerStrategy(
-            self.resolver, variable_partitioner=partitioner(
-                min_shard_bytes, max_shards), **kwargs)
-
+            self.resolver, variable_partitioner=partitioner(min_shard_bytes, max_shards), **kwargs
+        )

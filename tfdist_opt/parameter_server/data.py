@@ -24,9 +24,13 @@ from tfdist_opt import private_api
 
 def _is_array(x) -> bool:
     return isinstance(x, (np.ndarray, tf.Tensor)) or (
-        isinstance(x, (list, tuple, dict)) and x and all(
+        isinstance(x, (list, tuple, dict))
+        and x
+        and all(
             isinstance(v, (np.ndarray, tf.Tensor))
-            for v in (x.values() if isinstance(x, dict) else x)))
+            for v in (x.values() if isinstance(x, dict) else x)
+        )
+    )
 
 
 def _first_len(x) -> int:
@@ -36,14 +40,21 @@ def _first_len(x) -> int:
 
 def arrays_dataset(x, y=None, sample_weight=None) -> tf.data.Dataset:
     """An unbatched dataset of `(x, y[, sample_weight])` rows."""
-    parts = (x,) if y is None else (x, y) if sample_weight is None else (
-        x, y, sample_weight)
+    parts = (x,) if y is None else (x, y) if sample_weight is None else (x, y, sample_weight)
     return tf.data.Dataset.from_tensor_slices(parts if len(parts) > 1 else x)
 
 
-def training_input(coordinator, x, y=None, sample_weight=None,
-                   batch_size: int | None = None, steps_per_epoch: int | None = None,
-                   shuffle: bool = True, seed: int | None = None, class_weight=None):
+def training_input(
+    coordinator,
+    x,
+    y=None,
+    sample_weight=None,
+    batch_size: int | None = None,
+    steps_per_epoch: int | None = None,
+    shuffle: bool = True,
+    seed: int | None = None,
+    class_weight=None,
+):
     """`(per_worker_dataset, element_spec, steps_per_epoch)` for `fit`.
 
     Args:
@@ -71,15 +82,19 @@ def training_input(coordinator, x, y=None, sample_weight=None,
     if _is_array(x):
         batch_size = 32 if batch_size is None else batch_size
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError("Invalid value for `batch_size`: expected a positive int. "
-                             f"Received: batch_size={batch_size!r}")
+            raise ValueError(
+                "Invalid value for `batch_size`: expected a positive int. "
+                f"Received: batch_size={batch_size!r}"
+            )
         n = _first_len(x)
         if steps_per_epoch is None:
             steps_per_epoch = max(1, math.ceil(n / batch_size))
         # numpy, so the arrays become constants of the dataset function that
         # runs on each worker (a dataset made here lives on the chief).
-        x, y, sample_weight = (None if v is None else tf.nest.map_structure(np.asarray, v)
-                               for v in (x, y, sample_weight))
+        x, y, sample_weight = (
+            None if v is None else tf.nest.map_structure(np.asarray, v)
+            for v in (x, y, sample_weight)
+        )
         spec = arrays_dataset(x, y, sample_weight).batch(batch_size).element_spec
         weigh = class_weight_fn(class_weight, spec)
 
@@ -92,7 +107,8 @@ def training_input(coordinator, x, y=None, sample_weight=None,
             return weigh(ds.repeat().batch(batch_size)).prefetch(2)
 
         per_worker = coordinator.create_per_worker_dataset(
-            lambda: strategy.distribute_datasets_from_function(dataset_fn))
+            lambda: strategy.distribute_datasets_from_function(dataset_fn)
+        )
         return per_worker, _weighted_spec(spec, class_weight), _check_steps(steps_per_epoch)
     _refuse_array_arguments(x, y, sample_weight, batch_size)
     if isinstance(x, tf.data.Dataset):
@@ -100,7 +116,8 @@ def training_input(coordinator, x, y=None, sample_weight=None,
         steps_per_epoch = _steps_or_size(steps_per_epoch, x, strategy)
         weigh = class_weight_fn(class_weight, spec)
         per_worker = coordinator.create_per_worker_dataset(
-            strategy.experimental_distribute_dataset(weigh(x).repeat()))
+            strategy.experimental_distribute_dataset(weigh(x).repeat())
+        )
         return per_worker, _weighted_spec(spec, class_weight), steps_per_epoch
     fn, options = dataset_function(x)
     if fn is not None:
@@ -113,7 +130,8 @@ def training_input(coordinator, x, y=None, sample_weight=None,
             return weigh(fn(input_context)).repeat()
 
         per_worker = coordinator.create_per_worker_dataset(
-            lambda: strategy.distribute_datasets_from_function(repeated, options))
+            lambda: strategy.distribute_datasets_from_function(repeated, options)
+        )
         return per_worker, _weighted_spec(spec, class_weight), steps_per_epoch
     raise _bad_x(x)
 
@@ -132,14 +150,14 @@ def dataset_function(x) -> tuple[Callable[[Any], tf.data.Dataset] | None, Any]:
     carried = getattr(x, "_tfdist_dataset_fn", None)
     if carried is not None:
         return carried
-    if isinstance(x, (tf.distribute.DistributedDataset,
-                      tf.distribute.DistributedIterator)):
+    if isinstance(x, (tf.distribute.DistributedDataset, tf.distribute.DistributedIterator)):
         raise TypeError(
             "Invalid value for `x`: a distributed dataset made by the strategy "
             "directly cannot be repeated on parameter-server workers. Received: "
             f"x={type(x).__name__}. Expected the dataset function itself "
             "(input_context -> tf.data.Dataset), a tf.data.Dataset, arrays, or "
-            "tfdist_opt.build_dataset(...).")
+            "tfdist_opt.build_dataset(...)."
+        )
     if callable(x) and not isinstance(x, tf.data.Dataset):
         return x, None
     return None, None
@@ -147,8 +165,11 @@ def dataset_function(x) -> tuple[Callable[[Any], tf.data.Dataset] | None, Any]:
 
 def worker_input_context(strategy) -> tf.distribute.InputContext:
     """The input context TF gives each PS worker's dataset function: pipeline 0 of 1."""
-    return tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0,
-                                      num_replicas_in_sync=strategy.num_replicas_in_sync)
+    return tf.distribute.InputContext(
+        num_input_pipelines=1,
+        input_pipeline_id=0,
+        num_replicas_in_sync=strategy.num_replicas_in_sync,
+    )
 
 
 def class_weight_fn(class_weight, element_spec) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
@@ -160,24 +181,39 @@ def class_weight_fn(class_weight, element_spec) -> Callable[[tf.data.Dataset], t
     """
     if class_weight is None:
         return lambda ds: ds
-    if (not isinstance(class_weight, dict) or not class_weight or not all(
-            isinstance(k, (int, np.integer)) and not isinstance(k, bool) and k >= 0
-            and isinstance(v, (int, float, np.number)) and not isinstance(v, bool)
-            for k, v in class_weight.items())):
+    if (
+        not isinstance(class_weight, dict)
+        or not class_weight
+        or not all(
+            isinstance(k, (int, np.integer))
+            and not isinstance(k, bool)
+            and k >= 0
+            and isinstance(v, (int, float, np.number))
+            and not isinstance(v, bool)
+            for k, v in class_weight.items()
+        )
+    ):
         raise ValueError(
             "Invalid value for `class_weight`: expected a non-empty dict "
             "{class index (int >= 0): weight (number)}. Received: "
-            f"class_weight={class_weight!r}")
+            f"class_weight={class_weight!r}"
+        )
     import keras
+
     _, y, sw = keras.utils.unpack_x_y_sample_weight(_as_tuple(element_spec))
     if sw is not None or y is None or tf.nest.is_nested(y):
-        what = ("the data already carries sample weights" if sw is not None else
-                "the data has no targets `y`" if y is None else
-                "`y` is nested (several outputs)")
+        what = (
+            "the data already carries sample weights"
+            if sw is not None
+            else "the data has no targets `y`"
+            if y is None
+            else "`y` is nested (several outputs)"
+        )
         raise ValueError(
             f"Invalid value for `class_weight`: {what}. Received: class_weight="
             f"{class_weight!r}. Expected class_weight with a single-output "
-            "(x, y) input and no sample_weight.")
+            "(x, y) input and no sample_weight."
+        )
     map_fn = private_api.make_class_weight_map_fn(class_weight)
     return lambda ds: ds.map(map_fn)
 
@@ -206,7 +242,8 @@ def _steps_or_size(steps_per_epoch, dataset: tf.data.Dataset, strategy) -> int:
         "each worker's dataset forever, and this dataset's size is "
         f"{'infinite' if size == tf.data.INFINITE_CARDINALITY else 'unknown'}, so "
         "an epoch must be given in steps. Received: steps_per_epoch=None. "
-        "Expected a positive int.")
+        "Expected a positive int."
+    )
 
 
 def _refuse_array_arguments(x, y, sample_weight, batch_size) -> None:
@@ -215,12 +252,14 @@ def _refuse_array_arguments(x, y, sample_weight, batch_size) -> None:
             "Invalid value for `y`: `y`/`sample_weight` go with array `x` only; a "
             "dataset or dataset function yields (x, y[, sample_weight]) itself. "
             f"Received: x={type(x).__name__}, y={type(y).__name__}, "
-            f"sample_weight={type(sample_weight).__name__}")
+            f"sample_weight={type(sample_weight).__name__}"
+        )
     if batch_size is not None:
         raise ValueError(
             "Invalid value for `batch_size`: it goes with array `x` only; a dataset "
             "or dataset function is batched already. Received: batch_size="
-            f"{batch_size!r} with x={type(x).__name__}. Expected None.")
+            f"{batch_size!r} with x={type(x).__name__}. Expected None."
+        )
 
 
 def _bad_x(x) -> TypeError:
@@ -228,7 +267,8 @@ def _bad_x(x) -> TypeError:
         "Invalid value for `x`: expected numpy arrays or tensors (with `y`), a "
         "tf.data.Dataset of batches, a function input_context -> "
         "tf.data.Dataset, or tfdist_opt.build_dataset(...). "
-        f"Received: x={type(x).__name__}")
+        f"Received: x={type(x).__name__}"
+    )
 
 
 def split_validation(x, y, sample_weight, validation_split):
@@ -240,33 +280,42 @@ def split_validation(x, y, sample_weight, validation_split):
         ValueError: `validation_split` not in (0, 1), `x` not arrays, or too
             few rows to split.
     """
-    if (isinstance(validation_split, bool)
-            or not isinstance(validation_split, (int, float))
-            or not 0 < validation_split < 1):
-        raise ValueError("Invalid value for `validation_split`: expected a float in "
-                         f"(0, 1). Received: validation_split={validation_split!r}")
+    if (
+        isinstance(validation_split, bool)
+        or not isinstance(validation_split, (int, float))
+        or not 0 < validation_split < 1
+    ):
+        raise ValueError(
+            "Invalid value for `validation_split`: expected a float in "
+            f"(0, 1). Received: validation_split={validation_split!r}"
+        )
     if not _is_array(x):
         raise ValueError(
             "Invalid value for `validation_split`: it splits arrays only. Received: "
             f"validation_split={validation_split!r} with x={type(x).__name__}. "
-            "Expected array `x`, or pass validation_data.")
+            "Expected array `x`, or pass validation_data."
+        )
     n = _first_len(x)
     split_at = int(math.floor(n * (1.0 - validation_split)))
     if split_at in (0, n):
         raise ValueError(
             f"Invalid value for `validation_split`: {n} rows cannot be split. "
             f"Received: validation_split={validation_split!r}. Expected a split "
-            "leaving rows on both sides.")
+            "leaving rows on both sides."
+        )
 
     def part(lo, hi):
-        return tuple(None if v is None else tf.nest.map_structure(
-            lambda a: np.asarray(a)[lo:hi], v) for v in (x, y, sample_weight))
+        return tuple(
+            None if v is None else tf.nest.map_structure(lambda a: np.asarray(a)[lo:hi], v)
+            for v in (x, y, sample_weight)
+        )
 
     return part(0, split_at), part(split_at, n)
 
 
-def chief_dataset(x, y=None, sample_weight=None, batch_size: int | None = None,
-                  steps: int | None = None) -> tf.data.Dataset:
+def chief_dataset(
+    x, y=None, sample_weight=None, batch_size: int | None = None, steps: int | None = None
+) -> tf.data.Dataset:
     """A finite, ordered dataset read on the chief (evaluate, predict)."""
     if _is_array(x):
         ds = arrays_dataset(x, y, sample_weight).batch(batch_size or 32)
@@ -284,6 +333,8 @@ def chief_dataset(x, y=None, sample_weight=None, batch_size: int | None = None,
 
 def _check_steps(steps: Any) -> int:
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError("Invalid value for `steps_per_epoch`: expected a positive "
-                         f"int. Received: steps_per_epoch={steps!r}")
+        raise ValueError(
+            "Invalid value for `steps_per_epoch`: expected a positive "
+            f"int. Received: steps_per_epoch={steps!r}"
+        )
     return steps

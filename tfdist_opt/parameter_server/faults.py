@@ -30,9 +30,11 @@ def ps_task_in(error: BaseException) -> int | None:
 def lost_ps_message(strategy, index: int) -> str:
     known = getattr(strategy, "ps_addresses", ())
     address = known[index] if index < len(known) else "address unknown"
-    return (f"parameter server ps:{index} ({address}) was lost. "
-            "Restart the job: with tfdist_opt.parameter_server.BackupAndRestore it "
-            "resumes from the last checkpoint.")
+    return (
+        f"parameter server ps:{index} ({address}) was lost. "
+        "Restart the job: with tfdist_opt.parameter_server.BackupAndRestore it "
+        "resumes from the last checkpoint."
+    )
 
 
 @contextlib.contextmanager
@@ -40,9 +42,13 @@ def named_ps_failure(strategy):
     """Turns a TF error naming a ps task into `ParameterServerLostError`."""
     try:
         yield
-    except (tf.errors.UnavailableError, tf.errors.AbortedError,
-            tf.errors.CancelledError, tf.errors.InternalError,
-            tf.errors.NotFoundError) as e:
+    except (
+        tf.errors.UnavailableError,
+        tf.errors.AbortedError,
+        tf.errors.CancelledError,
+        tf.errors.InternalError,
+        tf.errors.NotFoundError,
+    ) as e:
         index = ps_task_in(e)
         if index is None:
             raise

@@ -30,45 +30,89 @@ from tfdist_opt.strategy import chief_saving
 class CoordinatorTraining:
     """Mixin in front of a Keras Model class; see the module docstring."""
 
-    def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto",
-            callbacks=None, validation_split=0.0, validation_data=None,
-            shuffle=True, class_weight=None, sample_weight=None, initial_epoch=0,
-            steps_per_epoch=None, validation_steps=None,
-            validation_batch_size=None, validation_freq=1):
+    def fit(
+        self,
+        x=None,
+        y=None,
+        batch_size=None,
+        epochs=1,
+        verbose="auto",
+        callbacks=None,
+        validation_split=0.0,
+        validation_data=None,
+        shuffle=True,
+        class_weight=None,
+        sample_weight=None,
+        initial_epoch=0,
+        steps_per_epoch=None,
+        validation_steps=None,
+        validation_batch_size=None,
+        validation_freq=1,
+    ):
         """`tfdist_opt.parameter_server.fit(self, ...)`; Keras's arguments."""
         from tfdist_opt.parameter_server import training
+
         return training.fit(
-            self, x, y, batch_size=batch_size, epochs=epochs, verbose=verbose,
-            callbacks=callbacks, validation_split=validation_split,
-            validation_data=validation_data, shuffle=shuffle,
-            class_weight=class_weight, sample_weight=sample_weight,
-            initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch,
+            self,
+            x,
+            y,
+            batch_size=batch_size,
+            epochs=epochs,
+            verbose=verbose,
+            callbacks=callbacks,
+            validation_split=validation_split,
+            validation_data=validation_data,
+            shuffle=shuffle,
+            class_weight=class_weight,
+            sample_weight=sample_weight,
+            initial_epoch=initial_epoch,
+            steps_per_epoch=steps_per_epoch,
             validation_steps=validation_steps,
             validation_batch_size=validation_batch_size,
-            validation_freq=validation_freq)
+            validation_freq=validation_freq,
+        )
 
-    def evaluate(self, x=None, y=None, batch_size=None, verbose="auto",
-                 sample_weight=None, steps=None, callbacks=None, return_dict=False,
-                 **kwargs):
+    def evaluate(
+        self,
+        x=None,
+        y=None,
+        batch_size=None,
+        verbose="auto",
+        sample_weight=None,
+        steps=None,
+        callbacks=None,
+        return_dict=False,
+        **kwargs,
+    ):
         """`tfdist_opt.parameter_server.evaluate(self, ...)`; Keras's arguments."""
         from tfdist_opt.parameter_server import training
+
         kwargs.pop("_use_cached_eval_dataset", None)  # Keras-internal, no effect here
         if kwargs:
             raise TypeError(
                 "Invalid keyword argument(s) for `evaluate` under parameter-server "
                 f"training: not recognized. Received: {sorted(kwargs)}. Expected "
-                "keras.Model.evaluate's arguments.")
+                "keras.Model.evaluate's arguments."
+            )
         return training.evaluate(
-            self, x, y, batch_size=batch_size, verbose=verbose,
-            sample_weight=sample_weight, steps=steps, callbacks=callbacks,
-            return_dict=return_dict)
+            self,
+            x,
+            y,
+            batch_size=batch_size,
+            verbose=verbose,
+            sample_weight=sample_weight,
+            steps=steps,
+            callbacks=callbacks,
+            return_dict=return_dict,
+        )
 
     def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
         """`tfdist_opt.parameter_server.predict(self, ...)`; Keras's arguments."""
         from tfdist_opt.parameter_server import training
-        return training.predict(self, x, batch_size=batch_size, verbose=verbose,
-                                steps=steps, callbacks=callbacks)
 
+        return training.predict(
+            self, x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks
+        )
 
     def save(self, filepath, *args, **kwargs):
         """Keras's `save`; sharded variables are read shard by shard."""
@@ -83,6 +127,7 @@ class CoordinatorTraining:
 
 def _sharded_savable(model) -> None:
     from tfdist_opt.parameter_server import variables as variables_lib
+
     variables_lib.make_sharded_savable(model.variables)
 
 
@@ -96,4 +141,3 @@ def adopt_models(strategy) -> int:
     if state is not None and state.steps_running:
         return 0
     return chief_saving.adopt_models(strategy, CoordinatorTraining)
-

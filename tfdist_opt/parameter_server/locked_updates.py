@@ -61,8 +61,10 @@ def lock_adam_updates(optimizer) -> bool:
     cls = type(optimizer)
     if issubclass(cls, _LockedAdam):
         return True
-    if not isinstance(optimizer, keras.optimizers.Adam) or \
-            cls.update_step is not keras.optimizers.Adam.update_step:
+    if (
+        not isinstance(optimizer, keras.optimizers.Adam)
+        or cls.update_step is not keras.optimizers.Adam.update_step
+    ):
         return False
     optimizer.__class__ = _class_swap.cached_subclass(_LockedAdam, cls)
     return True
@@ -87,10 +89,15 @@ class _LockedAdam:
             v=variables_lib.raw(self._velocities[index]).handle,
             beta1_power=tf.pow(beta_1, local_step),
             beta2_power=tf.pow(beta_2, local_step),
-            lr=tf.cast(learning_rate, dtype), beta1=beta_1, beta2=beta_2,
-            epsilon=tf.cast(self.epsilon, dtype), grad=gradient,
-            use_locking=True)
+            lr=tf.cast(learning_rate, dtype),
+            beta1=beta_1,
+            beta2=beta_2,
+            epsilon=tf.cast(self.epsilon, dtype),
+            grad=gradient,
+            use_locking=True,
+        )
         if self.amsgrad:
             return tf.raw_ops.ResourceApplyAdamWithAmsgrad(
-                vhat=variables_lib.raw(self._velocity_hats[index]).handle, **args)
+                vhat=variables_lib.raw(self._velocity_hats[index]).handle, **args
+            )
         return tf.raw_ops.ResourceApplyAdam(use_nesterov=False, **args)

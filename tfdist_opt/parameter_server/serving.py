@@ -30,9 +30,15 @@ def _answers(address: str, timeout: float = 1.0) -> bool:
         return False
 
 
-def watch_chief(chief_address: str, startup_timeout_s: float | None,
-                grace_s: float = 3.0, poll_s: float = 0.5, clock=time.monotonic,
-                sleep=time.sleep, answers=_answers) -> str:
+def watch_chief(
+    chief_address: str,
+    startup_timeout_s: float | None,
+    grace_s: float = 3.0,
+    poll_s: float = 0.5,
+    clock=time.monotonic,
+    sleep=time.sleep,
+    answers=_answers,
+) -> str:
     """Blocks until the chief has come and gone; returns "done" or "never came".
 
     Pure logic over `answers(address)`, so it is testable without TF.
@@ -54,8 +60,9 @@ def watch_chief(chief_address: str, startup_timeout_s: float | None,
         sleep(poll_s)
 
 
-def serve(tf_config: Mapping[str, Any], startup_timeout_s: float | None = 300.0,
-          grace_s: float = 3.0) -> None:
+def serve(
+    tf_config: Mapping[str, Any], startup_timeout_s: float | None = 300.0, grace_s: float = 3.0
+) -> None:
     """Runs this worker/ps task's server until the chief finishes; exits the process.
 
     Args:
@@ -75,20 +82,33 @@ def serve(tf_config: Mapping[str, Any], startup_timeout_s: float | None = 300.0,
     chief = cluster["chief"][0]
     server = tf.distribute.Server(  # the evaluator is not part of the cluster
         tf.train.ClusterSpec(tf_config_lib.training_cluster(tf_config)),
-        job_name=task["type"], task_index=task["index"],
+        job_name=task["type"],
+        task_index=task["index"],
         protocol=tf_config.get("rpc_layer") or "grpc",
-        config=cluster_lib.server_config(num_workers), start=True)
+        config=cluster_lib.server_config(num_workers),
+        start=True,
+    )
     del server  # lives until the process exits
-    print(f"tfdist_opt: {task['type']}:{task['index']} serving; waiting for the "
-          f"chief ({chief}) to finish", file=sys.stderr, flush=True)
+    print(
+        f"tfdist_opt: {task['type']}:{task['index']} serving; waiting for the "
+        f"chief ({chief}) to finish",
+        file=sys.stderr,
+        flush=True,
+    )
     outcome = watch_chief(chief, startup_timeout_s, grace_s=grace_s)
     sys.stdout.flush()
     sys.stderr.flush()
     if outcome == "done":
-        print(f"tfdist_opt: {task['type']}:{task['index']}: the chief finished; "
-              "exiting", file=sys.stderr, flush=True)
+        print(
+            f"tfdist_opt: {task['type']}:{task['index']}: the chief finished; exiting",
+            file=sys.stderr,
+            flush=True,
+        )
         os._exit(0)  # a TF server cannot be stopped; exit without waiting on it
-    print(f"tfdist_opt: {task['type']}:{task['index']}: the chief ({chief}) never "
-          f"answered within startup_timeout_s={startup_timeout_s}; exiting",
-          file=sys.stderr, flush=True)
+    print(
+        f"tfdist_opt: {task['type']}:{task['index']}: the chief ({chief}) never "
+        f"answered within startup_timeout_s={startup_timeout_s}; exiting",
+        file=sys.stderr,
+        flush=True,
+    )
     os._exit(1)

@@ -35,30 +35,34 @@ def prepare(model: keras.Model, element_spec, build_metrics: bool = True) -> lis
         raise ValueError(
             "Invalid value for `model`: parameter-server training needs the model "
             "created and compiled inside `strategy.scope()` of a parameter-server "
-            f"strategy. Received: a model under {type(strategy).__name__}.")
+            f"strategy. Received: a model under {type(strategy).__name__}."
+        )
     if not getattr(model, "compiled", False) or model.optimizer is None:
-        raise ValueError("Invalid value for `model`: call `model.compile(optimizer, "
-                         "loss, ...)` inside `strategy.scope()` before training. "
-                         "Received: an uncompiled model.")
+        raise ValueError(
+            "Invalid value for `model`: call `model.compile(optimizer, "
+            "loss, ...)` inside `strategy.scope()` before training. "
+            "Received: an uncompiled model."
+        )
     optimizer = model.optimizer
     if "/job:ps/" not in variables_lib.raw(optimizer.iterations).device:
         raise ValueError(
             "Invalid value for `model.optimizer`: its variables are not on a "
             "parameter server (device "
             f"{variables_lib.raw(optimizer.iterations).device!r}); create the "
-            "optimizer (or compile with its name) inside `strategy.scope()`.")
+            "optimizer (or compile with its name) inside `strategy.scope()`."
+        )
     if optimizer.gradient_accumulation_steps:
         raise ValueError(
             "Invalid value for `gradient_accumulation_steps` with parameter-server "
             "training: asynchronous workers update the variables one step at a time. "
             f"Received: gradient_accumulation_steps={optimizer.gradient_accumulation_steps}."
-            " Expected None (use a larger batch per step instead).")
+            " Expected None (use a larger batch per step instead)."
+        )
     data_spec = element_spec
     x_spec = keras.utils.unpack_x_y_sample_weight(data_spec)[0]
     with strategy.scope():
         if not model.built or not all(layer.built for layer in model._flatten_layers()):
-            model(tf.nest.map_structure(
-                lambda s: keras.KerasTensor(s.shape, s.dtype.name), x_spec))
+            model(tf.nest.map_structure(lambda s: keras.KerasTensor(s.shape, s.dtype.name), x_spec))
         targets = variables_lib.gradient_targets(model.trainable_variables)
         if not optimizer.built:
             optimizer.build(targets)
@@ -96,13 +100,17 @@ def make_train_function(model: keras.Model, targets: list, steps_per_execution: 
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         with tf.GradientTape() as tape:
             y_pred = model(x, training=True)
-            loss = model.compute_loss(x=x, y=y, y_pred=y_pred,
-                                      sample_weight=sample_weight, training=True)
+            loss = model.compute_loss(
+                x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True
+            )
             scaled = optimizer.scale_loss(loss)
         grads = tape.gradient(scaled, targets)
         optimizer.apply(grads, targets)
-        state = (metrics.stateless_update_state(_zero_state(metrics), y, y_pred,
-                                                sample_weight) if metrics else [])
+        state = (
+            metrics.stateless_update_state(_zero_state(metrics), y, y_pred, sample_weight)
+            if metrics
+            else []
+        )
         n = _batch_size(x)
         return tf.cast(loss, tf.float32) * n, n, state
 
@@ -136,10 +144,14 @@ def make_eval_function(model: keras.Model):
     def eval_function(data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         y_pred = model(x, training=False)
-        loss = model.compute_loss(x=x, y=y, y_pred=y_pred,
-                                  sample_weight=sample_weight, training=False)
-        state = (metrics.stateless_update_state(_zero_state(metrics), y, y_pred,
-                                                sample_weight) if metrics else [])
+        loss = model.compute_loss(
+            x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=False
+        )
+        state = (
+            metrics.stateless_update_state(_zero_state(metrics), y, y_pred, sample_weight)
+            if metrics
+            else []
+        )
         n = _batch_size(x)
         return tf.cast(loss, tf.float32) * n, n, state
 
@@ -172,14 +184,13 @@ class Totals:
         self.loss_sum += float(loss_sum)
         self.count += float(count)
         state = [np.asarray(s) for s in state]
-        self.state = state if self.state is None else [
-            a + b for a, b in zip(self.state, state)]
+        self.state = state if self.state is None else [a + b for a, b in zip(self.state, state)]
         self.steps += 1
 
     def logs(self, prefix: str = "") -> dict[str, float]:
         out = {"loss": self.loss_sum / self.count if self.count else float("nan")}
         if self._metrics is not None and self.state:
             result = self._metrics.stateless_result(self.state)
-            for name, value in (result.items() if isinstance(result, dict) else ()):
+            for name, value in result.items() if isinstance(result, dict) else ():
                 out[name] = float(np.asarray(value))
         return {prefix + k: v for k, v in out.items()}

@@ -35,7 +35,8 @@ FIT_INSTEAD = (
     "(then `model.fit` and the others run on the cluster), or call "
     "`tfdist_opt.parameter_server.fit(model, ...)` (or `evaluate`, "
     "`predict`); it takes the same arguments and returns the same result"
-    " (e.g. `history = tfdist_opt.parameter_server.fit(model, x, y, epochs=3)`).")
+    " (e.g. `history = tfdist_opt.parameter_server.fit(model, x, y, epochs=3)`)."
+)
 
 
 class KerasParameterServerError(RuntimeError):
@@ -60,8 +61,7 @@ class KerasParameterServerStrategy(tf.distribute.ParameterServerStrategy):
     def __init__(self, cluster_resolver, *args, **kwargs):
         # Read now: after a ps task is lost the resolver may not answer, and
         # the failure message names the lost task's address.
-        self.ps_addresses = tuple(
-            cluster_resolver.cluster_spec().as_dict().get("ps", ()))
+        self.ps_addresses = tuple(cluster_resolver.cluster_spec().as_dict().get("ps", ()))
         super().__init__(cluster_resolver, *args, **kwargs)
 
     @contextlib.contextmanager
@@ -73,6 +73,7 @@ class KerasParameterServerStrategy(tf.distribute.ParameterServerStrategy):
         subclass.
         """
         from tfdist_opt.parameter_server import keras_model
+
         keras_model.adopt_models(self)
         try:
             with super().scope(), model_registry.recording():
@@ -91,8 +92,7 @@ class KerasParameterServerStrategy(tf.distribute.ParameterServerStrategy):
         """
         distributed = super().experimental_distribute_dataset(dataset, options)
         try:
-            distributed.__class__ = _class_swap.cached_subclass(
-                _NamesOurFit, type(distributed))
+            distributed.__class__ = _class_swap.cached_subclass(_NamesOurFit, type(distributed))
         except TypeError:
             pass  # another dataset type: TF's own message
         return distributed

@@ -59,20 +59,36 @@ def steps_running(strategy):
 
 def _steps_running(fn):
     """Runs `fn(model, ...)` inside `steps_running` of the model's strategy."""
+
     @functools.wraps(fn)
     def wrapper(model, *args, **kwargs):
         with steps_running(model.distribute_strategy):
             return fn(model, *args, **kwargs)
+
     return wrapper
 
 
 @_steps_running
-def fit(model: keras.Model, x=None, y=None, batch_size: int | None = None,
-        epochs: int = 1, verbose="auto", callbacks=None, validation_split: float = 0.0,
-        validation_data=None, shuffle: bool = True, class_weight=None,
-        sample_weight=None, initial_epoch: int = 0, steps_per_epoch: int | None = None,
-        validation_steps: int | None = None, validation_batch_size: int | None = None,
-        validation_freq: int = 1, seed: int | None = None) -> keras.callbacks.History:
+def fit(
+    model: keras.Model,
+    x=None,
+    y=None,
+    batch_size: int | None = None,
+    epochs: int = 1,
+    verbose="auto",
+    callbacks=None,
+    validation_split: float = 0.0,
+    validation_data=None,
+    shuffle: bool = True,
+    class_weight=None,
+    sample_weight=None,
+    initial_epoch: int = 0,
+    steps_per_epoch: int | None = None,
+    validation_steps: int | None = None,
+    validation_batch_size: int | None = None,
+    validation_freq: int = 1,
+    seed: int | None = None,
+) -> keras.callbacks.History:
     """`model.fit` for parameter-server training (same arguments, same History).
 
     A model built in `KerasParameterServerStrategy.scope()` runs this from
@@ -107,22 +123,27 @@ def fit(model: keras.Model, x=None, y=None, batch_size: int | None = None,
         ValueError: bad arguments, or a model not built for PS training.
         RuntimeError: a parameter server was lost (one line naming it).
     """
-    for name, value, low in (("epochs", epochs, 1), ("initial_epoch", initial_epoch, 0),
-                             ("validation_freq", validation_freq, 1)):
+    for name, value, low in (
+        ("epochs", epochs, 1),
+        ("initial_epoch", initial_epoch, 0),
+        ("validation_freq", validation_freq, 1),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"Invalid value for `{name}`: expected an int >= {low}. "
-                             f"Received: {name}={value!r}")
+            raise ValueError(
+                f"Invalid value for `{name}`: expected an int >= {low}. Received: {name}={value!r}"
+            )
     _refuse_custom_step(model, "train_step")
     if validation_split and validation_data is None:
         (x, y, sample_weight), validation_data = data_lib.split_validation(
-            x, y, sample_weight, validation_split)
+            x, y, sample_weight, validation_split
+        )
     strategy = model.distribute_strategy
     if not isinstance(strategy, tf.distribute.ParameterServerStrategy):
         steps_lib.prepare(model, None)  # raises the named error
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     per_worker, spec, steps_per_epoch = data_lib.training_input(
-        coordinator, x, y, sample_weight, batch_size, steps_per_epoch, shuffle, seed,
-        class_weight)
+        coordinator, x, y, sample_weight, batch_size, steps_per_epoch, shuffle, seed, class_weight
+    )
     targets = steps_lib.prepare(model, spec)
     validation = _validation_input(validation_data, validation_batch_size, batch_size)
     spe = int(getattr(model, "steps_per_execution", 1) or 1)
@@ -130,10 +151,19 @@ def fit(model: keras.Model, x=None, y=None, batch_size: int | None = None,
     iterator = iter(per_worker)
     verbose = 1 if verbose == "auto" else verbose
     calls = -(-steps_per_epoch // spe)
-    cbs = callbacks if isinstance(callbacks, keras.callbacks.CallbackList) else \
-        keras.callbacks.CallbackList(callbacks, add_history=True,
-                                     add_progbar=verbose != 0, verbose=verbose,
-                                     epochs=epochs, steps=calls, model=model)
+    cbs = (
+        callbacks
+        if isinstance(callbacks, keras.callbacks.CallbackList)
+        else keras.callbacks.CallbackList(
+            callbacks,
+            add_history=True,
+            add_progbar=verbose != 0,
+            verbose=verbose,
+            epochs=epochs,
+            steps=calls,
+            model=model,
+        )
+    )
     totals = steps_lib.Totals(model)
     # Steps in flight: enough to keep every worker busy; batch-end hooks run
     # as each step completes, in order, so callbacks see real progress.
@@ -158,8 +188,7 @@ def fit(model: keras.Model, x=None, y=None, batch_size: int | None = None,
             scheduled = 0
             for call in range(calls):
                 cbs.on_train_batch_begin(call)
-                pending.append((call, coordinator.schedule(train_function,
-                                                           args=(iterator,))))
+                pending.append((call, coordinator.schedule(train_function, args=(iterator,))))
                 scheduled += min(spe, steps_per_epoch - call * spe)
                 while len(pending) > window:
                     _finish(cbs, totals, *pending.popleft())
@@ -174,9 +203,20 @@ def fit(model: keras.Model, x=None, y=None, batch_size: int | None = None,
             logs["examples_per_sec"] = totals.count / elapsed if elapsed > 0 else 0.0
             if validation is not None and (epoch + 1) % validation_freq == 0:
                 vx, vy, vsw, vbatch = validation
-                logs.update(evaluate(model, vx, vy, batch_size=vbatch, sample_weight=vsw,
-                                     steps=validation_steps, verbose=0, callbacks=cbs,
-                                     return_dict=True, _prefix="val_"))
+                logs.update(
+                    evaluate(
+                        model,
+                        vx,
+                        vy,
+                        batch_size=vbatch,
+                        sample_weight=vsw,
+                        steps=validation_steps,
+                        verbose=0,
+                        callbacks=cbs,
+                        return_dict=True,
+                        _prefix="val_",
+                    )
+                )
             cbs.on_epoch_end(epoch, logs)
             if model.stop_training:
                 break
@@ -194,7 +234,8 @@ def _refuse_custom_step(model, method: str) -> None:
             f"`{method}`, which parameter-server training does not run (its steps "
             "are scheduled on the workers by the coordinator). Received: a custom "
             f"`{method}`. Expected keras.Model's own; put custom losses in "
-            "`compute_loss` or compile().")
+            "`compute_loss` or compile()."
+        )
 
 
 def _validation_input(validation_data, validation_batch_size, batch_size):
@@ -217,14 +258,16 @@ def _finish(cbs, totals, call, remote_value):
     """
     try:
         totals.add(*remote_value.fetch())
-    except (tf.errors.UnavailableError, tf.errors.AbortedError,
-            tf.errors.CancelledError) as e:
+    except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError) as e:
         if faults.ps_task_in(e) is not None:
             raise
         totals.lost += 1
-        logging.warning("tfdist_opt: step %d completed on a worker that was then "
-                        "lost; its update is applied, its loss is left out of the "
-                        "epoch mean", call)
+        logging.warning(
+            "tfdist_opt: step %d completed on a worker that was then "
+            "lost; its update is applied, its loss is left out of the "
+            "epoch mean",
+            call,
+        )
     cbs.on_train_batch_end(call, totals.logs())
 
 
@@ -236,9 +279,18 @@ def _num_workers(strategy) -> int:
 
 
 @_steps_running
-def evaluate(model: keras.Model, x=None, y=None, batch_size: int | None = None,
-             verbose="auto", sample_weight=None, steps: int | None = None,
-             callbacks=None, return_dict: bool = False, _prefix: str = ""):
+def evaluate(
+    model: keras.Model,
+    x=None,
+    y=None,
+    batch_size: int | None = None,
+    verbose="auto",
+    sample_weight=None,
+    steps: int | None = None,
+    callbacks=None,
+    return_dict: bool = False,
+    _prefix: str = "",
+):
     """`model.evaluate` on the chief, reading variables from the parameter servers.
 
     Args: as `keras.Model.evaluate` (`x` as in `fit`; a dataset function is
@@ -269,8 +321,14 @@ def evaluate(model: keras.Model, x=None, y=None, batch_size: int | None = None,
 
 
 @_steps_running
-def predict(model: keras.Model, x, batch_size: int | None = None, verbose="auto",
-            steps: int | None = None, callbacks=None):
+def predict(
+    model: keras.Model,
+    x,
+    batch_size: int | None = None,
+    verbose="auto",
+    steps: int | None = None,
+    callbacks=None,
+):
     """`model.predict` on the chief, in input order. Returns numpy array(s).
 
     Callbacks get Keras's `on_predict_*` calls (`logs={"outputs": ...}`).
@@ -302,17 +360,19 @@ def _callback_list(model, callbacks, verbose, steps):
     if isinstance(callbacks, keras.callbacks.CallbackList):
         return callbacks
     verbose = 1 if verbose == "auto" else verbose
-    return keras.callbacks.CallbackList(callbacks, add_progbar=verbose != 0,
-                                        verbose=verbose, epochs=1, steps=steps,
-                                        model=model)
+    return keras.callbacks.CallbackList(
+        callbacks, add_progbar=verbose != 0, verbose=verbose, epochs=1, steps=steps, model=model
+    )
 
 
 def _split_validation(validation_data):
     if isinstance(validation_data, (tuple, list)):
         if len(validation_data) not in (2, 3):
-            raise ValueError("Invalid value for `validation_data`: expected (x, y) or "
-                             "(x, y, sample_weight) or a dataset. Received: a "
-                             f"{len(validation_data)}-tuple.")
+            raise ValueError(
+                "Invalid value for `validation_data`: expected (x, y) or "
+                "(x, y, sample_weight) or a dataset. Received: a "
+                f"{len(validation_data)}-tuple."
+            )
         vx, vy, *rest = validation_data
         return vx, vy, rest[0] if rest else None
     return validation_data, None, None

@@ -77,7 +77,8 @@ def make_counter_atomic(counter) -> None:
     if not isinstance(counter, keras.Variable):
         raise TypeError(
             "Invalid value for `counter`: expected a Keras variable "
-            f"(optimizer.iterations). Received: {type(counter).__name__}")
+            f"(optimizer.iterations). Received: {type(counter).__name__}"
+        )
     cls = type(counter)
     if issubclass(cls, _AtomicAssignAdd):
         return
@@ -110,8 +111,7 @@ def make_sharded_savable(variables: Iterable) -> int:
     """
     n = 0
     for v in variables:
-        if (isinstance(v, keras.Variable) and is_sharded(v)
-                and not isinstance(v, _ShardedArray)):
+        if isinstance(v, keras.Variable) and is_sharded(v) and not isinstance(v, _ShardedArray):
             v.__class__ = _class_swap.cached_subclass(_ShardedArray, type(v))
             n += 1
     return n

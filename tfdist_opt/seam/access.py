@@ -13,6 +13,7 @@ from __future__ import annotations
 def tf_optimizer_class() -> type:
     """Keras 3's `TFOptimizer`, the base of every Keras 3 TF optimizer."""
     from keras.src.backend.tensorflow.optimizer import TFOptimizer
+
     return TFOptimizer
 
 
@@ -20,67 +21,80 @@ def keras_train_step_code():
     """The code objects of Keras's own `train_step` and `compute_metrics`."""
     from keras.src.backend.tensorflow import trainer as tf_trainer
     from keras.src.trainers import trainer as base_trainer
-    return (tf_trainer.TensorFlowTrainer.train_step.__code__,
-            base_trainer.Trainer.compute_metrics.__code__)
+
+    return (
+        tf_trainer.TensorFlowTrainer.train_step.__code__,
+        base_trainer.Trainer.compute_metrics.__code__,
+    )
 
 
 def unscale_loss_for_distribution(loss):
     """Keras's `unscale_loss_for_distribution` (the loss tracker's value)."""
     from keras.src.losses import loss as loss_module
+
     return loss_module.unscale_loss_for_distribution(loss)
 
 
 def reduce_per_replica(values, strategy, reduction):
     """Keras's TF trainer's reduction of a step's per-replica outputs."""
     from keras.src.backend.tensorflow import trainer as tf_trainer
+
     return tf_trainer.reduce_per_replica(values, strategy, reduction=reduction)
 
 
 def generator_data_adapter_class() -> type:
     """Keras's `GeneratorDataAdapter` (Python-generator input)."""
     from keras.src.trainers.data_adapters import generator_data_adapter
+
     return generator_data_adapter.GeneratorDataAdapter
 
 
 def make_class_weight_map_fn(class_weight):
     """Keras's own `class_weight` -> `sample_weight` dataset map function."""
     from keras.src.trainers.data_adapters import tf_dataset_adapter
+
     return tf_dataset_adapter.make_class_weight_map_fn(class_weight)
 
 
 def file_exists(path) -> bool:
     """Keras's `file_utils.exists` (local and remote paths)."""
     from keras.src.utils import file_utils
+
     return file_utils.exists(path)
 
 
 def collective_all_reduce_extended_class() -> type:
     """TF's `CollectiveAllReduceExtended` (MultiWorkerMirroredStrategy's extended)."""
     from tensorflow.python.distribute import collective_all_reduce_strategy
+
     return collective_all_reduce_strategy.CollectiveAllReduceExtended
 
 
 def eager_context_module():
     """`tensorflow.python.eager.context` (the coordination service's store)."""
     from tensorflow.python.eager import context
+
     return context
 
 
 def tf_errors_module():
     """`tensorflow.python.framework.errors`."""
     from tensorflow.python.framework import errors
+
     return errors
 
 
 def name_scope_stack():
     """The calling thread's Keras name scope stack (a list), or None."""
     from keras.src.backend.common import global_state
+
     return global_state.get_global_attribute("name_scope_stack")
 
 
 def set_name_scope_stack(stack) -> None:
     """Replaces the calling thread's Keras name scope stack."""
     from keras.src.backend.common import global_state
+
     global_state.set_global_attribute("name_scope_stack", stack)
 
 

@@ -80,8 +80,7 @@ class LocalProgress:
     def enter(self, phase: str, step: int | None = None) -> None:
         """A new progress event (the same events, in order, on every worker)."""
         seq, old_step, _, _ = self.state
-        self.state = (seq + 1, old_step if step is None else step, phase,
-                      self._clock())
+        self.state = (seq + 1, old_step if step is None else step, phase, self._clock())
 
     def label(self, phase: str) -> str:
         """Relabels the current event (no new event: not every worker saves);
@@ -137,17 +136,29 @@ class Inspector:
             process's collectives (needed with `collective_timeout_s`).
     """
 
-    def __init__(self, local: LocalProgress, task: int, names: Mapping[int, str],
-                 store, namespace: str, warn_s: float, abort_s: float | None = None,
-                 *, input_pending: Callable[[], bool] | None = None,
-                 clock: Callable[[], float] = time.time, out: TextIO | None = None,
-                 exit_fn: Callable[[int], None] = _hard_exit,
-                 stack_fn: Callable[[], str] = stacks_lib.own_stacks,
-                 poll_s: float | None = None, pid: int | None = None,
-                 host: str | None = None, host_id: str | None = None,
-                 addresses: Mapping[int, str] | None = None,
-                 collective_timeout_s: float | None = None,
-                 abort_collectives: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        local: LocalProgress,
+        task: int,
+        names: Mapping[int, str],
+        store,
+        namespace: str,
+        warn_s: float,
+        abort_s: float | None = None,
+        *,
+        input_pending: Callable[[], bool] | None = None,
+        clock: Callable[[], float] = time.time,
+        out: TextIO | None = None,
+        exit_fn: Callable[[int], None] = _hard_exit,
+        stack_fn: Callable[[], str] = stacks_lib.own_stacks,
+        poll_s: float | None = None,
+        pid: int | None = None,
+        host: str | None = None,
+        host_id: str | None = None,
+        addresses: Mapping[int, str] | None = None,
+        collective_timeout_s: float | None = None,
+        abort_collectives: Callable[[str], None] | None = None,
+    ):
         self.local, self.task, self.names = local, task, dict(names)
         self.tasks = sorted(self.names)
         self.store, self.ns = store, namespace
@@ -194,8 +205,9 @@ class Inspector:
         self.publish()
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name="tfdist_opt-stall-inspector")
+        self._thread = threading.Thread(
+            target=self._run, daemon=True, name="tfdist_opt-stall-inspector"
+        )
         self._thread.start()
 
     def stop(self) -> None:
@@ -209,8 +221,9 @@ class Inspector:
         # The store may be gone or frozen (a SIGSTOPped chief hosts the
         # coordination service): a put would then block this process's exit
         # forever, so it runs in a daemon thread with a bounded wait.
-        done = threading.Thread(target=self._publish_quietly, daemon=True,
-                                name="tfdist_opt-stall-done")
+        done = threading.Thread(
+            target=self._publish_quietly, daemon=True, name="tfdist_opt-stall-done"
+        )
         done.start()
         done.join(timeout=self.poll_s + 2.0)
 
@@ -229,16 +242,19 @@ class Inspector:
             except Exception as e:  # pylint: disable=broad-except
                 failures += 1
                 if failures == 3:  # say it once; keep trying
-                    self._print(f"inspector cannot reach the key-value store "
-                                f"({type(e).__name__}: {e}); retrying")
+                    self._print(
+                        f"inspector cannot reach the key-value store "
+                        f"({type(e).__name__}: {e}); retrying"
+                    )
 
     # ------------------------------------------------------------ tick
     def current(self) -> policy_lib.Progress:
         seq, step, phase, since = self.local.state
         if phase == "step" and self.input_pending is not None and self.input_pending():
             phase = "input"
-        return policy_lib.Progress(self.task, seq, step, phase, since,
-                                   self.pid, self.host, self.host_id)
+        return policy_lib.Progress(
+            self.task, seq, step, phase, since, self.pid, self.host, self.host_id
+        )
 
     def publish(self) -> policy_lib.Progress:
         record = self.current()
@@ -260,8 +276,7 @@ class Inspector:
 
     def check_deadline(self) -> None:
         """Aborts this worker's collectives once its step passed `collective_timeout_s`."""
-        if (not self.collective_timeout_s or self.abort_collectives is None
-                or self._deadline_fired):
+        if not self.collective_timeout_s or self.abort_collectives is None or self._deadline_fired:
             return
         record = self.current()
         waited = self.clock() - record.since
@@ -269,9 +284,11 @@ class Inspector:
             return
         self._deadline_fired = True
         label = self.names.get(self.task, f"worker {self.task}")
-        message = (f"{label}'s train step {record.step} has run {waited:.0f} s "
-                   f"(collective_timeout_s={self.collective_timeout_s:g}): its "
-                   "collectives are aborted (DeadlineExceededError)")
+        message = (
+            f"{label}'s train step {record.step} has run {waited:.0f} s "
+            f"(collective_timeout_s={self.collective_timeout_s:g}): its "
+            "collectives are aborted (DeadlineExceededError)"
+        )
         self._print(message)
         self.abort_collectives(message)
 
@@ -296,8 +313,7 @@ class Inspector:
 
     def _write_verdict(self, **fields) -> int:
         self._verdict_n += 1
-        self.store.put(self._key("verdict"),
-                       json.dumps({"n": self._verdict_n, **fields}))
+        self.store.put(self._key("verdict"), json.dumps({"n": self._verdict_n, **fields}))
         return self._verdict_n
 
     def warning(self, stall: policy_lib.Stall) -> str | None:
@@ -320,16 +336,14 @@ class Inspector:
                 stack, seq = self._await_stack(t, n, records.get(t))
                 if seq is not None and t in records and seq != records[t].seq:
                     return None
-            text += f" {label}'s stack: " + (
-                "\n" + stack if "\n" in stack else stack)
+            text += f" {label}'s stack: " + ("\n" + stack if "\n" in stack else stack)
         return text
 
     def _await_stack(self, task: int, n: int, record) -> tuple[str, int | None]:
         """(stack or why it is unavailable, the worker's seq when it answered)."""
         if record is not None and _stopped(record):
             # Nothing to wait for (and TF's heartbeat ends the job ~10 s on).
-            return stacks_lib.unavailable_reason(
-                record.pid, record.host, record.host_id, 0), None
+            return stacks_lib.unavailable_reason(record.pid, record.host, record.host_id, 0), None
         deadline = time.monotonic() + self.stack_wait_s
         while True:
             left = deadline - time.monotonic()
@@ -344,22 +358,23 @@ class Inspector:
         if record is None:
             return "unavailable: it has not started fit", None
         return stacks_lib.unavailable_reason(
-            record.pid, record.host, record.host_id, self.stack_wait_s,
-            self.addresses.get(task, "")), None
+            record.pid, record.host, record.host_id, self.stack_wait_s, self.addresses.get(task, "")
+        ), None
 
     def _abort(self, stall: policy_lib.Stall) -> None:
         what = policy_lib.describe(stall, self.names)
         why = f"stall of {stall.duration:.0f} s (stall_abort_s={self.abort_s:g})"
         self._write_verdict(abort=why, what=what)
-        self._print(f"aborting after a {why}: {what} Every worker exits with "
-                    f"code {STALL_EXIT_CODE}; `tfdist-opt launch --max-restarts "
-                    "R` restarts the job from its newest backup.")
+        self._print(
+            f"aborting after a {why}: {what} Every worker exits with "
+            f"code {STALL_EXIT_CODE}; `tfdist-opt launch --max-restarts "
+            "R` restarts the job from its newest backup."
+        )
         deadline = time.monotonic() + self.stack_wait_s
         stopped = {p.task for p in stall.behind if _stopped(p)}
         waiting = [t for t in self.tasks if t != self.task and t not in stopped]
         while waiting and time.monotonic() < deadline:
-            waiting = [t for t in waiting
-                       if self.store.get(self._key("ack", t), 0.05) != "1"]
+            waiting = [t for t in waiting if self.store.get(self._key("ack", t), 0.05) != "1"]
             time.sleep(0.05)
         self.exit_fn(STALL_EXIT_CODE)
 
@@ -374,13 +389,18 @@ class Inspector:
         if verdict.get("abort"):
             self.store.put(self._key("ack", self.task), "1")
             label = self.names.get(self.task, f"worker {self.task}")
-            self._print(f"{label} exits with code {STALL_EXIT_CODE}: the chief "
-                        f"aborted a {verdict['abort']}: {verdict['what']}")
+            self._print(
+                f"{label} exits with code {STALL_EXIT_CODE}: the chief "
+                f"aborted a {verdict['abort']}: {verdict['what']}"
+            )
             self.exit_fn(STALL_EXIT_CODE)
         elif self.task in verdict.get("stack", ()):
-            self.store.put(self._key("stack", self.task), json.dumps(
-                {"n": verdict["n"], "seq": self.local.state[0],
-                 "text": self.stack_fn()}))
+            self.store.put(
+                self._key("stack", self.task),
+                json.dumps(
+                    {"n": verdict["n"], "seq": self.local.state[0], "text": self.stack_fn()}
+                ),
+            )
 
     def _print(self, message: str) -> None:
         self.messages.append(message)

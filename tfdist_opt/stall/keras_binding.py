@@ -91,8 +91,7 @@ class StallSettings:
 def group_names(tf_config) -> tuple[int, dict]:
     """(this task's position, {position: label}) over chief then workers."""
     cluster = tf_config["cluster"]
-    tasks = [(role, i) for role in ("chief", "worker")
-             for i in range(len(cluster.get(role) or ()))]
+    tasks = [(role, i) for role in ("chief", "worker") for i in range(len(cluster.get(role) or ()))]
     me = (tf_config["task"]["type"], int(tf_config["task"]["index"]))
     names = {n: f"{role} {i}" for n, (role, i) in enumerate(tasks)}
     return tasks.index(me), names
@@ -101,8 +100,9 @@ def group_names(tf_config) -> tuple[int, dict]:
 def group_addresses(tf_config) -> dict:
     """{position: host:port} over chief then workers (as `group_names`)."""
     cluster = tf_config["cluster"]
-    return dict(enumerate(address for role in ("chief", "worker")
-                          for address in cluster.get(role) or ()))
+    return dict(
+        enumerate(address for role in ("chief", "worker") for address in cluster.get(role) or ())
+    )
 
 
 def attach(strategy, config, tf_config) -> None:
@@ -119,11 +119,16 @@ def attach(strategy, config, tf_config) -> None:
     marker = None
     if config.stall_warn_s:
         with tf.device("/cpu:0"):
-            marker = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                 name="tfdist_opt_input_marker")
+            marker = tf.Variable(0, dtype=tf.int64, trainable=False, name="tfdist_opt_input_marker")
     runtime.runtime_of(strategy).stall = StallSettings(
-        config.stall_warn_s, config.stall_abort_s, task, names, marker,
-        group_addresses(tf_config), config.collective_timeout_s)
+        config.stall_warn_s,
+        config.stall_abort_s,
+        task,
+        names,
+        marker,
+        group_addresses(tf_config),
+        config.collective_timeout_s,
+    )
 
 
 def abort_collectives(message: str) -> None:
@@ -162,8 +167,14 @@ def count_inputs(strategy, distributed):
     s = settings_of(strategy)
     if s is None or s.marker is None:
         return distributed
-    attr = next((a for a in ("_cloned_datasets", "_datasets")
-                 if isinstance(getattr(distributed, a, None), list)), None)
+    attr = next(
+        (
+            a
+            for a in ("_cloned_datasets", "_datasets")
+            if isinstance(getattr(distributed, a, None), list)
+        ),
+        None,
+    )
     if attr is None:
         s.counting = False
         return distributed
@@ -177,8 +188,8 @@ def count_inputs(strategy, distributed):
     def count(*element):
         with tf.control_dependencies([marker.assign_add(1)]):
             return tf.nest.map_structure(
-                tf.identity, element if len(element) > 1 else element[0],
-                expand_composites=True)
+                tf.identity, element if len(element) > 1 else element[0], expand_composites=True
+            )
 
     setattr(distributed, attr, [d.map(count) for d in getattr(distributed, attr)])
     return distributed
@@ -278,8 +289,7 @@ class _Agree(keras.callbacks.Callback):
 class FitWatch:
     """One `fit`'s progress state, callbacks and inspector thread."""
 
-    def __init__(self, strategy, settings: StallSettings, store=None, out=None,
-                 model=None):
+    def __init__(self, strategy, settings: StallSettings, store=None, out=None, model=None):
         self.model = model  # whose fit this is (its `runtime.FitCall`)
         self.task, self.names = settings.task, settings.names
         self.tasks = sorted(self.names)
@@ -297,11 +307,19 @@ class FitWatch:
         if settings.warn_s and self.marker is not None:
             self.rebase()
             self.inspector = inspector_lib.Inspector(
-                self.local, self.task, self.names, self.store, self.ns,
-                settings.warn_s, settings.abort_s, input_pending=self._pending,
-                out=out, addresses=settings.addresses,
+                self.local,
+                self.task,
+                self.names,
+                self.store,
+                self.ns,
+                settings.warn_s,
+                settings.abort_s,
+                input_pending=self._pending,
+                out=out,
+                addresses=settings.addresses,
                 collective_timeout_s=settings.collective_timeout_s,
-                abort_collectives=abort_collectives)
+                abort_collectives=abort_collectives,
+            )
             self.callbacks = (_Front(self), _Back(self))
         else:
             self.callbacks = (_Agree(self), None)

@@ -89,12 +89,10 @@ class Stall:
 
     def identity(self) -> tuple:
         """Same value while the same workers stay at the same position."""
-        return (tuple((p.task, p.seq, p.phase) for p in self.behind),
-                self.missing)
+        return (tuple((p.task, p.seq, p.phase) for p in self.behind), self.missing)
 
 
-def assess(records: Mapping[int, Progress], tasks: Sequence[int],
-           now: float) -> Stall | None:
+def assess(records: Mapping[int, Progress], tasks: Sequence[int], now: float) -> Stall | None:
     """The current stall, or None when every worker is done or none published.
 
     Args:
@@ -209,14 +207,16 @@ def describe(stall: Stall, names: Mapping[int, str] | None = None) -> str:
     if stall.missing:
         who = _who(names, stall.missing)
         verb = "has" if len(stall.missing) == 1 else "have"
-        parts.append(f"{who} {verb} not started fit (no progress published) "
-                     f"for {secs}")
+        parts.append(f"{who} {verb} not started fit (no progress published) for {secs}")
     elif not stall.waiting:
-        parts.append(f"no worker has advanced for {secs}: "
-                     + "; ".join(f"{_who(names, tasks)} at {text}"
-                                 for text, tasks in _group(stall.behind, where))
-                     + " (a collective or computation that does not finish, "
-                     "or a slow step)")
+        parts.append(
+            f"no worker has advanced for {secs}: "
+            + "; ".join(
+                f"{_who(names, tasks)} at {text}" for text, tasks in _group(stall.behind, where)
+            )
+            + " (a collective or computation that does not finish, "
+            "or a slow step)"
+        )
     else:
         for text, tasks in _group(stall.behind, where):
             verb = "has" if len(tasks) == 1 else "have"

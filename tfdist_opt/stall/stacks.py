@@ -26,9 +26,15 @@ import threading
 import traceback
 
 _MAX_FRAMES = 12  # innermost frames kept per thread
-_STATES = {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O (D)",
-           "T": "stopped (state T: SIGSTOP)", "t": "stopped by a debugger (state t)",
-           "Z": "a zombie (exited)", "X": "dead"}
+_STATES = {
+    "R": "running",
+    "S": "sleeping",
+    "D": "in uninterruptible I/O (D)",
+    "T": "stopped (state T: SIGSTOP)",
+    "t": "stopped by a debugger (state t)",
+    "Z": "a zombie (exited)",
+    "X": "dead",
+}
 
 
 def own_stacks(max_frames: int = _MAX_FRAMES, skip_current: bool = True) -> str:
@@ -100,8 +106,9 @@ def process_state(pid: int, host_id: str, proc_root: str = "/proc") -> str | Non
     return _STATES.get(state, f"in state {state}")
 
 
-def unavailable_reason(pid: int, host: str, host_id: str, waited_s: float,
-                       address: str = "", proc_root: str = "/proc") -> str:
+def unavailable_reason(
+    pid: int, host: str, host_id: str, waited_s: float, address: str = "", proc_root: str = "/proc"
+) -> str:
     """Why a worker's stack did not arrive, as precisely as this host can tell.
 
     Args:
@@ -114,14 +121,20 @@ def unavailable_reason(pid: int, host: str, host_id: str, waited_s: float,
     """
     state = process_state(pid, host_id, proc_root)
     if state is not None and state.startswith("stopped"):
-        return (f"unavailable: process {pid} is {state}, so it cannot report "
-                "its stack or its latest position")
+        return (
+            f"unavailable: process {pid} is {state}, so it cannot report "
+            "its stack or its latest position"
+        )
     at = f" at {address}" if address else ""
     if state is None:
-        return (f"unavailable: none arrived within {waited_s:g} s (process {pid} "
-                f"on host {host}{at}, another host: its state cannot be read "
-                "from here; the host or its network may be unreachable, or its "
-                "Python threads blocked, e.g. by native code holding the GIL)")
-    return (f"unavailable: none arrived within {waited_s:g} s (process {pid} on "
-            f"this host{at}, {state}; its Python threads may be blocked, e.g. "
-            "by native code holding the GIL)")
+        return (
+            f"unavailable: none arrived within {waited_s:g} s (process {pid} "
+            f"on host {host}{at}, another host: its state cannot be read "
+            "from here; the host or its network may be unreachable, or its "
+            "Python threads blocked, e.g. by native code holding the GIL)"
+        )
+    return (
+        f"unavailable: none arrived within {waited_s:g} s (process {pid} on "
+        f"this host{at}, {state}; its Python threads may be blocked, e.g. "
+        "by native code holding the GIL)"
+    )

@@ -31,8 +31,7 @@ from __future__ import annotations
 from typing import Mapping
 
 
-def decide(counts: Mapping[int, int | None], names: Mapping[int, str]
-           ) -> str | None:
+def decide(counts: Mapping[int, int | None], names: Mapping[int, str]) -> str | None:
     """The warning when the workers' epoch lengths differ, else None.
 
     Args:
@@ -48,21 +47,29 @@ def decide(counts: Mapping[int, int | None], names: Mapping[int, str]
         return None
     tasks = sorted(counts)
     listed = ", ".join(
-        f"{names.get(t, f'worker {t}')}: "
-        + ("unknown" if counts[t] is None else str(counts[t])) for t in tasks)
-    text = (f"tfdist_opt: uneven inputs: batches per epoch: {listed}. Each "
-            "epoch runs until the last worker's input runs out (TF's "
-            "distributed iterator agrees on it at every batch); a worker whose "
-            "input ran out takes part with empty batches, so those steps "
-            "average the examples left")
+        f"{names.get(t, f'worker {t}')}: " + ("unknown" if counts[t] is None else str(counts[t]))
+        for t in tasks
+    )
+    text = (
+        f"tfdist_opt: uneven inputs: batches per epoch: {listed}. Each "
+        "epoch runs until the last worker's input runs out (TF's "
+        "distributed iterator agrees on it at every batch); a worker whose "
+        "input ran out takes part with empty batches, so those steps "
+        "average the examples left"
+    )
     known = {t: c for t, c in counts.items() if c is not None}
     if len(known) == len(counts):
         high = max(known.values())
-        short = [f"{names.get(t, f'worker {t}')} {high - c}" for t, c in
-                 sorted(known.items()) if c < high]
+        short = [
+            f"{names.get(t, f'worker {t}')} {high - c}"
+            for t, c in sorted(known.items())
+            if c < high
+        ]
         text += f" (steps without a batch per epoch: {', '.join(short)})"
-    return text + (". Keras's fixed epoch length would have made a worker "
-                   "leave the epoch while the others waited in a collective "
-                   "for it, so every worker's epoch length is left open for "
-                   "this fit. Give every worker the same number of batches "
-                   "(or set steps_per_epoch) for full global batches.")
+    return text + (
+        ". Keras's fixed epoch length would have made a worker "
+        "leave the epoch while the others waited in a collective "
+        "for it, so every worker's epoch length is left open for "
+        "this fit. Give every worker the same number of batches "
+        "(or set steps_per_epoch) for full global batches."
+    )

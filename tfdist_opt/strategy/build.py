@@ -21,9 +21,11 @@ from tfdist_opt.gradients import keras_binding as gradient_binding
 from tfdist_opt.gradients.options import GradientOptions
 
 
-def resolve_config(config: StrategyConfig | str | os.PathLike | None = None,
-                   environ: Mapping[str, str] | None = None,
-                   **overrides: Any) -> StrategyConfig:
+def resolve_config(
+    config: StrategyConfig | str | os.PathLike | None = None,
+    environ: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> StrategyConfig:
     """The effective config: a given `StrategyConfig` + overrides, or
     defaults < file (`config` path) < `TFDIST_OPT_*` env < overrides."""
     if isinstance(config, StrategyConfig):
@@ -32,8 +34,9 @@ def resolve_config(config: StrategyConfig | str | os.PathLike | None = None,
     return StrategyConfig.load(config, environ=environ, **overrides)
 
 
-def opt_strategy(config: StrategyConfig | str | os.PathLike | None = None,
-                 **overrides: Any) -> tf.distribute.Strategy:
+def opt_strategy(
+    config: StrategyConfig | str | os.PathLike | None = None, **overrides: Any
+) -> tf.distribute.Strategy:
     """Builds the fastest correct `tf.distribute` strategy for this process.
 
     Reads TF_CONFIG and the visible GPUs, merges `config` (a
@@ -82,8 +85,9 @@ def opt_strategy(config: StrategyConfig | str | os.PathLike | None = None,
     return build_strategy(cfg, plan, topo)
 
 
-def build_strategy(cfg: StrategyConfig, plan: plan_lib.StrategyPlan,
-                   topo: topology_lib.Topology) -> tf.distribute.Strategy:
+def build_strategy(
+    cfg: StrategyConfig, plan: plan_lib.StrategyPlan, topo: topology_lib.Topology
+) -> tf.distribute.Strategy:
     """Turns a plan into TF objects (devices first, then the kind's strategy)."""
     _check_keras_flavour(cfg)
     for message in plan.warnings:
@@ -101,7 +105,8 @@ def build_strategy(cfg: StrategyConfig, plan: plan_lib.StrategyPlan,
     _logging.log_once(
         f"tfdist_opt: built {type(strategy).__name__} with "
         f"{strategy.num_replicas_in_sync} replica(s): {plan.describe()}. "
-        f"{topo.describe()}")
+        f"{topo.describe()}"
+    )
     return strategy
 
 
@@ -124,9 +129,11 @@ def _check_keras_flavour(cfg: StrategyConfig) -> None:
     """The gradient hooks exist for Keras 3 only: refuse, never ignore."""
     if not versions.uses_legacy_keras():
         return
-    keras3_only = {"grad_accum": (cfg.grad_accum, 1),
-                   "compression": (cfg.compression, "none"),
-                   "shard_optimizer_state": (cfg.shard_optimizer_state, False)}
+    keras3_only = {
+        "grad_accum": (cfg.grad_accum, 1),
+        "compression": (cfg.compression, "none"),
+        "shard_optimizer_state": (cfg.shard_optimizer_state, False),
+    }
     if cfg.bytes_per_pack == "auto":
         keras3_only["bytes_per_pack"] = (cfg.bytes_per_pack, "an int")
     for name, (value, off) in keras3_only.items():
@@ -135,7 +142,8 @@ def _check_keras_flavour(cfg: StrategyConfig) -> None:
                 f"Invalid value for `{name}` with tf_keras (TF_USE_LEGACY_KERAS=1): "
                 f"tfdist_opt's gradient path hooks Keras 3 optimizers only. "
                 f"Received: {name}={value!r}. Expected {name}={off!r}, or "
-                "unset TF_USE_LEGACY_KERAS.")
+                "unset TF_USE_LEGACY_KERAS."
+            )
 
 
 def _configure_devices(cfg: StrategyConfig, plan: plan_lib.StrategyPlan) -> None:
@@ -148,7 +156,9 @@ def _configure_devices(cfg: StrategyConfig, plan: plan_lib.StrategyPlan) -> None
                 if not tf.config.experimental.get_memory_growth(gpu):
                     warnings.warn(
                         "gpu_memory_growth=True could not be applied: TF's "
-                        "runtime is already initialised", stacklevel=4)
+                        "runtime is already initialised",
+                        stacklevel=4,
+                    )
     if plan.cpu_replicas > 1:
         cpu = tf.config.list_physical_devices("CPU")[0]
         wanted = [tf.config.LogicalDeviceConfiguration()] * plan.cpu_replicas
@@ -160,7 +170,8 @@ def _configure_devices(cfg: StrategyConfig, plan: plan_lib.StrategyPlan) -> None
                 raise RuntimeError(
                     f"cpu_replicas={plan.cpu_replicas} needs virtual CPU devices, "
                     f"but TF's runtime is already initialised with {have}. Call "
-                    "opt_strategy() before any other TensorFlow op.") from e
+                    "opt_strategy() before any other TensorFlow op."
+                ) from e
 
 
 def _configure_numerics(cfg: StrategyConfig) -> None:

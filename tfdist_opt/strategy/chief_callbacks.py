@@ -73,8 +73,9 @@ class ChiefModelCheckpoint:
     def _save_model(self, epoch, batch, logs):
         real = self.filepath
         directory = os.path.dirname(os.path.abspath(os.fspath(real)))
-        with file_writers.write_scope(_strategy(self), directory, barrier=True,
-                                      prefix="tfdist_opt_nonwriter_ckpt_") as tmp:
+        with file_writers.write_scope(
+            _strategy(self), directory, barrier=True, prefix="tfdist_opt_nonwriter_ckpt_"
+        ) as tmp:
             if tmp is None:
                 return super()._save_model(epoch, batch, logs)
             # Keep the file name (a format template, and the .keras/.h5 suffix
@@ -149,8 +150,9 @@ class ChiefCSVLogger:
         directory = os.path.dirname(os.path.abspath(os.fspath(real)))
         # The open file outlives its directory (POSIX): nothing is left
         # behind, even when the worker dies before on_train_end.
-        with file_writers.write_scope(_strategy(self), directory,
-                                      prefix="tfdist_opt_nonwriter_csv_") as tmp:
+        with file_writers.write_scope(
+            _strategy(self), directory, prefix="tfdist_opt_nonwriter_csv_"
+        ) as tmp:
             if tmp is None:
                 return super().on_train_begin(logs)
             self.filename = os.path.join(tmp, os.path.basename(real))
@@ -165,21 +167,35 @@ class WriterTensorBoard(ChiefOnlyTensorBoard):
     worker is the writer of `log_dir` (`file_writers`)."""
 
     def _decide_writes(self, model) -> bool:
-        return file_writers.is_writer(getattr(model, "distribute_strategy", None),
-                                      os.fspath(self.log_dir))
+        return file_writers.is_writer(
+            getattr(model, "distribute_strategy", None), os.fspath(self.log_dir)
+        )
 
 
 def _mixins():
     import keras
+
     return (
-        (keras.callbacks.ModelCheckpoint, ChiefModelCheckpoint,
-         "one writer per shared storage, others a temporary copy"),
-        (keras.callbacks.BackupAndRestore, ChiefBackupAndRestore,
-         "every worker restores from backup_dir, one writer per shared storage"),
-        (keras.callbacks.CSVLogger, ChiefCSVLogger,
-         "one writer per shared storage, others a temporary copy"),
-        (keras.callbacks.TensorBoard, WriterTensorBoard,
-         "one writer of event files per shared storage"),
+        (
+            keras.callbacks.ModelCheckpoint,
+            ChiefModelCheckpoint,
+            "one writer per shared storage, others a temporary copy",
+        ),
+        (
+            keras.callbacks.BackupAndRestore,
+            ChiefBackupAndRestore,
+            "every worker restores from backup_dir, one writer per shared storage",
+        ),
+        (
+            keras.callbacks.CSVLogger,
+            ChiefCSVLogger,
+            "one writer per shared storage, others a temporary copy",
+        ),
+        (
+            keras.callbacks.TensorBoard,
+            WriterTensorBoard,
+            "one writer of event files per shared storage",
+        ),
     )
 
 

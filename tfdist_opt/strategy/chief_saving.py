@@ -44,9 +44,9 @@ def _write(model, method, filepath, args, kwargs):
     if not isinstance(filepath, (str, os.PathLike)):
         return method(filepath, *args, **kwargs)  # a file object: the caller's own
     path = os.fspath(filepath)
-    with file_writers.write_scope(model._distribute_strategy,
-                                  os.path.dirname(os.path.abspath(path)),
-                                  barrier=True) as scratch:
+    with file_writers.write_scope(
+        model._distribute_strategy, os.path.dirname(os.path.abspath(path)), barrier=True
+    ) as scratch:
         with stall_binding.saving():
             if scratch is None:
                 return method(filepath, *args, **kwargs)
@@ -97,12 +97,12 @@ def adopt_models(strategy, mixin: type | None = None) -> int:
     next scope entry or exit outside one does it.
     """
     import tensorflow as tf
+
     if tf.inside_function():
         return 0
     n = 0
     for model in model_registry.take(strategy):
         if not isinstance(model, mixin or ChiefSaving):
-            model.__class__ = _class_swap.cached_subclass(mixin or ChiefSaving,
-                                                          type(model))
+            model.__class__ = _class_swap.cached_subclass(mixin or ChiefSaving, type(model))
             n += 1
     return n

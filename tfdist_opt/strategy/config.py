@@ -40,7 +40,6 @@ CPU_SPLIT = cpu_split.MODES
 JIT_FALLBACKS = keras_steps.JIT_FALLBACKS
 
 
-
 @dataclasses.dataclass(frozen=True)
 class StrategyConfig(validation.ConfigFields):
     """How `opt_strategy()` should build and tune a `tf.distribute` strategy.
@@ -212,22 +211,28 @@ class StrategyConfig(validation.ConfigFields):
         validation.check_choice("mode", self.mode, MODES)
         validation.check_choice("all_reduce", self.all_reduce, ALL_REDUCE)
         if self.bytes_per_pack != "auto":
-            validation.check_int("bytes_per_pack", self.bytes_per_pack, minimum=0,
-                       expected='a non-negative int or "auto"')
+            validation.check_int(
+                "bytes_per_pack",
+                self.bytes_per_pack,
+                minimum=0,
+                expected='a non-negative int or "auto"',
+            )
         validation.check_int("num_packs", self.num_packs, minimum=1)
         if self.collective_timeout_s is not None:
             _check_number("collective_timeout_s", self.collective_timeout_s)
         validation.check_int("cpu_replicas", self.cpu_replicas, minimum=0)
         if self.replicas is not None:
-            validation.check_int("replicas", self.replicas, minimum=1,
-                                 expected="a positive int or None")
+            validation.check_int(
+                "replicas", self.replicas, minimum=1, expected="a positive int or None"
+            )
             if self.cpu_replicas:
                 raise ValueError(
                     "Invalid value for `cpu_replicas` with `replicas` set: "
                     "replicas decides the local devices (replicas / workers "
                     f"logical CPUs each). Received: cpu_replicas={self.cpu_replicas}, "
                     f"replicas={self.replicas}. Expected cpu_replicas=0, or "
-                    "replicas=None.")
+                    "replicas=None."
+                )
         validation.check_bool("gpu_memory_growth", self.gpu_memory_growth)
         validation.check_choice("mixed_precision", self.mixed_precision, MIXED_PRECISION)
         validation.check_bool("jit_compile", self.jit_compile)
@@ -238,10 +243,13 @@ class StrategyConfig(validation.ConfigFields):
         validation.check_bool("tune_malloc", self.tune_malloc)
         validation.check_int("ps_min_shard_bytes", self.ps_min_shard_bytes, minimum=1)
         validation.check_int("ps_max_shards", self.ps_max_shards, minimum=0)
-        validation.check_choice("storage_sharing", self.storage_sharing,
-                                STORAGE_SHARING)
-        powersgd.check_settings(self.powersgd_rank, self.powersgd_start_step,
-                                self.powersgd_min_compression, self.powersgd_wire)
+        validation.check_choice("storage_sharing", self.storage_sharing, STORAGE_SHARING)
+        powersgd.check_settings(
+            self.powersgd_rank,
+            self.powersgd_start_step,
+            self.powersgd_min_compression,
+            self.powersgd_wire,
+        )
         validation.check_bool("shard_optimizer_state", self.shard_optimizer_state)
         if self.shard_optimizer_state:
             zero_plan.check_combination(self.compression, self.grad_accum)
@@ -256,7 +264,8 @@ class StrategyConfig(validation.ConfigFields):
                 "by the stall inspector's thread, and stall_warn_s="
                 f"{self.stall_warn_s!r} turns it off. Received: collective_timeout_s="
                 f"{self.collective_timeout_s!r}. Expected collective_timeout_s=None, "
-                "or a positive stall_warn_s.")
+                "or a positive stall_warn_s."
+            )
 
     # ------------------------------------------------------------ loading
     @classmethod
@@ -265,17 +274,18 @@ class StrategyConfig(validation.ConfigFields):
         return cls.from_dict(read_config_file(path), source=f"config file {path}")
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None
-                 ) -> "StrategyConfig":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "StrategyConfig":
         """Builds a config from `TFDIST_OPT_*` variables over the defaults."""
         environ = os.environ if environ is None else environ
-        return cls.load(environ={k: v for k, v in environ.items()
-                                 if k != CONFIG_FILE_ENV})
+        return cls.load(environ={k: v for k, v in environ.items() if k != CONFIG_FILE_ENV})
 
     @classmethod
-    def load(cls, path: str | os.PathLike | None = None,
-             environ: Mapping[str, str] | None = None,
-             **overrides: Any) -> "StrategyConfig":
+    def load(
+        cls,
+        path: str | os.PathLike | None = None,
+        environ: Mapping[str, str] | None = None,
+        **overrides: Any,
+    ) -> "StrategyConfig":
         """Merges defaults < file < environment < keyword overrides.
 
         Args:
@@ -297,9 +307,15 @@ class StrategyConfig(validation.ConfigFields):
             >>> StrategyConfig.load(environ={}, all_reduce="ring").all_reduce
             'ring'
         """
-        return config_files.load(cls, path, environ, overrides,
-                                 section="strategy", prefix=ENV_PREFIX,
-                                 skip_prefixes=(DATA_ENV_PREFIX,))
+        return config_files.load(
+            cls,
+            path,
+            environ,
+            overrides,
+            section="strategy",
+            prefix=ENV_PREFIX,
+            skip_prefixes=(DATA_ENV_PREFIX,),
+        )
 
 
 # ----------------------------------------------------------------- files
@@ -314,14 +330,17 @@ def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
 
 def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
     """Parses `TFDIST_OPT_<FIELD>` variables into typed field values."""
-    return {name: value for name, (_, value) in config_files.env_values(
-        StrategyConfig, environ, ENV_PREFIX, (DATA_ENV_PREFIX,)).items()}
+    return {
+        name: value
+        for name, (_, value) in config_files.env_values(
+            StrategyConfig, environ, ENV_PREFIX, (DATA_ENV_PREFIX,)
+        ).items()
+    }
 
 
 # ------------------------------------------------------------ validation
 def _check_number(name: str, value: Any) -> None:
-    validation.check_number(name, value,
-                            expected="a positive number of seconds or None")
+    validation.check_number(name, value, expected="a positive number of seconds or None")
 
 
 def _check_stall(warn_s: Any, abort_s: Any) -> None:
@@ -334,9 +353,11 @@ def _check_stall(warn_s: Any, abort_s: Any) -> None:
             "Invalid value for `stall_abort_s`: the abort needs the stall "
             f"inspector, and stall_warn_s={warn_s!r} turns it off. Received: "
             f"stall_abort_s={abort_s!r}. Expected stall_abort_s=None, or a "
-            "positive stall_warn_s <= stall_abort_s.")
+            "positive stall_warn_s <= stall_abort_s."
+        )
     if abort_s and abort_s < warn_s:
         raise ValueError(
             "Invalid value for `stall_abort_s`: expected a number of seconds "
             f">= stall_warn_s ({warn_s:g}), or 0 or None (off). Received: "
-            f"stall_abort_s={abort_s!r}")
+            f"stall_abort_s={abort_s!r}"
+        )

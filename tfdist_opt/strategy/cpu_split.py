@@ -99,14 +99,23 @@ def local_tasks(tf_config: Mapping[str, Any]) -> tuple[int, int]:
     if task["type"] not in _TRAINING_ROLES:
         return 1, 0
     mine = host_key(cluster[task["type"]][task["index"]])
-    same = [(role, i) for role in _TRAINING_ROLES
-            for i, address in enumerate(cluster.get(role, []))
-            if host_key(address) == mine]
+    same = [
+        (role, i)
+        for role in _TRAINING_ROLES
+        for i, address in enumerate(cluster.get(role, []))
+        if host_key(address) == mine
+    ]
     return len(same), same.index((task["type"], task["index"]))
 
 
-def plan(mode: str, affinity: Sequence[int] | None, machine_cpus: int | None,
-         tasks: int, rank: int, environ: Mapping[str, str]) -> CpuSplit:
+def plan(
+    mode: str,
+    affinity: Sequence[int] | None,
+    machine_cpus: int | None,
+    tasks: int,
+    rank: int,
+    environ: Mapping[str, str],
+) -> CpuSplit:
     """Decides the split for one process (see the module docstring).
 
     Args:
@@ -128,22 +137,32 @@ def plan(mode: str, affinity: Sequence[int] | None, machine_cpus: int | None,
     """
     validation.check_choice("cpu_split", mode, MODES)
     if mode == "off" or tasks <= 1 or not affinity:
-        why = ("cpu_split='off'" if mode == "off" else
-               "one training task on this host" if tasks <= 1 else
-               "CPU affinity unknown")
+        why = (
+            "cpu_split='off'"
+            if mode == "off"
+            else "one training task on this host"
+            if tasks <= 1
+            else "CPU affinity unknown"
+        )
         return CpuSplit(None, None, None, f"TF's thread pools ({why})")
     cpus = sorted(affinity)
     user_pools = [name for name in POOL_ENV if environ.get(name)]
-    pinnable = (mode == "pin" and len(cpus) >= tasks
-                and machine_cpus is not None and len(cpus) >= machine_cpus)
+    pinnable = (
+        mode == "pin"
+        and len(cpus) >= tasks
+        and machine_cpus is not None
+        and len(cpus) >= machine_cpus
+    )
     if pinnable:
         mine = _slice(cpus, tasks, rank)
         size, pinned = len(mine), tuple(mine)
         reason = f"pinned to CPUs {list(mine)}: task {rank + 1} of {tasks} on this host"
     else:
         size, pinned = max(1, len(cpus) // tasks), None
-        reason = (f"{tasks} tasks share {len(cpus)} CPU(s) on this host, "
-                  f"not pinned ({f'cpu_split={mode}' if mode != 'pin' else 'affinity already restricted or fewer CPUs than tasks'})")
+        reason = (
+            f"{tasks} tasks share {len(cpus)} CPU(s) on this host, "
+            f"not pinned ({f'cpu_split={mode}' if mode != 'pin' else 'affinity already restricted or fewer CPUs than tasks'})"
+        )
     intra = None if "TF_NUM_INTRAOP_THREADS" in user_pools else size
     inter = None if "TF_NUM_INTEROP_THREADS" in user_pools else max(2, size)
     if user_pools:
@@ -155,11 +174,12 @@ def _slice(cpus: Sequence[int], parts: int, index: int) -> list[int]:
     """The index-th of `parts` contiguous slices; the first ones get the remainder."""
     base, extra = divmod(len(cpus), parts)
     start = index * base + min(index, extra)
-    return list(cpus[start:start + base + (1 if index < extra else 0)])
+    return list(cpus[start : start + base + (1 if index < extra else 0)])
 
 
-def detect(mode: str, tf_config: Mapping[str, Any] | None,
-           environ: Mapping[str, str] | None = None) -> CpuSplit:
+def detect(
+    mode: str, tf_config: Mapping[str, Any] | None, environ: Mapping[str, str] | None = None
+) -> CpuSplit:
     """`plan` for this process: its affinity, CPU count and TF_CONFIG."""
     environ = os.environ if environ is None else environ
     if tf_config is None:
@@ -190,10 +210,17 @@ def apply(split: CpuSplit) -> list[str]:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     for size, setter, getter in (
-            (split.intra_op, tf.config.threading.set_intra_op_parallelism_threads,
-             tf.config.threading.get_intra_op_parallelism_threads),
-            (split.inter_op, tf.config.threading.set_inter_op_parallelism_threads,
-             tf.config.threading.get_inter_op_parallelism_threads)):
+        (
+            split.intra_op,
+            tf.config.threading.set_intra_op_parallelism_threads,
+            tf.config.threading.get_intra_op_parallelism_threads,
+        ),
+        (
+            split.inter_op,
+            tf.config.threading.set_inter_op_parallelism_threads,
+            tf.config.threading.get_inter_op_parallelism_threads,
+        ),
+    ):
         if size is None:
             continue
         try:

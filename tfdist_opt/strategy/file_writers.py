@@ -60,8 +60,10 @@ BARRIER_TIMEOUT_S = 600.0
 def attach(strategy, mode: str) -> None:
     """Records `storage_sharing` on `strategy` (set by `opt_strategy`)."""
     if mode not in storage_sharing.MODES:
-        raise ValueError("Invalid value for `storage_sharing`: expected one of "
-                         f"{storage_sharing.MODES}. Received: storage_sharing={mode!r}")
+        raise ValueError(
+            "Invalid value for `storage_sharing`: expected one of "
+            f"{storage_sharing.MODES}. Received: storage_sharing={mode!r}"
+        )
     runtime.runtime_of(strategy).storage_sharing = mode
 
 
@@ -96,8 +98,9 @@ def _cluster(strategy):
             return None
         spec = topo.tf_config["cluster"]
         me, by_probe = f"{topo.task_type}_{topo.task_index}", False
-    tasks = [f"{role}_{i}" for role in ("chief", "worker")
-             for i in range(len(spec.get(role) or ()))]
+    tasks = [
+        f"{role}_{i}" for role in ("chief", "worker") for i in range(len(spec.get(role) or ()))
+    ]
     if len(tasks) < 2 or me not in tasks or spec.get("ps"):
         return None
     return me, tasks, by_probe
@@ -132,12 +135,17 @@ def decide(strategy, directory) -> Decision | None:
     mode = "auto" if state is None else state.storage_sharing
     path = os.fspath(directory)
     if mode == "per_worker":
-        return Decision(me, storage_sharing.private_layout(
-            tasks, "storage_sharing='per_worker'"), by_probe)
+        return Decision(
+            me, storage_sharing.private_layout(tasks, "storage_sharing='per_worker'"), by_probe
+        )
     if mode == "shared" or not by_probe or "://" in path:
-        why = ("storage_sharing='shared'" if mode == "shared" else
-               "object storage" if "://" in path else
-               "model outside a multi-worker strategy: chief rule")
+        why = (
+            "storage_sharing='shared'"
+            if mode == "shared"
+            else "object storage"
+            if "://" in path
+            else "model outside a multi-worker strategy: chief rule"
+        )
         return Decision(me, storage_sharing.shared_layout(tasks, why), by_probe)
     key = (mode, os.path.abspath(path))
     with _LOCK:
@@ -148,17 +156,24 @@ def decide(strategy, directory) -> Decision | None:
         found, missing = storage_sharing.probe(path, me, tasks, _store(), _next("probe"))
     except Exception as e:  # pylint: disable=broad-except
         # No coordination service (a strategy without one): the chief rule.
-        _warn_once("no-kv", "tfdist_opt: could not probe which workers share "
-                   f"{path} ({type(e).__name__}: {str(e)[:200]}); only the chief "
-                   "writes (set storage_sharing to 'shared' or 'per_worker' to say)")
-        return Decision(me, storage_sharing.shared_layout(
-            tasks, "no probe possible: chief rule"), False)
+        _warn_once(
+            "no-kv",
+            "tfdist_opt: could not probe which workers share "
+            f"{path} ({type(e).__name__}: {str(e)[:200]}); only the chief "
+            "writes (set storage_sharing to 'shared' or 'per_worker' to say)",
+        )
+        return Decision(
+            me, storage_sharing.shared_layout(tasks, "no probe possible: chief rule"), False
+        )
     if missing:
-        _warn_once(key, f"tfdist_opt: {', '.join(missing)} did not take part in "
-                   f"the storage probe of {path} within "
-                   f"{storage_sharing.DEFAULT_TIMEOUT_S:g} s; treated as not sharing it. "
-                   "Every worker must run the same saves in the same order; code "
-                   "that saves on the chief only should set storage_sharing='shared'")
+        _warn_once(
+            key,
+            f"tfdist_opt: {', '.join(missing)} did not take part in "
+            f"the storage probe of {path} within "
+            f"{storage_sharing.DEFAULT_TIMEOUT_S:g} s; treated as not sharing it. "
+            "Every worker must run the same saves in the same order; code "
+            "that saves on the chief only should set storage_sharing='shared'",
+        )
     with _LOCK:
         _CACHE[key] = found
     logging.info("tfdist_opt: who writes %s: %s", key[1], found.describe())
@@ -183,8 +198,9 @@ def scratch_dir(prefix: str) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def write_scope(strategy, directory: str, barrier: bool = False,
-                prefix: str = "tfdist_opt_nonwriter_") -> Iterator[str | None]:
+def write_scope(
+    strategy, directory: str, barrier: bool = False, prefix: str = "tfdist_opt_nonwriter_"
+) -> Iterator[str | None]:
     """Yields None if this worker writes `directory`, else a scratch directory.
 
     Args:
@@ -215,8 +231,9 @@ def write_scope(strategy, directory: str, barrier: bool = False,
 @contextlib.contextmanager
 def _write_scope(strategy, directory, barrier, prefix):
     found = decide(strategy, directory)
-    waits = (barrier and found is not None and found.synced
-             and len(found.layout.group_of(found.me)) > 1)
+    waits = (
+        barrier and found is not None and found.synced and len(found.layout.group_of(found.me)) > 1
+    )
     key = _next("saved") if barrier and found is not None and found.synced else None
     if found is None or found.writes:
         error = None
@@ -235,28 +252,39 @@ def _write_scope(strategy, directory, barrier, prefix):
         writer = found.layout.writer_of(found.me)
         value = _wait(f"{key}/{writer}")
         if value is None:
-            logging.warning("tfdist_opt: %s did not report finishing its save into %s "
-                            "within %g s; continuing", writer, directory,
-                            BARRIER_TIMEOUT_S)
+            logging.warning(
+                "tfdist_opt: %s did not report finishing its save into %s within %g s; continuing",
+                writer,
+                directory,
+                BARRIER_TIMEOUT_S,
+            )
         elif value:
-            raise OSError(f"tfdist_opt: {writer}, which writes {directory} for "
-                          f"this worker, failed to save: {value}")
+            raise OSError(
+                f"tfdist_opt: {writer}, which writes {directory} for "
+                f"this worker, failed to save: {value}"
+            )
 
 
 def _post(key: str, value: str) -> None:
     try:
         _store().set(key, value)
     except Exception as e:  # pylint: disable=broad-except
-        _warn_once("post", f"tfdist_opt: could not tell the other workers a save "
-                   f"finished ({type(e).__name__}: {str(e)[:200]})")
+        _warn_once(
+            "post",
+            f"tfdist_opt: could not tell the other workers a save "
+            f"finished ({type(e).__name__}: {str(e)[:200]})",
+        )
 
 
 def _wait(key: str) -> str | None:
     try:
         return _store().get(key, BARRIER_TIMEOUT_S)
     except Exception as e:  # pylint: disable=broad-except
-        _warn_once("wait", f"tfdist_opt: could not wait for the writer's save "
-                   f"({type(e).__name__}: {str(e)[:200]})")
+        _warn_once(
+            "wait",
+            f"tfdist_opt: could not wait for the writer's save "
+            f"({type(e).__name__}: {str(e)[:200]})",
+        )
         return None
 
 

@@ -78,8 +78,9 @@ def dataset_global_batch(dataset) -> int | None:
     if dims and all(d is not None for d in dims):
         return dims[0] if len(set(dims)) == 1 else None
     try:
-        size = int(tf.raw_ops.ComputeBatchSize(
-            input_dataset=tf.data.experimental.to_variant(dataset)))
+        size = int(
+            tf.raw_ops.ComputeBatchSize(input_dataset=tf.data.experimental.to_variant(dataset))
+        )
     except (tf.errors.OpError, TypeError, ValueError):
         return None
     return size if size > 0 else None
@@ -116,8 +117,8 @@ def check_fit_input(strategy, x) -> None:
     from tfdist_opt.gradients import keras_binding as gradient_binding
 
     if not isinstance(x, tf.data.Dataset) or not isinstance(
-            strategy, (tf.distribute.MirroredStrategy,
-                       tf.distribute.MultiWorkerMirroredStrategy)):
+        strategy, (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
+    ):
         return
     replicas = strategy.num_replicas_in_sync
     if replicas <= 1:
@@ -129,7 +130,8 @@ def check_fit_input(strategy, x) -> None:
             "before step 1 (a transformation after `batch`, such as `map`, "
             "or no `batch`), so its divisibility by the "
             f"{replicas} replicas is not checked; `batch` last, or "
-            "`drop_remainder=True`, lets fit check it")
+            "`drop_remainder=True`, lets fit check it"
+        )
         return
     options = gradient_binding.options_of(strategy)
     if options is not None and options.grad_accum > 1:
@@ -138,6 +140,9 @@ def check_fit_input(strategy, x) -> None:
         return
     workers = _num_workers(strategy)
     shard_math.per_replica_batch_size(
-        batch, replicas, num_workers=workers,
+        batch,
+        replicas,
+        num_workers=workers,
         where="the batch of the tf.data dataset given to `fit`: each step's "
-              "global batch, split over the replicas in sync")
+        "global batch, split over the replicas in sync",
+    )

@@ -100,8 +100,7 @@ def _rank(value) -> int | None:
     return len(shape) if isinstance(shape, tuple) else shape.rank
 
 
-class KerasMultiWorkerMirroredStrategy(_AdoptingScope,
-                                       tf.distribute.MultiWorkerMirroredStrategy):
+class KerasMultiWorkerMirroredStrategy(_AdoptingScope, tf.distribute.MultiWorkerMirroredStrategy):
     """`MultiWorkerMirroredStrategy` whose `reduce` and `gather` accept what Keras 3 sends.
 
     Construct it exactly like `tf.distribute.MultiWorkerMirroredStrategy`
@@ -120,8 +119,9 @@ class KerasMultiWorkerMirroredStrategy(_AdoptingScope,
 
     _MODEL_MIXIN = _MultiWorkerModel
 
-    def __init__(self, cluster_resolver=None, communication_options=None,
-                 local_cpu_replicas: int = 0):
+    def __init__(
+        self, cluster_resolver=None, communication_options=None, local_cpu_replicas: int = 0
+    ):
         """Like `tf.distribute.MultiWorkerMirroredStrategy`'s constructor.
 
         Args:
@@ -133,15 +133,20 @@ class KerasMultiWorkerMirroredStrategy(_AdoptingScope,
                 `1`: TF's choice (one CPU replica).
         """
         if local_cpu_replicas <= 1:
-            super().__init__(cluster_resolver=cluster_resolver,
-                             communication_options=communication_options)
+            super().__init__(
+                cluster_resolver=cluster_resolver, communication_options=communication_options
+            )
             return
-        options = (communication_options if communication_options is not None
-                   else tf.distribute.experimental.CommunicationOptions())
+        options = (
+            communication_options
+            if communication_options is not None
+            else tf.distribute.experimental.CommunicationOptions()
+        )
         # The upstream constructor builds TF's extended object itself (then
         # only records usage gauges): build ours, with L CPU devices.
-        tf.distribute.Strategy.__init__(self, worker_cpu_replicas.extended(
-            self, cluster_resolver, options, local_cpu_replicas))
+        tf.distribute.Strategy.__init__(
+            self, worker_cpu_replicas.extended(self, cluster_resolver, options, local_cpu_replicas)
+        )
 
     def run(self, fn, args=(), kwargs=None, options=None):
         """The upstream `run`; its scalar outputs are then reduced packed.
@@ -162,8 +167,7 @@ class KerasMultiWorkerMirroredStrategy(_AdoptingScope,
         packer = self.__dict__.get("_log_packer_instance")
         if packer is None:
             upstream = super().reduce
-            packer = log_packing.LogPacker(
-                lambda op, value: upstream(op, value, axis=None))
+            packer = log_packing.LogPacker(lambda op, value: upstream(op, value, axis=None))
             self.__dict__["_log_packer_instance"] = packer
         return packer
 
@@ -184,13 +188,19 @@ class KerasMultiWorkerMirroredStrategy(_AdoptingScope,
         With one CPU replica per worker its iterators are plain `tf.data`
         iterators, not TF's MultiDeviceIterator (`plain_iterator`).
         """
-        return stall_binding.count_inputs(self, plain_iterator.apply(
-            self, super().experimental_distribute_dataset(dataset, options)))
+        return stall_binding.count_inputs(
+            self,
+            plain_iterator.apply(self, super().experimental_distribute_dataset(dataset, options)),
+        )
 
     def distribute_datasets_from_function(self, dataset_fn, options=None):
         """The upstream method; counted and iterated like `experimental_distribute_dataset`."""
-        return stall_binding.count_inputs(self, plain_iterator.apply(
-            self, super().distribute_datasets_from_function(dataset_fn, options)))
+        return stall_binding.count_inputs(
+            self,
+            plain_iterator.apply(
+                self, super().distribute_datasets_from_function(dataset_fn, options)
+            ),
+        )
 
     def reduce(self, reduce_op, value, axis=None):
         # keras-team/keras#20585: Keras 3 passes nests (fix 1) and axis=0 for
@@ -203,17 +213,17 @@ class KerasMultiWorkerMirroredStrategy(_AdoptingScope,
                 if packed is not None:
                     return packed
             return super().reduce(reduce_op, value, axis=axis)
-        return tf.nest.map_structure(
-            lambda v: self.reduce(reduce_op, v, axis=axis), value)
+        return tf.nest.map_structure(lambda v: self.reduce(reduce_op, v, axis=axis), value)
 
     def gather(self, value, axis):
         # Fix 3 (module docstring): Keras's predict gathers bfloat16 outputs.
         def one(v):
-            dtype = (v.values[0] if isinstance(v, tf.distribute.DistributedValues)
-                     else v).dtype
+            dtype = (v.values[0] if isinstance(v, tf.distribute.DistributedValues) else v).dtype
             if dtype not in _GATHER_AS_FLOAT32:
                 return super(KerasMultiWorkerMirroredStrategy, self).gather(v, axis)
             as_float = self.run(lambda t: tf.cast(t, tf.float32), args=(v,))
-            return tf.cast(super(KerasMultiWorkerMirroredStrategy, self).gather(
-                as_float, axis), dtype)
+            return tf.cast(
+                super(KerasMultiWorkerMirroredStrategy, self).gather(as_float, axis), dtype
+            )
+
         return tf.nest.map_structure(one, value)

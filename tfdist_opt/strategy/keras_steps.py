@@ -91,7 +91,8 @@ def set_jit_fallback(strategy, jit_fallback: str) -> None:
     if jit_fallback not in JIT_FALLBACKS:
         raise ValueError(
             f"Invalid value for `jit_fallback`: expected one of {JIT_FALLBACKS}. "
-            f"Received: jit_fallback={jit_fallback!r}")
+            f"Received: jit_fallback={jit_fallback!r}"
+        )
     runtime.runtime_of(strategy).jit_fallback = jit_fallback
 
 
@@ -105,9 +106,11 @@ def needs_inlined_steps(model) -> bool:
     """True when Keras's `steps_per_execution` loop fails here (see `multi_step`)."""
     import tensorflow as tf
 
-    return (model.steps_per_execution > 1 and not model.run_eagerly
-            and isinstance(model.distribute_strategy,
-                           tf.distribute.MultiWorkerMirroredStrategy))
+    return (
+        model.steps_per_execution > 1
+        and not model.run_eagerly
+        and isinstance(model.distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy)
+    )
 
 
 def needs_per_replica_xla(model) -> bool:
@@ -119,8 +122,9 @@ def needs_per_replica_xla(model) -> bool:
     strategy = model.distribute_strategy
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return True
-    return (isinstance(strategy, tf.distribute.MirroredStrategy)
-            and strategy.num_replicas_in_sync > 1)
+    return (
+        isinstance(strategy, tf.distribute.MirroredStrategy) and strategy.num_replicas_in_sync > 1
+    )
 
 
 class KerasSteps:
@@ -129,13 +133,15 @@ class KerasSteps:
     def fit(self, *args, **kwargs):
         # Before Keras builds anything: a tf.data global batch the replicas
         # do not divide is refused (`global_batch`).
-        global_batch.check_fit_input(self.distribute_strategy,
-                                     args[0] if args else kwargs.get("x"))
+        global_batch.check_fit_input(self.distribute_strategy, args[0] if args else kwargs.get("x"))
         # Keras keeps these in fit's locals; recorded for the code that
         # needs them mid-fit (`runtime.FitCall`).
-        with runtime.fit_call(self, fit_argument(args, kwargs, "epochs", 1),
-                              fit_argument(args, kwargs, "initial_epoch", 0),
-                              fit_argument(args, kwargs, "callbacks", None)):
+        with runtime.fit_call(
+            self,
+            fit_argument(args, kwargs, "epochs", 1),
+            fit_argument(args, kwargs, "initial_epoch", 0),
+            fit_argument(args, kwargs, "callbacks", None),
+        ):
             return super().fit(*args, **kwargs)
 
     def make_train_function(self, force=False):
@@ -144,8 +150,7 @@ class KerasSteps:
         step = type(self).train_step.__get__(self)
         if needs_per_replica_xla(self):
             step = _compiled_train_step(self, step)
-        elif not needs_inlined_steps(self) and _log_fold().eligible(
-                self, _hooks().can_fold_logs):
+        elif not needs_inlined_steps(self) and _log_fold().eligible(self, _hooks().can_fold_logs):
             step = _log_fold().train_step(self)
         return self._tfdist_make("train", step, force)
 
@@ -178,8 +183,7 @@ class KerasSteps:
         try:
             first = _peeked_generator_batch(iterator) if data_batch is None else None
             if first is None:
-                return super()._maybe_symbolic_build(iterator=iterator,
-                                                     data_batch=data_batch)
+                return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
             with self.distribute_strategy.scope():
                 self._symbolic_build(data_batch=first)
         finally:
@@ -242,8 +246,9 @@ class _Captured:
             return optimizer.iterations
 
         def apply(grads, trainable_variables=None):
-            self.calls.append((list(grads), None if trainable_variables is None
-                               else list(trainable_variables)))
+            self.calls.append(
+                (list(grads), None if trainable_variables is None else list(trainable_variables))
+            )
 
         optimizer.apply_gradients, optimizer.apply = apply_gradients, apply
         try:
@@ -307,20 +312,24 @@ def _why_not_compilable(compiled, data) -> str | None:
         if "merge_call" not in str(e):
             raise
         layer = scopes.innermost_layer(e)
-        return ("it calls merge_call (a cross-replica all-reduce: synchronized "
-                "BatchNormalization, or a collective in a custom step) "
-                + (f"in layer {layer!r} " if layer else "")
-                + "while XLA traces it")
+        return (
+            "it calls merge_call (a cross-replica all-reduce: synchronized "
+            "BatchNormalization, or a collective in a custom step) "
+            + (f"in layer {layer!r} " if layer else "")
+            + "while XLA traces it"
+        )
     graph_def = concrete.graph.as_graph_def()
     nodes = list(graph_def.node)
     for function in graph_def.library.function:
         nodes.extend(function.node_def)
     for node in nodes:
         if node.op.startswith(_COLLECTIVE_PREFIXES):
-            return (f"it runs the collective {node.op} at {node.name!r} (a "
-                    "cross-replica reduction inside the step: synchronized "
-                    "BatchNormalization, or an all-reduce in a custom step), "
-                    "which XLA cannot compile on this device")
+            return (
+                f"it runs the collective {node.op} at {node.name!r} (a "
+                "cross-replica reduction inside the step: synchronized "
+                "BatchNormalization, or an all-reduce in a custom step), "
+                "which XLA cannot compile on this device"
+            )
     return None
 
 
@@ -377,29 +386,37 @@ def _fall_back(model, stage, reason):
     """Raises, or warns once per model and stage (every replica traces)."""
     strategy = model.distribute_strategy
     warned = runtime.OBJECTS.of(model).xla_warned
-    where = (f"jit_compile=True under {type(strategy).__name__} "
-             f"({strategy.num_replicas_in_sync} replicas): the {stage} of model "
-             f"{model.name!r} cannot be XLA-compiled per replica: {reason}")
+    where = (
+        f"jit_compile=True under {type(strategy).__name__} "
+        f"({strategy.num_replicas_in_sync} replicas): the {stage} of model "
+        f"{model.name!r} cannot be XLA-compiled per replica: {reason}"
+    )
     if jit_fallback_of(strategy) == "error":
         raise UnsupportedCombinationError(
             f"Unsupported combination: {where}. Expected a step without "
             "cross-replica collectives, jit_compile=False, or "
-            "jit_fallback='warn' (runs this stage without XLA).")
+            "jit_fallback='warn' (runs this stage without XLA)."
+        )
     if stage in warned:
         return
     warned.add(stage)
-    warnings.warn(f"tfdist_opt: {where}. This stage runs without XLA "
-                  "(jit_fallback='warn'; 'error' raises instead).",
-                  XlaFallbackWarning, stacklevel=2)
+    warnings.warn(
+        f"tfdist_opt: {where}. This stage runs without XLA "
+        "(jit_fallback='warn'; 'error' raises instead).",
+        XlaFallbackWarning,
+        stacklevel=2,
+    )
 
 
 def _hooks():
     """`tfdist_opt.gradients.hooks`, imported on first use (it imports TF)."""
     from tfdist_opt.gradients import hooks  # pylint: disable=g-import-not-at-top
+
     return hooks
 
 
 def _log_fold():
     """`tfdist_opt.gradients.log_fold`, imported on first use."""
     from tfdist_opt.gradients import log_fold  # pylint: disable=g-import-not-at-top
+
     return log_fold

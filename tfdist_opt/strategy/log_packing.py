@@ -104,8 +104,11 @@ class LogPacker:
 
     def remember(self, outputs) -> None:
         """Record the outputs of a `strategy.run`; forgets earlier ones."""
-        self._leaves = [v for v in tf.nest.flatten(outputs, expand_composites=False)
-                        if _parts(v) is not None and self._preset_for_any(v) is None]
+        self._leaves = [
+            v
+            for v in tf.nest.flatten(outputs, expand_composites=False)
+            if _parts(v) is not None and self._preset_for_any(v) is None
+        ]
         self._done = {}
 
     def _preset_for_any(self, value):
@@ -148,8 +151,7 @@ class LogPacker:
                 out.append((group[0], self._reduce_fn(op, group[0])))
                 self.collectives += 1
                 continue
-            columns = [tf.stack([_parts(leaf)[r] for leaf in group])
-                       for r in range(replicas)]
+            columns = [tf.stack([_parts(leaf)[r] for leaf in group]) for r in range(replicas)]
             is_per_replica = isinstance(group[0], tf.types.experimental.distributed.PerReplica)
             stacked = kind(tuple(columns)) if is_per_replica else columns[0]
             reduced = self._reduce_fn(op, stacked)

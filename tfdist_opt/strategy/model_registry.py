@@ -43,6 +43,7 @@ _SEEN: "weakref.WeakSet" = weakref.WeakSet()
 
 def _model_type() -> type:
     import keras
+
     return keras.Model
 
 
@@ -79,8 +80,7 @@ def recording():
 def take(strategy) -> list:
     """The noted models built under `strategy`, removed from the notes."""
     with _LOCK:
-        mine = [m for m in _SEEN
-                if getattr(m, "_distribute_strategy", None) is strategy]
+        mine = [m for m in _SEEN if getattr(m, "_distribute_strategy", None) is strategy]
         for m in mine:
             _SEEN.discard(m)
     return mine

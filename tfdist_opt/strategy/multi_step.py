@@ -44,7 +44,8 @@ def make_function(model, step):
 
     def one_step_on_data(data):
         data = keras.tree.map_structure(
-            lambda t: None if isinstance(t, tf.experimental.Optional) else t, data)
+            lambda t: None if isinstance(t, tf.experimental.Optional) else t, data
+        )
         strategy = model.distribute_strategy
         outputs = strategy.run(step, args=(data,))
         return private_api.reduce_per_replica(outputs, strategy, reduction="auto")
@@ -58,8 +59,7 @@ def make_function(model, step):
 
         def body(i, outputs, next_inputs):
             def run_step():
-                new = tf.experimental.Optional.from_value(
-                    one_step_on_data(next_inputs.get_value()))
+                new = tf.experimental.Optional.from_value(one_step_on_data(next_inputs.get_value()))
                 empty._element_spec = new.element_spec  # pylint: disable=protected-access
                 return new
 
@@ -67,14 +67,17 @@ def make_function(model, step):
                 outputs._element_spec = empty._element_spec  # pylint: disable=protected-access
                 return outputs
 
-            outputs = tf.cond(tf.logical_and(tf.less(i, n), next_inputs.has_value()),
-                              run_step, keep)
-            next_inputs = tf.cond(tf.less(i + 1, n), iterator.get_next_as_optional,
-                                  lambda: next_inputs)
+            outputs = tf.cond(
+                tf.logical_and(tf.less(i, n), next_inputs.has_value()), run_step, keep
+            )
+            next_inputs = tf.cond(
+                tf.less(i + 1, n), iterator.get_next_as_optional, lambda: next_inputs
+            )
             return i + 1, outputs, next_inputs
 
         _, final, _ = tf.while_loop(
-            cond, body, [tf.constant(0), empty, iterator.get_next_as_optional()])
+            cond, body, [tf.constant(0), empty, iterator.get_next_as_optional()]
+        )
         final._element_spec = empty.element_spec  # pylint: disable=protected-access
         return final
 

@@ -33,14 +33,14 @@ import tensorflow as tf
 # at each `fit` / `evaluate` / `predict`.
 _OPTIONS = tf.distribute.InputOptions(
     experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA,
-    experimental_fetch_to_device=False)
+    experimental_fetch_to_device=False,
+)
 
 
 def one_cpu_replica(strategy) -> bool:
     """True when `strategy` runs one replica per worker, on a CPU."""
     devices = strategy.extended.worker_devices
-    return (len(devices) == 1
-            and tf.DeviceSpec.from_string(devices[0]).device_type == "CPU")
+    return len(devices) == 1 and tf.DeviceSpec.from_string(devices[0]).device_type == "CPU"
 
 
 def apply(strategy, distributed):

@@ -59,8 +59,10 @@ class StrategyPlan:
 
     def describe(self) -> str:
         impl = self.all_reduce or "none"
-        return (f"{self.kind} over {', '.join(self.devices)} "
-                f"(all-reduce: {impl}); because: " + "; ".join(self.reasons))
+        return (
+            f"{self.kind} over {', '.join(self.devices)} "
+            f"(all-reduce: {impl}); because: " + "; ".join(self.reasons)
+        )
 
 
 def plan_strategy(config, topology) -> StrategyPlan:
@@ -73,12 +75,14 @@ def plan_strategy(config, topology) -> StrategyPlan:
     reasons: list[str] = []
     kind = kinds_lib.select(config, topology, reasons)
     local = virtual_replicas.local_replicas(
-        config.replicas, topology.num_workers, topology.num_gpus, kind.value)
+        config.replicas, topology.num_workers, topology.num_gpus, kind.value
+    )
     if local is not None and local > 1 and kind == ONE_DEVICE:
         raise ValueError(
             f"Invalid value for `replicas` with mode 'one_device': one device "
             f"runs one replica. Received: replicas={config.replicas}. Expected "
-            "replicas=1 or None, or mode 'auto' or 'mirrored'.")
+            "replicas=1 or None, or mode 'auto' or 'mirrored'."
+        )
     plan = kinds_lib.module(kind).plan(config, topology, reasons)
     growth, why, memory_warnings = gpu_memory_choice(config, topology)
     if topology.split_gpus and plan.all_reduce == "nccl":
@@ -86,10 +90,14 @@ def plan_strategy(config, topology) -> StrategyPlan:
             f"all_reduce=nccl over {topology.split_gpus} GPU(s) split into "
             "logical devices: NCCL refuses two ranks on one physical GPU "
             "('Duplicate GPU detected'); all_reduce=auto chooses another "
-            "implementation there")
+            "implementation there"
+        )
     return dataclasses.replace(
-        plan, gpu_memory_growth=growth, gpu_memory=why,
-        warnings=plan.warnings + tuple(memory_warnings))
+        plan,
+        gpu_memory_growth=growth,
+        gpu_memory=why,
+        warnings=plan.warnings + tuple(memory_warnings),
+    )
 
 
 def gpu_memory_choice(config, topology) -> tuple[bool | None, str, list[str]]:
@@ -114,19 +122,29 @@ def gpu_memory_choice(config, topology) -> tuple[bool | None, str, list[str]]:
     if not topology.num_gpus:
         return None, "", []
     if topology.configured_gpus:
-        return False, (
-            f"memory growth off: {topology.configured_gpus} GPU(s) have logical "
-            "devices with memory limits set (TF refuses growth there; the "
-            "limits bound each device)"), []
-    tasks = (cpu_split.local_tasks(topology.tf_config)[0]
-             if topology.tf_config is not None else 1)
-    sharing = (f"{tasks} training tasks on this host" if tasks > 1 else
-               "one training task on this host")
+        return (
+            False,
+            (
+                f"memory growth off: {topology.configured_gpus} GPU(s) have logical "
+                "devices with memory limits set (TF refuses growth there; the "
+                "limits bound each device)"
+            ),
+            [],
+        )
+    tasks = cpu_split.local_tasks(topology.tf_config)[0] if topology.tf_config is not None else 1
+    sharing = (
+        f"{tasks} training tasks on this host" if tasks > 1 else "one training task on this host"
+    )
     if config.gpu_memory_growth:
-        return True, (
-            f"memory growth on (gpu_memory_growth=True; {sharing}): "
-            "each process takes GPU memory as it needs it, so processes "
-            "that see the same GPU can share it"), []
+        return (
+            True,
+            (
+                f"memory growth on (gpu_memory_growth=True; {sharing}): "
+                "each process takes GPU memory as it needs it, so processes "
+                "that see the same GPU can share it"
+            ),
+            [],
+        )
     warnings = []
     if tasks > 1:
         warnings.append(
@@ -134,10 +152,16 @@ def gpu_memory_choice(config, topology) -> tuple[bool | None, str, list[str]]:
             "host: a task takes nearly all the memory of every GPU it sees, so "
             "tasks that see the same GPU fail with out-of-memory. Give each "
             "task its own GPUs (tfdist-opt launch --gpus-per-worker K) or keep "
-            "gpu_memory_growth=True")
-    return False, (
-        f"memory growth off (gpu_memory_growth=False; {sharing}): TensorFlow "
-        "maps nearly all GPU memory when it starts"), warnings
+            "gpu_memory_growth=True"
+        )
+    return (
+        False,
+        (
+            f"memory growth off (gpu_memory_growth=False; {sharing}): TensorFlow "
+            "maps nearly all GPU memory when it starts"
+        ),
+        warnings,
+    )
 
 
 # ------------------------------------------- shared by the kinds
@@ -148,12 +172,20 @@ def refuse_cluster(kind: Kind, topology) -> None:
             f"Invalid value for `mode`: TF_CONFIG names {topology.num_workers} "
             f"tasks, so each would train alone under {kind.value!r}. Received: "
             f"mode={kind.value!r}. Expected 'auto' or a cluster kind (e.g. "
-            "'multi_worker'), or unset TF_CONFIG.")
+            "'multi_worker'), or unset TF_CONFIG."
+        )
 
 
-def choose_all_reduce(config, kind: Kind, gpus: int, allowed: Sequence[str],
-                      cpu_choice: str, reasons: list[str], split_gpus: int = 0,
-                      split_choice: str | None = None) -> str:
+def choose_all_reduce(
+    config,
+    kind: Kind,
+    gpus: int,
+    allowed: Sequence[str],
+    cpu_choice: str,
+    reasons: list[str],
+    split_gpus: int = 0,
+    split_choice: str | None = None,
+) -> str:
     """The collective implementation: `config.all_reduce` checked against `allowed`.
 
     `auto` is NCCL on GPUs, except where `split_gpus` GPUs were split into
@@ -166,13 +198,16 @@ def choose_all_reduce(config, kind: Kind, gpus: int, allowed: Sequence[str],
         raise ValueError(
             "Invalid value for `all_reduce`: NCCL needs GPUs and this host has "
             "none. Received: all_reduce='nccl'. Expected 'auto' or "
-            + " or ".join(repr(a) for a in cpu_options) + " on CPU.")
+            + " or ".join(repr(a) for a in cpu_options)
+            + " on CPU."
+        )
     if asked == "auto":
         if gpus and split_gpus and split_choice:
             reasons.append(
                 f"all_reduce=auto: {split_gpus} GPU(s) split into logical "
                 "devices, and NCCL refuses two ranks on one physical GPU, so "
-                f"{split_choice}")
+                f"{split_choice}"
+            )
             return split_choice
         if gpus:
             reasons.append("all_reduce=auto: NCCL on GPUs")
@@ -183,7 +218,8 @@ def choose_all_reduce(config, kind: Kind, gpus: int, allowed: Sequence[str],
         raise ValueError(
             f"Invalid value for `all_reduce` with a {kind.value} strategy: "
             f"expected one of {', '.join(repr(a) for a in ('auto', *allowed))}. "
-            f"Received: all_reduce={asked!r}")
+            f"Received: all_reduce={asked!r}"
+        )
     reasons.append(f"all_reduce={asked} requested")
     return asked
 
@@ -192,22 +228,25 @@ def inapplicable(config, kind: Kind, all_reduce: str | None) -> list[str]:
     """Warnings for settings that have no effect with this kind / collective."""
     out = []
     multi = kind == MULTI_WORKER
-    if config.num_packs != 1 and (
-            all_reduce not in ("nccl", "hierarchical_copy") or multi):
+    if config.num_packs != 1 and (all_reduce not in ("nccl", "hierarchical_copy") or multi):
         out.append(
             f"num_packs={config.num_packs} has no effect with {kind}/{all_reduce}: "
             "it applies to single-host nccl or hierarchical_copy "
-            "(use bytes_per_pack for multi-worker)")
+            "(use bytes_per_pack for multi-worker)"
+        )
     if isinstance(config.bytes_per_pack, int) and config.bytes_per_pack and not multi:
         out.append(
             f"bytes_per_pack={config.bytes_per_pack} has no effect with {kind}: "
-            "it applies to multi-worker collectives (use num_packs on one host)")
+            "it applies to multi-worker collectives (use num_packs on one host)"
+        )
     if config.collective_timeout_s is not None and not multi:
         out.append(
             f"collective_timeout_s={config.collective_timeout_s} has no effect "
-            f"with {kind}: it applies to multi-worker collectives")
+            f"with {kind}: it applies to multi-worker collectives"
+        )
     if config.stall_abort_s and not multi:
         out.append(
             f"stall_abort_s={config.stall_abort_s} has no effect with {kind}: "
-            "the stall inspector watches multi-worker fit")
+            "the stall inspector watches multi-worker fit"
+        )
     return out

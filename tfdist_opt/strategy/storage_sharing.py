@@ -58,8 +58,7 @@ class Files:
         this worker cannot write there."""
         name = TOKEN_PREFIX + uuid.uuid4().hex
         try:
-            fd = os.open(os.path.join(directory, name),
-                         os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            fd = os.open(os.path.join(directory, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except OSError:
             return None
         os.close(fd)
@@ -102,8 +101,14 @@ class Layout:
         return self.writer_of(task) == task
 
     def describe(self) -> str:
-        parts = [(f"{', '.join(g)} share it ({g[0]} writes)" if len(g) > 1
-                  else f"{g[0]} alone (writes its own copy)") for g in self.groups]
+        parts = [
+            (
+                f"{', '.join(g)} share it ({g[0]} writes)"
+                if len(g) > 1
+                else f"{g[0]} alone (writes its own copy)"
+            )
+            for g in self.groups
+        ]
         return "; ".join(parts) + f" [{self.evidence}]"
 
 
@@ -165,10 +170,16 @@ def probe_directory(directory: str, isdir: Callable[[str], bool] = os.path.isdir
     return path
 
 
-def probe(directory: str, me: str, tasks: Iterable[str], store: KeyValueStore,
-          namespace: str, files: Files | None = None,
-          timeout_s: float = DEFAULT_TIMEOUT_S,
-          clock: Callable[[], float] = time.monotonic) -> tuple[Layout, list[str]]:
+def probe(
+    directory: str,
+    me: str,
+    tasks: Iterable[str],
+    store: KeyValueStore,
+    namespace: str,
+    files: Files | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> tuple[Layout, list[str]]:
     """Runs the probe for `directory` with every other task; see the module docstring.
 
     Every task calls it for the same `namespace` (the n-th directory decision
@@ -193,8 +204,9 @@ def probe(directory: str, me: str, tasks: Iterable[str], store: KeyValueStore,
                 continue
             # Past the deadline (a peer that never came used it up), the
             # others still get a short grace to answer.
-            value = store.get(f"{namespace}/{kind}/{task}",
-                              max(min(5.0, timeout_s), deadline - clock()))
+            value = store.get(
+                f"{namespace}/{kind}/{task}", max(min(5.0, timeout_s), deadline - clock())
+            )
             if value is None:
                 if task not in missing:
                     missing.append(task)
@@ -206,8 +218,7 @@ def probe(directory: str, me: str, tasks: Iterable[str], store: KeyValueStore,
     token = files.create(where)
     try:
         tokens = collect("token", token)
-        saw = [t for t in tasks if t != me and tokens.get(t)
-               and files.exists(where, tokens[t])]
+        saw = [t for t in tasks if t != me and tokens.get(t) and files.exists(where, tokens[t])]
         seen = collect("seen", saw)
     finally:
         if token is not None:

@@ -78,22 +78,24 @@ class Topology:
         """Chief: the `chief` task, or worker 0 when the cluster has no chief."""
         if self.tf_config is None:
             return True
-        return is_chief(self.task_type, self.task_index,
-                        bool(self.tf_config["cluster"].get("chief")))
+        return is_chief(
+            self.task_type, self.task_index, bool(self.tf_config["cluster"].get("chief"))
+        )
 
     def describe(self) -> str:
-        role = ("none (no TF_CONFIG)" if self.tf_config is None else
-                f"{self.task_type}:{self.task_index} (side-car, outside the "
-                "training cluster)" if self.is_evaluator else
-                f"{self.task_type}:{self.task_index} of {self.num_workers} "
-                f"task(s){' (chief)' if self.is_chief else ''}")
-        split = (f" (logical devices of {self.split_gpus} split GPU(s))"
-                 if self.split_gpus else "")
+        role = (
+            "none (no TF_CONFIG)"
+            if self.tf_config is None
+            else f"{self.task_type}:{self.task_index} (side-car, outside the training cluster)"
+            if self.is_evaluator
+            else f"{self.task_type}:{self.task_index} of {self.num_workers} "
+            f"task(s){' (chief)' if self.is_chief else ''}"
+        )
+        split = f" (logical devices of {self.split_gpus} split GPU(s))" if self.split_gpus else ""
         return f"GPUs: {self.num_gpus}{split}; TF_CONFIG role: {role}"
 
 
-def is_chief(task_type: str | None, task_index: int | None,
-             cluster_has_chief: bool) -> bool:
+def is_chief(task_type: str | None, task_index: int | None, cluster_has_chief: bool) -> bool:
     """The one chief rule: the `chief` task, or worker 0 when there is none.
 
     A process with no task type (no TF_CONFIG) is its own chief. Used by
@@ -113,8 +115,9 @@ def strategy_is_chief(strategy) -> bool:
     resolver = getattr(strategy, "cluster_resolver", None)
     if resolver is None or not resolver.task_type:
         return True
-    return is_chief(resolver.task_type, resolver.task_id,
-                    bool(resolver.cluster_spec().as_dict().get("chief")))
+    return is_chief(
+        resolver.task_type, resolver.task_id, bool(resolver.cluster_spec().as_dict().get("chief"))
+    )
 
 
 def task_type(environ: Mapping[str, str] | None = None) -> str | None:
@@ -142,8 +145,9 @@ def task_type(environ: Mapping[str, str] | None = None) -> str | None:
     return None if cfg is None else cfg["task"]["type"]
 
 
-def detect_topology(environ: Mapping[str, str] | None = None,
-                    gpus: Sequence[str] | None = None) -> Topology:
+def detect_topology(
+    environ: Mapping[str, str] | None = None, gpus: Sequence[str] | None = None
+) -> Topology:
     """Reads TF_CONFIG (validated) and lists the GPUs.
 
     A physical GPU split into logical devices before this call counts one
@@ -176,5 +180,4 @@ def detect_topology(environ: Mapping[str, str] | None = None,
                 gpus += [f"{device.name}/logical:{j}" for j in range(len(logical))]
             else:
                 gpus.append(device.name)
-    return Topology(gpus=tuple(gpus), tf_config=cfg, configured_gpus=configured,
-                    split_gpus=split)
+    return Topology(gpus=tuple(gpus), tf_config=cfg, configured_gpus=configured, split_gpus=split)

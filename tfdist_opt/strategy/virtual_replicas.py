@@ -31,8 +31,7 @@ FIELD = "replicas"
 _KINDS = ("one_device", "mirrored", "multi_worker")
 
 
-def local_replicas(replicas: int | None, num_workers: int, num_gpus: int,
-                   kind: str) -> int | None:
+def local_replicas(replicas: int | None, num_workers: int, num_gpus: int, kind: str) -> int | None:
     """The replicas each worker runs for `replicas=R` on `num_workers` workers.
 
     Args:
@@ -60,14 +59,16 @@ def local_replicas(replicas: int | None, num_workers: int, num_gpus: int,
             f"Invalid value for `{FIELD}` with a {kind} strategy: it keeps no "
             "replicas in sync (workers train asynchronously against parameter "
             f"servers). Received: {FIELD}={replicas!r}. Expected {FIELD}=None, "
-            "or mode 'auto', 'mirrored' or 'multi_worker'.")
+            "or mode 'auto', 'mirrored' or 'multi_worker'."
+        )
     if num_gpus:
         raise ValueError(
             f"Invalid value for `{FIELD}` on a host with {num_gpus} GPU(s): the "
             "fixed replica count runs its replicas on logical CPU devices, and "
             f"a GPU replica cannot be split that way. Received: {FIELD}="
             f"{replicas!r}. Expected {FIELD}=None (one replica per GPU), or "
-            "hide the GPUs (CUDA_VISIBLE_DEVICES='').")
+            "hide the GPUs (CUDA_VISIBLE_DEVICES='')."
+        )
     if replicas % num_workers:
         raise ValueError(
             f"Invalid value for `{FIELD}` on {num_workers} worker(s): every "
@@ -75,7 +76,8 @@ def local_replicas(replicas: int | None, num_workers: int, num_gpus: int,
             f"{FIELD} must be a multiple of the worker count. Received: "
             f"{FIELD}={replicas!r}, workers={num_workers}. Expected a multiple "
             f"of {num_workers} (e.g. {FIELD}={num_workers * max(1, replicas // num_workers)}), "
-            "or run on a worker count that divides it.")
+            "or run on a worker count that divides it."
+        )
     return replicas // num_workers
 
 

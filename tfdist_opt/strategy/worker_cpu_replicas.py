@@ -20,23 +20,24 @@ from tfdist_opt import private_api
 class _CpuReplicasExtended(private_api.collective_all_reduce_extended_class()):
     """TF's extended MWMS object with `local` CPU devices on each worker."""
 
-    def __init__(self, container_strategy, cluster_resolver,
-                 communication_options, local: int):
+    def __init__(self, container_strategy, cluster_resolver, communication_options, local: int):
         self._local_cpu_replicas = local
-        super().__init__(container_strategy, cluster_resolver=cluster_resolver,
-                         communication_options=communication_options)
+        super().__init__(
+            container_strategy,
+            cluster_resolver=cluster_resolver,
+            communication_options=communication_options,
+        )
 
     def _initialize_local_devices(self, cluster_resolver, worker_device):
-        devices, kind = super()._initialize_local_devices(cluster_resolver,
-                                                          worker_device)
+        devices, kind = super()._initialize_local_devices(cluster_resolver, worker_device)
         if kind != "CPU":
             return devices, kind
-        return tuple(f"{worker_device}/device:CPU:{i}"
-                     for i in range(self._local_cpu_replicas)), kind
+        return tuple(
+            f"{worker_device}/device:CPU:{i}" for i in range(self._local_cpu_replicas)
+        ), kind
 
 
-def extended(container_strategy, cluster_resolver, communication_options,
-             local: int):
+def extended(container_strategy, cluster_resolver, communication_options, local: int):
     """TF's `CollectiveAllReduceExtended` with `local` CPU replicas per worker.
 
     Args:
@@ -49,5 +50,4 @@ def extended(container_strategy, cluster_resolver, communication_options,
     Returns:
         The extended object for `tf.distribute.Strategy.__init__`.
     """
-    return _CpuReplicasExtended(container_strategy, cluster_resolver,
-                                communication_options, local)
+    return _CpuReplicasExtended(container_strategy, cluster_resolver, communication_options, local)

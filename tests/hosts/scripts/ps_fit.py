@@ -32,15 +32,27 @@ def signed_loss(y_true, y_pred):
 
 
 with strategy.scope():
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(
-        1, use_bias=False, kernel_initializer="zeros")])
+    model = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(1, use_bias=False, kernel_initializer="zeros")]
+    )
     model.compile(keras.optimizers.SGD(LR), signed_loss)
-model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(N).repeat(),
-          epochs=EPOCHS, steps_per_epoch=STEPS, verbose=0)
+model.fit(
+    tf.data.Dataset.from_tensor_slices((x, y)).batch(N).repeat(),
+    epochs=EPOCHS,
+    steps_per_epoch=STEPS,
+    verbose=0,
+)
 steps = EPOCHS * STEPS
 g = -((2 * y - 1) * x).sum(0, keepdims=True).T / N
-print("RESULT " + json.dumps({
-    "strategy": type(strategy).__name__,
-    "iterations": int(model.optimizer.iterations.numpy()),
-    "kernel": model.layers[-1].kernel.numpy().ravel().tolist(),
-    "expected": (-steps * LR * g).ravel().tolist()}), flush=True)
+print(
+    "RESULT "
+    + json.dumps(
+        {
+            "strategy": type(strategy).__name__,
+            "iterations": int(model.optimizer.iterations.numpy()),
+            "kernel": model.layers[-1].kernel.numpy().ravel().tolist(),
+            "expected": (-steps * LR * g).ravel().tolist(),
+        }
+    ),
+    flush=True,
+)

@@ -27,9 +27,17 @@ def main(argv):
         try:
             tfdist_opt.opt_strategy()
         except Exception as e:  # pylint: disable=broad-except
-            print("RESULT " + json.dumps({
-                "case": i, "error": f"{type(e).__name__}: {e}",
-                "seconds": time.monotonic() - t0}), flush=True)
+            print(
+                "RESULT "
+                + json.dumps(
+                    {
+                        "case": i,
+                        "error": f"{type(e).__name__}: {e}",
+                        "seconds": time.monotonic() - t0,
+                    }
+                ),
+                flush=True,
+            )
             continue
         print("RESULT " + json.dumps({"case": i, "error": None}), flush=True)
         os._exit(3)  # a strategy (and maybe a server) exists: stop here

@@ -77,23 +77,34 @@ def main(out_dir, backup_dir):
     y = (x @ np.array([[1.0], [-2.0], [0.5], [3.0]], "float32")).astype("float32")
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH)
     with strategy.scope():
-        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, "tanh"),
-                                  keras.layers.Dense(1)])
+        model = keras.Sequential(
+            [keras.Input((4,)), keras.layers.Dense(8, "tanh"), keras.layers.Dense(1)]
+        )
         model.compile(keras.optimizers.SGD(BASE_LR, momentum=0.9), "mse")
     kill_at = int(os.environ.get("CB_KILL_AT_STEP", "0"))
     tag = _common.task_tag()
-    monitor = cbs.ThroughputMonitor(GLOBAL_BATCH, window=4, warmup_steps=1,
-                                    log_dir=os.path.join(out_dir, "tb"),
-                                    summary_freq=2,
-                                    json_path=os.path.join(out_dir, "throughput.json"))
-    profiler = cbs.CommunicationProfiler(probe_steps=5,
-                                         trace_path=os.path.join(out_dir, "trace.json"))
-    scaled = cbs.ScaledLearningRate(BASE_LR, BASE_BATCH, GLOBAL_BATCH,
-                                    warmup_steps=WARMUP, momentum_correction=True)
+    monitor = cbs.ThroughputMonitor(
+        GLOBAL_BATCH,
+        window=4,
+        warmup_steps=1,
+        log_dir=os.path.join(out_dir, "tb"),
+        summary_freq=2,
+        json_path=os.path.join(out_dir, "throughput.json"),
+    )
+    profiler = cbs.CommunicationProfiler(
+        probe_steps=5, trace_path=os.path.join(out_dir, "trace.json")
+    )
+    scaled = cbs.ScaledLearningRate(
+        BASE_LR, BASE_BATCH, GLOBAL_BATCH, warmup_steps=WARMUP, momentum_correction=True
+    )
     backup = cbs.DistributedBackupAndRestore(backup_dir, save_freq=2)
     recorder = Recorder(kill_at, out_dir)
-    history = model.fit(ds, epochs=EPOCHS, verbose=0, callbacks=cbs.ordered(
-        [recorder, monitor, profiler, scaled, backup]))
+    history = model.fit(
+        ds,
+        epochs=EPOCHS,
+        verbose=0,
+        callbacks=cbs.ordered([recorder, monitor, profiler, scaled, backup]),
+    )
     result = {
         "task": tag,
         "chief": _common.is_chief(),

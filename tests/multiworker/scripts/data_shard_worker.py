@@ -25,9 +25,13 @@ def run_case(strategy, pattern, policy, global_batch, epochs):
     from tests.data.records import parse_id
     from tfdist_opt import data
 
-    inp = data.build_input(pattern, strategy, global_batch, map_fn=parse_id,
-                           options=data.PipelineOptions(shard_policy=policy,
-                                                        seed=3))
+    inp = data.build_input(
+        pattern,
+        strategy,
+        global_batch,
+        map_fn=parse_id,
+        options=data.PipelineOptions(shard_policy=policy, seed=3),
+    )
     plan = inp.plans[0]
     seen = []
     for _ in range(epochs):
@@ -39,17 +43,24 @@ def run_case(strategy, pattern, policy, global_batch, epochs):
 
     # Equal steps on every worker: fit finishes instead of hanging.
     ds = data.build_dataset(
-        pattern, strategy, global_batch,
+        pattern,
+        strategy,
+        global_batch,
         map_fn=lambda s: (tf.cast(tf.reshape(parse_id(s), [1]), tf.float32), 1.0),
-        options=data.PipelineOptions(shard_policy=policy, seed=3))
+        options=data.PipelineOptions(shard_policy=policy, seed=3),
+    )
     with strategy.scope():
         model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
         model.compile("sgd", "mse")
     history = model.fit(ds, epochs=1, verbose=0, shuffle=False)
-    return plan, {"policy": plan.policy, "steps": plan.steps_per_epoch,
-                  "shard_sizes": list(plan.shard_sizes),
-                  "dropped": plan.examples_dropped, "epochs": seen,
-                  "fit_epochs": len(history.history["loss"])}
+    return plan, {
+        "policy": plan.policy,
+        "steps": plan.steps_per_epoch,
+        "shard_sizes": list(plan.shard_sizes),
+        "dropped": plan.examples_dropped,
+        "epochs": seen,
+        "fit_epochs": len(history.history["loss"]),
+    }
 
 
 def main(argv):
@@ -66,8 +77,13 @@ def main(argv):
         print(f"CASE {case['name']}", flush=True)
         sys.stderr.flush()
         try:
-            _, report = run_case(strategy, case["pattern"], case["policy"],
-                                 int(case["global_batch"]), int(case.get("epochs", 2)))
+            _, report = run_case(
+                strategy,
+                case["pattern"],
+                case["policy"],
+                int(case["global_batch"]),
+                int(case.get("epochs", 2)),
+            )
         except Exception:  # pylint: disable=broad-except
             report = {"error": traceback.format_exc()}
             print(report["error"], flush=True)

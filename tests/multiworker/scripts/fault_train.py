@@ -43,13 +43,12 @@ def main():
     x = rng.rand(256, 8).astype("float32")
     y = rng.rand(256, 1).astype("float32")
     options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = (
-        tf.data.experimental.AutoShardPolicy.DATA)
-    ds = (tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat()
-          .with_options(options))
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat().with_options(options)
     with strategy.scope():
-        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
-                                  keras.layers.Dense(1)])
+        model = keras.Sequential(
+            [keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)]
+        )
         model.compile("sgd", "mse")
 
     samples = []
@@ -60,8 +59,7 @@ def main():
                 print(f"task {me}: dying at step {batch + 1}", flush=True)
                 os._exit(1)
             if me == args.sleep_task and batch + 1 == args.sleep_at_step:
-                print(f"task {me}: sleeping {args.sleep_s:g} s at step {batch + 1}",
-                      flush=True)
+                print(f"task {me}: sleeping {args.sleep_s:g} s at step {batch + 1}", flush=True)
                 time.sleep(args.sleep_s)
             if batch + 1 == args.mark_step:
                 print(f"task {me}: reached step {batch + 1}", flush=True)
@@ -70,8 +68,11 @@ def main():
 
     t0 = time.time()
     model.fit(ds, epochs=1, steps_per_epoch=args.steps, verbose=0, callbacks=[Faults()])
-    result = {"task": me, "steps": int(model.optimizer.iterations.numpy()),
-              "seconds": round(time.time() - t0, 2)}
+    result = {
+        "task": me,
+        "steps": int(model.optimizer.iterations.numpy()),
+        "seconds": round(time.time() - t0, 2),
+    }
     if args.soak:
         samples.append((args.steps, *_status()))
         result["samples"] = samples

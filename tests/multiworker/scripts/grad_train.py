@@ -33,12 +33,14 @@ def data():
 
 def init_weights():
     rng = np.random.default_rng(1)
-    return [rng.normal(size=(IN, HID)).astype("float32") * 0.05,
-            np.zeros(HID, "float32"),
-            rng.normal(size=(HID, HID)).astype("float32") * 0.03,
-            np.zeros(HID, "float32"),
-            rng.normal(size=(HID, 1)).astype("float32") * 0.03,
-            np.zeros(1, "float32")]
+    return [
+        rng.normal(size=(IN, HID)).astype("float32") * 0.05,
+        np.zeros(HID, "float32"),
+        rng.normal(size=(HID, HID)).astype("float32") * 0.03,
+        np.zeros(HID, "float32"),
+        rng.normal(size=(HID, 1)).astype("float32") * 0.03,
+        np.zeros(1, "float32"),
+    ]
 
 
 def train(strategy, global_batch, out, name, task):
@@ -47,16 +49,19 @@ def train(strategy, global_batch, out, name, task):
 
     x, y = data()
     with strategy.scope():
-        model = keras.Sequential([
-            keras.Input((IN,)), keras.layers.Dense(HID, activation="tanh"),
-            keras.layers.Dense(HID, activation="tanh"), keras.layers.Dense(1)])
+        model = keras.Sequential(
+            [
+                keras.Input((IN,)),
+                keras.layers.Dense(HID, activation="tanh"),
+                keras.layers.Dense(HID, activation="tanh"),
+                keras.layers.Dense(1),
+            ]
+        )
         model.set_weights(init_weights())
         model.compile(keras.optimizers.SGD(0.05), "mse")
-    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(
-        global_batch, drop_remainder=True)
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch, drop_remainder=True)
     opts = tf.data.Options()
-    opts.experimental_distribute.auto_shard_policy = (
-        tf.data.experimental.AutoShardPolicy.DATA)
+    opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     ds = ds.with_options(opts)
     model.fit(ds, epochs=1, verbose=0, shuffle=False)
     arrays = {f"w{i}": w for i, w in enumerate(model.get_weights())}
@@ -88,9 +93,11 @@ def main():
     assert strategy.num_replicas_in_sync == WORKERS
     train(strategy, MICRO * WORKERS, args.out, "accum", task)
     tuned = list(keras_binding.binding_of(strategy).tuned.values())
-    for name, options in (("plain", GradientOptions()),
-                          ("pack", GradientOptions(bytes_per_pack="auto")),
-                          ("bf16", GradientOptions(compression="bf16"))):
+    for name, options in (
+        ("plain", GradientOptions()),
+        ("pack", GradientOptions(bytes_per_pack="auto")),
+        ("bf16", GradientOptions(compression="bf16")),
+    ):
         keras_binding.attach(strategy, options)
         train(strategy, MICRO * WORKERS, args.out, name, task)
     print(f"TUNED_BYTES_PER_PACK={tuned[0] if tuned else None}", flush=True)

@@ -55,16 +55,19 @@ def guide(strategy, crash):
             restored.append(os.path.basename(latest))
             return keras.models.load_model(latest)
         restored.append(None)
-        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(
-            1, kernel_initializer="zeros", bias_initializer="zeros")])
+        model = keras.Sequential(
+            [
+                keras.Input((2,)),
+                keras.layers.Dense(1, kernel_initializer="zeros", bias_initializer="zeros"),
+            ]
+        )
         model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
         return model
 
     with strategy.scope():
         model = make_or_restore_model()
     options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = (
-        tf.data.experimental.AutoShardPolicy.DATA)
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     ds = tf.data.Dataset.from_tensor_slices((X, Y)).batch(8).with_options(options)
     seen = []
 
@@ -80,8 +83,7 @@ def guide(strategy, crash):
     callbacks = [
         keras.callbacks.BackupAndRestore("./backup"),
         keras.callbacks.ModelCheckpoint(CHECKPOINT_DIR + "/ckpt-{epoch}.keras"),
-        keras.callbacks.ModelCheckpoint("./weights/w-{epoch}.weights.h5",
-                                        save_weights_only=True),
+        keras.callbacks.ModelCheckpoint("./weights/w-{epoch}.weights.h5", save_weights_only=True),
         Crash(),
     ]
     model.fit(ds, epochs=EPOCHS, verbose=0, callbacks=callbacks)
@@ -90,9 +92,15 @@ def guide(strategy, crash):
     model.load_weights(os.path.join("weights", newest))
     model.save("m.keras")
     loaded = keras.models.load_model("m.keras")
-    return {"restored": restored[0], "start_epoch": seen[0], "w": w,
-            "w_loaded_weights": flat(model), "w_load_model": flat(loaded),
-            "newest_weights": newest, "scratch": scratch_log.take()}
+    return {
+        "restored": restored[0],
+        "start_epoch": seen[0],
+        "w": w,
+        "w_loaded_weights": flat(model),
+        "w_load_model": flat(loaded),
+        "newest_weights": newest,
+        "scratch": scratch_log.take(),
+    }
 
 
 def main():

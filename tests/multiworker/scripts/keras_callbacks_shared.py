@@ -34,12 +34,15 @@ def main():
     import tensorflow as tf
 
     with strategy.scope():
-        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(
-            1, kernel_initializer="zeros", bias_initializer="zeros")])
+        model = keras.Sequential(
+            [
+                keras.Input((2,)),
+                keras.layers.Dense(1, kernel_initializer="zeros", bias_initializer="zeros"),
+            ]
+        )
         model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
     options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = (
-        tf.data.experimental.AutoShardPolicy.DATA)
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     ds = tf.data.Dataset.from_tensor_slices((X, Y)).batch(8).with_options(options)
     seen = []
 
@@ -55,8 +58,7 @@ def main():
     def callbacks_in(directory):
         return [
             keras.callbacks.BackupAndRestore(os.path.join(directory, "backup")),
-            keras.callbacks.ModelCheckpoint(os.path.join(directory, "ckpts",
-                                                         "ep{epoch}.keras")),
+            keras.callbacks.ModelCheckpoint(os.path.join(directory, "ckpts", "ep{epoch}.keras")),
             keras.callbacks.CSVLogger(os.path.join(directory, "log.csv"), append=True),
             Crash(),
         ]
@@ -73,9 +75,18 @@ def main():
     model.fit(ds, epochs=EPOCHS, verbose=0, callbacks=callbacks)
     w = np.concatenate([v.numpy().ravel() for v in model.weights])
     tf_config = json.loads(os.environ["TF_CONFIG"])
-    print("RESULT " + json.dumps({
-        "chief": tf_config["task"]["index"] == 0, "start_epoch": seen[0],
-        "w": w.tolist(), "classes": [type(c).__name__ for c in callbacks]}), flush=True)
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "chief": tf_config["task"]["index"] == 0,
+                "start_epoch": seen[0],
+                "w": w.tolist(),
+                "classes": [type(c).__name__ for c in callbacks],
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -44,8 +44,7 @@ def _data():
     return x, y
 
 
-def _model(keras, *, sync_bn=False, dict_inputs=False, two_outputs=False,
-           dtype=None):
+def _model(keras, *, sync_bn=False, dict_inputs=False, two_outputs=False, dtype=None):
     init = lambda s: keras.initializers.GlorotUniform(seed=s)
     if dict_inputs:
         a = keras.Input((FEATURES // 2,), name="a")
@@ -55,12 +54,10 @@ def _model(keras, *, sync_bn=False, dict_inputs=False, two_outputs=False,
     else:
         inputs = keras.Input((FEATURES,), name="x")
         h = inputs
-    h = keras.layers.Dense(16, activation="relu", kernel_initializer=init(1),
-                           dtype=dtype)(h)
+    h = keras.layers.Dense(16, activation="relu", kernel_initializer=init(1), dtype=dtype)(h)
     if sync_bn:
         h = keras.layers.BatchNormalization(synchronized=True, name="sync_bn")(h)
-    logits = keras.layers.Dense(CLASSES, kernel_initializer=init(2), dtype=dtype,
-                                name="logits")(h)
+    logits = keras.layers.Dense(CLASSES, kernel_initializer=init(2), dtype=dtype, name="logits")(h)
     if two_outputs:
         aux = keras.layers.Dense(1, kernel_initializer=init(3), name="aux")(h)
         return keras.Model(inputs, {"logits": logits, "aux": aux})
@@ -69,9 +66,11 @@ def _model(keras, *, sync_bn=False, dict_inputs=False, two_outputs=False,
 
 def _compile(keras, model, **kwargs):
     kwargs.setdefault("metrics", ["accuracy"])
-    model.compile(optimizer=keras.optimizers.SGD(0.1),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  **kwargs)
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.1),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        **kwargs,
+    )
 
 
 def _tolist(value):
@@ -83,14 +82,25 @@ def _tolist(value):
 
 
 def _outcome(model, history, predictions):
-    return {"weights": [_tolist(w) for w in model.get_weights()],
-            "history": _tolist(history.history),
-            "predict": _tolist(predictions)}
+    return {
+        "weights": [_tolist(w) for w in model.get_weights()],
+        "history": _tolist(history.history),
+        "predict": _tolist(predictions),
+    }
 
 
-def standard(keras, strategy, *, compile_kwargs=None, fit_kwargs=None,
-             model_kwargs=None, fit_data=None, policy=None, callbacks=None,
-             stages=("evaluate", "predict")):
+def standard(
+    keras,
+    strategy,
+    *,
+    compile_kwargs=None,
+    fit_kwargs=None,
+    model_kwargs=None,
+    fit_data=None,
+    policy=None,
+    callbacks=None,
+    stages=("evaluate", "predict"),
+):
     """Builds, compiles (in the scope, as users do), fits; then `stages`."""
     x, y = _data()
     if policy:
@@ -104,16 +114,19 @@ def standard(keras, strategy, *, compile_kwargs=None, fit_kwargs=None,
         if "steps_per_epoch" not in fit_kwargs:
             fit_kwargs["batch_size"] = GLOBAL_BATCH
         data = fit_data if fit_data is not None else {"x": x, "y": y}
-        history = model.fit(**data, epochs=2, shuffle=False, verbose=0,
-                            callbacks=callbacks, **fit_kwargs)
-        out = {"weights": [_tolist(w) for w in model.get_weights()],
-               "history": _tolist(history.history)}
+        history = model.fit(
+            **data, epochs=2, shuffle=False, verbose=0, callbacks=callbacks, **fit_kwargs
+        )
+        out = {
+            "weights": [_tolist(w) for w in model.get_weights()],
+            "history": _tolist(history.history),
+        }
         if "evaluate" in stages:
-            out["evaluate"] = _tolist(model.evaluate(
-                x, y, batch_size=GLOBAL_BATCH, verbose=0, return_dict=True))
+            out["evaluate"] = _tolist(
+                model.evaluate(x, y, batch_size=GLOBAL_BATCH, verbose=0, return_dict=True)
+            )
         if "predict" in stages:
-            out["predict"] = _tolist(model.predict(x, batch_size=GLOBAL_BATCH,
-                                                   verbose=0))
+            out["predict"] = _tolist(model.predict(x, batch_size=GLOBAL_BATCH, verbose=0))
         return out
     finally:
         if policy:
@@ -123,7 +136,7 @@ def standard(keras, strategy, *, compile_kwargs=None, fit_kwargs=None,
 def _generator(x, y):
     while True:
         for i in range(0, N, GLOBAL_BATCH):
-            yield x[i:i + GLOBAL_BATCH], y[i:i + GLOBAL_BATCH]
+            yield x[i : i + GLOBAL_BATCH], y[i : i + GLOBAL_BATCH]
 
 
 def _cells(keras):
@@ -142,36 +155,52 @@ def _cells(keras):
         "baseline": {},
         # Metric objects made in the scope (compile_kwargs is called there),
         # as users do: made outside, their variables are not distributed.
-        "metrics": {"compile_kwargs": lambda: {"metrics": [
-            "accuracy", keras.metrics.SparseTopKCategoricalAccuracy(2, name="top2"),
-            keras.metrics.SparseCategoricalCrossentropy(from_logits=True, name="xent")]},
-            "stages": ("evaluate",)},
-        "validation_data": {"fit_kwargs": {"validation_data": (x[:32], y[:32])},
-                            "stages": ()},
+        "metrics": {
+            "compile_kwargs": lambda: {
+                "metrics": [
+                    "accuracy",
+                    keras.metrics.SparseTopKCategoricalAccuracy(2, name="top2"),
+                    keras.metrics.SparseCategoricalCrossentropy(from_logits=True, name="xent"),
+                ]
+            },
+            "stages": ("evaluate",),
+        },
+        "validation_data": {"fit_kwargs": {"validation_data": (x[:32], y[:32])}, "stages": ()},
         "validation_split": {"fit_kwargs": {"validation_split": 0.25}, "stages": ()},
         "sample_weight": {"fit_kwargs": {"sample_weight": weights}, "stages": ()},
-        "class_weight": {"fit_kwargs": {"class_weight": {0: 1.0, 1: 2.0, 2: 0.5}},
-                         "stages": ()},
+        "class_weight": {"fit_kwargs": {"class_weight": {0: 1.0, 1: 2.0, 2: 0.5}}, "stages": ()},
         "sync_batchnorm": {"model_kwargs": {"sync_bn": True}, "stages": ()},
-        "callbacks": {"callbacks": [
-            keras.callbacks.EarlyStopping(monitor="loss", patience=0),
-            keras.callbacks.ReduceLROnPlateau(monitor="loss", patience=0, factor=0.5)],
-            "stages": ()},
-        "generator": {"fit_data": {"x": _generator(x, y)},
-                      "fit_kwargs": {"steps_per_epoch": N // GLOBAL_BATCH}, "stages": ()},
-        "py_dataset": {"fit_data": {"x": Batches()},
-                       "fit_kwargs": {"steps_per_epoch": N // GLOBAL_BATCH}, "stages": ()},
+        "callbacks": {
+            "callbacks": [
+                keras.callbacks.EarlyStopping(monitor="loss", patience=0),
+                keras.callbacks.ReduceLROnPlateau(monitor="loss", patience=0, factor=0.5),
+            ],
+            "stages": (),
+        },
+        "generator": {
+            "fit_data": {"x": _generator(x, y)},
+            "fit_kwargs": {"steps_per_epoch": N // GLOBAL_BATCH},
+            "stages": (),
+        },
+        "py_dataset": {
+            "fit_data": {"x": Batches()},
+            "fit_kwargs": {"steps_per_epoch": N // GLOBAL_BATCH},
+            "stages": (),
+        },
         "run_eagerly": {"compile_kwargs": {"run_eagerly": True}, "stages": ()},
         "mixed_float16": {"policy": "mixed_float16", "stages": ("predict",)},
         "mixed_bfloat16": {"policy": "mixed_bfloat16", "stages": ("predict",)},
         "jit_compile": {"compile_kwargs": {"jit_compile": True}},
-        "jit_compile_sync_batchnorm": {"compile_kwargs": {"jit_compile": True},
-                                       "model_kwargs": {"sync_bn": True},
-                                       "stages": ()},
+        "jit_compile_sync_batchnorm": {
+            "compile_kwargs": {"jit_compile": True},
+            "model_kwargs": {"sync_bn": True},
+            "stages": (),
+        },
         "steps_per_execution": {"compile_kwargs": {"steps_per_execution": 4}},
-        "steps_per_execution_jit": {"compile_kwargs": {"steps_per_execution": 4,
-                                                       "jit_compile": True},
-                                    "stages": ()},
+        "steps_per_execution_jit": {
+            "compile_kwargs": {"steps_per_execution": 4, "jit_compile": True},
+            "stages": (),
+        },
     }
     return cells
 
@@ -186,10 +215,8 @@ def dict_cells(keras, strategy):
         with strategy.scope():
             model = _model(keras, dict_inputs=True)
             _compile(keras, model)
-        history = model.fit(xd, y, batch_size=GLOBAL_BATCH, epochs=2,
-                            shuffle=False, verbose=0)
-        return _outcome(model, history,
-                        model.predict(xd, batch_size=GLOBAL_BATCH, verbose=0))
+        history = model.fit(xd, y, batch_size=GLOBAL_BATCH, epochs=2, shuffle=False, verbose=0)
+        return _outcome(model, history, model.predict(xd, batch_size=GLOBAL_BATCH, verbose=0))
 
     def dict_outputs(policy=None):
         if policy:
@@ -199,14 +226,15 @@ def dict_cells(keras, strategy):
                 model = _model(keras, two_outputs=True)
                 model.compile(
                     optimizer=keras.optimizers.SGD(0.1),
-                    loss={"logits": keras.losses.SparseCategoricalCrossentropy(
-                        from_logits=True), "aux": "mse"},
-                    metrics={"logits": ["accuracy"]})
+                    loss={
+                        "logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                        "aux": "mse",
+                    },
+                    metrics={"logits": ["accuracy"]},
+                )
             ys = {"logits": y, "aux": x[:, :1]}
-            history = model.fit(x, ys, batch_size=GLOBAL_BATCH, epochs=2,
-                                shuffle=False, verbose=0)
-            return _outcome(model, history,
-                            model.predict(x, batch_size=GLOBAL_BATCH, verbose=0))
+            history = model.fit(x, ys, batch_size=GLOBAL_BATCH, epochs=2, shuffle=False, verbose=0)
+            return _outcome(model, history, model.predict(x, batch_size=GLOBAL_BATCH, verbose=0))
         finally:
             if policy:
                 keras.mixed_precision.set_global_policy("float32")
@@ -218,12 +246,14 @@ def dict_cells(keras, strategy):
             h = keras.layers.Dense(4, kernel_initializer=init)(inputs)
             model = keras.Model(inputs, (h, keras.layers.Activation("tanh")(h)))
         predictions = model.predict(x, batch_size=GLOBAL_BATCH, verbose=0)
-        return {"predict": _tolist(predictions),
-                "predict_type": type(predictions).__name__}
+        return {"predict": _tolist(predictions), "predict_type": type(predictions).__name__}
 
-    return {"dict_inputs": dict_inputs, "dict_outputs": dict_outputs,
-            "dict_outputs_bfloat16": lambda: dict_outputs("mixed_bfloat16"),
-            "tuple_outputs": tuple_outputs}
+    return {
+        "dict_inputs": dict_inputs,
+        "dict_outputs": dict_outputs,
+        "dict_outputs_bfloat16": lambda: dict_outputs("mixed_bfloat16"),
+        "tuple_outputs": tuple_outputs,
+    }
 
 
 _XLA_STEPS = []
@@ -248,8 +278,9 @@ def run_all(strategy, only):
     import keras
 
     results = {}
-    fns = {name: (lambda kw=kw: standard(keras, strategy, **kw))
-           for name, kw in _cells(keras).items()}
+    fns = {
+        name: (lambda kw=kw: standard(keras, strategy, **kw)) for name, kw in _cells(keras).items()
+    }
     fns.update(dict_cells(keras, strategy))
     for name, fn in fns.items():
         if only and name not in only:
@@ -261,15 +292,18 @@ def run_all(strategy, only):
             try:
                 results[name] = {"status": "ok", **fn()}
             except Exception as e:  # recorded for the test to judge
-                results[name] = {"status": "error", "type": type(e).__name__,
-                                 "message": str(e)[-2000:],
-                                 "traceback": traceback.format_exc()[-3000:]}
-        results[name]["warnings"] = [str(w.message)[:500] for w in caught
-                                     if "tfdist_opt" in str(w.message)]
+                results[name] = {
+                    "status": "error",
+                    "type": type(e).__name__,
+                    "message": str(e)[-2000:],
+                    "traceback": traceback.format_exc()[-3000:],
+                }
+        results[name]["warnings"] = [
+            str(w.message)[:500] for w in caught if "tfdist_opt" in str(w.message)
+        ]
         results[name]["xla_steps"] = list(_XLA_STEPS)
         results[name]["seconds"] = round(time.perf_counter() - start, 2)
-        print(f"cell {name}: {results[name]['status']} "
-              f"({results[name]['seconds']} s)", flush=True)
+        print(f"cell {name}: {results[name]['status']} ({results[name]['seconds']} s)", flush=True)
     return results
 
 
@@ -278,12 +312,19 @@ def iterator_kinds(strategy):
     import tensorflow as tf
 
     ds = tf.data.Dataset.range(8).batch(4)
-    made = {"experimental_distribute_dataset": strategy.experimental_distribute_dataset(ds),
-            "distribute_datasets_from_function": strategy.distribute_datasets_from_function(
-                lambda ctx: tf.data.Dataset.range(8).batch(2))}
-    return {name: [type(w._iterator).__name__  # pylint: disable=protected-access
-                   for w in iter(d)._iterators]  # pylint: disable=protected-access
-            for name, d in made.items()}
+    made = {
+        "experimental_distribute_dataset": strategy.experimental_distribute_dataset(ds),
+        "distribute_datasets_from_function": strategy.distribute_datasets_from_function(
+            lambda ctx: tf.data.Dataset.range(8).batch(2)
+        ),
+    }
+    return {
+        name: [
+            type(w._iterator).__name__  # pylint: disable=protected-access
+            for w in iter(d)._iterators
+        ]  # pylint: disable=protected-access
+        for name, d in made.items()
+    }
 
 
 def main():
@@ -301,9 +342,10 @@ def main():
         if kind == "none":
             continue
         strategies[kind] = tfdist_opt.opt_strategy(
-            mode=kind, cpu_replicas=2 if kind == "mirrored" else 0,
-            storage_sharing="per_worker")
+            mode=kind, cpu_replicas=2 if kind == "mirrored" else 0, storage_sharing="per_worker"
+        )
     import tensorflow as tf
+
     strategies["none"] = tf.distribute.get_strategy()  # plain Keras, no scope
     topo = tfdist_opt.detect_topology()
     out = {kind: run_all(strategies[kind], only) for kind in kinds}

@@ -23,8 +23,9 @@ from tests.multiworker.scripts import step_logs
 from tests.multiworker.scripts.step_logs import Logs
 
 CONFIGS = {
-    "powersgd": dict(compression="powersgd", powersgd_rank=2,
-                     powersgd_start_step=2, powersgd_min_compression=0),
+    "powersgd": dict(
+        compression="powersgd", powersgd_rank=2, powersgd_start_step=2, powersgd_min_compression=0
+    ),
     "packed": dict(bytes_per_pack="auto"),
     # Every default: TF's one pack, through our hooks (multi-worker).
     "defaults": dict(),
@@ -37,13 +38,22 @@ x, y = step_logs.data()
 def build():
     keras.utils.set_random_seed(1)
     with strategy.scope():
-        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(6, activation="tanh"),
-                                  keras.layers.Dense(3, activation="softmax")])
-        model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.5),
-                      loss="sparse_categorical_crossentropy",
-                      metrics=["sparse_categorical_accuracy",
-                               keras.metrics.SparseTopKCategoricalAccuracy(k=2),
-                               keras.metrics.SparseCategoricalCrossentropy()])
+        model = keras.Sequential(
+            [
+                keras.Input((8,)),
+                keras.layers.Dense(6, activation="tanh"),
+                keras.layers.Dense(3, activation="softmax"),
+            ]
+        )
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.1, momentum=0.5),
+            loss="sparse_categorical_crossentropy",
+            metrics=[
+                "sparse_categorical_accuracy",
+                keras.metrics.SparseTopKCategoricalAccuracy(k=2),
+                keras.metrics.SparseCategoricalCrossentropy(),
+            ],
+        )
     return model
 
 
@@ -56,7 +66,12 @@ for mode, fold in (("as_shipped", None), ("upstream", False), ("folded", True)):
     model = build()
     logs = Logs()
     model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0, callbacks=[logs])
-    out = {"config": config, "mode": mode, "logs": logs.steps,
-           "weights": [w.tolist() for w in model.get_weights()],
-           "folded": packer.folded, "log_collectives": packer.collectives}
+    out = {
+        "config": config,
+        "mode": mode,
+        "logs": logs.steps,
+        "weights": [w.tolist() for w in model.get_weights()],
+        "folded": packer.folded,
+        "log_collectives": packer.collectives,
+    }
     print("RESULT " + json.dumps(out), flush=True)

@@ -29,17 +29,22 @@ def build():
     keras.utils.set_random_seed(1)
     with strategy.scope():
         model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(3, activation="softmax")])
-        model.compile(optimizer=keras.optimizers.SGD(0.1),
-                      loss="sparse_categorical_crossentropy",
-                      metrics=["sparse_categorical_accuracy",
-                               keras.metrics.SparseTopKCategoricalAccuracy(k=2),
-                               keras.metrics.SparseCategoricalCrossentropy()])
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.1),
+            loss="sparse_categorical_crossentropy",
+            metrics=[
+                "sparse_categorical_accuracy",
+                keras.metrics.SparseTopKCategoricalAccuracy(k=2),
+                keras.metrics.SparseCategoricalCrossentropy(),
+            ],
+        )
     return model
 
 
 def count_collectives(model):
     ds = strategy.experimental_distribute_dataset(
-        tf.data.Dataset.from_tensor_slices((x, y)).batch(16))
+        tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+    )
 
     @tf.function
     def step(data):
@@ -61,8 +66,12 @@ for mode, packed in (("per_value", False), ("packed", True)):
     model = build()
     logs = Logs()
     model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0, callbacks=[logs])
-    out = {"mode": mode, "logs": logs.steps,
-           "weights": [w.tolist() for w in model.get_weights()],
-           "fit_packed": packer.collectives, "fit_folded": packer.folded,
-           "collectives": count_collectives(build())}
+    out = {
+        "mode": mode,
+        "logs": logs.steps,
+        "weights": [w.tolist() for w in model.get_weights()],
+        "fit_packed": packer.collectives,
+        "fit_folded": packer.folded,
+        "collectives": count_collectives(build()),
+    }
     print("RESULT " + json.dumps(out), flush=True)

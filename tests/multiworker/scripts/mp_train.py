@@ -35,27 +35,33 @@ def main():
     import tensorflow as tf
 
     cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import keras
 
     from tfdist_opt import model_parallel
 
-    task = "ref" if args.reference else json.loads(
-        os.environ["TF_CONFIG"])["task"]["index"]
+    task = "ref" if args.reference else json.loads(os.environ["TF_CONFIG"])["task"]["index"]
     keras.utils.set_random_seed(1 if task == 1 else 0)  # worker 1 differs
     model = model_parallel.pipeline(
-        [[keras.layers.Dense(HID, activation="tanh")],
-         [keras.layers.Dense(HID, activation="tanh"), keras.layers.Dense(1)]],
-        devices=["/cpu:0", "/cpu:1"], micro_batches=MICRO, input_shape=(IN,))
+        [
+            [keras.layers.Dense(HID, activation="tanh")],
+            [keras.layers.Dense(HID, activation="tanh"), keras.layers.Dense(1)],
+        ],
+        devices=["/cpu:0", "/cpu:1"],
+        micro_batches=MICRO,
+        input_shape=(IN,),
+    )
     assert model.cross_worker == (not args.reference)
     model.compile(keras.optimizers.Adam(0.01), "mse")
     x, y = data()
     if not args.reference:  # this worker's half of every global batch
         half = GLOBAL // WORKERS
-        idx = np.concatenate([np.arange(s * GLOBAL + task * half,
-                                        s * GLOBAL + (task + 1) * half)
-                              for s in range(STEPS)])
+        idx = np.concatenate(
+            [
+                np.arange(s * GLOBAL + task * half, s * GLOBAL + (task + 1) * half)
+                for s in range(STEPS)
+            ]
+        )
         x, y, batch = x[idx], y[idx], half
     else:
         batch = GLOBAL
@@ -63,8 +69,7 @@ def main():
     arrays = {f"w{i}": w for i, w in enumerate(model.get_weights())}
     arrays["iterations"] = np.array(int(model.optimizer.iterations.numpy()))
     np.savez(os.path.join(args.out, f"{task}.npz"), **arrays)
-    print("DEVICES=" + json.dumps([v.value.device for v in model.trainable_variables]),
-          flush=True)
+    print("DEVICES=" + json.dumps([v.value.device for v in model.trainable_variables]), flush=True)
 
 
 if __name__ == "__main__":

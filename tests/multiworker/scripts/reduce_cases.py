@@ -29,9 +29,11 @@ def case(fn):
 
 # Worker r contributes x = r + 1 (so the mean over 2 workers is 1.5).
 dist = strategy.experimental_distribute_values_from_function(
-    lambda ctx: tf.constant(float(rank + 1)))
+    lambda ctx: tf.constant(float(rank + 1))
+)
 dist_vec = strategy.experimental_distribute_values_from_function(
-    lambda ctx: tf.fill([2], float(rank + 1)))
+    lambda ctx: tf.fill([2], float(rank + 1))
+)
 
 
 def cases(reduce):
@@ -46,6 +48,5 @@ def cases(reduce):
 
 
 upstream = tf.distribute.MultiWorkerMirroredStrategy.reduce
-out = {"plain": cases(lambda *a, **k: upstream(strategy, *a, **k)),
-       "ours": cases(strategy.reduce)}
+out = {"plain": cases(lambda *a, **k: upstream(strategy, *a, **k)), "ours": cases(strategy.reduce)}
 print("RESULT " + json.dumps(out), flush=True)

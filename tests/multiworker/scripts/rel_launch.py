@@ -15,8 +15,9 @@ import time
 
 from tests.multiworker import harness
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))))
+REPO_ROOT = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+)
 SCRIPT = os.path.join(REPO_ROOT, "tests", "multiworker", "scripts", "rel_train.py")
 TOTAL_STEPS = 36  # 96 examples / global batch 8 x 3 epochs
 TIMEOUT_S = 180
@@ -30,10 +31,18 @@ def start(root, *launch_options, script_args=(), out="out", extra_env=None):
     for d in ("backup", "tmp"):
         os.makedirs(os.path.join(root, d), exist_ok=True)
     return harness.start_launch(
-        2, launch_options,
-        [SCRIPT, "--out", os.path.join(root, out),
-         "--backup", os.path.join(root, "backup"), *script_args],
-        extra_env={"TMPDIR": os.path.join(root, "tmp"), **(extra_env or {})})
+        2,
+        launch_options,
+        [
+            SCRIPT,
+            "--out",
+            os.path.join(root, out),
+            "--backup",
+            os.path.join(root, "backup"),
+            *script_args,
+        ],
+        extra_env={"TMPDIR": os.path.join(root, "tmp"), **(extra_env or {})},
+    )
 
 
 def finish(proc, timeout=TIMEOUT_S):
@@ -73,8 +82,9 @@ def pids(out_dir):
 
 
 def backup_temp_dirs(root):
-    return [p for p in os.listdir(os.path.join(str(root), "tmp"))
-            if p.startswith("tfdist_opt_backup")]
+    return [
+        p for p in os.listdir(os.path.join(str(root), "tmp")) if p.startswith("tfdist_opt_backup")
+    ]
 
 
 def reference(tmp_path_factory):
@@ -85,6 +95,9 @@ def reference(tmp_path_factory):
         proc = start(root, script_args=("--check-input-errors",))
         out, err = finish(proc)
         assert proc.returncode == 0, f"{out[-2000:]}\n{err[-4000:]}"
-        _REFERENCE.update(root=root, seconds=time.monotonic() - t0,
-                          workers=[result(root / "out", 0, i) for i in (0, 1)])
+        _REFERENCE.update(
+            root=root,
+            seconds=time.monotonic() - t0,
+            workers=[result(root / "out", 0, i) for i in (0, 1)],
+        )
     return _REFERENCE

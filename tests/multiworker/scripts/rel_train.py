@@ -80,10 +80,14 @@ def _configure_heartbeat(seconds):
     cluster = json.loads(os.environ["TF_CONFIG"])["cluster"]
     jobs = [job for job in ("chief", "worker") if job in cluster]
     context.context().configure_coordination_service(
-        service_type="standalone", service_leader=f"/job:{jobs[0]}/replica:0/task:0",
+        service_type="standalone",
+        service_leader=f"/job:{jobs[0]}/replica:0/task:0",
         heartbeat_timeout_in_ms=int(seconds * 1000),
-        coordinated_jobs=[coordination_config_pb2.CoordinatedJob(
-            name=job, num_tasks=len(cluster[job])) for job in jobs])
+        coordinated_jobs=[
+            coordination_config_pb2.CoordinatedJob(name=job, num_tasks=len(cluster[job]))
+            for job in jobs
+        ],
+    )
 
 
 def main():
@@ -92,24 +96,38 @@ def main():
     parser.add_argument("--backup", required=True)
     parser.add_argument("--crash-task", type=int, default=-1)
     parser.add_argument("--crash-at-step", type=int, default=-1)
-    parser.add_argument("--crash-sigkill", action="store_true",
-                        help="crash by SIGKILL to itself instead of os._exit(1)")
+    parser.add_argument(
+        "--crash-sigkill",
+        action="store_true",
+        help="crash by SIGKILL to itself instead of os._exit(1)",
+    )
     parser.add_argument("--die-in-save-step", type=int, default=-1)
     parser.add_argument("--die-in-save-attempt", type=int, default=-1)
     parser.add_argument("--batch-sleep", type=float, default=0.0)
-    parser.add_argument("--sleep-every-attempt", action="store_true",
-                        help="--batch-sleep on every attempt, not the first only")
-    parser.add_argument("--sleep-attempts", type=int, default=1,
-                        help="--batch-sleep on the first N attempts")
-    parser.add_argument("--later-batch-sleep", type=float, default=None,
-                        help="the sleep on attempts after the first "
-                        "(default: --batch-sleep)")
-    parser.add_argument("--pace-file", default=None,
-                        help="after each batch, sleep the seconds this file "
-                        "holds (none if missing); `hold` waits until it changes")
+    parser.add_argument(
+        "--sleep-every-attempt",
+        action="store_true",
+        help="--batch-sleep on every attempt, not the first only",
+    )
+    parser.add_argument(
+        "--sleep-attempts", type=int, default=1, help="--batch-sleep on the first N attempts"
+    )
+    parser.add_argument(
+        "--later-batch-sleep",
+        type=float,
+        default=None,
+        help="the sleep on attempts after the first (default: --batch-sleep)",
+    )
+    parser.add_argument(
+        "--pace-file",
+        default=None,
+        help="after each batch, sleep the seconds this file "
+        "holds (none if missing); `hold` waits until it changes",
+    )
     parser.add_argument("--check-input-errors", action="store_true")
-    parser.add_argument("--strategy-kwargs", default="{}",
-                        help="JSON object of extra opt_strategy() arguments")
+    parser.add_argument(
+        "--strategy-kwargs", default="{}", help="JSON object of extra opt_strategy() arguments"
+    )
     parser.add_argument("--stall-kind", choices=["input", "sigstop"])
     parser.add_argument("--heartbeat-timeout-s", type=float, default=0)
     parser.add_argument("--stall-task", type=int, default=-1)
@@ -128,11 +146,9 @@ def main():
         _configure_heartbeat(args.heartbeat_timeout_s)
     import tfdist_opt  # pylint: disable=g-import-not-at-top
 
-    strategy = tfdist_opt.opt_strategy(all_reduce="ring",
-                                       **json.loads(args.strategy_kwargs))
+    strategy = tfdist_opt.opt_strategy(all_reduce="ring", **json.loads(args.strategy_kwargs))
 
-    _write(args.out, f"replicas-{index}-{attempt}",
-           str(strategy.num_replicas_in_sync))
+    _write(args.out, f"replicas-{index}-{attempt}", str(strategy.num_replicas_in_sync))
     import keras  # pylint: disable=g-import-not-at-top
     import numpy as np  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -140,8 +156,9 @@ def main():
     from tfdist_opt import callbacks as cbs  # pylint: disable=g-import-not-at-top
     from tfdist_opt.callbacks import restore_agreement  # pylint: disable=g-import-not-at-top
 
-    input_errors = _check_input_errors(strategy, args.out, index) if (
-        args.check_input_errors) else None
+    input_errors = (
+        _check_input_errors(strategy, args.out, index) if (args.check_input_errors) else None
+    )
 
     rng = np.random.RandomState(0)
     x = rng.rand(96, 4).astype("float32")
@@ -168,8 +185,7 @@ def main():
 
     class Faults(keras.callbacks.Callback):
         def on_train_begin(self, logs=None):
-            _write(args.out, f"restored-{index}-{attempt}",
-                   json.dumps(backup.restored))
+            _write(args.out, f"restored-{index}-{attempt}", json.dumps(backup.restored))
 
         def on_train_batch_end(self, batch, logs=None):
             if getattr(self.model, "_tfdist_opt_skipping", False):
@@ -188,8 +204,11 @@ def main():
                 print(f"task {index}: SIGSTOP after step {step}", flush=True)
                 _write(args.out, f"stall-{index}", repr(time.time()))
                 os.kill(os.getpid(), signal.SIGSTOP)
-            sleep = args.batch_sleep if attempt == 0 or (
-                args.later_batch_sleep is None) else args.later_batch_sleep
+            sleep = (
+                args.batch_sleep
+                if attempt == 0 or (args.later_batch_sleep is None)
+                else args.later_batch_sleep
+            )
             if (attempt < args.sleep_attempts or args.sleep_every_attempt) and sleep:
                 time.sleep(sleep)
             if args.pace_file:
@@ -197,36 +216,39 @@ def main():
 
     keras.utils.set_random_seed(1)
     with strategy.scope():
-        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, "tanh"),
-                                  keras.layers.Dense(1)])
+        model = keras.Sequential(
+            [keras.Input((4,)), keras.layers.Dense(8, "tanh"), keras.layers.Dense(1)]
+        )
         model.compile(keras.optimizers.SGD(0.02, momentum=0.9), "mse")
     backup = cbs.DistributedBackupAndRestore(args.backup, save_freq=4)
     if index == 0 and attempt == args.die_in_save_attempt:
+
         def die_in_save(meta):
             if meta["step"] == args.die_in_save_step:
-                print(f"task 0: dying inside the save of step {meta['step']}",
-                      flush=True)
+                print(f"task 0: dying inside the save of step {meta['step']}", flush=True)
                 _write(args.out, "crash-0", repr(time.time()))
                 os._exit(1)
 
         backup._after_write = die_in_save  # pylint: disable=protected-access
     _write(args.out, f"fit-{index}-{attempt}", repr(time.time()))
     try:
-        model.fit(ds, epochs=3, verbose=0, shuffle=False,
-                  callbacks=[backup, Faults()])
+        model.fit(ds, epochs=3, verbose=0, shuffle=False, callbacks=[backup, Faults()])
     except restore_agreement.RestoreMismatchError:
         _write(args.out, f"refused-{index}-{attempt}", repr(time.time()))
         raise
-    result = {"attempt": attempt, "index": index,
-              "replicas": strategy.num_replicas_in_sync,
-              "step": int(model.optimizer.iterations.numpy()),
-              "weights": [w.tolist() for w in model.get_weights()],
-              "restored": backup.restored, "input_errors": input_errors,
-              "tf_config": os.environ.get("TF_CONFIG"),
-              # Ray Train's controller poll, passed on to its workers
-              "ray_poll_s": os.environ.get("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S")}
-    with open(os.path.join(args.out, f"attempt-{attempt}-worker-{index}.json"),
-              "w") as f:
+    result = {
+        "attempt": attempt,
+        "index": index,
+        "replicas": strategy.num_replicas_in_sync,
+        "step": int(model.optimizer.iterations.numpy()),
+        "weights": [w.tolist() for w in model.get_weights()],
+        "restored": backup.restored,
+        "input_errors": input_errors,
+        "tf_config": os.environ.get("TF_CONFIG"),
+        # Ray Train's controller poll, passed on to its workers
+        "ray_poll_s": os.environ.get("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"),
+    }
+    with open(os.path.join(args.out, f"attempt-{attempt}-worker-{index}.json"), "w") as f:
         json.dump(result, f)
     print(f"DONE attempt={attempt} step={result['step']}", flush=True)
     return 0
@@ -254,8 +276,12 @@ def _check_input_errors(strategy, out_dir, index):
     os.makedirs(files, exist_ok=True)
     write_id_records(files, [8])
     try:
-        data.build_dataset(os.path.join(files, "*.tfrecord"), strategy, 4,
-                           options=data.PipelineOptions(shard_policy="file"))
+        data.build_dataset(
+            os.path.join(files, "*.tfrecord"),
+            strategy,
+            4,
+            options=data.PipelineOptions(shard_policy="file"),
+        )
     except ValueError as e:
         found["too_few_files"] = str(e)
     found["seconds"] = round(time.monotonic() - t0, 3)
@@ -267,8 +293,10 @@ def _check_input_errors(strategy, out_dir, index):
         model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
         model.compile("sgd", "mse")
     try:
-        model.fit(tf.data.Dataset.from_tensor_slices(
-            (np.zeros((16, 1), "float32"),) * 2).batch(5), verbose=0)
+        model.fit(
+            tf.data.Dataset.from_tensor_slices((np.zeros((16, 1), "float32"),) * 2).batch(5),
+            verbose=0,
+        )
     except ValueError as e:
         found["fit_indivisible"] = str(e)
     found["fit_iterations"] = int(model.optimizer.iterations.numpy())

@@ -14,8 +14,11 @@ LOG = []
 
 
 def _files(top):
-    return sorted(os.path.relpath(os.path.join(root, f), top)
-                  for root, _, files in os.walk(top) for f in files)
+    return sorted(
+        os.path.relpath(os.path.join(root, f), top)
+        for root, _, files in os.walk(top)
+        for f in files
+    )
 
 
 def install():

@@ -56,14 +56,25 @@ def main():
     inside.fit(local, epochs=1, verbose=0)
     outside = keras.models.load_model(os.path.join(shared, "m.keras"))
     outside.fit(local, epochs=1, verbose=0)
-    print("RESULT " + json.dumps({
-        "chief": task == 0, "class": type(model).__mro__[0].__module__
-        + ":" + str(isinstance(model, chief_saving.ChiefSaving)),
-        "w": w.tolist(), "inside_w": flat(inside),
-        "inside_predict": inside.predict(ds, verbose=0).ravel().tolist(),
-        "outside_strategy": type(outside.distribute_strategy).__name__,
-        "outside_w": flat(outside), "pid": os.getpid(),
-        "scratch": scratch}), flush=True)
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "chief": task == 0,
+                "class": type(model).__mro__[0].__module__
+                + ":"
+                + str(isinstance(model, chief_saving.ChiefSaving)),
+                "w": w.tolist(),
+                "inside_w": flat(inside),
+                "inside_predict": inside.predict(ds, verbose=0).ravel().tolist(),
+                "outside_strategy": type(outside.distribute_strategy).__name__,
+                "outside_w": flat(outside),
+                "pid": os.getpid(),
+                "scratch": scratch,
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -36,39 +36,66 @@ def main():
 
     with strategy.scope():
         keras.utils.set_random_seed(1)
-        model = keras.Sequential([keras.Input((4,)),
-                                  keras.layers.Dense(3, activation="softmax")])
-        model.compile(keras.optimizers.SGD(0.5), "sparse_categorical_crossentropy",
-                      metrics=["accuracy"])
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
+        model.compile(
+            keras.optimizers.SGD(0.5), "sparse_categorical_crossentropy", metrics=["accuracy"]
+        )
 
     if tfdist_opt.task_type() == "evaluator":
         evaluator = tfdist_opt.SidecarEvaluator(
-            model, val, ckpt_dir, log_dir=os.path.join(args.out, "eval_logs"),
-            poll_interval=0.2, settle_s=0.5, end_grace_s=1.0, verbose=0)
+            model,
+            val,
+            ckpt_dir,
+            log_dir=os.path.join(args.out, "eval_logs"),
+            poll_interval=0.2,
+            settle_s=0.5,
+            end_grace_s=1.0,
+            verbose=0,
+        )
         evaluator.start()
         (events,) = tf.io.gfile.glob(os.path.join(args.out, "eval_logs", "*"))
-        tags = sorted({(v.tag, e.step) for e in map(
-            tf.compat.v1.Event.FromString,
-            tf.data.TFRecordDataset(events).as_numpy_iterator())
-            for v in e.summary.value})
+        tags = sorted(
+            {
+                (v.tag, e.step)
+                for e in map(
+                    tf.compat.v1.Event.FromString,
+                    tf.data.TFRecordDataset(events).as_numpy_iterator(),
+                )
+                for v in e.summary.value
+            }
+        )
         with open(os.path.join(args.out, "evaluator.json"), "w") as f:
-            json.dump({"evaluations": [
-                {"name": e.checkpoint.name, "step": e.checkpoint.step,
-                 "metrics": e.metrics} for e in evaluator.outcome.evaluations],
-                "scalars": tags}, f)
+            json.dump(
+                {
+                    "evaluations": [
+                        {"name": e.checkpoint.name, "step": e.checkpoint.step, "metrics": e.metrics}
+                        for e in evaluator.outcome.evaluations
+                    ],
+                    "scalars": tags,
+                },
+                f,
+            )
         return
 
     checkpoint = keras.callbacks.ModelCheckpoint(
-        os.path.join(ckpt_dir, "weights.{epoch:02d}.weights.h5"),
-        save_weights_only=True)
+        os.path.join(ckpt_dir, "weights.{epoch:02d}.weights.h5"), save_weights_only=True
+    )
     after_epoch_1 = []
-    record = keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: (
-        epoch or after_epoch_1.append(model.get_weights())))
+    record = keras.callbacks.LambdaCallback(
+        on_epoch_end=lambda epoch, logs: epoch or after_epoch_1.append(model.get_weights())
+    )
     if tfdist_opt.task_type() == "chief":  # parameter servers: the coordinator
         from tfdist_opt import parameter_server as ps  # pylint: disable=g-import-not-at-top
 
-        ps.fit(model, x, y, batch_size=16, epochs=args.epochs, verbose=0,
-               callbacks=[checkpoint, record])
+        ps.fit(
+            model,
+            x,
+            y,
+            batch_size=16,
+            epochs=args.epochs,
+            verbose=0,
+            callbacks=[checkpoint, record],
+        )
         final = ps.evaluate(model, x[:32], y[:32], batch_size=8, return_dict=True)
     else:
         train = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
@@ -88,8 +115,10 @@ def _numpy_metrics(weights, x, y):
     logits = x.astype("float64") @ weights[0] + weights[1]
     logits -= logits.max(axis=1, keepdims=True)
     log_p = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
-    return {"loss": float(-log_p[np.arange(len(y)), y].mean()),
-            "accuracy": float((log_p.argmax(axis=1) == y).mean())}
+    return {
+        "loss": float(-log_p[np.arange(len(y)), y].mean()),
+        "accuracy": float((log_p.argmax(axis=1) == y).mean()),
+    }
 
 
 if __name__ == "__main__":

@@ -140,10 +140,8 @@ class Stalls(keras.callbacks.Callback):
 def part1():
     x, y = arrays(30 * BATCH)
     options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = (
-        tf.data.experimental.AutoShardPolicy.OFF)
-    ds = slow_input(tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
-                    ).with_options(options)
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    ds = slow_input(tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)).with_options(options)
     t0 = time.time()
     model_in_scope().fit(ds, epochs=1, verbose=0, callbacks=[Stalls()])
     print(f"PART1 done in {time.time() - t0:.1f} s", flush=True)
@@ -167,41 +165,44 @@ def uneven_inputs():
     n = (10 if INDEX == 0 else 7) * BATCH
     x, y = arrays(n)
     off = tf.data.Options()
-    off.experimental_distribute.auto_shard_policy = (
-        tf.data.experimental.AutoShardPolicy.OFF)
+    off.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
 
     def tf_data():
         return tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH).with_options(off)
 
     def generator():
         for i in range(0, n, BATCH):
-            yield x[i:i + BATCH], y[i:i + BATCH]
+            yield x[i : i + BATCH], y[i : i + BATCH]
 
     class Batches(keras.utils.PyDataset):
         def __len__(self):
             return n // BATCH
 
         def __getitem__(self, i):
-            return x[i * BATCH:(i + 1) * BATCH], y[i * BATCH:(i + 1) * BATCH]
+            return x[i * BATCH : (i + 1) * BATCH], y[i * BATCH : (i + 1) * BATCH]
 
     def dataset_fn(ctx):
         return tf.data.Dataset.from_tensor_slices((x, y)).batch(
-            ctx.get_per_replica_batch_size(BATCH * 2))
+            ctx.get_per_replica_batch_size(BATCH * 2)
+        )
 
     per_worker = tf.data.Options()
-    per_worker.experimental_distribute.auto_shard_policy = (
-        tf.data.experimental.AutoShardPolicy.OFF)
+    per_worker.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     yield "tf.data", lambda: (tf_data(), {})
     yield "tf.data, inspector off", lambda: (tf_data(), {})
-    yield "tf.data unknown cardinality", lambda: (
-        tf_data().filter(lambda a, b: True), {})
-    yield "dataset function", lambda: (
-        strategy.distribute_datasets_from_function(dataset_fn), {})
+    yield "tf.data unknown cardinality", lambda: (tf_data().filter(lambda a, b: True), {})
+    yield "dataset function", lambda: (strategy.distribute_datasets_from_function(dataset_fn), {})
     yield "generator", lambda: (generator(), {})
     yield "PyDataset", lambda: (Batches(), {})
-    yield "build_dataset", lambda: (tfdist_opt.build_dataset(
-        lambda ctx: tf.data.Dataset.from_tensor_slices((x, y)), strategy,
-        BATCH * 2), {})
+    yield (
+        "build_dataset",
+        lambda: (
+            tfdist_opt.build_dataset(
+                lambda ctx: tf.data.Dataset.from_tensor_slices((x, y)), strategy, BATCH * 2
+            ),
+            {},
+        ),
+    )
 
 
 def part2():
@@ -220,10 +221,19 @@ def part2():
         except Exception as e:  # noqa: BLE001  (reported, the test decides)
             error = f"{type(e).__name__}: {str(e)[:300]}"
         stall.warn_s = warn_s
-        print("UNEVEN " + json.dumps({
-            "kind": kind, "steps": counter.steps, "error": error,
-            "weights": [w.tolist() for w in model.get_weights()],
-            "seconds": round(time.time() - t0, 2)}), flush=True)
+        print(
+            "UNEVEN "
+            + json.dumps(
+                {
+                    "kind": kind,
+                    "steps": counter.steps,
+                    "error": error,
+                    "weights": [w.tolist() for w in model.get_weights()],
+                    "seconds": round(time.time() - t0, 2),
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

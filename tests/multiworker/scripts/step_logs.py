@@ -7,8 +7,10 @@ import numpy as np
 def data():
     """The scripts' 64 examples: x (64, 8) float32, y in {0, 1, 2}."""
     rng = np.random.default_rng(0)
-    return (rng.normal(size=(64, 8)).astype("float32"),
-            rng.integers(0, 3, size=(64,)).astype("int64"))
+    return (
+        rng.normal(size=(64, 8)).astype("float32"),
+        rng.integers(0, 3, size=(64,)).astype("int64"),
+    )
 
 
 class Logs(keras.callbacks.Callback):

@@ -31,17 +31,26 @@ def main(out_dir):
     y = (x @ np.array([[1.0], [-2.0], [0.5], [3.0]], "float32")).astype("float32")
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH)
     with strategy.scope():
-        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, "tanh"),
-                                  keras.layers.Dense(1)])
+        model = keras.Sequential(
+            [keras.Input((4,)), keras.layers.Dense(8, "tanh"), keras.layers.Dense(1)]
+        )
         model.compile(keras.optimizers.SGD(0.02), "mse")
     tb = os.path.join(out_dir, "tb")
-    model.fit(ds, epochs=2, verbose=0, callbacks=cbs.ordered([
-        cbs.ChiefTensorBoard(tb),
-        keras.callbacks.TensorBoard(os.path.join(out_dir, "tb_plain")),
-        cbs.ThroughputMonitor(GLOBAL_BATCH, warmup_steps=1, log_dir=tb,
-                              summary_freq=2, verbose=0),
-        cbs.CommunicationProfiler(probe_steps=3, log_dir=tb, verbose=0),
-    ]))
+    model.fit(
+        ds,
+        epochs=2,
+        verbose=0,
+        callbacks=cbs.ordered(
+            [
+                cbs.ChiefTensorBoard(tb),
+                keras.callbacks.TensorBoard(os.path.join(out_dir, "tb_plain")),
+                cbs.ThroughputMonitor(
+                    GLOBAL_BATCH, warmup_steps=1, log_dir=tb, summary_freq=2, verbose=0
+                ),
+                cbs.CommunicationProfiler(probe_steps=3, log_dir=tb, verbose=0),
+            ]
+        ),
+    )
     print(f"DONE {_common.task_tag()}", flush=True)
 
 

@@ -30,18 +30,30 @@ def main():
     import keras
     import tensorflow as tf
 
-    value = second.reduce(
-        "SUM", second.run(lambda: tf.constant(float(index + 1))), axis=None)
+    value = second.reduce("SUM", second.run(lambda: tf.constant(float(index + 1))), axis=None)
     with second.scope():
-        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(
-            1, kernel_initializer="zeros", bias_initializer="zeros")])
+        model = keras.Sequential(
+            [
+                keras.Input((2,)),
+                keras.layers.Dense(1, kernel_initializer="zeros", bias_initializer="zeros"),
+            ]
+        )
         model.compile(optimizer=keras.optimizers.SGD(LR), loss="mse")
     ds = tf.data.Dataset.from_tensor_slices((X, Y)).batch(8)
     model.fit(ds, epochs=EPOCHS, verbose=0, shuffle=False)
     w = np.concatenate([v.numpy().ravel() for v in model.weights])
-    print("RESULT " + json.dumps({
-        "replicas": second.num_replicas_in_sync, "first": first.num_replicas_in_sync,
-        "sum": float(value), "w": w.tolist()}), flush=True)
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "replicas": second.num_replicas_in_sync,
+                "first": first.num_replicas_in_sync,
+                "sum": float(value),
+                "w": w.tolist(),
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -32,14 +32,17 @@ def build(strategy, opt):
     import keras
 
     with strategy.scope():
-        model = keras.Sequential([keras.Input((IN,)),
-                                  keras.layers.Dense(HID, activation="tanh"),
-                                  keras.layers.Dense(1)])
+        model = keras.Sequential(
+            [keras.Input((IN,)), keras.layers.Dense(HID, activation="tanh"), keras.layers.Dense(1)]
+        )
         rng = np.random.default_rng(1)
-        model.set_weights([rng.normal(size=w.shape).astype("float32")
-                           for w in model.get_weights()])
-        model.compile(keras.optimizers.Adam(0.01) if opt == "adam" else
-                      keras.optimizers.SGD(0.1, momentum=0.9), "mse")
+        model.set_weights([rng.normal(size=w.shape).astype("float32") for w in model.get_weights()])
+        model.compile(
+            keras.optimizers.Adam(0.01)
+            if opt == "adam"
+            else keras.optimizers.SGD(0.1, momentum=0.9),
+            "mse",
+        )
         model.optimizer.build(model.trainable_variables)
     return model
 
@@ -49,17 +52,17 @@ def fit(model, first, steps):
 
     x, y = data()
     ds = tf.data.Dataset.from_tensor_slices(
-        (x[first * BATCH:(first + steps) * BATCH],
-         y[first * BATCH:(first + steps) * BATCH])).batch(BATCH)
+        (x[first * BATCH : (first + steps) * BATCH], y[first * BATCH : (first + steps) * BATCH])
+    ).batch(BATCH)
     opts = tf.data.Options()
-    opts.experimental_distribute.auto_shard_policy = (
-        tf.data.experimental.AutoShardPolicy.DATA)
+    opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     model.fit(ds.with_options(opts), epochs=1, verbose=0, shuffle=False)
 
 
 def save(model, out, name):
-    np.savez(os.path.join(out, f"{name}.npz"),
-             **{f"w{i}": w for i, w in enumerate(model.get_weights())})
+    np.savez(
+        os.path.join(out, f"{name}.npz"), **{f"w{i}": w for i, w in enumerate(model.get_weights())}
+    )
 
 
 def reference(out):
@@ -70,7 +73,8 @@ def reference(out):
 
     model = build(opt_strategy(mode="one_device"), "adam")
     tf.train.Checkpoint(model=model, optimizer=model.optimizer).read(
-        os.path.join(out, "ckpt_0")).assert_consumed()
+        os.path.join(out, "ckpt_0")
+    ).assert_consumed()
     fit(model, 2, 2)
     save(model, out, "resumed_ref")
 
@@ -96,7 +100,8 @@ def main():
         if opt == "adam":
             fit(model, 0, 2)
             tf.train.Checkpoint(model=model, optimizer=model.optimizer).write(
-                os.path.join(args.out, f"ckpt_{task}"))
+                os.path.join(args.out, f"ckpt_{task}")
+            )
             fit(model, 2, STEPS - 2)
         else:
             fit(model, 0, STEPS)

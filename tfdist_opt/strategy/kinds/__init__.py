@@ -39,8 +39,7 @@ def module(kind: Kind | str) -> ModuleType:
     return importlib.import_module(f"{__name__}.{Kind(kind).value}")
 
 
-def select(config: "StrategyConfig", topology: "Topology",
-           reasons: list[str]) -> Kind:
+def select(config: "StrategyConfig", topology: "Topology", reasons: list[str]) -> Kind:
     """The kind `config.mode` asks for on `topology`, with the reason appended.
 
     The side-car `evaluator` task (TF's rule: not part of the training
@@ -55,7 +54,8 @@ def select(config: "StrategyConfig", topology: "Topology",
         reasons.append(
             f"evaluator task: side-car evaluation outside the training cluster "
             f"runs on one device (mode={config.mode} applies to the training "
-            "tasks)")
+            "tasks)"
+        )
         return Kind.ONE_DEVICE
     if config.mode != "auto":
         kind = Kind(config.mode)
@@ -68,8 +68,8 @@ def select(config: "StrategyConfig", topology: "Topology",
 
 def _auto(config, topology, reasons) -> Kind:
     ranked = sorted(
-        (m.AUTO_PRIORITY, k) for k in Kind
-        if (m := module(k)).AUTO_PRIORITY is not None)
+        (m.AUTO_PRIORITY, k) for k in Kind if (m := module(k)).AUTO_PRIORITY is not None
+    )
     for _, kind in ranked:
         reason = module(kind).auto_reason(config, topology)
         if reason is not None:
@@ -79,17 +79,18 @@ def _auto(config, topology, reasons) -> Kind:
     raise ValueError(
         "Invalid TF_CONFIG for mode='auto': no strategy kind runs a cluster "
         f"with task types {roles}. Received: cluster roles {roles}. Expected "
-        "the roles of one of: " + "; ".join(
-            f"{k.value} ({', '.join(sorted(module(k).ROLES)) or 'no cluster'})"
-            for k in Kind))
+        "the roles of one of: "
+        + "; ".join(
+            f"{k.value} ({', '.join(sorted(module(k).ROLES)) or 'no cluster'})" for k in Kind
+        )
+    )
 
 
 def _cluster_roles(topology) -> set[str]:
     """Task types of the training cluster (the evaluator is not part of it)."""
     if topology.tf_config is None:
         return set()
-    return {r for r, tasks in topology.tf_config["cluster"].items()
-            if tasks and r != "evaluator"}
+    return {r for r, tasks in topology.tf_config["cluster"].items() if tasks and r != "evaluator"}
 
 
 def _check_roles(kind: Kind, topology) -> None:
@@ -103,4 +104,5 @@ def _check_roles(kind: Kind, topology) -> None:
             f"{', '.join(repr(r) for r in extra)} cannot take part. Received: "
             f"cluster roles {sorted(_cluster_roles(topology))}. Expected only "
             f"{', '.join(sorted(roles))} (remove the other tasks, or choose "
-            "the kind that runs them with `mode`).")
+            "the kind that runs them with `mode`)."
+        )

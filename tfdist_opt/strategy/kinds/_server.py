@@ -25,14 +25,15 @@ import threading
 from typing import Mapping
 
 _LOCK = threading.Lock()
-_STARTED: dict | None = None   # {"cluster": ..., "task": ...} of the running server
-_REUSES = 0                     # strategies built on the running server so far
+_STARTED: dict | None = None  # {"cluster": ..., "task": ...} of the running server
+_REUSES = 0  # strategies built on the running server so far
 
 
 def _key(cfg: Mapping) -> dict:
-    return {"cluster": json.loads(json.dumps(cfg["cluster"], sort_keys=True)),
-            "task": {"type": cfg["task"]["type"],
-                     "index": int(cfg["task"]["index"])}}
+    return {
+        "cluster": json.loads(json.dumps(cfg["cluster"], sort_keys=True)),
+        "task": {"type": cfg["task"]["type"], "index": int(cfg["task"]["index"])},
+    }
 
 
 def already_running(cfg: Mapping) -> bool:
@@ -52,7 +53,8 @@ def already_running(cfg: Mapping) -> bool:
             "server in-process. Received: "
             f"{json.dumps(_key(cfg), sort_keys=True)}. Expected the TF_CONFIG "
             f"of the first call: {json.dumps(_STARTED, sort_keys=True)} "
-            "(start a new process for a different cluster).")
+            "(start a new process for a different cluster)."
+        )
 
 
 def mark_started(cfg: Mapping) -> None:

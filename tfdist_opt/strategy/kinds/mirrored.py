@@ -19,8 +19,7 @@ def auto_reason(config, topology) -> str | None:
     if topology.num_gpus == 0 and config.cpu_replicas >= 2:
         return f"no GPU; cpu_replicas={config.cpu_replicas} virtual CPU devices"
     if topology.num_gpus == 0 and (config.replicas or 0) >= 2:
-        return (f"replicas={config.replicas} on 1 worker: {config.replicas} "
-                "logical CPU devices")
+        return f"replicas={config.replicas} on 1 worker: {config.replicas} logical CPU devices"
     return None
 
 
@@ -36,25 +35,37 @@ def plan(config, topology, reasons: list[str]) -> plan_lib.StrategyPlan:
         devices = tuple(f"/gpu:{i}" for i in range(gpus))
         cpu_replicas = 0
         if config.cpu_replicas:
-            warnings.append(
-                f"cpu_replicas={config.cpu_replicas} ignored: {gpus} GPU(s) present")
+            warnings.append(f"cpu_replicas={config.cpu_replicas} ignored: {gpus} GPU(s) present")
     else:
         cpu_replicas = config.replicas or config.cpu_replicas
         devices = tuple(f"/cpu:{i}" for i in range(max(1, cpu_replicas)))
     if config.replicas and config.all_reduce == "ring":
         # The same script resumed on 1 worker: RING is the multi-worker
         # collective; one host's replicas sum the same values in one place.
-        reasons.append(f"all_reduce=ring with replicas={config.replicas} on 1 "
-                       "worker: reduce_to_one (RING is multi-worker)")
+        reasons.append(
+            f"all_reduce=ring with replicas={config.replicas} on 1 "
+            "worker: reduce_to_one (RING is multi-worker)"
+        )
         config = config.replace(all_reduce="reduce_to_one")
     all_reduce = plan_lib.choose_all_reduce(
-        config, KIND, gpus, ALL_REDUCE, cpu_choice="reduce_to_one",
-        reasons=reasons, split_gpus=topology.split_gpus,
-        split_choice="hierarchical_copy")
+        config,
+        KIND,
+        gpus,
+        ALL_REDUCE,
+        cpu_choice="reduce_to_one",
+        reasons=reasons,
+        split_gpus=topology.split_gpus,
+        split_choice="hierarchical_copy",
+    )
     warnings += plan_lib.inapplicable(config, KIND, all_reduce)
-    return plan_lib.StrategyPlan(kind=KIND, devices=devices,
-                                 all_reduce=all_reduce, cpu_replicas=cpu_replicas,
-                                 reasons=tuple(reasons), warnings=tuple(warnings))
+    return plan_lib.StrategyPlan(
+        kind=KIND,
+        devices=devices,
+        all_reduce=all_reduce,
+        cpu_replicas=cpu_replicas,
+        reasons=tuple(reasons),
+        warnings=tuple(warnings),
+    )
 
 
 def cross_device_ops(config, plan):
@@ -76,4 +87,5 @@ def build(config, plan, topology):
     from tfdist_opt.strategy import keras_compat
 
     return keras_compat.KerasMirroredStrategy(
-        list(plan.devices), cross_device_ops=cross_device_ops(config, plan))
+        list(plan.devices), cross_device_ops=cross_device_ops(config, plan)
+    )

@@ -31,35 +31,51 @@ def requested_reason(config, topology) -> str:
             "Invalid value for `mode`: multi_worker needs a TF_CONFIG "
             "naming the cluster, and none is set. Received: "
             "mode='multi_worker', TF_CONFIG unset. Set TF_CONFIG (see "
-            "`tfdist-opt tf-config`) or start with `tfdist-opt launch`.")
-    return (f"mode=multi_worker requested; TF_CONFIG has "
-            f"{topology.num_workers} task(s)")
+            "`tfdist-opt tf-config`) or start with `tfdist-opt launch`."
+        )
+    return f"mode=multi_worker requested; TF_CONFIG has {topology.num_workers} task(s)"
 
 
 def plan(config, topology, reasons: list[str]) -> plan_lib.StrategyPlan:
     local = virtual_replicas.local_replicas(
-        config.replicas, topology.num_workers, topology.num_gpus, KIND.value)
+        config.replicas, topology.num_workers, topology.num_gpus, KIND.value
+    )
     if config.cpu_replicas > 1:
         raise ValueError(
             "Invalid value for `cpu_replicas` with mode multi_worker: "
             "MultiWorkerMirroredStrategy runs one CPU replica per worker. "
             f"Received: cpu_replicas={config.cpu_replicas}. Expected 0 or 1 "
             "(start more workers instead, e.g. `tfdist-opt launch -n N`, or "
-            "set `replicas`: a replica count split over the workers).")
+            "set `replicas`: a replica count split over the workers)."
+        )
     gpus = topology.num_gpus
     devices = tuple(f"/gpu:{i}" for i in range(gpus)) or tuple(
-        f"/cpu:{i}" for i in range(local or 1))
+        f"/cpu:{i}" for i in range(local or 1)
+    )
     if local is not None:
-        reasons.append(f"replicas={config.replicas} on {topology.num_workers} "
-                       f"worker(s): {local} logical CPU replica(s) each")
+        reasons.append(
+            f"replicas={config.replicas} on {topology.num_workers} "
+            f"worker(s): {local} logical CPU replica(s) each"
+        )
     all_reduce = plan_lib.choose_all_reduce(
-        config, KIND, gpus, ALL_REDUCE, cpu_choice="ring", reasons=reasons,
-        split_gpus=topology.split_gpus, split_choice="ring")
+        config,
+        KIND,
+        gpus,
+        ALL_REDUCE,
+        cpu_choice="ring",
+        reasons=reasons,
+        split_gpus=topology.split_gpus,
+        split_choice="ring",
+    )
     warnings = plan_lib.inapplicable(config, KIND, all_reduce)
-    return plan_lib.StrategyPlan(kind=KIND, devices=devices,
-                                 all_reduce=all_reduce,
-                                 cpu_replicas=local if local and local > 1 else 0,
-                                 reasons=tuple(reasons), warnings=tuple(warnings))
+    return plan_lib.StrategyPlan(
+        kind=KIND,
+        devices=devices,
+        all_reduce=all_reduce,
+        cpu_replicas=local if local and local > 1 else 0,
+        reasons=tuple(reasons),
+        warnings=tuple(warnings),
+    )
 
 
 def communication_options(config, plan):
@@ -76,7 +92,8 @@ def communication_options(config, plan):
     bpp = config.bytes_per_pack
     return tf.distribute.experimental.CommunicationOptions(
         bytes_per_pack=bpp if isinstance(bpp, int) else 0,
-        implementation=impl.NCCL if plan.all_reduce == "nccl" else impl.RING)
+        implementation=impl.NCCL if plan.all_reduce == "nccl" else impl.RING,
+    )
 
 
 def build(config, plan, topology):
@@ -97,7 +114,8 @@ def build(config, plan, topology):
         # hangs both tasks).
         strategy = keras_compat.KerasMultiWorkerMirroredStrategy(
             communication_options=communication_options(config, plan),
-            local_cpu_replicas=plan.cpu_replicas)
+            local_cpu_replicas=plan.cpu_replicas,
+        )
         _rendezvous(_server.rendezvous_id(), config.startup_timeout_s)
         stall_binding.attach(strategy, config, topology.tf_config)
         return strategy
@@ -108,19 +126,22 @@ def build(config, plan, topology):
     # Before TF's runtime starts: the pools are sized when it does.
     split = cpu_split.detect(config.cpu_split, topology.tf_config)
     missed = cpu_split.apply(split)
-    _logging.log_once(f"tfdist_opt: CPU threads: {split.reason}"
-                      + (f" (not applied: {'; '.join(missed)})" if missed else ""))
+    _logging.log_once(
+        f"tfdist_opt: CPU threads: {split.reason}"
+        + (f" (not applied: {'; '.join(missed)})" if missed else "")
+    )
     if config.tune_malloc and host_memory.tune_for_collectives():
         _logging.log_once(
             "tfdist_opt: glibc malloc tuned for collectives (mmap threshold "
-            "32 MiB, trim 1 GiB; tune_malloc=False to keep the defaults)")
+            "32 MiB, trim 1 GiB; tune_malloc=False to keep the defaults)"
+        )
     try:
         # Bounded wait for peers (TF's own default is one hour).
-        with startup_guard.StartupGuard(topology.tf_config,
-                                        config.startup_timeout_s):
+        with startup_guard.StartupGuard(topology.tf_config, config.startup_timeout_s):
             strategy = keras_compat.KerasMultiWorkerMirroredStrategy(
                 communication_options=communication_options(config, plan),
-                local_cpu_replicas=plan.cpu_replicas)
+                local_cpu_replicas=plan.cpu_replicas,
+            )
         _server.mark_started(topology.tf_config)
         # The stall inspector's settings and input marker (tfdist_opt.stall).
         stall_binding.attach(strategy, config, topology.tf_config)
@@ -130,7 +151,8 @@ def build(config, plan, topology):
             raise RuntimeError(
                 "opt_strategy() must run before any other TensorFlow op when "
                 "building a multi-worker strategy (collective ops are "
-                f"configured at program startup). TensorFlow said: {e}") from e
+                f"configured at program startup). TensorFlow said: {e}"
+            ) from e
         raise
 
 
@@ -142,4 +164,5 @@ def _rendezvous(barrier_id: str, timeout_s: float) -> None:
             f"A repeated opt_strategy() waited {timeout_s:g} s "
             f"(startup_timeout_s) at barrier {barrier_id!r} for the other "
             "tasks' matching call. Expected every task of the cluster to build "
-            "the same number of strategies, in the same order.")
+            "the same number of strategies, in the same order."
+        )

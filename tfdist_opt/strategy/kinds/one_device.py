@@ -29,12 +29,18 @@ def plan(config, topology, reasons: list[str]) -> plan_lib.StrategyPlan:
         reasons.append(f"all_reduce={config.all_reduce} unused with one device")
     warnings = []
     if topology.num_gpus and config.cpu_replicas:
-        warnings.append(f"cpu_replicas={config.cpu_replicas} ignored: "
-                        f"{topology.num_gpus} GPU(s) present")
+        warnings.append(
+            f"cpu_replicas={config.cpu_replicas} ignored: {topology.num_gpus} GPU(s) present"
+        )
     warnings += plan_lib.inapplicable(config, KIND, None)
-    return plan_lib.StrategyPlan(kind=KIND, devices=(device,), all_reduce=None,
-                                 cpu_replicas=0, reasons=tuple(reasons),
-                                 warnings=tuple(warnings))
+    return plan_lib.StrategyPlan(
+        kind=KIND,
+        devices=(device,),
+        all_reduce=None,
+        cpu_replicas=0,
+        reasons=tuple(reasons),
+        warnings=tuple(warnings),
+    )
 
 
 def build(config, plan, topology):

@@ -33,8 +33,10 @@ def _counts(topology) -> dict[str, int]:
 def auto_reason(config, topology) -> str | None:
     counts = _counts(topology)
     if counts["ps"]:
-        return (f"TF_CONFIG has {counts['ps']} ps task(s), {counts['worker']} "
-                f"worker(s) and {counts['chief']} chief")
+        return (
+            f"TF_CONFIG has {counts['ps']} ps task(s), {counts['worker']} "
+            f"worker(s) and {counts['chief']} chief"
+        )
     return None
 
 
@@ -44,7 +46,8 @@ def requested_reason(config, topology) -> str:
             "Invalid value for `mode`: parameter_server needs a TF_CONFIG with "
             "chief, worker and ps tasks, and none is set. Received: "
             "mode='parameter_server', TF_CONFIG unset. Expected a cluster, e.g. "
-            "`tfdist-opt launch --workers 2 --ps 2 -- python train.py`.")
+            "`tfdist-opt launch --workers 2 --ps 2 -- python train.py`."
+        )
     return f"mode=parameter_server requested; {auto_reason(config, topology) or 'no ps'}"
 
 
@@ -60,7 +63,8 @@ def check_counts(counts) -> None:
     if bad:
         raise ValueError(
             "Invalid TF_CONFIG for a parameter_server strategy: bad task counts. "
-            f"Received: {', '.join(bad)}.")
+            f"Received: {', '.join(bad)}."
+        )
 
 
 def plan(config, topology, reasons: list[str]) -> plan_lib.StrategyPlan:
@@ -71,37 +75,51 @@ def plan(config, topology, reasons: list[str]) -> plan_lib.StrategyPlan:
             "Invalid value for `grad_accum`/`compression` with mode parameter_server: "
             "workers push each step's gradients to the ps tasks asynchronously; there "
             f"is no all-reduce to accumulate or compress. Received: grad_accum="
-            f"{config.grad_accum}, compression={config.compression!r}. Expected 1 and 'none'.")
+            f"{config.grad_accum}, compression={config.compression!r}. Expected 1 and 'none'."
+        )
     if getattr(config, "shard_optimizer_state", False):
         raise ValueError(
             "Invalid value for `shard_optimizer_state` with mode parameter_server: "
             "the ps tasks already hold each variable and its optimizer state once "
             "(sharded over ps tasks by ps_max_shards); workers keep none. Received: "
-            "shard_optimizer_state=True. Expected False.")
+            "shard_optimizer_state=True. Expected False."
+        )
     max_shards = config.ps_max_shards or counts["ps"]
     settings = {
         "task": f"{topology.task_type}:{topology.task_index}",
         "counts": counts,
         "variable_partitioning": (
-            "off (ps_max_shards=1)" if max_shards <= 1 else
-            f"variables of >= {2 * config.ps_min_shard_bytes} bytes cut into shards of "
+            "off (ps_max_shards=1)"
+            if max_shards <= 1
+            else f"variables of >= {2 * config.ps_min_shard_bytes} bytes cut into shards of "
             f">= {config.ps_min_shard_bytes} bytes, at most {max_shards} shards "
-            f"(MinSizePartitioner; ps_min_shard_bytes, ps_max_shards)"),
+            f"(MinSizePartitioner; ps_min_shard_bytes, ps_max_shards)"
+        ),
         "min_shard_bytes": config.ps_min_shard_bytes,
         "max_shards": max_shards,
-        "role": ("coordinator: runs model.fit (tfdist_opt.parameter_server.fit)"
-                 if topology.task_type == "chief" else
-                 "serves until the chief finishes, then exits 0"),
+        "role": (
+            "coordinator: runs model.fit (tfdist_opt.parameter_server.fit)"
+            if topology.task_type == "chief"
+            else "serves until the chief finishes, then exits 0"
+        ),
     }
     warnings = plan_lib.inapplicable(config, KIND, None)
     if config.all_reduce != "auto":
-        warnings.append(f"all_reduce={config.all_reduce} has no effect with "
-                        "parameter_server: nothing is all-reduced")
+        warnings.append(
+            f"all_reduce={config.all_reduce} has no effect with "
+            "parameter_server: nothing is all-reduced"
+        )
     gpus = topology.num_gpus
     devices = tuple(f"/gpu:{i}" for i in range(gpus)) or ("/cpu:0",)
-    return plan_lib.StrategyPlan(kind=KIND, devices=devices, all_reduce=None,
-                                 cpu_replicas=0, reasons=tuple(reasons),
-                                 warnings=tuple(warnings), settings=settings)
+    return plan_lib.StrategyPlan(
+        kind=KIND,
+        devices=devices,
+        all_reduce=None,
+        cpu_replicas=0,
+        reasons=tuple(reasons),
+        warnings=tuple(warnings),
+        settings=settings,
+    )
 
 
 def build(config, plan, topology):
@@ -120,8 +138,13 @@ def build(config, plan, topology):
     # coordinator waits for a server the side-car evaluator never starts.
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
         tf.train.ClusterSpec(tf_config_lib.training_cluster(topology.tf_config)),
-        task_type=topology.task_type, task_id=topology.task_index,
-        rpc_layer=topology.tf_config.get("rpc_layer") or "grpc")
+        task_type=topology.task_type,
+        task_id=topology.task_index,
+        rpc_layer=topology.tf_config.get("rpc_layer") or "grpc",
+    )
     return strategy_lib.KerasParameterServerStrategy(
-        resolver, variable_partitioner=cluster_lib.partitioner(
-            plan.settings["min_shard_bytes"], plan.settings["max_shards"]))
+        resolver,
+        variable_partitioner=cluster_lib.partitioner(
+            plan.settings["min_shard_bytes"], plan.settings["max_shards"]
+        ),
+    )
