@@ -2,12 +2,11 @@
 
 import ast
 import gc
-import pathlib
 
 import keras
 import numpy as np
 
-import tfdist_opt
+from tests import package_scan
 from tfdist_opt import runtime
 from tfdist_opt.strategy import keras_steps
 
@@ -54,12 +53,7 @@ def offences(source: str) -> list[str]:
 
 
 def test_no_tfdist_attributes_set_on_objects():
-    root = pathlib.Path(tfdist_opt.__file__).parent
-    found = [
-        f"{path.relative_to(root.parent)}:{line}"
-        for path in sorted(root.rglob("*.py"))
-        for line in offences(path.read_text())
-    ]
+    found = package_scan.offences_in_package(offences)
     assert not found, "\n".join(found)
 
 
