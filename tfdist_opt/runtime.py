@@ -65,7 +65,7 @@ class StrategyRuntime:
 
     Attributes:
         gradient_binding: `gradients.keras_binding.GradientBinding` or None.
-        stall: `stall.keras_binding.StallSettings` or None (single worker).
+        stall: `stall.settings.StallSettings` or None (single worker).
         jit_fallback: str. `StrategyConfig.jit_fallback` (`"warn"`).
         storage_sharing: str. `StrategyConfig.storage_sharing`, read by
             `strategy.file_writers` (`"auto"`).

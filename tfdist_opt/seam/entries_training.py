@@ -131,7 +131,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "tensorflow.python.distribute.input_lib",
         "DistributedDataset",
-        "tfdist_opt.stall.keras_binding",
+        "tfdist_opt.stall.settings",
         "its per-worker datasets (`_cloned_datasets`, after TF's shard "
         "and rebatch) get an identity map counting batches: the only "
         "place a worker's own input is seen before the distributed "
@@ -140,7 +140,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "tensorflow.python.distribute.input_lib",
         "DistributedDatasetsFromFunction",
-        "tfdist_opt.stall.keras_binding",
+        "tfdist_opt.stall.settings",
         "the same count on its per-worker datasets (`_datasets`)",
     ),
     PrivateName(
