@@ -1,4 +1,4 @@
-"""The files a benchmark report is written to: JSON helpers, CSV, PNG plot.
+"""The files a benchmark report is written to: JSON, CSV, PNG plot.
 
 `benchmarks.common.write_report` builds the report and, on the chief,
 writes it through these (re-exported from `benchmarks.common`).

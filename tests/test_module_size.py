@@ -2,7 +2,7 @@
 
 The design guide: one concept per module, modules under ~400 lines. A
 module past the limit is split by concept (a data table by area, a class
-apart from the pure helpers it calls), its public names re-exported where
+apart from the pure functions it calls), its public names re-exported where
 tests or docs import them.
 """
 
