@@ -56,9 +56,15 @@ from absl import logging
 if __package__ in (None, ""):  # run as `python benchmarks/allreduce.py`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import allreduce_timing  # pylint: disable=g-import-not-at-top
 from benchmarks import allreduce_transport  # pylint: disable=g-import-not-at-top
 from benchmarks import common  # pylint: disable=g-import-not-at-top
 from benchmarks import progress  # pylint: disable=g-import-not-at-top
+
+_all_sum = allreduce_timing.all_sum
+_timer = allreduce_timing.timer
+_scalar = allreduce_timing.scalar
+_numel = allreduce_timing.numel
 
 _MODE = flags.DEFINE_enum(
     "mode", "all", ["all", "sweep", "model", "tcp"], "Which measurements to run."
@@ -95,27 +101,6 @@ _RECV_CHUNK = flags.DEFINE_integer(
 _AUTOTUNE_CSV = flags.DEFINE_string(
     "autotune_csv", None, "Also write the autotune trials to this CSV (chief)."
 )
-
-
-# ------------------------------------------------------ building blocks
-def _all_sum(strategy, values):
-    from tfdist_opt.gradients import timing
-
-    return timing.agree(strategy, values, op="SUM")
-
-
-def _timer(strategy, replica_fn, iters, warmup):
-    """Median/min/max seconds of `strategy.run(replica_fn)`, agreed by workers."""
-    from tfdist_opt.gradients import timing
-
-    t = timing.time_and_agree(strategy, replica_fn, iters, warmup)
-    return {"time_s": t.median_s, "time_min_s": t.min_s, "time_max_s": t.max_s, "iters": iters}
-
-
-def _scalar(outs):
-    import tensorflow as tf
-
-    return tf.add_n([tf.cast(tf.reshape(o, [-1])[0], tf.float32) for o in outs])
 
 
 # --------------------------------------------------------------- sweep
@@ -177,23 +162,6 @@ def _sweep(strategy, n):
 _MODEL_ROWS = 10  # row(...) calls in _model, for the progress line's ETA
 
 
-def _model_shapes():
-    import keras
-
-    if _MODEL.value == "small":
-        model = keras.Sequential(
-            [
-                keras.Input((256,)),
-                keras.layers.Dense(1024),
-                keras.layers.Dense(1024),
-                keras.layers.Dense(10),
-            ]
-        )
-    else:
-        model = keras.applications.ResNet50(weights=None)
-    return [(tuple(v.shape), "float32") for v in model.trainable_variables]
-
-
 def _model(strategy, n, is_chief):
     import tensorflow as tf
 
@@ -203,7 +171,7 @@ def _model(strategy, n, is_chief):
     from tfdist_opt.gradients import packing
     from tfdist_opt.gradients.options import GradientOptions
 
-    shapes = _model_shapes()
+    shapes = allreduce_timing.model_shapes(_MODEL.value)
     nbytes = sum(4 * _numel(s) for s, _ in shapes)
     with strategy.scope():
         grads = [tf.zeros(s, d) for s, d in shapes]
@@ -304,7 +272,7 @@ def _model(strategy, n, is_chief):
         bytes_per_pack=pack_bpp,
     )
 
-    psgd, psgd_plan = _powersgd(strategy, shapes, iters, warmup)
+    psgd, psgd_plan = allreduce_timing.powersgd(strategy, shapes, _PSGD_RANK.value, iters, warmup)
     psgd = row(
         f"ours_powersgd_rank{_PSGD_RANK.value}",
         psgd,
@@ -354,45 +322,6 @@ def _model(strategy, n, is_chief):
         "autotuned_bytes_per_pack": best,
     }
     return rows, summary
-
-
-def _powersgd(strategy, shapes, iters, warmup):
-    """Times one PowerSGD step over `shapes` through a hooked Keras optimizer."""
-    import keras
-    import tensorflow as tf
-
-    from tfdist_opt.gradients import keras_binding
-    from tfdist_opt.gradients import lowrank
-    from tfdist_opt.gradients.options import GradientOptions
-
-    saved = keras_binding.options_of(strategy)
-    keras_binding.attach(
-        strategy,
-        GradientOptions(
-            compression="powersgd", powersgd_rank=_PSGD_RANK.value, powersgd_start_step=0
-        ),
-    )
-    try:
-        with strategy.scope():
-            variables = [keras.Variable(tf.zeros(s, d)) for s, d in shapes]
-            opt = keras.optimizers.SGD(0.0)
-            opt.build(variables)
-            rng = [tf.random.stateless_normal(s, [0, i]) for i, (s, _) in enumerate(shapes)]
-    finally:
-        keras_binding.attach(strategy, saved or GradientOptions())
-    pairs = [v.value for v in variables]
-
-    def step():
-        return _scalar([g for g, _ in opt._all_reduce_sum_gradients(list(zip(rng, pairs)))])
-
-    return _timer(strategy, step, iters, warmup), lowrank.state_of(opt).plan
-
-
-def _numel(shape):
-    n = 1
-    for s in shape:
-        n *= int(s)
-    return n
 
 
 # ---------------------------------------------------------------- main

@@ -27,7 +27,6 @@ Example (inside a binary's `main`):
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import math
@@ -40,6 +39,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 from absl import flags
 from absl import logging
+
+from benchmarks import report_files
+from benchmarks.report_files import PlotSpec  # noqa: F401  (re-exported)
+from benchmarks.report_files import plot_results  # noqa: F401  (re-exported)
+from benchmarks.report_files import write_csv  # noqa: F401  (re-exported)
 
 OUTPUT_JSON = flags.DEFINE_string(
     "output_json", None, "Write the results as JSON here (chief only)."
@@ -298,25 +302,6 @@ def define_strategy_flags() -> Callable[[], Any]:
 
 
 # -------------------------------------------------------------- reports
-@dataclasses.dataclass(frozen=True)
-class PlotSpec:
-    """What `write_report` plots: `ys` columns of the result rows against `x`.
-
-    Attributes:
-        x: str. Column for the x axis (a number or a label).
-        ys: tuple of str. Columns to draw, one bar group / line each.
-        title: str. Plot title.
-        kind: str. `"bar"` or `"line"`.
-        ylabel: str. Y axis label.
-    """
-
-    x: str
-    ys: tuple[str, ...]
-    title: str = ""
-    kind: str = "bar"
-    ylabel: str = ""
-
-
 def write_report(
     name: str,
     config: Mapping[str, Any],
@@ -362,9 +347,9 @@ def write_report(
     if not is_chief(environ):
         return report
     if output_json:
-        _makedirs_for(output_json)
+        report_files.makedirs_for(output_json)
         with open(output_json, "w") as f:
-            json.dump(report, f, indent=2, default=_json_default)
+            json.dump(report, f, indent=2, default=report_files.json_default)
             f.write("\n")
         logging.info("wrote %s", output_json)
     if csv_path:
@@ -372,68 +357,3 @@ def write_report(
     if plot_path:
         plot_results(plot_path, report["results"], plot)
     return report
-
-
-def write_csv(path: str, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Rows to CSV; columns are the union of keys in first-seen order."""
-    columns: list[str] = []
-    for row in rows:
-        columns += [k for k in row if k not in columns]
-    _makedirs_for(path)
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: row.get(k, "") for k in columns})
-
-
-def plot_results(path: str, rows: Sequence[Mapping[str, Any]], spec: PlotSpec) -> None:
-    """PNG of `spec.ys` against `spec.x`; matplotlib is imported lazily."""
-    try:
-        import matplotlib  # pylint: disable=g-import-not-at-top
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-    except ImportError as e:
-        raise ImportError(
-            "--plot needs matplotlib, which is not installed. Install it with "
-            "`pip install matplotlib` (or `pip install tfdist_opt[plot]`), or "
-            "drop --plot."
-        ) from e
-    xs = [str(r.get(spec.x)) for r in rows]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    if spec.kind == "line":
-        for y in spec.ys:
-            ax.plot(xs, [r.get(y) for r in rows], marker="o", label=y)
-    else:
-        width = 0.8 / max(1, len(spec.ys))
-        for k, y in enumerate(spec.ys):
-            ax.bar(
-                [i + k * width for i in range(len(xs))],
-                [r.get(y) or 0 for r in rows],
-                width=width,
-                label=y,
-            )
-        ax.set_xticks([i + width * (len(spec.ys) - 1) / 2 for i in range(len(xs))])
-        ax.set_xticklabels(xs, rotation=20, ha="right")
-    ax.set_xlabel(spec.x)
-    ax.set_ylabel(spec.ylabel)
-    ax.set_title(spec.title)
-    ax.legend()
-    fig.tight_layout()
-    _makedirs_for(path)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def _makedirs_for(path: str) -> None:
-    parent = os.path.dirname(os.path.abspath(path))
-    os.makedirs(parent, exist_ok=True)
-
-
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "item"):  # numpy scalars
-        return value.item()
-    if isinstance(value, (set, tuple)):
-        return list(value)
-    return str(value)

@@ -83,7 +83,6 @@ if __package__ in (None, ""):  # run as `python benchmarks/train.py`
 # pylint: disable=g-import-not-at-top
 from benchmarks import common
 from benchmarks import progress
-from benchmarks.train_lib import breakdown
 from benchmarks.train_lib import inputs as inputs_lib
 from benchmarks.train_lib import overlap
 from benchmarks.train_lib import peer_compare
@@ -334,25 +333,15 @@ def main(argv):
             _TRACE_DIR.value,
             profile=common.is_chief(),
         )
-        figures = (
-            overlap.overlap_from_events(events) if events is not None and overlap_steps else None
+        report.add_trace_figures(
+            events,
+            rows[-1],
+            summary,
+            overlap_steps,
+            _BREAKDOWN_STEPS.value,
+            runs[-1].model.optimizer.name,
+            printer,
         )
-        if figures:
-            summary.update(figures)
-            rows[-1].update(figures)
-            printer(
-                f"overlap_fraction: {figures['overlap_fraction']:.3f} "
-                f"(all-reduce time before backprop ends), first pack "
-                f"early in {figures['early_start_fraction']:.0%} of steps"
-            )
-        parts = (
-            breakdown.breakdown_from_events(events, runs[-1].model.optimizer.name)
-            if events is not None and _BREAKDOWN_STEPS.value
-            else None
-        )
-        if parts:
-            rows[-1]["step_breakdown"] = parts
-            printer(breakdown.format_breakdown(parts))
     report.write(
         rows,
         summary,
@@ -377,36 +366,7 @@ def _peer_main(cfg, args, started):
     if result is None:  # not worker 0 of the launch
         return
     rows, summary, config = result
-    common.write_report(
-        "train",
-        {**common.flag_config(), "strategy_config": cfg.to_dict(), **config},
-        rows,
-        summary,
-        output_json=common.OUTPUT_JSON.value,
-        csv_path=common.CSV.value,
-        plot_path=common.PLOT.value,
-        plot=common.PlotSpec(
-            x="setting",
-            ys=("median",),
-            ylabel="images/sec (global)",
-            title=f"{args.model}: ours vs {args.compare}",
-        ),
-    )
-    for row in rows:
-        printer(
-            f"{row['setting']:>18}: {row['median']:10.2f} images/sec "
-            f"(rounds: {row['round_medians']}, slowest/fastest "
-            f"{row['round_spread'] or 0:.2f})"
-        )
-    if "fraction_of_one_process" in summary:
-        printer(
-            f"fraction_of_one_process (ours / one process): "
-            f"{summary['fraction_of_one_process']:.2f}"
-        )
-    elif "fold_speedup" in summary:
-        printer(f"fold_speedup (logs folded / own collective): {summary['fold_speedup']:.3f}")
-    else:
-        printer(f"speedup_vs_peer (ours / faster peer): {summary['speedup_vs_peer']:.2f}x")
+    report.write_peer(rows, summary, config, cfg=cfg, args=args, printer=printer)
     printer(f"total wall time {time.perf_counter() - started:.1f} s")
     logging.info("summary: %s", summary)
 

@@ -65,7 +65,7 @@ class StrategyRuntime:
 
     Attributes:
         gradient_binding: `gradients.keras_binding.GradientBinding` or None.
-        stall: `stall.keras_binding.StallSettings` or None (single worker).
+        stall: `stall.settings.StallSettings` or None (single worker).
         jit_fallback: str. `StrategyConfig.jit_fallback` (`"warn"`).
         storage_sharing: str. `StrategyConfig.storage_sharing`, read by
             `strategy.file_writers` (`"auto"`).
@@ -161,7 +161,7 @@ class ObjectState:
         resume_epoch: model: the epoch a parameter-server backup restored
             (`parameter_server.backup`), where `fit` starts.
         xla_warned: model: XLA fallback stages already warned about
-            (`strategy.keras_steps`).
+            (`strategy.xla_steps`).
         writes: Keras `BackupAndRestore`: whether this worker writes its
             directory (`strategy.chief_callbacks`); None before `fit`.
         sharded_call: Keras `Embedding`: its `call` reads a sharded table

@@ -12,6 +12,8 @@ import dataclasses
 from typing import Any
 
 from benchmarks import common
+from benchmarks.train_lib import breakdown
+from benchmarks.train_lib import overlap
 from benchmarks.train_lib import settings as settings_lib
 
 
@@ -165,3 +167,61 @@ def write(
         )
     if "speedup" in summary:
         printer(f"speedup (opt / baseline): {summary['speedup']:.2f}x")
+
+
+def write_peer(rows, summary, config, *, cfg, args, printer) -> None:
+    """Writes a `--compare=peer|scaling|fold|cpu_split` report, prints its table."""
+    common.write_report(
+        "train",
+        {**common.flag_config(), "strategy_config": cfg.to_dict(), **config},
+        rows,
+        summary,
+        output_json=common.OUTPUT_JSON.value,
+        csv_path=common.CSV.value,
+        plot_path=common.PLOT.value,
+        plot=common.PlotSpec(
+            x="setting",
+            ys=("median",),
+            ylabel="images/sec (global)",
+            title=f"{args.model}: ours vs {args.compare}",
+        ),
+    )
+    for row in rows:
+        printer(
+            f"{row['setting']:>18}: {row['median']:10.2f} images/sec "
+            f"(rounds: {row['round_medians']}, slowest/fastest "
+            f"{row['round_spread'] or 0:.2f})"
+        )
+    if "fraction_of_one_process" in summary:
+        printer(
+            f"fraction_of_one_process (ours / one process): "
+            f"{summary['fraction_of_one_process']:.2f}"
+        )
+    elif "fold_speedup" in summary:
+        printer(f"fold_speedup (logs folded / own collective): {summary['fold_speedup']:.3f}")
+    else:
+        printer(f"speedup_vs_peer (ours / faster peer): {summary['speedup_vs_peer']:.2f}x")
+
+
+def add_trace_figures(
+    events, row, summary, overlap_steps: int, breakdown_steps: int, optimizer_name: str, printer
+) -> None:
+    """Adds the traced steps' overlap figures and step breakdown to `row` (and
+    the overlap figures to `summary`), and prints them."""
+    figures = overlap.overlap_from_events(events) if events is not None and overlap_steps else None
+    if figures:
+        summary.update(figures)
+        row.update(figures)
+        printer(
+            f"overlap_fraction: {figures['overlap_fraction']:.3f} "
+            f"(all-reduce time before backprop ends), first pack "
+            f"early in {figures['early_start_fraction']:.0%} of steps"
+        )
+    parts = (
+        breakdown.breakdown_from_events(events, optimizer_name)
+        if events is not None and breakdown_steps
+        else None
+    )
+    if parts:
+        row["step_breakdown"] = parts
+        printer(breakdown.format_breakdown(parts))

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 import tfdist_opt
 from tfdist_opt.strategy import keras_steps
+from tfdist_opt.strategy import xla_steps
 from tfdist_opt.strategy.config import StrategyConfig
 
 RTOL, ATOL = 1e-5, 1e-6
@@ -76,7 +77,7 @@ def _record_xla_traces(monkeypatch):
     XLA (or fails), so a step without it ran uncompiled.
     """
     traced = []
-    original = keras_steps._why_not_compilable
+    original = xla_steps._why_not_compilable
 
     def record(fn, data):
         reason = original(fn, data)
@@ -86,7 +87,7 @@ def _record_xla_traces(monkeypatch):
         traced.append("_XlaMustCompile" in attr and attr["_XlaMustCompile"].b)
         return reason
 
-    monkeypatch.setattr(keras_steps, "_why_not_compilable", record)
+    monkeypatch.setattr(xla_steps, "_why_not_compilable", record)
     return traced
 
 

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import glob
 import math
 import os
-import shutil
-import tempfile
 import time
 
 from absl import logging
@@ -17,6 +14,7 @@ from tfdist_opt.stall import keras_binding as stall_binding
 from tfdist_opt.strategy import file_writers
 from tfdist_opt.strategy import topology as topology_lib
 from tfdist_opt.callbacks import _common
+from tfdist_opt.callbacks import backup_io
 from tfdist_opt.callbacks import backup_store as store_lib
 from tfdist_opt.callbacks import preemption as preemption_lib
 from tfdist_opt.callbacks import ray_checkpoints
@@ -303,39 +301,11 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
         return list(self._skipped)
 
     def _prepare_dirs(self) -> None:
-        """Writable check + leftovers of killed saves, before any step."""
-        if self._writes:
-            store_lib.check_writable(self.backup_dir)
-            store_lib.remove_staging(self.backup_dir)
-            return
-        # Temp dirs of this task left by a process killed mid-save.
-        pattern = os.path.join(tempfile.gettempdir(), f"tfdist_opt_backup_{_common.task_tag()}_*")
-        for leftover in glob.glob(pattern):
-            shutil.rmtree(leftover, ignore_errors=True)
-        store_lib.check_writable(tempfile.gettempdir())
+        backup_io.prepare_dirs(self.backup_dir, self._writes)
 
     def _restore(self) -> dict | None:
         """Reads the newest valid backup into the model; None if there is none."""
-
-        def read(path):
-            self._checkpoint.read(os.path.join(path, "state")).assert_consumed()
-
-        if self._ray is not None:
-            with ray_checkpoints.latest_checkpoint() as directory:
-                if directory is not None:
-                    meta, why = store_lib.verify(directory)
-                    if meta is None:
-                        raise BackupError(f"Ray's newest checkpoint cannot be restored: {why}")
-                    local = store_lib.find_restorable(self.backup_dir).meta
-                    # Ray registers a report when its controller next polls
-                    # (every 2 s): a backup_dir may hold a newer one.
-                    if local is None or local["step"] <= meta["step"]:
-                        read(directory)
-                        self._skipped = []
-                        return meta
-        meta, self._skipped = store_lib.restore_newest(
-            self.backup_dir, read, (tf.errors.OpError, AssertionError, ValueError)
-        )
+        meta, self._skipped = backup_io.restore(self._checkpoint, self.backup_dir, self._ray)
         return meta
 
     def _make_agreement(self):
@@ -384,23 +354,10 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
 
     def _save_unlabelled(self, epoch: int, calls: int) -> None:
         step = _common.complete_step(self.model)
-        if self._writes:
-            staging = os.path.join(self.backup_dir, f"{store_lib.STAGING}{step}")
-            if os.path.exists(staging):
-                shutil.rmtree(staging)
-        else:
-            staging = tempfile.mkdtemp(prefix=f"tfdist_opt_backup_{_common.task_tag()}_")
-        try:
-            self._checkpoint.write(os.path.join(staging, "state"))
-        finally:
-            if not self._writes:
-                shutil.rmtree(staging, ignore_errors=True)
         meta = {"name": f"{store_lib.PREFIX}{step}", "epoch": epoch, "calls": calls, "step": step}
-        final = None
-        if self._writes:
-            final = store_lib.commit(
-                self.backup_dir, staging, meta, keep=self.keep, after_manifest=self._after_write
-            )
+        final = backup_io.write(
+            self._checkpoint, self.backup_dir, self._writes, meta, self.keep, self._after_write
+        )
         if self._ray is not None:  # every worker: Ray's report is a barrier
             loss = self._last_loss
             ray_checkpoints.report(

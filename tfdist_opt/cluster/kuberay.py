@@ -28,7 +28,7 @@ import re
 import shlex
 from typing import Any, Mapping, Sequence
 
-from tfdist_opt.cluster import k8s
+from tfdist_opt.cluster import pod_spec
 
 API_VERSION = "ray.io/v1"
 KIND = "RayJob"
@@ -97,16 +97,16 @@ def build_rayjob(
             image's Ray. Defaults to `"2.60.0"`.
 
     Returns:
-        dict, ready for `k8s.to_yaml`.
+        dict, ready for `yaml_writer.to_yaml`.
 
     Raises:
         ValueError: a bad field, named with the value received.
     """
-    k8s.check_count("workers", workers, 1)
+    pod_spec.check_count("workers", workers, 1)
     # KubeRay's webhook: a RayJob name of at most 47 characters (its cluster
     # gets 6 more, and a RayCluster name at most 53; MaxRayJobNameLength).
-    k8s.check_label("name", name, reserve=63 - MAX_NAME)
-    env = k8s.check_pod_fields(
+    pod_spec.check_label("name", name, reserve=63 - MAX_NAME)
+    env = pod_spec.check_pod_fields(
         image=image,
         command=command,
         gpus=gpus,
@@ -142,11 +142,13 @@ def build_rayjob(
             f"image's Ray. Received: ray_version={ray_version!r}"
         )
 
-    volumes = k8s.backup_volumes(backup_dir, backup_claim)
-    head = k8s.container(HEAD_CONTAINER, image, None, k8s.env_list(env), backup_dir=backup_dir)
+    volumes = pod_spec.backup_volumes(backup_dir, backup_claim)
+    head = pod_spec.container(
+        HEAD_CONTAINER, image, None, pod_spec.env_list(env), backup_dir=backup_dir
+    )
     head["ports"] = [{"name": n, "containerPort": p} for n, p in HEAD_PORTS]
-    worker = k8s.container(
-        WORKER_CONTAINER, image, None, k8s.env_list(env), gpus, backup_dir=backup_dir
+    worker = pod_spec.container(
+        WORKER_CONTAINER, image, None, pod_spec.env_list(env), gpus, backup_dir=backup_dir
     )
     metadata = {"name": name}
     if namespace:

@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from tfdist_opt.cluster import jobset
-from tfdist_opt.cluster import k8s
+from tfdist_opt.cluster import pod_spec
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 API_GROUP = "trainer.kubeflow.org"
@@ -75,20 +75,20 @@ def build_tf_runtime(
             so on every JobSet restart). Defaults to `None`.
 
     Returns:
-        dict, ready for `k8s.to_yaml`.
+        dict, ready for `yaml_writer.to_yaml`.
 
     Raises:
         ValueError: a bad field, named with the value received.
     """
-    k8s.check_label("runtime", name)
-    k8s.check_pod_fields(
+    pod_spec.check_label("runtime", name)
+    pod_spec.check_pod_fields(
         image=image,
         port=port,
         max_restarts=max_restarts,
         backup_dir=backup_dir,
         backup_claim=backup_claim,
     )
-    k8s.warn_empty_dir(
+    pod_spec.warn_empty_dir(
         "JobSet restarts (max_restarts) recreate every pod, so no backup survives a restart",
         backup_dir,
         backup_claim,
@@ -102,9 +102,9 @@ def build_tf_runtime(
     ]
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
-        "containers": [k8s.container(NODE, image, None, env, 0, port, PORT_NAME, backup_dir)],
+        "containers": [pod_spec.container(NODE, image, None, env, 0, port, PORT_NAME, backup_dir)],
     }
-    volumes = k8s.backup_volumes(backup_dir, backup_claim)
+    volumes = pod_spec.backup_volumes(backup_dir, backup_claim)
     if volumes:
         pod["volumes"] = volumes
     jobset_spec: dict[str, Any] = {
@@ -158,15 +158,15 @@ def build_trainjob(
         env: mapping or None. Extra environment for every pod.
 
     Returns:
-        dict, ready for `k8s.to_yaml`.
+        dict, ready for `yaml_writer.to_yaml`.
 
     Raises:
         ValueError: a bad field, named with the value received.
     """
-    k8s.check_count("workers", workers, 1)
-    k8s.check_label("name", name, reserve=len(f"-{NODE}-0-") + len(str(workers)))
-    k8s.check_label("runtime", runtime)
-    env = k8s.check_pod_fields(
+    pod_spec.check_count("workers", workers, 1)
+    pod_spec.check_label("name", name, reserve=len(f"-{NODE}-0-") + len(str(workers)))
+    pod_spec.check_label("runtime", runtime)
+    env = pod_spec.check_pod_fields(
         image=image, command=command, gpus=gpus, env=env, namespace=namespace
     )
     if jobset.WORKERS_ENV in env:
@@ -180,10 +180,10 @@ def build_trainjob(
         "image": image,
         "command": list(command),
         "numNodes": workers,
-        "env": k8s.env_list(env),
+        "env": pod_spec.env_list(env),
     }
     if gpus:
-        trainer["resourcesPerNode"] = {"limits": {k8s.GPU_RESOURCE: gpus}}
+        trainer["resourcesPerNode"] = {"limits": {pod_spec.GPU_RESOURCE: gpus}}
     metadata = {"name": name}
     if namespace:
         metadata["namespace"] = namespace

@@ -55,8 +55,8 @@ def bare_python(module: str, function: str, *args: str) -> list[str]:
 
     A watchdog runs with each launch and each worker's start-up, and needs
     the standard library only: without `site` and without the package's
-    `__init__` (numpy, package metadata) it starts in ~0.06 CPU-s, not ~0.27
-    (measured here). `module` must import nothing outside
+    `__init__` (numpy, package metadata) it starts in a fraction of the CPU
+    time of a full interpreter. `module` must import nothing outside
     `tfdist_opt.coordination`, `tfdist_opt.cluster` and the standard library.
     """
     here = os.path.dirname(os.path.abspath(__file__))

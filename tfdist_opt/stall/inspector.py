@@ -1,9 +1,9 @@
 """The stall inspector: publish progress, decide on the chief, name the stuck worker.
 
 One `Inspector` per worker per `fit`, with one background thread. The
-training thread only swaps a tuple in `LocalProgress` (a few hundred
-nanoseconds per event, no I/O); the thread does everything else, every
-`poll_s` seconds, through the coordination service's key-value store
+training thread only swaps a tuple in `LocalProgress`
+(`tfdist_opt.stall.local_progress`; no I/O, no lock); the thread does
+everything else, every `poll_s` seconds, through the coordination service's key-value store
 (`tfdist_opt.coordination.kv_store`; no collective):
 
 - every worker writes its `Progress` record when it changed
@@ -46,6 +46,7 @@ import time
 from typing import Callable, Mapping, TextIO
 
 from tfdist_opt.stall import policy as policy_lib
+from tfdist_opt.stall.local_progress import LocalProgress
 from tfdist_opt.stall import stacks as stacks_lib
 
 STALL_EXIT_CODE = 43  # next to preemption's 42; any non-zero code restarts a launch
@@ -64,30 +65,6 @@ def next_namespace() -> str:
 def poll_interval(warn_s: float) -> float:
     """Seconds between polls: a quarter of `warn_s`, at most 1."""
     return min(1.0, warn_s / 4.0)
-
-
-class LocalProgress:
-    """This worker's position, written by the training thread only.
-
-    The state is one tuple `(seq, step, phase, since)` replaced as a whole,
-    so the inspector thread never reads half an update.
-    """
-
-    def __init__(self, clock: Callable[[], float] = time.time):
-        self._clock = clock
-        self.state = (0, 0, "callbacks", clock())
-
-    def enter(self, phase: str, step: int | None = None) -> None:
-        """A new progress event (the same events, in order, on every worker)."""
-        seq, old_step, _, _ = self.state
-        self.state = (seq + 1, old_step if step is None else step, phase, self._clock())
-
-    def label(self, phase: str) -> str:
-        """Relabels the current event (no new event: not every worker saves);
-        returns the previous phase."""
-        seq, step, old, _ = self.state
-        self.state = (seq, step, phase, self._clock())
-        return old
 
 
 def _stopped(record: policy_lib.Progress) -> bool:

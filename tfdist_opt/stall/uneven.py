@@ -4,7 +4,7 @@ Under a multi-worker strategy TF's distributed iterator agrees across
 workers, at every batch, on which of them still have data (a collective):
 a worker whose input ran out gets an empty batch while any other still
 has one, and the epoch ends, on every worker at the same step, when the
-last input runs out (measured on TF 2.21, 2 workers holding 10 and 7
+last input runs out (seen on TF 2.21, 2 workers holding 10 and 7
 batches: 10 steps on both, equal and finite weights). Those last steps
 average only the examples that are left (the empty batch adds no
 gradient), as TF's partial batches do.
@@ -12,7 +12,7 @@ gradient), as TF's partial batches do.
 Keras breaks that when it knows the epoch's length: it then runs exactly
 `num_batches` steps (the input's own length: `tf.data` cardinality,
 `len(PyDataset)`), so worker 1 leaves the epoch after its 7 batches while
-worker 0 waits in step 8's agreement for it. Measured: a mismatched
+worker 0 waits in step 8's agreement for it. Seen: a mismatched
 collective on both workers (`InternalError: ... Collective instance 132
 expected type 0 and data_type 9 but got type 0 and data_type 1`), the
 next collective being a different one.

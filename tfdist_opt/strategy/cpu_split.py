@@ -5,10 +5,9 @@ every CPU it may run on. When k chief/worker tasks of one cluster run on
 the same host (`tfdist-opt launch -n k` on one machine, several tasks per
 node), k processes then run k x (intra + inter) compute threads on the same
 CPUs: Eigen's pools spin and preempt each other, and a step waits on
-whichever worker the scheduler starved. On the 2-core benchmark host, 2
-workers of the comm-light mlp step (PowerSGD rank 4) ran 1281 / 1257 ex/s
-with TF's pools and 1674 / 1877 ex/s with each worker pinned to its own
-core (2 alternated pairs, docs/benchmarks.md "PowerSGD").
+whichever worker the scheduler starved. Sized pools, and pinning, against
+one process on the same cores are measured on the Benchmarks page
+("Steadiness and cpu_split"), with and without other jobs on the host.
 
 `plan()` is pure: from this process's CPU affinity, the machine's CPU count,
 TF_CONFIG's cluster and this task, it decides

@@ -181,7 +181,7 @@ class KerasMultiWorkerMirroredStrategy(_AdoptingScope, tf.distribute.MultiWorker
         """The upstream method; each worker's pipeline also counts its batches.
 
         The count tells the stall inspector that a worker still waits for
-        its own input (`tfdist_opt.stall.keras_binding.count_inputs`): TF's
+        its own input (`tfdist_opt.stall.settings.count_inputs`): TF's
         iterator agrees across workers on every batch in a collective, so
         a worker waiting for a peer's input looks the same from outside.
 

@@ -3,9 +3,11 @@
 Keras 3's `reduce_per_replica` (keras/src/backend/tensorflow/trainer.py)
 maps `strategy.reduce("MEAN", value, axis=0)` over the logs of every
 `train_step` / `test_step`, one value at a time. Under a multi-worker
-strategy each call is one cross-worker collective, and on loopback RING
-each costs ~3-4 ms of latency however small its tensor: a model compiled
-with the loss and three metrics pays four of them a step.
+strategy each call is one cross-worker collective, and each pays a
+collective's fixed latency however small its tensor: a model compiled
+with the loss and three metrics pays four of them a step. What one
+collective fewer a step buys is measured on the Benchmarks page
+(`--compare=fold`).
 
 `LogPacker` remembers the per-replica outputs of the strategy's last
 `run`. When the first of them is reduced, every rank-0 floating value of

@@ -3,12 +3,11 @@
 TF's multi-worker strategy feeds a worker's replicas through a
 `MultiDeviceIterator` (`input_lib._SingleWorkerOwnedDatasetIterator`) made
 anew for every iterator: each `fit` epoch, `evaluate` and `predict`. Making
-one traces its per-device functions each time (TF 2.21, one CPU device:
-0.05 s an iterator alone on a 2-core host, 0.11 s in a loaded 2-worker run)
-and starts a background thread that prefetches into a per-device buffer.
-With one replica on the worker's own CPU (what `opt_strategy()` builds on a
-host without accelerators) that buffer copies nothing anywhere: the replica
-reads the host's memory.
+one traces its per-device functions each time (TF 2.21, also for one CPU
+device) and starts a background thread that prefetches into a per-device
+buffer. With one replica on the worker's own CPU (what `opt_strategy()`
+builds on a host without accelerators) that buffer copies nothing
+anywhere: the replica reads the host's memory.
 
 For such a worker, a distributed dataset made with no `InputOptions` gets
 TF's own per-replica options with no fetch to device
@@ -16,9 +15,9 @@ TF's own per-replica options with no fetch to device
 for which TF's iterator is `iter(dataset)` on the worker, its one element
 the replica's batch: the same batches in the same order (TF's sharding and
 rebatching are unchanged, they happen when the dataset is distributed), the
-same end-of-data agreement across workers, made in ~0.002 s, and no
-thread of its own reading ahead of the step (only the dataset's own
-prefetch does).
+same end-of-data agreement across workers. Making it traces nothing and
+starts no thread of its own reading ahead of the step (only the dataset's
+own prefetch does).
 
 Several replicas per worker, any accelerator, or options of the caller's
 own: TF's path unchanged.

@@ -32,7 +32,7 @@ import warnings
 import numpy as np
 
 import tfdist_opt
-from tfdist_opt.strategy import keras_steps
+from tfdist_opt.strategy import xla_steps
 
 N, GLOBAL_BATCH, FEATURES, CLASSES = 64, 16, 8, 3
 
@@ -261,7 +261,7 @@ _XLA_STEPS = []
 
 def _record_xla_steps():
     """Wraps the per-replica trace check to record each step's XLA mark."""
-    original = keras_steps._why_not_compilable
+    original = xla_steps._why_not_compilable
 
     def record(fn, data):
         reason = original(fn, data)
@@ -271,7 +271,7 @@ def _record_xla_steps():
         _XLA_STEPS.append("_XlaMustCompile" in attr and attr["_XlaMustCompile"].b)
         return reason
 
-    keras_steps._why_not_compilable = record
+    xla_steps._why_not_compilable = record
 
 
 def run_all(strategy, only):
