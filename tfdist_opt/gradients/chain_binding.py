@@ -177,7 +177,12 @@ def all_reduce(optimizer, state, grads_and_vars) -> list:
         for i, r in zip(sparse, reduced):
             out[i] = r
     context = StageContext(optimizer, state)
-    bucket = Bucket([grads[i] for i in dense], [grads_and_vars[i][1] for i in dense])
+    # Stages see the Keras variables (`path`, `shape`), as their `init` did.
+    keras_vars = optimizer._trainable_variables
+    bucket = Bucket(
+        [grads[i] for i in dense],
+        [keras_vars[optimizer._get_variable_index(grads_and_vars[i][1])] for i in dense],
+    )
     states = state.stage_states or [None] * len(state.chain.stages)
     for stage, stage_state in zip(state.chain.stages, states):
         if stage.position in _STEP_POSITIONS:

@@ -20,7 +20,7 @@ What the overrides do (the upstream methods they rely on are checked by
 `upstream.check()`):
 
 The gradient path is the optimizer's chain of gradient stages
-(`OptimizerState.chain`, made from the options by `chain.from_options`),
+(`OptimizerState.chain`, made from the options by `combine.from_options`),
 run by `chain_binding`:
 
 * `_all_reduce_sum_gradients`: the chain's step stages (user stages,
@@ -77,7 +77,7 @@ class OptimizerState:
             (holds the autotune results shared by that strategy's models).
         tuned_bytes_per_pack: int or None. The autotuned pack size for this
             optimizer's gradient shapes (set by `build`).
-        chain: the `chain.Chain` of gradient stages `options` stand for.
+        chain: the `combine.Chain` of gradient stages `options` stand for.
         stage_states: list or None. What each stage's `init` returned, in
             chain order (None before `build`).
     """

@@ -19,7 +19,7 @@ all-reduce) in place of the cast, from update `powersgd_start_step` on;
 the rest of the step's gradients take the path above (cast to
 `powersgd_wire`), in the same step.
 
-That path is a chain of gradient stages (`chain`): `chain()` is the chain
+That path is a chain of gradient stages (`combine`): `chain()` is the chain
 these strings stand for, with the user's `stages` placed by position.
 """
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tfdist_opt.gradients import chain as chain_lib
+from tfdist_opt.gradients import combine
 from tfdist_opt.gradients import powersgd
 from tfdist_opt.gradients.builtin_stages import BuiltinStage
 from tfdist_opt.gradients.stage import GradientStage
@@ -95,14 +95,14 @@ class GradientOptions:
             one fused TF kernel per variable (`fused_updates`) in the
             optimizers this path hooks. Defaults to `True`.
         stages: tuple of `GradientStage`. Stages added to the chain the
-            fields above make (`tfdist_opt.gradients.chain`), placed by
+            fields above make (`tfdist_opt.gradients.combine`), placed by
             their `position`; a built-in stage here sets its fields (e.g.
             `Cast("bf16")`: `compression="bf16"`). Defaults to `()`.
 
     Raises:
         TypeError: `stages` is not a list or tuple of `GradientStage`.
         ValueError: a value outside the ranges above, or stages that do not
-            combine (`chain.chain`'s rules).
+            combine (`combine.chain`'s rules).
     """
 
     bytes_per_pack: int | str = 0
@@ -155,7 +155,7 @@ class GradientOptions:
                 f"GradientStage instances. Received: stages={stages!r}"
             )
         object.__setattr__(self, "stages", tuple(stages))
-        pipeline = chain_lib.from_options(self)  # raises on a bad combination
+        pipeline = combine.from_options(self)  # raises on a bad combination
         if any(isinstance(s, BuiltinStage) for s in self.stages):
             # Built-in stages passed as objects set the fields they stand for.
             same = pipeline.options(dataclasses.replace(self, stages=()))
@@ -191,9 +191,9 @@ class GradientOptions:
             and not self.stages
         )
 
-    def chain(self) -> chain_lib.Chain:
-        """The chain of gradient stages these options run (`chain`)."""
-        return chain_lib.from_options(self)
+    def chain(self) -> combine.Chain:
+        """The chain of gradient stages these options run (`combine`)."""
+        return combine.from_options(self)
 
     @classmethod
     def from_config(cls, config, stages=()) -> "GradientOptions":

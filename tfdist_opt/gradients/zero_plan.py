@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 
-from tfdist_opt.gradients import chain
+from tfdist_opt.gradients import combine
 
 # Optimizers whose slots are not elementwise in the variable (factored
 # second moments, matrix orthogonalisation): a flat shard changes the math.
@@ -251,4 +251,4 @@ def check_combination(compression: str, grad_accum: int) -> None:
             where the per-replica shard update cannot run).
     """
     # The rules live on the stages (`builtin_stages.ZeRO.conflicts`).
-    chain.check_fields(compression, grad_accum, shard_optimizer_state=True)
+    combine.check_fields(compression, grad_accum, shard_optimizer_state=True)

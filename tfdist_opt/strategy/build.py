@@ -65,7 +65,7 @@ def opt_strategy(
             Stages the gradient path runs besides the ones `compression`,
             `grad_accum`, `bytes_per_pack` and `shard_optimizer_state`
             make, placed by their `position` and checked by
-            `tfdist_opt.gradients.chain` before anything is built. Python
+            `tfdist_opt.gradients.combine` before anything is built. Python
             objects, so an argument here, not a `StrategyConfig` field (a
             config file or environment variable cannot hold one).
             Defaults to `()`.

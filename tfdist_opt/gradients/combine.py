@@ -1,4 +1,4 @@
-"""`chain(*stages)`: composes gradient stages and checks their combination.
+"""`chain(*stages)` (module `combine`): composes gradient stages and checks their combination.
 
 Pure Python (no TensorFlow import). A `Chain` is the whole gradient path
 of a hooked optimizer, in `stage.POSITIONS` order:
