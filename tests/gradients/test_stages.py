@@ -70,7 +70,9 @@ class Halve(GradientStage):
 def test_strings_build_the_chain_of_builtin_stages():
     opts = GradientOptions(compression="bf16", grad_accum=2, bytes_per_pack=1 << 20)
     assert [type(s) for s in opts.chain().stages] == [Accumulate, Cast, Pack, AllReduce]
-    psgd = GradientOptions(compression="powersgd", powersgd_wire="fp16", shard_optimizer_state=False)
+    psgd = GradientOptions(
+        compression="powersgd", powersgd_wire="fp16", shard_optimizer_state=False
+    )
     assert [type(s) for s in psgd.chain().stages] == [Cast, PowerSGD]
     assert GradientOptions().chain().describe() == "AllReduce (collective)"
     assert GradientOptions().is_default and not GradientOptions(stages=[Halve()]).is_default
@@ -78,13 +80,21 @@ def test_strings_build_the_chain_of_builtin_stages():
 
 def test_builtin_stage_objects_set_their_fields():
     opts = GradientOptions(stages=(Cast("bf16"), Pack(4096), ZeRO(1 << 20)))
-    assert (opts.compression, opts.bytes_per_pack, opts.shard_optimizer_state) == ("bf16", 4096, True)
+    assert (opts.compression, opts.bytes_per_pack, opts.shard_optimizer_state) == (
+        "bf16",
+        4096,
+        True,
+    )
     assert opts.shard_bucket_bytes == 1 << 20 and opts.stages == ()
     psgd = GradientOptions(stages=[Accumulate(3), Cast("bf16"), PowerSGD(rank=2, start_step=5)])
     assert (psgd.grad_accum, psgd.compression, psgd.powersgd_wire) == (3, "powersgd", "bf16")
     assert (psgd.powersgd_rank, psgd.powersgd_start_step) == (2, 5)
     assert psgd == GradientOptions(
-        compression="powersgd", grad_accum=3, powersgd_wire="bf16", powersgd_rank=2, powersgd_start_step=5
+        compression="powersgd",
+        grad_accum=3,
+        powersgd_wire="bf16",
+        powersgd_rank=2,
+        powersgd_start_step=5,
     )
 
 
@@ -98,7 +108,10 @@ def test_chain_inserts_the_plain_collective_and_keeps_order():
     "stages,match",
     [
         ((AllReduce(), Cast("bf16")), r"order.*AllReduce comes before Cast.*accumulate -> local"),
-        ((PowerSGD(), SumThroughContext()), r"PowerSGD and SumThroughContext are both at position .collective"),
+        (
+            (PowerSGD(), SumThroughContext()),
+            r"PowerSGD and SumThroughContext are both at position .collective",
+        ),
         ((Cast("bf16"), Cast("fp16")), r"both at position 'wire'"),
         ((Accumulate(2), Halve()), r"Accumulate and Halve: the accumulated step.*cross-replica"),
         ((PowerSGD(), ZeRO()), r"ZeRO and PowerSGD: PowerSGD's error feedback"),
@@ -110,7 +123,9 @@ def test_chain_rules_name_the_stages_and_why(stages, match):
 
 
 def test_rules_name_the_settings_stages_came_from():
-    with pytest.raises(ValueError, match=r"`grad_accum` with shard_optimizer_state=True.*grad_accum=2"):
+    with pytest.raises(
+        ValueError, match=r"`grad_accum` with shard_optimizer_state=True.*grad_accum=2"
+    ):
         GradientOptions(grad_accum=2, shard_optimizer_state=True)
     with pytest.raises(ValueError, match=r"Accumulate \(from grad_accum=4\) and Halve"):
         GradientOptions(grad_accum=4, stages=[Halve()])
@@ -126,7 +141,9 @@ def test_bad_stage_values_are_named():
         chain("topk")
     with pytest.raises(ValueError, match=r"`Anywhere.position`.*'local', 'collective', 'after'"):
         chain(Anywhere())
-    with pytest.raises(TypeError, match=r"`stages`: expected a list or tuple.*Received: stages=Halve"):
+    with pytest.raises(
+        TypeError, match=r"`stages`: expected a list or tuple.*Received: stages=Halve"
+    ):
         GradientOptions(stages=Halve())
     with pytest.raises(ValueError, match=r"`fraction`.*Received: fraction=0"):
         topk_stage.TopK(0)
@@ -161,7 +178,9 @@ def _fit(strategy, options, steps=4):
         )
         model.compile(keras.optimizers.SGD(0.1, momentum=0.5), "mse")
     if steps:
-        model.fit(x[: 32 * steps], y[: 32 * steps], batch_size=32, epochs=1, shuffle=False, verbose=0)
+        model.fit(
+            x[: 32 * steps], y[: 32 * steps], batch_size=32, epochs=1, shuffle=False, verbose=0
+        )
     return model
 
 

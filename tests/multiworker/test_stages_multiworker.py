@@ -37,7 +37,9 @@ def out(tmp_path_factory):
     out = tmp_path_factory.mktemp("topk")
     results = harness.run_workers(2, [SCRIPT, "--out", str(out)], timeout_s=240)
     for r in results:
-        assert r.returncode == 0 and "TOPK_DONE" in r.output, f"worker {r.index}:\n{r.output[-4000:]}"
+        assert r.returncode == 0 and "TOPK_DONE" in r.output, (
+            f"worker {r.index}:\n{r.output[-4000:]}"
+        )
     return out
 
 
@@ -53,9 +55,7 @@ def test_full_k_equals_the_plain_all_reduce(out):
 def test_residual_is_checkpointed_and_resume_is_bit_for_bit(out):
     for task in (0, 1):
         whole = _ws(_load(out / f"whole_{task}.npz"))
-        assert not all(
-            np.array_equal(a, b) for a, b in zip(whole, _ws(_load(out / "plain_0.npz")))
-        )
+        assert not all(np.array_equal(a, b) for a, b in zip(whole, _ws(_load(out / "plain_0.npz"))))
         for variant in ("resumed", "keras"):
             got = _load(out / f"{variant}_{task}.npz")
             assert int(got["count"]) == 4 and int(got["iterations"]) == 6, variant
