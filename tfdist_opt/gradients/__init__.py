@@ -7,7 +7,8 @@ its error bound), `contract` (the batch contract under accumulation),
 `zero_plan` (sharded optimizer state: shard sizes, refusals, bytes).
 TensorFlow bindings, imported on use: `allreduce` (compressed, bucketed
 all-reduce), `accumulation` (local accumulation, one all-reduce per k),
-`lowrank` (the PowerSGD stage: state variables, factor all-reduces),
+`lowrank` (the PowerSGD stage: state variables, the replica-context
+entry), `lowrank_step` (its factor all-reduces, cross-replica),
 `autotune` (measured pack-size search), `timing` (time a collective, agree
 across workers), `keras_binding` (binds options to the optimizers created
 in a strategy's scope), `fit_length` (grad_accum against a fit's length),
