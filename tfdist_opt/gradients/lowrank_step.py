@@ -54,9 +54,9 @@ def apply(
         then of each of `rest`, then of each of `logs`.
     """
     devices = distribution.extended.worker_devices
-    local = [distribution.experimental_local_results(g) for g in grads]
-    rest_local = [distribution.experimental_local_results(g) for g in rest]
-    logs_local = [distribution.experimental_local_results(v) for v in logs]
+    local = [_local_results(distribution, g, len(devices)) for g in grads]
+    rest_local = [_local_results(distribution, g, len(devices)) for g in rest]
+    logs_local = [_local_results(distribution, v, len(devices)) for v in logs]
 
     def compressed():
         with tf.name_scope("powersgd"):  # names the step's ops in profiles
@@ -176,6 +176,18 @@ def _reduce(distribution, devices, values, count, options, packing=_ONE_PACK, tu
             with tf.device(dev):
                 out[d][j] = allreduce.decompress(v, metas[j])
     return out
+
+
+def _local_results(distribution, value, nd: int) -> tuple:
+    """`value`'s component on each local device, one per device.
+
+    A tensor every replica passed as the same object (a gradient made
+    outside `strategy.run`, as `benchmarks/allreduce.py` does) reaches
+    `merge_call` as that one tensor, not a per-replica value: it is every
+    device's component.
+    """
+    out = tuple(distribution.experimental_local_results(value))
+    return out * nd if len(out) == 1 and nd > 1 else out
 
 
 def _per_replica(distribution, per_device: list):
