@@ -165,6 +165,18 @@ def test_opt_strategy_checks_gradient_stages_before_building(monkeypatch):
         tfdist_opt.opt_strategy(grad_accum=2, gradient_stages=[topk_stage.TopK(0.5)])
 
 
+def test_info_shows_the_chain_a_config_makes(monkeypatch):
+    from tfdist_opt.cli import info
+
+    monkeypatch.setenv("TFDIST_OPT_GRAD_ACCUM", "2")
+    monkeypatch.setenv("TFDIST_OPT_COMPRESSION", "bf16")
+    text = info.format_text(info.collect())
+    assert (
+        "grad stages  : Accumulate (accumulate) -> Cast (wire, lossy) -> AllReduce (collective)"
+        in text
+    ), text
+
+
 # --------------------------------------------------- 2 virtual replicas
 def _fit(strategy, options, steps=4):
     keras_binding.attach(strategy, options)
