@@ -25,6 +25,7 @@ _ONE_MACHINE = {
     "configuration",
     "gradients",
     "powersgd",
+    "topk_stage",
     "sharded_state",
     "input_pipeline",
     "callbacks",
@@ -102,6 +103,13 @@ def test_powersgd_trains():
     assert len(losses) == 2 and losses[1] < losses[0], out
     # 16 updates, the first 2 uncompressed (powersgd_start_step=2).
     assert "compressed updates: 14 of 16" in out, out[-2000:]
+
+
+def test_topk_stage_trains_and_holds_values_back():
+    out = _run("topk_stage")
+    losses = [float(x) for x in re.findall(r"- loss: ([\d.]+)", out)]
+    assert len(losses) == 2 and losses[1] < losses[0], out
+    assert "values held back for the next step: some" in out, out
 
 
 def test_sharded_state_keeps_half_a_slot_per_replica():

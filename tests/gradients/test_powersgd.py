@@ -400,3 +400,24 @@ def test_info_explains_powersgd(monkeypatch):
     monkeypatch.setenv("TFDIST_OPT_POWERSGD_RANK", "2")
     text = info.format_text(info.collect())
     assert "gradients    : PowerSGD rank 2 from update 100" in text
+
+
+def test_a_gradient_shared_by_every_replica_is_each_ones_component(strategy):
+    # benchmarks/allreduce.py hands every replica the same tensor object,
+    # which merge_call passes on as that one tensor (not per replica): the
+    # step used to index a second component and raise IndexError.
+    keras_binding.attach(strategy, _psgd(powersgd_rank=2))
+    with strategy.scope():
+        v = [keras.Variable(tf.zeros((8, 4))), keras.Variable(tf.zeros((4,)))]
+        opt = keras.optimizers.SGD(0.0)
+        opt.build(v)
+        g = [tf.ones((8, 4)), tf.ones((4,))]
+
+    @tf.function
+    def step():
+        pairs = list(zip(g, [x.value for x in v]))
+        return strategy.run(lambda: [r for r, _ in opt._all_reduce_sum_gradients(pairs)])
+
+    for got, want in zip(step(), (2 * np.ones((8, 4)), 2 * np.ones(4))):
+        for x in strategy.experimental_local_results(got):
+            np.testing.assert_allclose(x.numpy(), want, rtol=1e-5)

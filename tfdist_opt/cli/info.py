@@ -22,6 +22,7 @@ import os
 import platform
 import subprocess
 import sys
+import types
 from typing import Any
 
 from tfdist_opt import versions
@@ -144,6 +145,9 @@ def format_text(info: dict[str, Any]) -> str:
         ]
     if s.get("gpu_memory"):
         lines.append(f"gpu memory   : {s['gpu_memory']}")
+    stages = _stages_line(info.get("config") or {})
+    if stages:
+        lines.append(f"grad stages  : {stages}")
     grads = _gradients_line(info.get("config") or {})
     if grads:
         lines.append(f"gradients    : {grads}")
@@ -219,6 +223,29 @@ def _stalls_line(cfg: dict[str, Any]) -> str:
             else "never aborted (stall_abort_s off)"
         )
     )
+
+
+def _stages_line(cfg: dict[str, Any]) -> str | None:
+    """The chain of gradient stages this config makes, when not the default."""
+    from tfdist_opt.gradients import combine
+
+    fields = {
+        "compression": "none",
+        "grad_accum": 1,
+        "bytes_per_pack": 0,
+        "shard_optimizer_state": False,
+        "powersgd_rank": 4,
+        "powersgd_start_step": 100,
+        "powersgd_min_compression": 2.0,
+        "powersgd_wire": "none",
+        "shard_bucket_bytes": 32 << 20,
+    }
+    chain = combine.from_options(
+        types.SimpleNamespace(**{k: cfg.get(k, d) for k, d in fields.items()}, stages=())
+    )
+    if len(chain.stages) == 1:  # the plain all-reduce
+        return None
+    return chain.describe()
 
 
 def _gradients_line(cfg: dict[str, Any]) -> str | None:

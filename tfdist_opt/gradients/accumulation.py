@@ -65,6 +65,7 @@ import tensorflow as tf
 from tfdist_opt import runtime
 from tfdist_opt.gradients import allreduce
 from tfdist_opt.gradients import lowrank
+from tfdist_opt.gradients import lowrank_step
 from tfdist_opt.gradients import replica_slots
 
 ACCUMULATOR_NAME = "tfdist_accumulator"
@@ -150,7 +151,7 @@ def accumulate_and_apply(optimizer, grads, trainable_variables, state) -> tf.Ten
     low = [i for i, x in enumerate(index) if psgd and x in psgd.entries]
     rest = [i for i in range(len(new)) if i not in set(low)]
     # Under PowerSGD the rest rides in the P factors' collective (raw here,
-    # cast by `lowrank.apply`); otherwise it is cast here and packed.
+    # cast by `lowrank_step.apply`); otherwise it is cast here and packed.
     raw_rest = tuple(new[i] for i in rest) if psgd else ()
     wire, metas = (
         ([], [])
@@ -180,7 +181,7 @@ def accumulate_and_apply(optimizer, grads, trainable_variables, state) -> tf.Ten
             if psgd:
                 for i, r in zip(
                     low + rest,
-                    lowrank.apply(
+                    lowrank_step.apply(
                         distribution,
                         list(raw),
                         [psgd.entries[index[i]] for i in low],

@@ -26,9 +26,9 @@ def skinny_matmul(a, b, device, transpose_a=False, transpose_b=False) -> tf.Tens
     matmul runs these rank-4 products far below memory bandwidth
     (`benchmarks/powersgd_products.py` times both on the benchmark mlp's
     matrices). A transposed `a` (the thin P^ of Q_i = P^^T M) is transposed
-    before XLA: on the materialised (rank x n) operand XLA's CPU dot is
-    ~1.25x faster than with the transpose inside it (the binary's
-    `q_xla_inner_ms`). Elsewhere (GPU, 16-bit) TF's own.
+    before XLA: XLA's CPU dot is faster on the materialised (rank x n)
+    operand than with the transpose inside it (docs/benchmarks.md, "Figures
+    behind the gradient path's design"). Elsewhere (GPU, 16-bit) TF's own.
     """
     if a.dtype in _XLA_DTYPES and is_cpu(device):
         if transpose_a:

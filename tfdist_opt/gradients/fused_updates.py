@@ -15,9 +15,9 @@ kernel for each that reads the variable, its slots and the gradient once:
   `v += (g**2 - v) * (1 - beta_2)`, `var -= alpha * m / (sqrt(v) +
   epsilon)` with `t = iterations + 1`, Keras's Adam.
 
-On one core, the benchmark mlp's 5.8M float32 parameters take 6.8 ms per
-SGD-with-momentum update with Keras's ops and 3.6 ms fused; on a CPU-bound
-step (PowerSGD, one core per worker) that is ~7% of the step. Results equal
+One kernel per variable instead of Keras's chain of ops roughly halves a
+CPU update (docs/benchmarks.md, "Figures behind the gradient path's
+design"), which shows on a CPU-bound step. Results equal
 Keras's to float rounding (the kernels may contract multiply-adds):
 `tests/gradients/test_fused_updates.py` compares 20 steps at rtol 1e-6.
 

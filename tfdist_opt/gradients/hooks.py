@@ -19,13 +19,18 @@ the sharded update step, full-value saving).
 What the overrides do (the upstream methods they rely on are checked by
 `upstream.check()`):
 
-* `_all_reduce_sum_gradients`: compression + packing
-  (`allreduce.all_reduce_sum`) in place of one plain
+The gradient path is the optimizer's chain of gradient stages
+(`OptimizerState.chain`, made from the options by `combine.from_options`),
+run by `chain_binding`:
+
+* `_all_reduce_sum_gradients`: the chain's step stages (user stages,
+  `Cast`, `Pack`, the collective: `AllReduce`, i.e. compression + packing
+  by `allreduce.all_reduce_sum`, or `PowerSGD`) in place of one plain
   `ReplicaContext.all_reduce`; Keras's log values offered by the step
   (`log_fold`) are summed in the same packs.
-* `build`: upstream `build`, then the accumulators (`grad_accum > 1`),
-  the PowerSGD state (`compression="powersgd"`, `lowrank.init`) and the
-  pack-size autotune (`bytes_per_pack="auto"`, multi-worker).
+* `build`: upstream `build`, then every stage's `init`: the accumulators
+  (`Accumulate`), the PowerSGD state (`PowerSGD`, `lowrank.init`), the
+  pack-size autotune (`Pack("auto")`, multi-worker), a user stage's state.
 * `_backend_apply_gradients` (`grad_accum > 1`): local accumulation and
   one all-reduce + update every k-th micro-step (`accumulation`), instead
   of Keras's `gradient_accumulation_steps` branch, which fails under
@@ -55,10 +60,8 @@ import dataclasses
 import tensorflow as tf
 
 from tfdist_opt.gradients import accumulation
-from tfdist_opt.gradients import allreduce
+from tfdist_opt.gradients import chain_binding
 from tfdist_opt.gradients import fused_updates
-from tfdist_opt.gradients import log_fold
-from tfdist_opt.gradients import lowrank
 from tfdist_opt.gradients import replica_slots
 from tfdist_opt.gradients import sharded_state
 from tfdist_opt.gradients.options import GradientOptions
@@ -74,11 +77,20 @@ class OptimizerState:
             (holds the autotune results shared by that strategy's models).
         tuned_bytes_per_pack: int or None. The autotuned pack size for this
             optimizer's gradient shapes (set by `build`).
+        chain: the `combine.Chain` of gradient stages `options` stand for.
+        stage_states: list or None. What each stage's `init` returned, in
+            chain order (None before `build`).
     """
 
     options: GradientOptions
     binding: object = None
     tuned_bytes_per_pack: int | None = None
+    chain: object = None
+    stage_states: list | None = None
+
+    def __post_init__(self):
+        if self.chain is None:
+            self.chain = self.options.chain()
 
     @property
     def grad_accum(self) -> int:
@@ -95,36 +107,13 @@ class GradientHooks:
         state = state_of(self)
         if state is None:
             return
-        if state.grad_accum > 1:
-            accumulation.create_accumulators(self, self._trainable_variables)
-        options = state.options
-        if options.is_powersgd:
-            lowrank.init(self, self._trainable_variables, options)
-        if options.bytes_per_pack == "auto" and options.autotune:
-            tune = getattr(state.binding, "tuned_pack_size", None)
-            if tune is not None:
-                state.tuned_bytes_per_pack = tune(self._trainable_variables)
+        chain_binding.init(self, state, self._trainable_variables)
 
     def _all_reduce_sum_gradients(self, grads_and_vars):
         state = state_of(self)
         if state is None or tf.distribute.get_replica_context() is None:
             return super()._all_reduce_sum_gradients(grads_and_vars)
-        grads_and_vars = list(grads_and_vars)
-        if state.options.is_powersgd:
-            return lowrank.all_reduce_sum(
-                self, grads_and_vars, lowrank.state_of(self), tuned=state.tuned_bytes_per_pack
-            )
-        strategy = self._distribution_strategy
-        logs = log_fold.take(strategy)
-        if state.options.wire_dtype is not None:
-            logs = None  # they would travel cast: their own collective
-        grads = [g for g, _ in grads_and_vars] + list(logs or [])
-        reduced = allreduce.all_reduce_sum(
-            grads, state.options, strategy, tuned=state.tuned_bytes_per_pack
-        )
-        if logs:
-            log_fold.answer(strategy, logs, reduced[len(grads_and_vars) :])
-        return [(r, v) for r, (_, v) in zip(reduced, grads_and_vars)]
+        return chain_binding.all_reduce(self, state, list(grads_and_vars))
 
     def update_step(self, gradient, variable, learning_rate):
         state = state_of(self)
@@ -214,10 +203,10 @@ def can_fold_logs(optimizer) -> bool:
 
     They do when every step all-reduces (`grad_accum == 1`, no sharded
     state) in float32 (`compression="none"`, or PowerSGD with
-    `powersgd_wire="none"`).
+    `powersgd_wire="none"`), through built-in stages only.
     """
     state = state_of(optimizer)
-    if state is None or not is_hooked(optimizer):
+    if state is None or not is_hooked(optimizer) or state.chain.user_stages:
         return False
     options = state.options
     if options.grad_accum != 1 or options.shard_optimizer_state:

@@ -3,10 +3,10 @@
 Under our multi-worker strategy a Keras 3 `fit` step runs its gradient
 collectives (PowerSGD: the P factors with the dense rest, then the Q
 factors; uncompressed: the packs), then reduces its logs across workers in
-one more collective (`tfdist_opt.strategy.log_packing`). On loopback RING
-each collective costs ~3-4 ms of latency however small, and each is one
-more point where a worker waits for the slowest one: on the benchmark mlp
-with PowerSGD the logs' collective was about a tenth of a step.
+one more collective (`tfdist_opt.strategy.log_packing`). A collective
+costs its latency however small, and each is one more point where a
+worker waits for the slowest one (the figures: docs/benchmarks.md,
+"Figures behind the gradient path's design").
 
 Keras's `train_step` (keras/src/backend/tensorflow/trainer.py) updates
 the compiled metrics and reads every metric's result *after*

@@ -18,14 +18,19 @@ the low-rank stage (`lowrank`: error feedback, P all-reduce, QR, Q
 all-reduce) in place of the cast, from update `powersgd_start_step` on;
 the rest of the step's gradients take the path above (cast to
 `powersgd_wire`), in the same step.
+
+That path is a chain of gradient stages (`combine`): `chain()` is the chain
+these strings stand for, with the user's `stages` placed by position.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from tfdist_opt.gradients import combine
 from tfdist_opt.gradients import powersgd
-from tfdist_opt.gradients import zero_plan
+from tfdist_opt.gradients.builtin_stages import BuiltinStage
+from tfdist_opt.gradients.stage import GradientStage
 
 COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
 # Bytes per element of the wire dtype, and of the dtypes we never compress.
@@ -89,9 +94,15 @@ class GradientOptions:
         fused_updates: bool. Keras's own SGD and Adam update steps run as
             one fused TF kernel per variable (`fused_updates`) in the
             optimizers this path hooks. Defaults to `True`.
+        stages: tuple of `GradientStage`. Stages added to the chain the
+            fields above make (`tfdist_opt.gradients.combine`), placed by
+            their `position`; a built-in stage here sets its fields (e.g.
+            `Cast("bf16")`: `compression="bf16"`). Defaults to `()`.
 
     Raises:
-        ValueError: a value outside the ranges above.
+        TypeError: `stages` is not a list or tuple of `GradientStage`.
+        ValueError: a value outside the ranges above, or stages that do not
+            combine (`combine.chain`'s rules).
     """
 
     bytes_per_pack: int | str = 0
@@ -110,6 +121,7 @@ class GradientOptions:
     shard_optimizer_state: bool = False
     shard_bucket_bytes: int = 32 << 20
     fused_updates: bool = True
+    stages: tuple = ()
 
     def __post_init__(self):
         bpp = self.bytes_per_pack
@@ -136,8 +148,19 @@ class GradientOptions:
             self.powersgd_min_compression,
             self.powersgd_wire,
         )
-        if self.shard_optimizer_state:
-            zero_plan.check_combination(self.compression, self.grad_accum)
+        stages = self.stages
+        if isinstance(stages, GradientStage) or not isinstance(stages, (list, tuple)):
+            raise TypeError(
+                "Invalid value for `stages`: expected a list or tuple of "
+                f"GradientStage instances. Received: stages={stages!r}"
+            )
+        object.__setattr__(self, "stages", tuple(stages))
+        pipeline = combine.from_options(self)  # raises on a bad combination
+        if any(isinstance(s, BuiltinStage) for s in self.stages):
+            # Built-in stages passed as objects set the fields they stand for.
+            same = pipeline.options(dataclasses.replace(self, stages=()))
+            for field in dataclasses.fields(self):
+                object.__setattr__(self, field.name, getattr(same, field.name))
 
     @property
     def wire_dtype(self) -> str | None:
@@ -165,12 +188,21 @@ class GradientOptions:
             and self.bytes_per_pack != "auto"
             and not (self.via_hook and self.bytes_per_pack != 0)
             and not self.shard_optimizer_state
+            and not self.stages
         )
 
+    def chain(self) -> combine.Chain:
+        """The chain of gradient stages these options run (`combine`)."""
+        return combine.from_options(self)
+
     @classmethod
-    def from_config(cls, config) -> "GradientOptions":
-        """From a `tfdist_opt.StrategyConfig` (duck-typed: no import)."""
+    def from_config(cls, config, stages=()) -> "GradientOptions":
+        """From a `tfdist_opt.StrategyConfig` (duck-typed: no import).
+
+        `stages`: the user's gradient stages (`opt_strategy(gradient_stages=...)`).
+        """
         return cls(
+            stages=tuple(stages),
             bytes_per_pack=config.bytes_per_pack,
             compression=config.compression,
             grad_accum=config.grad_accum,

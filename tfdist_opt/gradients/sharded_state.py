@@ -294,8 +294,9 @@ def _write(var, gathered, lay, start, length, offset):
     A variable whose whole shard is in this bucket is written with one
     `assign` of the reassembled value (no larger than the bucket): a
     strided-slice assign per row range copies the whole variable first
-    whenever the step still holds a read of it (TF's copy-on-write), which
-    made the mlp's step ~35% slower. Only a variable split across buckets
+    whenever the step still holds a read of it (TF's copy-on-write), a cost
+    the whole-shard assign avoids (docs/benchmarks.md, "Figures behind the
+    gradient path's design"). Only a variable split across buckets
     is written by row ranges.
     """
     rows = tf.reshape(gathered, [lay.n, -1])

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import math
 
+from tfdist_opt.gradients import combine
+
 # Optimizers whose slots are not elementwise in the variable (factored
 # second moments, matrix orthogonalisation): a flat shard changes the math.
 REFUSED_OPTIMIZERS = {
@@ -248,19 +250,5 @@ def check_combination(compression: str, grad_accum: int) -> None:
             (the accumulated update runs in the cross-replica context,
             where the per-replica shard update cannot run).
     """
-    if compression == "powersgd":
-        raise ValueError(
-            "Invalid value for `compression` with shard_optimizer_state=True: "
-            "PowerSGD's error feedback and low-rank update need the whole "
-            "gradient matrix on every replica, which sharding is meant to "
-            "avoid. Received: compression='powersgd'. Expected 'none', "
-            "'fp16' or 'bf16', or shard_optimizer_state=False."
-        )
-    if grad_accum > 1:
-        raise ValueError(
-            "Invalid value for `grad_accum` with shard_optimizer_state=True: "
-            "not implemented (the accumulated update runs in the "
-            "cross-replica context, the sharded update needs the replica "
-            f"context). Received: grad_accum={grad_accum}. Expected 1, or "
-            "shard_optimizer_state=False."
-        )
+    # The rules live on the stages (`builtin_stages.ZeRO.conflicts`).
+    combine.check_fields(compression, grad_accum, shard_optimizer_state=True)

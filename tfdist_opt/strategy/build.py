@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import warnings
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import tensorflow as tf
 
@@ -35,7 +35,10 @@ def resolve_config(
 
 
 def opt_strategy(
-    config: StrategyConfig | str | os.PathLike | None = None, **overrides: Any
+    config: StrategyConfig | str | os.PathLike | None = None,
+    *,
+    gradient_stages: Sequence = (),
+    **overrides: Any,
 ) -> tf.distribute.Strategy:
     """Builds the fastest correct `tf.distribute` strategy for this process.
 
@@ -58,6 +61,14 @@ def opt_strategy(
 
     Args:
         config: `StrategyConfig`, str path / preset name, or None.
+        gradient_stages: list of `tfdist_opt.gradients.GradientStage`.
+            Stages the gradient path runs besides the ones `compression`,
+            `grad_accum`, `bytes_per_pack` and `shard_optimizer_state`
+            make, placed by their `position` and checked by
+            `tfdist_opt.gradients.combine` before anything is built. Python
+            objects, so an argument here, not a `StrategyConfig` field (a
+            config file or environment variable cannot hold one).
+            Defaults to `()`.
         **overrides: `StrategyConfig` fields, e.g. `all_reduce="ring"`.
 
     Returns:
@@ -80,16 +91,21 @@ def opt_strategy(
         ...     model.compile("sgd", "mse")
     """
     cfg = resolve_config(config, **overrides)
+    # Checked here, before any device is configured (raises on bad stages).
+    options = GradientOptions.from_config(cfg, stages=_stage_list(gradient_stages))
     topo = topology_lib.detect_topology()
     plan = plan_lib.plan_strategy(cfg, topo)
-    return build_strategy(cfg, plan, topo)
+    return build_strategy(cfg, plan, topo, gradient_stages=options.stages)
 
 
 def build_strategy(
-    cfg: StrategyConfig, plan: plan_lib.StrategyPlan, topo: topology_lib.Topology
+    cfg: StrategyConfig,
+    plan: plan_lib.StrategyPlan,
+    topo: topology_lib.Topology,
+    gradient_stages: Sequence = (),
 ) -> tf.distribute.Strategy:
     """Turns a plan into TF objects (devices first, then the kind's strategy)."""
-    _check_keras_flavour(cfg)
+    _check_keras_flavour(cfg, gradient_stages)
     for message in plan.warnings:
         warnings.warn(message, stacklevel=3)
     _configure_devices(cfg, plan)
@@ -97,7 +113,7 @@ def build_strategy(
     strategy = kinds.module(plan.kind).build(cfg, plan, topo)
     # Packing ("auto"), compression and accumulation: Keras 3 optimizers
     # created in this strategy's scope pick these up (tfdist_opt.gradients).
-    gradient_binding.attach(strategy, gradient_options(cfg, plan.kind))
+    gradient_binding.attach(strategy, gradient_options(cfg, plan.kind, gradient_stages))
     # Who writes saved files, per directory (tfdist_opt.strategy.file_writers).
     file_writers.attach(strategy, cfg.storage_sharing)
     # What a model's jit_compile=True step does where XLA cannot compile it.
@@ -110,7 +126,7 @@ def build_strategy(
     return strategy
 
 
-def gradient_options(cfg: StrategyConfig, kind) -> GradientOptions:
+def gradient_options(cfg: StrategyConfig, kind, stages: Sequence = ()) -> GradientOptions:
     """The `GradientOptions` a strategy of `kind` attaches.
 
     Multi-worker with Keras 3: `hooked`, even at the defaults, so that one
@@ -119,17 +135,29 @@ def gradient_options(cfg: StrategyConfig, kind) -> GradientOptions:
     TF's default one (`bytes_per_pack=0`), the same sum of the same
     float32 values. With `TF_USE_LEGACY_KERAS=1` nothing is hooked.
     """
-    options = GradientOptions.from_config(cfg)
+    options = GradientOptions.from_config(cfg, stages=stages)
     if kinds.Kind(kind) == kinds.Kind.MULTI_WORKER and not versions.uses_legacy_keras():
         options = dataclasses.replace(options, hooked=True)
     return options
 
 
-def _check_keras_flavour(cfg: StrategyConfig) -> None:
+def _stage_list(stages) -> tuple:
+    from tfdist_opt.gradients.stage import GradientStage
+
+    if isinstance(stages, (list, tuple)) and all(isinstance(s, GradientStage) for s in stages):
+        return tuple(stages)
+    raise TypeError(
+        "Invalid value for `gradient_stages`: expected a list or tuple of "
+        f"tfdist_opt.gradients.GradientStage instances. Received: gradient_stages={stages!r}"
+    )
+
+
+def _check_keras_flavour(cfg: StrategyConfig, gradient_stages: Sequence = ()) -> None:
     """The gradient hooks exist for Keras 3 only: refuse, never ignore."""
     if not versions.uses_legacy_keras():
         return
     keras3_only = {
+        "gradient_stages": (tuple(gradient_stages), ()),
         "grad_accum": (cfg.grad_accum, 1),
         "compression": (cfg.compression, "none"),
         "shard_optimizer_state": (cfg.shard_optimizer_state, False),

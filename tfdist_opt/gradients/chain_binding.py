@@ -1,0 +1,198 @@
+"""Runs a `Chain` of gradient stages in a hooked optimizer: TF binding.
+
+`init(optimizer, state, variables)` (the hooked `build`) calls every
+stage's `init` once, in chain order, and keeps what they return in the
+optimizer's `hooks.OptimizerState`. `all_reduce(optimizer, state,
+grads_and_vars)` (the hooked `_all_reduce_sum_gradients`, replica context)
+reduces the sparse gradients (`tf.IndexedSlices`) with TF's own
+all-reduce, then hands one `Bucket` of the step's dense gradients through
+the stages at positions `"local"` to `"after"`, in order; the collective
+stage returns the sums. `"accumulate"` and `"update"` stages act in the
+optimizer's apply step instead (`accumulation`, `sharded_state`).
+
+`StageContext` is what a stage's `init` and `reduce` get; the built-in
+stages' TensorFlow code is here (`builtin_init`, `builtin_reduce`), each
+the function the gradient path ran before stages existed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import tensorflow as tf
+
+from tfdist_opt.gradients import accumulation
+from tfdist_opt.gradients import allreduce
+from tfdist_opt.gradients import builtin_stages as bs
+from tfdist_opt.gradients import log_fold
+from tfdist_opt.gradients import lowrank
+from tfdist_opt.gradients import replica_slots
+from tfdist_opt.gradients.stage import Bucket
+
+_STEP_POSITIONS = ("local", "wire", "pack", "collective", "after")
+
+
+class StageContext:
+    """What a stage's `init` and `reduce` are given.
+
+    Attributes:
+        optimizer: the Keras 3 optimizer the chain runs in.
+        strategy: its `tf.distribute.Strategy`.
+        num_replicas: int. Replicas summed by a collective.
+        options: the `GradientOptions` the chain stands for (built-ins).
+    """
+
+    def __init__(self, optimizer, state):
+        self.optimizer = optimizer
+        self.strategy = optimizer._distribution_strategy
+        self.num_replicas = self.strategy.num_replicas_in_sync
+        self.options = state.options
+        self._state = state
+        self._logs_taken = False
+
+    @property
+    def step(self) -> tf.Tensor:
+        """The optimizer's update count before this step (int tensor)."""
+        return self.optimizer.iterations
+
+    def add_state(self, variable, name: str, per_replica: bool = True, initializer="zeros"):
+        """Creates one state variable shaped like `variable` (in `init`).
+
+        Args:
+            variable: the model variable it belongs to (shape, dtype, place).
+            name: str. Suffix of the state variable's name.
+            per_replica: bool. True: each replica keeps its own value
+                (`ON_READ`; read and `assign` it in `reduce` for this
+                replica); checkpoints hold every replica's value and give
+                each its own back (`replica_slots.PerReplicaSum`). False:
+                one value, the same on every replica (mirrored). Defaults
+                to `True`.
+            initializer: a Keras initializer or its name. Defaults to
+                `"zeros"`.
+
+        Returns:
+            A Keras variable tracked by the optimizer, so every checkpoint,
+            `model.save` and backup carries it.
+        """
+        opt, strategy = self.optimizer, self.strategy
+        with tf.init_scope():
+            scope = (
+                strategy.scope()
+                if tf.distribute.get_strategy() is not strategy
+                else contextlib.nullcontext()
+            )
+            with scope:
+                if not per_replica:
+                    return opt.add_variable_from_reference(variable, name, initializer)
+                return replica_slots.add_slot(
+                    opt,
+                    variable,
+                    name,
+                    variable.shape,
+                    initializer,
+                    _on_read_sum,
+                    replica_slots.PerReplicaSum,
+                    _tfdist_strategy=strategy,
+                )
+
+    def all_reduce_sum(self, tensors) -> list:
+        """SUM over replicas of `tensors` (replica context), as a list.
+
+        The chain's wire stage (`Cast`) decides the dtype they travel in
+        and its pack stage (`Pack`) how they are grouped into collectives;
+        the first call of a step also carries Keras's log values where
+        they fold into the gradients' packs (`log_fold`).
+        """
+        tensors = list(tensors)
+        logs = None
+        if not self._logs_taken:
+            self._logs_taken = True
+            logs = log_fold.take(self.strategy)
+            if self.options.wire_dtype is not None:
+                logs = None  # they would travel cast: their own collective
+        reduced = allreduce.all_reduce_sum(
+            tensors + list(logs or []),
+            self.options,
+            self.strategy,
+            tuned=self._state.tuned_bytes_per_pack,
+        )
+        if logs:
+            log_fold.answer(self.strategy, logs, reduced[len(tensors) :])
+        return reduced[: len(tensors)]
+
+    def builtin_init(self, stage, variables):
+        """A built-in stage's `init`: the state it has always made."""
+        if isinstance(stage, bs.Accumulate):
+            return accumulation.create_accumulators(self.optimizer, variables)
+        if isinstance(stage, bs.PowerSGD):
+            return lowrank.init(self.optimizer, variables, self.options)
+        if isinstance(stage, bs.Pack) and stage.bytes_per_pack == "auto" and self.options.autotune:
+            tune = getattr(self._state.binding, "tuned_pack_size", None)
+            if tune is not None:
+                self._state.tuned_bytes_per_pack = tune(variables)
+        return None
+
+    def builtin_reduce(self, stage, bucket: Bucket, state) -> Bucket:
+        """A built-in stage's `reduce` (Cast and Pack act in the collective)."""
+        if isinstance(stage, bs.AllReduce):
+            return bucket.replace(self.all_reduce_sum(bucket.gradients))
+        if isinstance(stage, bs.PowerSGD):
+            self._logs_taken = True  # lowrank folds them in its own packs
+            pairs = lowrank.all_reduce_sum(
+                self.optimizer,
+                list(zip(bucket.gradients, bucket.variables)),
+                state,
+                tuned=self._state.tuned_bytes_per_pack,
+            )
+            return bucket.replace([g for g, _ in pairs])
+        return bucket
+
+
+def init(optimizer, state, variables) -> None:
+    """Calls each stage's `init` once (the hooked `build`)."""
+    if state.stage_states is not None:
+        return
+    context = StageContext(optimizer, state)
+    state.stage_states = [stage.init(list(variables), context) for stage in state.chain.stages]
+
+
+def all_reduce(optimizer, state, grads_and_vars) -> list:
+    """The step's (gradient, variable) pairs, each gradient summed.
+
+    Args:
+        optimizer: the hooked optimizer (replica context).
+        state: its `hooks.OptimizerState` (chain, stage states).
+        grads_and_vars: list of (gradient, variable).
+
+    Returns:
+        List of (SUM over replicas of the gradient, variable).
+    """
+    grads = [g for g, _ in grads_and_vars]
+    out = list(grads)
+    sparse = [i for i, g in enumerate(grads) if isinstance(g, tf.IndexedSlices)]
+    dense = [i for i, g in enumerate(grads) if g is not None and i not in set(sparse)]
+    strategy = optimizer._distribution_strategy
+    if sparse:
+        reduced = allreduce.all_reduce_sum([grads[i] for i in sparse], state.options, strategy)
+        for i, r in zip(sparse, reduced):
+            out[i] = r
+    context = StageContext(optimizer, state)
+    # Stages see the Keras variables (`path`, `shape`), as their `init` did.
+    keras_vars = optimizer._trainable_variables
+    bucket = Bucket(
+        [grads[i] for i in dense],
+        [keras_vars[optimizer._get_variable_index(grads_and_vars[i][1])] for i in dense],
+    )
+    states = state.stage_states or [None] * len(state.chain.stages)
+    for stage, stage_state in zip(state.chain.stages, states):
+        if stage.position in _STEP_POSITIONS:
+            bucket = stage.reduce(bucket, stage_state, context)
+    for i, g in zip(dense, bucket.gradients):
+        out[i] = g
+    return [(r, v) for r, (_, v) in zip(out, grads_and_vars)]
+
+
+def _on_read_sum(next_creator, **kwargs):
+    kwargs["synchronization"] = tf.VariableSynchronization.ON_READ
+    kwargs["aggregation"] = tf.VariableAggregation.SUM
+    return next_creator(**kwargs)
