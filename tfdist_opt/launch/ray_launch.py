@@ -278,7 +278,11 @@ def run_ray(
                 ),
             ),
             _run_config(
-                storage, policy, elastic=hi is not None, resize_interval_s=resize_interval_s
+                storage,
+                policy,
+                elastic=hi is not None,
+                resize_interval_s=resize_interval_s,
+                notices=logs,
             ),
         )
         log(
@@ -320,11 +324,16 @@ def run_ray(
 
 
 def _run_config(
-    storage: str, policy: RestartPolicy | int, elastic: bool, resize_interval_s: float | None = None
+    storage: str,
+    policy: RestartPolicy | int,
+    elastic: bool,
+    resize_interval_s: float | None = None,
+    notices=None,
 ):
     """Ray Train's RunConfig: storage, restarts, and for MIN:MAX the callback
     that sizes a restart after a lost node from the nodes left and keeps the
-    elastic view as fresh as the resize checks (`resize_interval_s`).
+    elastic view as fresh as the resize checks (`resize_interval_s`); its
+    notices of lost nodes go to `notices` (the log queue: `[launch]` lines).
 
     The restart policy is the launch contract's (`RestartPolicy`), carried
     out by Ray Train's controller: `FailureConfig(max_failures=R)` restarts
@@ -339,7 +348,11 @@ def _run_config(
         storage_path=storage,
         name="tfdist_opt_launch",
         failure_config=ray_train.FailureConfig(max_failures=policy.max_restarts),
-        callbacks=[ray_elastic.LostNodeCallback(refresh_s=max(1.0, resize_interval_s or 60.0))]
+        callbacks=[
+            ray_elastic.LostNodeCallback(
+                refresh_s=max(1.0, resize_interval_s or 60.0), notices=notices
+            )
+        ]
         if elastic
         else [],
     )
