@@ -244,6 +244,7 @@ def test_a_cut_host_goes_on_at_one_worker_and_grows_back(testbed, ray_cluster, t
                 f"cut -> 1 worker training in {shrink_s:.1f} s (attempt {one}); "
                 f"healed -> 2 workers training in {grow_s:.1f} s (attempt {last})"
             )
+            print("\n".join(ln for ln in before_heal.splitlines() if ln.startswith("[launch] Ray")))
             run.set_pace("0")
             assert run.finish(300) == 0, run.text()
         finally:
