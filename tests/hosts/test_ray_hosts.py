@@ -178,7 +178,7 @@ def test_a_killed_worker_host_resumes_from_the_ray_checkpoint(testbed, ray_clust
             # Ray keeps a checkpoint once every worker has reported it and
             # the controller's next poll (0.5 s) has taken the reports.
             run.wait(lambda: _reported_by_both(run), 60, "both workers' report")
-            time.sleep(3)
+            time.sleep(5)  # pace 5: no further backup meanwhile
             ray_hosts.restart_node(testbed, 1, address, env, home)
             run.set_pace("0.3")
             again = run.wait(lambda: run.attempt_on([0, 1], first), 300, "2 workers again")
