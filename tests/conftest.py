@@ -79,7 +79,7 @@ def _is_xdist_controller(config) -> bool:
 _FILE_SECONDS = {
     "multiworker/test_ray.py": 140,
     "multiworker/test_ray_elastic.py": 100,
-    "multiworker/test_ray_layout.py": 165,
+    "multiworker/test_ray_layout.py": 185,
     "multiworker/test_resize_resume.py": 80,
     "multiworker/test_keras_matrix.py": 80,
     "benchmarks/test_train.py": 65,
@@ -104,7 +104,7 @@ _FILE_SECONDS = {
     "multiworker/test_sidecar_evaluator.py": 26,
     "parameter_server/test_faults.py": 25,
     "multiworker/test_per_host_saving.py": 24,
-    "hosts/test_ray_hosts.py": 90,
+    "hosts/test_ray_hosts.py": 230,
     "hosts/test_lost_link.py": 50,
     "hosts/test_per_host_lines.py": 38,
     "hosts/test_ps_hosts.py": 33,

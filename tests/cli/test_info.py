@@ -92,6 +92,9 @@ def test_info_answers_without_tensorflow_startup_noise():
     lines = p.stdout.splitlines()
     assert lines[0].startswith("tfdist_opt   : Python "), p.stdout
     assert all(re.match(r"^[a-zA-Z_ ]{13}: ", ln) for ln in lines), p.stdout
+    # The level `info` set for its own quiet child is not one a launch forwards.
+    forwards = [ln for ln in lines if ln.startswith("launch env   : ")]
+    assert len(forwards) == 1 and "TF_CPP_MIN_LOG_LEVEL" not in forwards[0], p.stdout
     verbose = run("--verbose")  # everything TF prints, as `launch --verbose`
     assert verbose.returncode == 0 and verbose.stdout == p.stdout
     assert "absl::InitializeLog()" in verbose.stderr, verbose.stderr
@@ -124,6 +127,30 @@ def test_info_text_with_cluster_role_and_preset(info_here):
         }
     )
     assert "abort after 300 s, exit code 43 (stall_abort_s)" in out
+
+
+def test_info_names_the_variables_a_launch_forwards(info_here, monkeypatch):
+    """The launcher's rule: TFDIST_OPT_* and TF_* but TF_CONFIG (env_forward)."""
+    for k in list(os.environ):
+        if k.startswith("TF_"):
+            monkeypatch.delenv(k)
+    cfg = {"cluster": {"worker": ["localhost:2222"]}, "task": {"type": "worker", "index": 0}}
+    code, out = info_here(
+        env_extra={
+            "TF_CONFIG": json.dumps(cfg),
+            "TFDIST_OPT_STALL_WARN_S": "20",
+            "TF_CPP_MIN_LOG_LEVEL": "1",
+            "TFX_NOT_FORWARDED": "1",
+        }
+    )
+    assert code == 0, out
+    assert (
+        "launch env   : forwards TFDIST_OPT_STALL_WARN_S, TF_CPP_MIN_LOG_LEVEL to every "
+        "task (TFDIST_OPT_* and TF_* but TF_CONFIG; --env NAME[=VALUE] adds more)"
+    ) in out, out
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL")
+    code, out = info_here()
+    assert "launch env   : none set here to forward (" in out, out
 
 
 @pytest.mark.gpu

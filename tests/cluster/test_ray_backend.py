@@ -243,7 +243,7 @@ def test_lost_node_callback_settles_before_a_restart_only(monkeypatch):
 
     settled = []
     monkeypatch.setattr(
-        ray_elastic, "settle_lost_nodes", lambda wait_s: settled.append(wait_s) or []
+        ray_elastic, "settle_lost_nodes", lambda wait_s, **kw: settled.append(wait_s) or []
     )
     callback = ray_elastic.LostNodeCallback(wait_s=7)
     callback.before_controller_execute_failure_decision(FailureDecision.RAISE)

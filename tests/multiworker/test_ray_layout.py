@@ -184,3 +184,25 @@ def test_ray_token_is_found_where_ray_reads_it_or_named_at_once(token_head, tmp_
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"(Ray auth token from {home / '.ray' / 'auth_token'})" in r.stderr
     assert "[worker 0] ran" in r.stdout
+
+
+def test_more_workers_than_the_nodes_hold_fails_at_once(token_head, tmp_path):
+    """`-n 2` on one 1-CPU node: Ray would wait for room without a word."""
+    h, home = token_head
+    script = tmp_path / "never.py"
+    script.write_text("raise SystemExit('started')\n")
+    t0 = time.monotonic()
+    r = _launch(
+        ["--ray", h.address, "-n", "2", "--", sys.executable, str(script)],
+        timeout=120,
+        HOME=str(home),
+        RAY_AUTH_MODE="token",
+    )
+    took = time.monotonic() - t0
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert (
+        "2 Ray worker(s) asking {CPU 1} each do not fit the Ray cluster: its "
+        "nodes hold 1 (127.0.0.1: CPU 1; ray.nodes()). Received: -n 2."
+    ) in r.stderr, r.stderr[-3000:]
+    assert "started" not in r.stdout + r.stderr
+    assert took < 60, took  # the join itself, not a wait for resources

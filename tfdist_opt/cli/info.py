@@ -26,6 +26,7 @@ import types
 from typing import Any
 
 from tfdist_opt import versions
+from tfdist_opt.launch import env_forward
 from tfdist_opt.launch import log_filter
 from tfdist_opt.strategy import config as config_lib
 from tfdist_opt.strategy import cpu_split
@@ -56,6 +57,7 @@ def collect(config_path: str | None = None) -> dict[str, Any]:
         "built_with_cuda": tf.test.is_built_with_cuda(),
         "presets": [str(p) for p in config_lib.list_presets()],
         "tested_set": _tested_set(),
+        "launch_forwards": launch_forwards(os.environ),
     }
     try:
         cfg = config_lib.StrategyConfig.load(config_path)
@@ -91,6 +93,31 @@ def collect(config_path: str | None = None) -> dict[str, Any]:
     return out
 
 
+# Set by `_run_quiet` in its child when it (not the user) set the child's
+# TF_CPP_MIN_LOG_LEVEL; neither TFDIST_OPT_* nor TF_*, so never forwarded.
+_QUIET_SET_ENV = "_TFDIST_INFO_SET_LOG_LEVEL"
+
+
+def launch_forwards(environ) -> list[str]:
+    """Names of the variables `tfdist-opt launch` would forward to every task.
+
+    The launcher's rule (`tfdist_opt.launch.env_forward`): its `TFDIST_OPT_*`
+    and `TF_*` variables but `TF_CONFIG`, on every backend and node; `--env`
+    adds more. A level `info` set for its own quiet child is not the user's.
+    """
+    names = sorted(env_forward.forwarded(environ))
+    if environ.get(_QUIET_SET_ENV) == "1":
+        names = [n for n in names if n != log_filter.TF_LOG_LEVEL_ENV]
+    return names
+
+
+def _forwards_line(names: list[str]) -> str:
+    rule = "TFDIST_OPT_* and TF_* but TF_CONFIG; --env NAME[=VALUE] adds more"
+    if not names:
+        return f"launch env   : none set here to forward ({rule})"
+    return f"launch env   : forwards {', '.join(names)} to every task ({rule})"
+
+
 _SAVING = {
     "auto": "storage_sharing=auto: per directory, a probe finds which workers "
     "share it; one writer per shared storage, a private disk keeps its own copy",
@@ -108,6 +135,8 @@ def format_text(info: dict[str, Any]) -> str:
     ]
     if "tested_set" in info:
         lines.append(_tested_set_line(info["tested_set"]))
+    if "launch_forwards" in info:
+        lines.append(_forwards_line(info["launch_forwards"]))
     if "error" in info:
         lines.append(f"error        : {info['error']}")
         return "\n".join(lines)
@@ -287,7 +316,9 @@ def main(argv: list[str]) -> int:
 
 def _run_quiet(argv: list[str], timeout_s: float = 300.0) -> int:
     """`info ARGV --verbose` in a child, its start-up noise filtered out."""
-    env, _ = log_filter.quiet_env(os.environ)
+    env, level_set = log_filter.quiet_env(os.environ)
+    if level_set:
+        env[_QUIET_SET_ENV] = "1"
     keep = log_filter.StartupNoiseFilter(log_filter.min_log_level(env))
     proc = subprocess.Popen(
         [sys.executable, "-m", "tfdist_opt", "info", *argv, "--verbose"],

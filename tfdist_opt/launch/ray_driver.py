@@ -61,7 +61,8 @@ def attempts_actor(strategy):
 
 
 class Pump(threading.Thread):
-    """Prints the workers' queued lines prefixed `[worker i]`."""
+    """Prints the workers' queued lines prefixed `[worker i]` (`[launch]` for
+    the launcher's own notices from the cluster, queued with index None)."""
 
     def __init__(self, queue, out, err, lock):
         super().__init__(daemon=True)
@@ -82,7 +83,10 @@ class Pump(threading.Thread):
         with self.lock:
             for index, fd, line in items:
                 stream = self.out if fd == 1 else self.err
-                stream.write(f"[worker {index}] {line}\n")
+                # index None: a line of the launcher's own pieces on the
+                # cluster (tfdist_opt.launch.ray_elastic's lost-node notices)
+                tag = "launch" if index is None else f"worker {index}"
+                stream.write(f"[{tag}] {line}\n")
             self.out.flush()
             self.err.flush()
         return True

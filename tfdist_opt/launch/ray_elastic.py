@@ -14,15 +14,25 @@ bundle no node can hold, and only then shrinks.
 
 `LostNodeCallback`, a Ray Train controller callback that `tfdist-opt launch
 --ray -n MIN:MAX` installs, holds each restart (a RETRY decision) until
-every node whose raylet refuses connections is declared dead, then makes
-the coordinator re-read the nodes: the restart is sized from the nodes
-alive. While a group runs it has the coordinator re-read the nodes every
-resize interval (at most 20 s), so a node that joins is seen at Ray's next
-resize check. Measured on two 1-CPU nodes
-(tests/multiworker/test_ray_elastic.py, `--ray-resize-interval 3`): node
-removed -> training on 1 worker in 10 s (67-73 s without: Ray first asked
-for 2 workers and waited the 60 s out); node back -> 2 workers in 14 s
-(19-30 s without).
+every node whose raylet refuses connections, or does not answer a connect
+within a second, is declared dead, then makes the coordinator re-read the
+nodes: the restart is sized from the nodes alive. While a group runs it has
+the coordinator re-read the nodes every resize interval (at most 20 s), so
+a node that joins is seen at Ray's next resize check.
+
+A node that stops answering without refusing (a cut link, a host powered
+off: no RST) stays alive in Ray's view, with its CPUs, until the GCS health
+check of its raylet gives up: with Ray's defaults (a check every 3 s, 10 s
+to answer, dead after 5 misses) about a minute after the cut. Nothing
+outside the GCS can declare it dead sooner (GCS `DrainNode` asks the
+unreachable raylet itself to stop), and a restart sized while it still
+counts waits 60 s for a placement there; so the hold lasts until Ray's
+verdict (at most `wait_s`, 90 s by default), and a head started with
+shorter health checks (`RAY_health_check_period_ms`,
+`RAY_health_check_timeout_ms`, `RAY_health_check_failure_threshold` in the
+environment of `ray start --head`) gives it sooner. Given the launcher's
+log queue (`notices`), the callback says in the launcher's output which
+nodes it waits for, and when the group restarts without them.
 
 A trainer built by hand (`TensorflowTrainer` with
 `tfdist_opt.launch.ray_backend.TensorflowConfig`) gets the same with
@@ -61,22 +71,31 @@ class LostNodeCallback(ControllerCallback):
 
     Args:
         wait_s: float. Longest wait for Ray to declare a lost node dead.
-            Defaults to 60 (Ray's default verdict comes in ~15-30 s).
+            Defaults to 90: Ray's default health check gives up on a node
+            that does not answer about a minute after it stopped answering.
         refresh_s: float. Seconds between refreshes while the group runs;
             at most Ray's own 20 s. Defaults to 20.
+        notices: a `ray.util.queue.Queue` or None. Where to put the lines
+            that say which nodes a restart waits for, as `(None, 2, line)`
+            items (the `--ray` launcher's log queue, printed `[launch]`).
+            Defaults to None: the lines go to the controller's log only.
 
     Example:
         >>> import ray.train  # doctest: +SKIP
         >>> run_config = ray.train.RunConfig(callbacks=[LostNodeCallback()])
     """
 
-    def __init__(self, wait_s: float = 60.0, refresh_s: float = 20.0):
+    def __init__(self, wait_s: float = 90.0, refresh_s: float = 20.0, notices=None):
         self.wait_s = wait_s
         self.refresh_s = min(float(refresh_s), 20.0)
+        self.notices = notices
         # Set in the controller's process at its first update, not here:
         # this object is built in the driver, whose clock (on another host)
         # does not compare.
         self._refreshed = None
+        # {node id: "address (id)"} of the nodes alive while a group ran, so
+        # a restart can name the nodes Ray declared dead before it began.
+        self._known = {}
 
     def after_controller_state_update(self, previous_state, current_state):
         # Called after every controller loop iteration (each poll of the
@@ -85,11 +104,16 @@ class LostNodeCallback(ControllerCallback):
         if type(current_state).__name__ != "RunningState":
             return
         now = time.monotonic()
-        if self._refreshed is None:
-            self._refreshed = now
-        if now - self._refreshed < self.refresh_s:
+        first = self._refreshed is None
+        if not first and now - self._refreshed < self.refresh_s:
             return
         self._refreshed = now
+        try:
+            self._known = _alive_nodes()
+        except Exception:  # pylint: disable=broad-except
+            pass  # Ray's node table unreadable now: keep the last one
+        if first:
+            return
         try:
             _recompute()  # not waited on: the controller's loop goes on
         except Exception:  # pylint: disable=broad-except
@@ -101,26 +125,42 @@ class LostNodeCallback(ControllerCallback):
         # Runs on the controller's asyncio loop, where Ray warns about a
         # blocking `ray.get`; the loop has nothing else to do meanwhile.
         worker = threading.Thread(
-            target=_settle_quietly, args=(self.wait_s,), name="tfdist_opt-lost-nodes", daemon=True
+            target=_settle_quietly,
+            args=(self.wait_s, self.notices, dict(self._known)),
+            name="tfdist_opt-lost-nodes",
+            daemon=True,
         )
         worker.start()
         worker.join(self.wait_s + 30)
 
 
-def _settle_quietly(wait_s: float) -> None:
+def _settle_quietly(wait_s: float, notices, known: dict) -> None:
+    def notify(line):
+        _log.warning("tfdist_opt: %s", line)
+        if notices is not None:
+            try:
+                notices.put((None, 2, line), timeout=5)
+            except Exception:  # pylint: disable=broad-except
+                pass  # the launcher is gone, or its queue is: the log has it
+
     try:
-        lost = settle_lost_nodes(wait_s)
+        settle_lost_nodes(wait_s, notify=notify, known=known)
     except Exception as e:  # pylint: disable=broad-except
         _log.warning("tfdist_opt: could not check for lost Ray nodes: %s", e)
-        return
-    if lost:
-        _log.warning(
-            "tfdist_opt: Ray node(s) lost: %s; the group restarts on the nodes left",
-            ", ".join(n[:8] for n in lost),
-        )
 
 
-def settle_lost_nodes(wait_s: float = 60.0, probe_s: float = 1.0) -> list[str]:
+def _label(node) -> str:
+    return f"{node.get('NodeManagerAddress')} ({node['NodeID'][:8]})"
+
+
+def _alive_nodes() -> dict:
+    """{node id: "address (id)"} of the nodes Ray lists alive."""
+    return {n["NodeID"]: _label(n) for n in ray.nodes() if n.get("Alive")}
+
+
+def settle_lost_nodes(
+    wait_s: float = 90.0, probe_s: float = 1.0, notify=None, known: dict | None = None
+) -> list[str]:
     """Waits until Ray has declared lost nodes dead; refreshes the elastic view.
 
     Every node Ray still lists alive whose raylet refuses a TCP connection
@@ -130,26 +170,55 @@ def settle_lost_nodes(wait_s: float = 60.0, probe_s: float = 1.0) -> list[str]:
     until its next 20 s refresh.
 
     Args:
-        wait_s: float. Longest wait for Ray's verdict. Defaults to 60.
+        wait_s: float. Longest wait for Ray's verdict. Defaults to 90.
         probe_s: float. Connect timeout of each raylet probe. Defaults to 1.
+        notify: callable or None. Called with a line when nodes that do not
+            answer are found, and with one naming the lost nodes when the
+            wait ends.
+        known: dict or None. {node id: label} of the nodes alive while the
+            group ran: those Ray has declared dead since are named as lost
+            too (no wait: Ray's verdict is in).
 
     Returns:
-        list of str. The node ids found lost.
+        list of str. The node ids found lost: those that did not answer,
+        then those of `known` that Ray had declared dead.
     """
-    lost = [
-        n["NodeID"]
-        for n in ray.nodes()
+    nodes = ray.nodes()
+    alive_now = {n["NodeID"] for n in nodes if n.get("Alive")}
+    lost = {
+        n["NodeID"]: _label(n)
+        for n in nodes
         if n.get("Alive")
         and not _accepts(n.get("NodeManagerAddress"), n.get("NodeManagerPort"), probe_s)
-    ]
-    deadline = time.monotonic() + wait_s
-    while lost and time.monotonic() < deadline:
-        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
-        if not alive.intersection(lost):
-            break
-        time.sleep(0.2)
+    }
+    gone = {i: label for i, label in (known or {}).items() if i not in alive_now}
+    if lost and notify:
+        notify(
+            f"Ray node(s) {', '.join(lost.values())} do not answer: the restart "
+            f"waits until Ray declares them dead (at most {wait_s:g} s; Ray's "
+            "health check decides: RAY_health_check_* on `ray start --head`)"
+        )
+    t0 = time.monotonic()
+    alive = set(lost)
+    while alive and time.monotonic() - t0 < wait_s:
+        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}.intersection(lost)
+        if alive:
+            time.sleep(0.2)
     refresh_elastic_view()
-    return lost
+    if (lost or gone) and notify:
+        names = ", ".join([*lost.values(), *gone.values()])
+        waited = f" after {time.monotonic() - t0:.1f} s" if lost else ""
+        if alive:
+            names = ", ".join(lost[i] for i in sorted(alive))
+            notify(
+                f"Ray still lists node(s) {names} alive{waited}: the group "
+                "restarts anyway (Ray may wait for a placement there)"
+            )
+        else:
+            notify(
+                f"Ray declared node(s) {names} dead{waited}: the group restarts on the nodes left"
+            )
+    return [*lost, *gone]
 
 
 def _accepts(host, port, timeout: float) -> bool:

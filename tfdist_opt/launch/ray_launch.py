@@ -42,7 +42,6 @@ all nodes share (`storage_path`).
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -57,11 +56,12 @@ from tfdist_opt.launch import env_forward
 from tfdist_opt.launch import gpus as gpus_lib
 from tfdist_opt.launch import ray_auth
 from tfdist_opt.launch import ray_driver
+from tfdist_opt.launch import ray_resources
 from tfdist_opt.launch import ray_worker
-from tfdist_opt.launch.contract import EXIT_LAUNCH_ERROR
 from tfdist_opt.launch.contract import LaunchResult
 from tfdist_opt.launch.contract import RestartPolicy
 from tfdist_opt.launch.layout import parse_workers  # noqa: F401  (re-exported)
+from tfdist_opt.launch.ray_worker import python_target  # noqa: F401  (re-exported)
 
 
 # Ray Train V2's controller takes at most one `ray.train.report` (one backup)
@@ -73,52 +73,8 @@ REPORT_POLL_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
 REPORT_POLL_S = "0.5"
 
 
-def python_target(argv: Sequence[str]) -> tuple[str, str, list[str]]:
-    """`python script.py args` → ("path", script, sys.argv); `-m` → ("module", ...).
-
-    Raises:
-        ValueError: the command is not a Python script or module.
-    """
-    argv = list(argv)
-    exe = os.path.basename(argv[0]) if argv else ""
-    if not re.fullmatch(r"python[0-9.]*", exe) and (
-        not argv or os.path.realpath(argv[0]) != os.path.realpath(sys.executable)
-    ):
-        raise ValueError(
-            "Invalid command for `--ray`: workers run a Python script inside "
-            "Ray's worker process. Received: "
-            + shlex.join(argv)
-            + ". Expected `python SCRIPT.py ARGS...` or `python -m MODULE ARGS...`."
-        )
-    rest = argv[1:]
-    if rest[:1] == ["-m"] and len(rest) > 1:
-        return "module", rest[1], [rest[1], *rest[2:]]
-    if not rest or rest[0].startswith("-"):
-        raise ValueError(
-            "Invalid command for `--ray`: expected a script or `-m MODULE` after "
-            f"python. Received: {shlex.join(argv)}"
-        )
-    return "path", rest[0], list(rest)
-
-
-# ------------------------------------------------------------- driver side
-def _exit_code(error) -> tuple[int, int | None, str]:
-    """(exit code, failed worker, message) from Ray's training error."""
-    failures = getattr(error, "worker_failures", None) or {}
-    for rank, exc in sorted(failures.items()):
-        m = ray_worker.EXIT_RE.search(str(exc))
-        if m:
-            return int(m.group(1)), rank, f"worker {rank} exited with code {m.group(1)}"
-    if failures:
-        rank, exc = sorted(failures.items())[0]
-        first = str(exc).strip().splitlines()
-        return (
-            EXIT_LAUNCH_ERROR,
-            rank,
-            f"worker {rank} failed: {first[-1] if first else type(exc).__name__}",
-        )
-    text = str(error).strip().splitlines()
-    return EXIT_LAUNCH_ERROR, None, text[-1] if text else type(error).__name__
+# The failed attempt's exit code, worker and message (`ray_worker.exit_code`).
+_exit_code = ray_worker.exit_code
 
 
 def run_ray(
@@ -170,7 +126,9 @@ def run_ray(
             Ray then sets each worker's `CUDA_VISIBLE_DEVICES` to its own);
             0: CPU only (`CUDA_VISIBLE_DEVICES=""`). None: 1 when the
             cluster has GPUs, else none. More than the cluster has is a
-            `ValueError` right after joining, not a wait for resources.
+            `ValueError` right after joining, not a wait for resources; so
+            are MIN workers the nodes cannot hold (1 CPU each without GPUs;
+            `tfdist_opt.launch.ray_resources`).
 
     Returns:
         `LaunchResult`.
@@ -287,6 +245,10 @@ def run_ray(
         gpus, gpu_note = gpus_lib.ray_request(
             gpus_per_worker, ray.cluster_resources().get("GPU", 0), lo
         )
+        # Room on the nodes for MIN workers: a named error now, not a silent wait.
+        ray_resources.check_room(
+            ray.nodes(), lo, {"GPU": gpus} if gpus else {"CPU": 1}, str(num_workers)
+        )
         if gpus_per_worker == 0:  # Ray sets no CUDA_VISIBLE_DEVICES then
             worker_env[gpus_lib.GPU_ENV] = ""
         head = ray_driver.on_head_node()  # a lost node must not take these along
@@ -316,7 +278,11 @@ def run_ray(
                 ),
             ),
             _run_config(
-                storage, policy, elastic=hi is not None, resize_interval_s=resize_interval_s
+                storage,
+                policy,
+                elastic=hi is not None,
+                resize_interval_s=resize_interval_s,
+                notices=logs,
             ),
         )
         log(
@@ -358,11 +324,16 @@ def run_ray(
 
 
 def _run_config(
-    storage: str, policy: RestartPolicy | int, elastic: bool, resize_interval_s: float | None = None
+    storage: str,
+    policy: RestartPolicy | int,
+    elastic: bool,
+    resize_interval_s: float | None = None,
+    notices=None,
 ):
     """Ray Train's RunConfig: storage, restarts, and for MIN:MAX the callback
     that sizes a restart after a lost node from the nodes left and keeps the
-    elastic view as fresh as the resize checks (`resize_interval_s`).
+    elastic view as fresh as the resize checks (`resize_interval_s`); its
+    notices of lost nodes go to `notices` (the log queue: `[launch]` lines).
 
     The restart policy is the launch contract's (`RestartPolicy`), carried
     out by Ray Train's controller: `FailureConfig(max_failures=R)` restarts
@@ -377,7 +348,11 @@ def _run_config(
         storage_path=storage,
         name="tfdist_opt_launch",
         failure_config=ray_train.FailureConfig(max_failures=policy.max_restarts),
-        callbacks=[ray_elastic.LostNodeCallback(refresh_s=max(1.0, resize_interval_s or 60.0))]
+        callbacks=[
+            ray_elastic.LostNodeCallback(
+                refresh_s=max(1.0, resize_interval_s or 60.0), notices=notices
+            )
+        ]
         if elastic
         else [],
     )

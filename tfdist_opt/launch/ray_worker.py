@@ -7,8 +7,10 @@ launcher's `ray.util.queue.Queue` as `(rank, fd, line)`, runs the script as
 `__main__` (`runpy`, `sys.argv` set) and turns a non-zero exit code into
 `WorkerExit`, which fails the attempt (Ray restarts the group while
 `FailureConfig(max_failures)` allows; an elastic restart after a lost node
-is sized by `tfdist_opt.launch.ray_elastic`). Imports no Ray and no TF at
-module level.
+is sized by `tfdist_opt.launch.ray_elastic`). `python_target` reads the
+command into what the worker runs; `exit_code` reads a failed attempt's
+exit code back from Ray's error, in the launcher. Imports no Ray and no TF
+at module level.
 """
 
 from __future__ import annotations
@@ -17,12 +19,62 @@ import logging
 import os
 import re
 import runpy
+import shlex
 import sys
 import threading
 import traceback
 from typing import Sequence
 
+from tfdist_opt.launch.contract import EXIT_LAUNCH_ERROR
+
 EXIT_RE = re.compile(r"tfdist-opt worker exit code (\d+)")
+
+
+def python_target(argv: Sequence[str]) -> tuple[str, str, list[str]]:
+    """`python script.py args` → ("path", script, sys.argv); `-m` → ("module", ...).
+
+    Raises:
+        ValueError: the command is not a Python script or module.
+    """
+    argv = list(argv)
+    exe = os.path.basename(argv[0]) if argv else ""
+    if not re.fullmatch(r"python[0-9.]*", exe) and (
+        not argv or os.path.realpath(argv[0]) != os.path.realpath(sys.executable)
+    ):
+        raise ValueError(
+            "Invalid command for `--ray`: workers run a Python script inside "
+            "Ray's worker process. Received: "
+            + shlex.join(argv)
+            + ". Expected `python SCRIPT.py ARGS...` or `python -m MODULE ARGS...`."
+        )
+    rest = argv[1:]
+    if rest[:1] == ["-m"] and len(rest) > 1:
+        return "module", rest[1], [rest[1], *rest[2:]]
+    if not rest or rest[0].startswith("-"):
+        raise ValueError(
+            "Invalid command for `--ray`: expected a script or `-m MODULE` after "
+            f"python. Received: {shlex.join(argv)}"
+        )
+    return "path", rest[0], list(rest)
+
+
+def exit_code(error) -> tuple[int, int | None, str]:
+    """(exit code, failed worker, message) from Ray's training error."""
+    failures = getattr(error, "worker_failures", None) or {}
+    for rank, exc in sorted(failures.items()):
+        m = EXIT_RE.search(str(exc))
+        if m:
+            return int(m.group(1)), rank, f"worker {rank} exited with code {m.group(1)}"
+    if failures:
+        rank, exc = sorted(failures.items())[0]
+        first = str(exc).strip().splitlines()
+        return (
+            EXIT_LAUNCH_ERROR,
+            rank,
+            f"worker {rank} failed: {first[-1] if first else type(exc).__name__}",
+        )
+    text = str(error).strip().splitlines()
+    return EXIT_LAUNCH_ERROR, None, text[-1] if text else type(error).__name__
 
 
 class WorkerExit(RuntimeError):
