@@ -247,3 +247,32 @@ def test_cast_applies_to_a_user_collective(strategy, plain):
     assert collective.wire and all(d == tf.float32 for d in collective.wire)
     rel = max(float(np.abs(a - b).max() / np.abs(b).max()) for a, b in zip(got, plain))
     assert 0 < rel < 2e-2
+
+
+class RecordBuckets(GradientStage):
+    """A user local stage that passes gradients through and notes its buckets."""
+
+    position = "local"
+
+    def __init__(self):
+        self.buckets = set()
+
+    def reduce(self, bucket, state, context):
+        self.buckets.add(tuple(v.path for v in bucket.variables))
+        return bucket
+
+
+def test_user_stages_run_once_per_pack_bucket(strategy, plain):
+    # 4 variables of 192, 32, 96 and 12 bytes; packs close past 100 bytes
+    # (TF's group_by_size rule), so the step is several buckets, every one
+    # through the whole chain, and the sums stay exact.
+    record = RecordBuckets()
+    got = _fit(strategy, GradientOptions(bytes_per_pack=100, stages=[record])).get_weights()
+    for a, b in zip(got, plain):
+        np.testing.assert_array_equal(a, b)
+    assert len(record.buckets) > 1, record.buckets
+    paths = [p for b in record.buckets for p in b]
+    assert len(paths) == len(set(paths)) == 4, record.buckets
+    one = RecordBuckets()
+    _fit(strategy, GradientOptions(bytes_per_pack=0, stages=[one]), steps=1)
+    assert len(one.buckets) == 1 and len(next(iter(one.buckets))) == 4

@@ -5,9 +5,10 @@ stage's `init` once, in chain order, and keeps what they return in the
 optimizer's `hooks.OptimizerState`. `all_reduce(optimizer, state,
 grads_and_vars)` (the hooked `_all_reduce_sum_gradients`, replica context)
 reduces the sparse gradients (`tf.IndexedSlices`) with TF's own
-all-reduce, then hands one `Bucket` of the step's dense gradients through
-the stages at positions `"local"` to `"after"`, in order; the collective
-stage returns the sums. `"accumulate"` and `"update"` stages act in the
+all-reduce, then hands the step's dense gradients, one `Bucket` at a time
+(one per pack when the chain holds a user stage, else one for the step),
+through the stages at positions `"local"` to `"after"`, in order; the
+collective stage returns the sums. `"accumulate"` and `"update"` stages act in the
 optimizer's apply step instead (`accumulation`, `sharded_state`).
 
 `StageContext` is what a stage's `init` and `reduce` get; the built-in
@@ -179,17 +180,40 @@ def all_reduce(optimizer, state, grads_and_vars) -> list:
     context = StageContext(optimizer, state)
     # Stages see the Keras variables (`path`, `shape`), as their `init` did.
     keras_vars = optimizer._trainable_variables
-    bucket = Bucket(
-        [grads[i] for i in dense],
-        [keras_vars[optimizer._get_variable_index(grads_and_vars[i][1])] for i in dense],
-    )
-    states = state.stage_states or [None] * len(state.chain.stages)
-    for stage, stage_state in zip(state.chain.stages, states):
-        if stage.position in _STEP_POSITIONS:
+    steps = [
+        (stage, stage_state)
+        for stage, stage_state in zip(
+            state.chain.stages, state.stage_states or [None] * len(state.chain.stages)
+        )
+        if stage.position in _STEP_POSITIONS
+    ]
+    for group in _groups(steps, [grads[i] for i in dense], state):
+        bucket = Bucket(
+            [grads[dense[j]] for j in group],
+            [keras_vars[optimizer._get_variable_index(grads_and_vars[dense[j]][1])] for j in group],
+        )
+        for stage, stage_state in steps:
             bucket = stage.reduce(bucket, stage_state, context)
-    for i, g in zip(dense, bucket.gradients):
-        out[i] = g
+        for j, g in zip(group, bucket.gradients):
+            out[dense[j]] = g
     return [(r, v) for r, (_, v) in zip(out, grads_and_vars)]
+
+
+def _groups(steps, dense_grads, state) -> list[list[int]]:
+    """The buckets a step's dense gradients go through the stages in.
+
+    With a user stage in the chain, the chain's `Pack` stage decides them,
+    as DDP hands its hook one bucket at a time: each bucket holds the
+    gradients of one pack (`allreduce.plan_buckets`; with
+    `bytes_per_pack="auto"`, in backprop order, the last layer's first),
+    so a user stage's `reduce` runs once per bucket and the collective it
+    calls is that bucket's. With built-in stages only, the whole step is
+    one bucket and the collective stage packs it (the packs are the same).
+    """
+    everything = [list(range(len(dense_grads)))]
+    if not dense_grads or all(isinstance(stage, bs.BuiltinStage) for stage, _ in steps):
+        return everything
+    return allreduce.plan_buckets(dense_grads, state.options, state.tuned_bytes_per_pack)
 
 
 def _on_read_sum(next_creator, **kwargs):

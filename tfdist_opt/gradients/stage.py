@@ -43,6 +43,9 @@ USER_POSITIONS = ("local", "collective", "after")
 class Bucket:
     """The gradients one `reduce` call gets, with their variables.
 
+    One pack of a step's dense gradients (the chain's `Pack` decides the
+    packs; `bytes_per_pack=0`: the whole step).
+
     Attributes:
         gradients: list of dense tensors, one per variable (None where a
             variable has no gradient: pass it through).
@@ -86,7 +89,9 @@ class GradientStage:
             state with `context.add_state(...)`; return anything (a list of
             variables, a dict, None). Defaults to None.
         reduce(bucket, state, context) -> Bucket: called on every
-            optimizer step, in the replica context, inside the step's
+            optimizer step once per bucket (one pack of the step's
+            gradients, grouped by the chain's `Pack`; key per-variable
+            state by `variable.path`), in the replica context, inside the step's
             `tf.function`: TensorFlow code on this replica's tensors. A
             `"local"` stage transforms this replica's gradients; a
             `"collective"` stage returns their SUM over replicas, e.g.
