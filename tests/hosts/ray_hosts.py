@@ -15,16 +15,14 @@ workers (see that script).
 
 from __future__ import annotations
 
-import datetime
-import json
 import os
-import re
 import secrets
 import sys
 import threading
 import time
 
 from tests.hosts import per_host
+from tests.multiworker import ray_cluster
 
 RAY = os.path.join(os.path.dirname(sys.executable), "ray")
 SCRIPT = "tests/multiworker/scripts/rel_train.py"
@@ -210,22 +208,4 @@ def group_starts(home: str) -> list[tuple[float, int]]:
     The controller runs beside the driver, in host 0: its logs are in the
     head's temp dir.
     """
-    starts = []
-    logs = os.path.join(home, "t0", "session_latest", "logs", "train")
-    for name in sorted(os.listdir(logs)):
-        if not name.startswith("ray-train-sys-controller-"):
-            continue
-        with open(os.path.join(logs, name)) as f:
-            for line in f:
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                m = re.match(
-                    r"Attempting to start training worker group of size (\d+)",
-                    record.get("message", ""),
-                )
-                if m:
-                    when = datetime.datetime.strptime(record["asctime"], "%Y-%m-%d %H:%M:%S,%f")
-                    starts.append((when.timestamp(), int(m.group(1))))
-    return starts
+    return ray_cluster.group_starts(os.path.join(home, "t0"))

@@ -11,8 +11,10 @@ that none is left.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -144,3 +146,30 @@ class Head:
     def stop(self) -> None:
         kill_tagged(self.temp_dir)
         subprocess.run(["rm", "-rf", self.temp_dir], check=False, timeout=60)
+
+
+def group_starts(temp_dir: str) -> list[tuple[float, int]]:
+    """[(wall time, size)] of each worker group Ray Train's controller started.
+
+    Read from the controller's JSON logs under the Ray temp dir `temp_dir`
+    (`ray start --temp-dir`; the controller runs beside the driver).
+    """
+    starts = []
+    logs = os.path.join(temp_dir, "session_latest", "logs", "train")
+    for name in sorted(os.listdir(logs)):
+        if not name.startswith("ray-train-sys-controller-"):
+            continue
+        with open(os.path.join(logs, name)) as f:
+            for line in f:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                m = re.match(
+                    r"Attempting to start training worker group of size (\d+)",
+                    record.get("message", ""),
+                )
+                if m:
+                    when = datetime.datetime.strptime(record["asctime"], "%Y-%m-%d %H:%M:%S,%f")
+                    starts.append((when.timestamp(), int(m.group(1))))
+    return starts

@@ -29,10 +29,8 @@ combined with PowerSGD or `grad_accum`; its resize is tested with launch
 """
 
 import concurrent.futures
-import datetime
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -128,29 +126,6 @@ def _backup_after(backup, step):
     )
     steps = [s for s in steps if s > step]
     return max(steps) if steps else None
-
-
-def _group_starts(tag):
-    """[(wall time, size)] of each worker group Ray Train's controller started."""
-    starts = []
-    logs = os.path.join(tag, "ray", "session_latest", "logs", "train")
-    for name in sorted(os.listdir(logs)):
-        if not name.startswith("ray-train-sys-controller-"):
-            continue
-        with open(os.path.join(logs, name)) as f:
-            for line in f:
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                m = re.match(
-                    r"Attempting to start training worker group of size (\d+)",
-                    record.get("message", ""),
-                )
-                if m:
-                    when = datetime.datetime.strptime(record["asctime"], "%Y-%m-%d %H:%M:%S,%f")
-                    starts.append((when.timestamp(), int(m.group(1))))
-    return starts
 
 
 def test_lose_a_node_continue_on_one_grow_back(tmp_path):
@@ -270,7 +245,7 @@ def test_lose_a_node_continue_on_one_grow_back(tmp_path):
         # The restart after the loss was sized from the nodes left
         # (tfdist_opt.launch.ray_elastic): not at 2 workers on a stale view
         # of the nodes, which waits 60 s for a placement no node can hold.
-        starts = _group_starts(tag)
+        starts = ray_cluster.group_starts(os.path.join(tag, "ray"))
         assert [n for t, n in starts if t > removed_at][:1] == [1], starts
         assert (out / f"replicas-0-{one}").read_text() == "2", logs
         with open(out / f"restored-0-{last}") as f:

@@ -58,8 +58,6 @@ handled by upstream `apply` on every micro-step, as without accumulation.
 
 from __future__ import annotations
 
-import contextlib
-
 import tensorflow as tf
 
 from tfdist_opt import runtime
@@ -87,26 +85,20 @@ def create_accumulators(optimizer, variables) -> list:
         return existing
     check_supported(optimizer)
     strategy = optimizer._distribution_strategy
-    with tf.init_scope():
-        scope = (
-            strategy.scope()
-            if tf.distribute.get_strategy() is not strategy
-            else contextlib.nullcontext()
-        )
-        with scope:
-            accumulators = [
-                replica_slots.add_slot(
-                    optimizer,
-                    v,
-                    ACCUMULATOR_NAME,
-                    v.shape,
-                    "zeros",
-                    _on_read_sum,
-                    replica_slots.PerReplicaSum,
-                    _tfdist_strategy=strategy,
-                )
-                for v in variables
-            ]
+    with replica_slots.creation_scope(strategy):
+        accumulators = [
+            replica_slots.add_slot(
+                optimizer,
+                v,
+                ACCUMULATOR_NAME,
+                v.shape,
+                "zeros",
+                _on_read_sum,
+                replica_slots.PerReplicaSum,
+                _tfdist_strategy=strategy,
+            )
+            for v in variables
+        ]
     runtime.OBJECTS.of(optimizer).accumulators = accumulators
     return accumulators
 

@@ -18,8 +18,6 @@ the function the gradient path ran before stages existed.
 
 from __future__ import annotations
 
-import contextlib
-
 import tensorflow as tf
 
 from tfdist_opt.gradients import accumulation
@@ -76,25 +74,19 @@ class StageContext:
             `model.save` and backup carries it.
         """
         opt, strategy = self.optimizer, self.strategy
-        with tf.init_scope():
-            scope = (
-                strategy.scope()
-                if tf.distribute.get_strategy() is not strategy
-                else contextlib.nullcontext()
+        with replica_slots.creation_scope(strategy):
+            if not per_replica:
+                return opt.add_variable_from_reference(variable, name, initializer)
+            return replica_slots.add_slot(
+                opt,
+                variable,
+                name,
+                variable.shape,
+                initializer,
+                _on_read_sum,
+                replica_slots.PerReplicaSum,
+                _tfdist_strategy=strategy,
             )
-            with scope:
-                if not per_replica:
-                    return opt.add_variable_from_reference(variable, name, initializer)
-                return replica_slots.add_slot(
-                    opt,
-                    variable,
-                    name,
-                    variable.shape,
-                    initializer,
-                    _on_read_sum,
-                    replica_slots.PerReplicaSum,
-                    _tfdist_strategy=strategy,
-                )
 
     def all_reduce_sum(self, tensors) -> list:
         """SUM over replicas of `tensors` (replica context), as a list.

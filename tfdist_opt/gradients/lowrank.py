@@ -45,7 +45,6 @@ so a step is two collectives in all. Sparse gradients go through
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 
 from absl import logging
@@ -119,32 +118,26 @@ def init(optimizer, variables, options: GradientOptions) -> PowerSGDState:
     )
     strategy = optimizer._distribution_strategy
     entries = {}
-    with tf.init_scope():
-        scope = (
-            strategy.scope()
-            if tf.distribute.get_strategy() is not strategy
-            else contextlib.nullcontext()
-        )
-        with scope:
-            for j, m in enumerate(plan.matrices):
-                var = variables[m.index]
-                error = replica_slots.add_slot(
-                    optimizer,
-                    var,
-                    ERROR_NAME,
-                    var.shape,
-                    "zeros",
-                    _on_read_sum,
-                    replica_slots.PerReplicaSum,
-                    _tfdist_strategy=strategy,
-                )
-                q = optimizer.add_variable(
-                    shape=(m.cols, m.rank),
-                    dtype=_dtype_name(var.dtype),
-                    initializer=factor_ops.SeededNormal(options.powersgd_seed, j),
-                    name=f"{_sanitized(var)}_{Q_NAME}",
-                )
-                entries[m.index] = Entry(m, error, q)
+    with replica_slots.creation_scope(strategy):
+        for j, m in enumerate(plan.matrices):
+            var = variables[m.index]
+            error = replica_slots.add_slot(
+                optimizer,
+                var,
+                ERROR_NAME,
+                var.shape,
+                "zeros",
+                _on_read_sum,
+                replica_slots.PerReplicaSum,
+                _tfdist_strategy=strategy,
+            )
+            q = optimizer.add_variable(
+                shape=(m.cols, m.rank),
+                dtype=_dtype_name(var.dtype),
+                initializer=factor_ops.SeededNormal(options.powersgd_seed, j),
+                name=f"{_sanitized(var)}_{Q_NAME}",
+            )
+            entries[m.index] = Entry(m, error, q)
     state = PowerSGDState(plan, entries, options)
     runtime.OBJECTS.of(optimizer).powersgd = state
     logging.info(

@@ -36,6 +36,8 @@ sum / n on every replica: the total is kept, the split is not.
 
 from __future__ import annotations
 
+import contextlib
+
 import tensorflow as tf
 
 from tfdist_opt import _class_swap
@@ -94,6 +96,19 @@ class PerReplicaSum(SavedWhole):
             )
         even = tf.cast(total / n, self.dtype)
         assign_replicas(strategy, getattr(self, "value", self), lambda r: even)
+
+
+@contextlib.contextmanager
+def creation_scope(strategy):
+    """Where an optimizer's state variables are made: outside any function
+    being traced (`tf.init_scope`), under `strategy`'s scope unless it is
+    the current strategy already (a hooked `build` runs under it or not)."""
+    with tf.init_scope():
+        if tf.distribute.get_strategy() is strategy:
+            yield
+        else:
+            with strategy.scope():
+                yield
 
 
 def add_slot(optimizer, reference, name, shape, initializer, creator, mixin: type, **attrs):
