@@ -152,7 +152,10 @@ class KerasSteps:
             step = _compiled_train_step(self, step)
         elif not needs_inlined_steps(self) and _log_fold().eligible(self, _hooks().can_fold_logs):
             step = _log_fold().train_step(self)
-        return self._tfdist_make("train", step, force)
+        self._tfdist_make("train", step, force)  # sets self.train_function
+        # compression="auto": the first calls are timed, then it decides.
+        self.train_function = _auto_fit().wrap_train_function(self, self.train_function)
+        return self.train_function
 
     def make_test_function(self, force=False):
         if self.test_function is not None and not force:
@@ -420,3 +423,10 @@ def _log_fold():
     from tfdist_opt.gradients import log_fold  # pylint: disable=g-import-not-at-top
 
     return log_fold
+
+
+def _auto_fit():
+    """`tfdist_opt.gradients.auto_fit`, imported on first use."""
+    from tfdist_opt.gradients import auto_fit  # pylint: disable=g-import-not-at-top
+
+    return auto_fit
