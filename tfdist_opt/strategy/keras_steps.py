@@ -211,14 +211,17 @@ def fit_argument(args: tuple, kwargs: dict, name: str, default):
 @contextlib.contextmanager
 def _per_replica_step(model, name, step):
     """Keras builds its function from `step`, with the outer function not
-    XLA-compiled (`jit_compile` is read once, when the function is made)."""
+    XLA-compiled (`jit_compile` is read once, when the function is made).
+    `jit_compile` gets back its own value: the next function made (a
+    forced re-make, e.g. by `compression="auto"`) must take the same path."""
+    previous = model.jit_compile
     model.jit_compile = False
     setattr(model, name, step)
     try:
         yield
     finally:
         delattr(model, name)
-        model.jit_compile = True
+        model.jit_compile = previous
 
 
 def _peeked_generator_batch(iterator):

@@ -42,5 +42,9 @@ result = {
     "compression": state.options.compression,
     "loss": [float(v) for v in history.history["loss"]],
     "checksum": float(sum(float(np.abs(w).sum()) for w in model.get_weights())),
+    # The step traced after the pick still folds its logs into the
+    # gradient collective, without XLA (`log_fold`, `keras_steps`).
+    "log_collectives": strategy._log_packer.collectives,
+    "jit_compile": bool(model.jit_compile),
 }
 print("RESULT " + json.dumps(result), flush=True)
