@@ -19,7 +19,11 @@ rotated every round so load changes fall on every setting alike:
 - `powersgd`: ours with `compression="powersgd"`, `powersgd_rank=4`, from the
   first step (`powersgd_start_step=0`: its default 100 uncompressed updates
   would be every timed step here); also run
-  on an unshaped link (`--unshaped`) for `powersgd_vs_unshaped_<link>`.
+  on an unshaped link (`--unshaped`) for `powersgd_vs_unshaped_<link>`;
+- `pack4mb`: ours with `bytes_per_pack=4194304` (several collectives a step,
+  one after the other, in backprop order);
+- `auto`: ours with `compression="auto"` (PowerSGD, if picked, from the
+  first step); `auto_picked_<link>` is what the chief's start line says.
 
 `compute` (one process, no TF_CONFIG, the same per-worker batch) runs once
 per round: its step time is the compute a worker does. Per setting the
@@ -35,7 +39,7 @@ fraction of the link rate.
 
 Summary keys, per link L (e.g. `1gbit`): `<s>_eps_L`, `<s>_vs_peer_L`
 (ours over the faster peer), `<s>_link_fraction_L` for s in defaults, bf16,
-powersgd; `peer_<p>_eps_L`; `compute_eps`; `powersgd_vs_unshaped_L`;
+powersgd, pack4mb, auto (auto: when it picked none or bf16); `auto_picked_L`; `peer_<p>_eps_L`; `compute_eps`; `powersgd_vs_unshaped_L`;
 `allreduce_busbw_fraction_4mb_plus_L` (smallest busbw / link rate over sizes
 >= 4 MB, with the allocator policy ours uses); `load_avg_1m_max`.
 
@@ -74,9 +78,18 @@ SETTINGS = {  # name -> (train.py --peer_role, extra flags)
         "ours",
         ("--compression=powersgd", "--powersgd_rank=4", "--powersgd_start_step=0"),
     ),
+    # Several packs, one collective each (issued in backprop order).
+    "pack4mb": ("ours", ("--bytes_per_pack=4194304",)),
+    # compression="auto" decides in its first 5 steps, then traces again:
+    # 4 more warm-up batches keep both out of the timed ones.
+    "auto": (
+        "ours",
+        ("--compression=auto", "--powersgd_start_step=0", f"--num_warmup_batches={5 + 4}"),
+    ),
 }
 PEERS = ("tf_keras", "keras3_ctl")
-OURS = ("defaults", "bf16", "powersgd")
+OURS = ("defaults", "bf16", "powersgd", "pack4mb", "auto")
+AUTO_LINE = "tfdist_opt: compression=auto picked "
 
 _LINKS = flags.DEFINE_list(
     "link", ["1gbit", "10gbit"], "tc rates of the emulated links, one run set each."
@@ -178,10 +191,16 @@ def _run_cluster(bed, argv_for, tmp: str, label: str) -> tuple[dict, int]:
             f"{failed[0][1]} (None: killed at --run_timeout_s); "
             f"its output ends:\n{tail}"
         )
+    logs[0].seek(0)
+    picked = [l for l in logs[0].read().splitlines() if AUTO_LINE in l]
     for log in logs:
         log.close()
     with open(argv_for[2]) as f:
-        return json.load(f), tx
+        report = json.load(f)
+    if picked:
+        report["results"][0]["auto_picked"] = picked[0].split(AUTO_LINE, 1)[1].split()[0]
+        report["results"][0]["auto_line"] = picked[0].strip()
+    return report, tx
 
 
 def _run_compute(tmp: str, label: str) -> dict:
@@ -310,9 +329,16 @@ def _rows_and_summary(pools: dict, sweeps: dict) -> tuple[list, dict]:
                 load_avg_1m_rounds=pool.loads,
                 tx_bytes_per_step=statistics.median(pool.tx),
             )
-            if rate:
+            if setting == "auto" and row.get("auto_picked"):
+                summary[f"auto_picked_{link}"] = row["auto_picked"]
+            payload_as = {"none": "defaults"}.get(row.get("auto_picked"), row.get("auto_picked"))
+            if setting == "auto" and payload_as == "powersgd":
+                payload_as = None  # its factors' bytes are not reported: no bound
+            if rate and (setting != "auto" or payload_as):
                 payload = link_bound.payload_bytes(
-                    setting, row["params"], row.get("sent_bytes_per_step")
+                    payload_as if setting == "auto" else setting,
+                    row["params"],
+                    row.get("sent_bytes_per_step"),
                 )
                 n = row.get("workers", 2)
                 row.update(

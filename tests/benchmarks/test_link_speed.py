@@ -111,7 +111,7 @@ def test_one_round_on_one_link_reports_the_bound(hosts, tmp_path):
     pid, rc, out = _run(
         [
             "--link=1gbit",
-            "--settings=keras3_ctl,defaults",
+            "--settings=keras3_ctl,defaults,auto",
             "--rounds=1",
             "--model=mlp",
             "--image_size=4",
@@ -136,6 +136,9 @@ def test_one_round_on_one_link_reports_the_bound(hosts, tmp_path):
     ):
         assert key in s, sorted(s)
     assert 0 < s["defaults_link_fraction_1gbit"] <= 1.5
+    # compression="auto": the chief's start line is read back.
+    assert s["auto_picked_1gbit"] in ("none", "bf16", "powersgd"), sorted(s)
+    assert "auto_vs_peer_1gbit" in s
     assert s["defaults_vs_peer_1gbit"] == pytest.approx(
         s["defaults_eps_1gbit"] / s["peer_keras3_ctl_eps_1gbit"]
     )

@@ -115,3 +115,30 @@ def test_a_measured_1gbit_link_picks_a_compressed_one():
     r = results[0]
     assert 20e6 < r["rate"] <= 1.05 * 125e6, r
     assert r["choice"] in ("bf16", "powersgd"), r["reason"]
+
+
+def test_one_host_picks_none_at_once_and_says_why(strategy, capfd):
+    import keras
+    import numpy as np
+
+    from tfdist_opt.gradients import hooks
+    from tfdist_opt.gradients import keras_binding
+    from tfdist_opt.gradients.options import GradientOptions
+
+    original = keras_binding.options_of(strategy)
+    keras_binding.attach(strategy, GradientOptions(compression="auto", hooked=True))
+    try:
+        with strategy.scope():
+            model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+            model.compile(keras.optimizers.SGD(0.1), "mse")
+        assert hooks.state_of(model.optimizer).options.compression == "auto"
+        x = np.ones((8, 4), "float32")
+        model.fit(x, np.zeros((8, 2), "float32"), batch_size=4, epochs=1, verbose=0)
+    finally:
+        keras_binding.attach(strategy, original)
+    assert hooks.state_of(model.optimizer).options.compression == "none"
+    err = capfd.readouterr().err
+    assert (
+        "tfdist_opt: compression=auto picked none (exact): one host: no gradient crosses a link"
+        in err
+    )

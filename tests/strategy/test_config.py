@@ -15,6 +15,20 @@ def test_defaults():
     assert cfg.grad_accum == 1 and cfg.compression == "none"
 
 
+def test_compression_auto_is_opt_in_from_keywords_env_and_files(tmp_path):
+    assert StrategyConfig().compression == "none"
+    assert StrategyConfig(compression="auto").compression == "auto"
+    env = {"TFDIST_OPT_COMPRESSION": "auto"}
+    assert StrategyConfig.from_env(env).compression == "auto"
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"compression": "auto"}))
+    assert StrategyConfig.load(path, environ={}).compression == "auto"
+    # With sharded optimizer state too (PowerSGD is then no candidate).
+    assert StrategyConfig(compression="auto", shard_optimizer_state=True).compression == "auto"
+    with pytest.raises(ValueError, match=r"TFDIST_OPT_COMPRESSION.*|Received: compression='Auto'"):
+        StrategyConfig.from_env({"TFDIST_OPT_COMPRESSION": "Auto"})
+
+
 def test_frozen():
     with pytest.raises(Exception):
         StrategyConfig().mode = "mirrored"
@@ -52,7 +66,12 @@ def test_frozen():
             r"`mixed_precision`.*'mixed_float16'.*Received: mixed_precision='fp16'",
         ),
         ("jit_compile", 1, r"`jit_compile`: expected a bool. Received: jit_compile=1"),
-        ("compression", "int8", r"`compression`.*Received: compression='int8'"),
+        (
+            "compression",
+            "int8",
+            r"`compression`: expected one of 'none', 'fp16', 'bf16', 'powersgd', 'auto'. "
+            r"Received: compression='int8'",
+        ),
         ("grad_accum", 0, r"`grad_accum`: expected a positive int. Received: grad_accum=0"),
         (
             "ps_min_shard_bytes",

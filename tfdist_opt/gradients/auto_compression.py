@@ -20,9 +20,10 @@ bf16 and PowerSGD are lossy (bf16 keeps 8 bits of mantissa; PowerSGD sends
 a rank-R approximation with error feedback): `start_line` says so whenever
 one is picked.
 
-The measurement binding (`measure_link`, `measure_step`, `choose_for_model`)
-needs TensorFlow and a strategy; it is imported lazily so the decision stays
-pure.
+The measurement binding (`measure_link`, `choose_for`) needs TensorFlow
+and a strategy; it is imported lazily so the decision stays pure. The fit
+binding (`compression="auto"`, `tfdist_opt.gradients.auto_fit`) times the
+first steps and applies the choice.
 """
 
 from __future__ import annotations
@@ -186,8 +187,13 @@ def measure_link(strategy, nbytes: int = 8 << 20, iters: int = 3, warmup: int = 
 
 def grad_bytes_of(model) -> int:
     """Bytes of one step's float32 gradients of `model`'s trainable weights."""
+    return grad_bytes_of_variables(model.trainable_weights)
+
+
+def grad_bytes_of_variables(variables) -> int:
+    """Bytes of the float32 gradients of `variables`."""
     total = 0
-    for v in model.trainable_weights:
+    for v in variables:
         size = 1
         for d in v.shape:
             size *= int(d)

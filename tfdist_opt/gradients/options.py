@@ -32,7 +32,8 @@ from tfdist_opt.gradients import powersgd
 from tfdist_opt.gradients.builtin_stages import BuiltinStage
 from tfdist_opt.gradients.stage import GradientStage
 
-COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
+# "auto": runs as "none" until `auto_fit` replaces it by its choice.
+COMPRESSIONS = ("none", "fp16", "bf16", "powersgd", "auto")
 # Bytes per element of the wire dtype, and of the dtypes we never compress.
 WIRE_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
 
@@ -48,7 +49,9 @@ class GradientOptions:
             `tfdist_opt.gradients.packing.auto_pack_policy`, refined by a
             measured autotune on multi-worker strategies. Defaults to `0`.
         compression: str. `"none"`, `"fp16"` or `"bf16"`: the wire dtype of
-            float gradients. Defaults to `"none"`.
+            float gradients; `"powersgd"`: low-rank factors; `"auto"`: as
+            `"none"` until `tfdist_opt.gradients.auto_fit` picks one of
+            the others in the first steps of `fit`. Defaults to `"none"`.
         grad_accum: int. Micro-batches accumulated locally before each
             all-reduce and optimizer step (mean semantics). Defaults to `1`.
         predivide: bool. Divide by the replica count before an fp16 cast

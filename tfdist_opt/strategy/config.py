@@ -34,7 +34,7 @@ DATA_ENV_PREFIX = ENV_PREFIX + "DATA_"
 MODES = ("auto",) + kind_names.names()
 ALL_REDUCE = ("auto", "nccl", "ring", "hierarchical_copy", "reduce_to_one")
 MIXED_PRECISION = ("off", "mixed_float16", "mixed_bfloat16")
-COMPRESSION = ("none", "fp16", "bf16", "powersgd")
+COMPRESSION = ("none", "fp16", "bf16", "powersgd", "auto")
 STORAGE_SHARING = storage_sharing.MODES
 CPU_SPLIT = cpu_split.MODES
 JIT_FALLBACKS = keras_steps.JIT_FALLBACKS
@@ -93,7 +93,12 @@ class StrategyConfig(validation.ConfigFields):
             Defaults to `False`.
         compression: str. Gradient compression for the all-reduce:
             `"none"`, `"fp16"`, `"bf16"` or `"powersgd"` (low-rank factors
-            with error feedback, `powersgd_*` below). Defaults to `"none"`.
+            with error feedback, `powersgd_*` below) or `"auto"`: in the
+            first steps of Keras `fit`, multi-worker, the link's all-reduce
+            rate and the step are measured and none, bf16 or PowerSGD is
+            picked by the predicted step time; the chief prints the choice,
+            marked LOSSY when it is, and why (one host: `"none"`).
+            Defaults to `"none"`.
         grad_accum: int. Micro-batches accumulated before each all-reduce
             and optimizer step. Defaults to `1` (off).
         startup_timeout_s: float or None. Multi-worker: how long to wait for

@@ -83,7 +83,10 @@ class KerasSteps:
             step = xla_steps.compiled_train_step(self, step)
         elif not needs_inlined_steps(self) and _log_fold().eligible(self, _hooks().can_fold_logs):
             step = _log_fold().train_step(self)
-        return self._tfdist_make("train", step, force)
+        self._tfdist_make("train", step, force)  # sets self.train_function
+        # compression="auto": the first calls are timed, then it decides.
+        self.train_function = _auto_fit().wrap_train_function(self, self.train_function)
+        return self.train_function
 
     def make_test_function(self, force=False):
         if self.test_function is not None and not force:
@@ -139,14 +142,17 @@ def fit_argument(args: tuple, kwargs: dict, name: str, default):
 @contextlib.contextmanager
 def _per_replica_step(model, name, step):
     """Keras builds its function from `step`, with the outer function not
-    XLA-compiled (`jit_compile` is read once, when the function is made)."""
+    XLA-compiled (`jit_compile` is read once, when the function is made).
+    `jit_compile` gets back its own value: the next function made (a
+    forced re-make, e.g. by `compression="auto"`) must take the same path."""
+    previous = model.jit_compile
     model.jit_compile = False
     setattr(model, name, step)
     try:
         yield
     finally:
         delattr(model, name)
-        model.jit_compile = True
+        model.jit_compile = previous
 
 
 def _peeked_generator_batch(iterator):
@@ -170,3 +176,10 @@ def _log_fold():
     from tfdist_opt.gradients import log_fold  # pylint: disable=g-import-not-at-top
 
     return log_fold
+
+
+def _auto_fit():
+    """`tfdist_opt.gradients.auto_fit`, imported on first use."""
+    from tfdist_opt.gradients import auto_fit  # pylint: disable=g-import-not-at-top
+
+    return auto_fit
