@@ -47,6 +47,9 @@ def test_a_1gbit_link_picks_a_compressed_one_on_both_workers_and_trains(testbed)
     picks = [r["compression"] for r in runs]
     assert picks[0] == picks[1] and picks[0] in ("bf16", "powersgd"), outs[0][1][-3000:]
     assert runs[0]["checksum"] == runs[1]["checksum"]
+    # The pick is what the optimizer runs: its chain holds the stage.
+    stage = {"bf16": "Cast", "powersgd": "PowerSGD"}[picks[0]]
+    assert all(stage in r["stages"] for r in runs), [r["stages"] for r in runs]
     assert [(r["log_collectives"], r["jit_compile"]) for r in runs] == [(0, False)] * 2
     assert all(math.isfinite(v) for r in runs for v in r["loss"])
     line = next(l for l in outs[0][1].splitlines() if "compression=auto picked" in l)

@@ -17,8 +17,9 @@ first train function a model in an `opt_strategy()` scope makes is wrapped
   differently somewhere: different choices would trace different
   collectives and hang.
 
-The choice becomes the optimizer's `GradientOptions.compression` (PowerSGD
-state is created then, as `build` would have); the model's train function
+The choice becomes the optimizer's `GradientOptions.compression` and its
+chain of gradient stages is made again from it (`chain_binding.rebind`;
+PowerSGD state is created then, as `build` would have); the model's train function
 is made again, and the next call runs it. The chief prints one line to
 stderr, `auto_compression.start_line`: the choice, `(LOSSY: ...)` for bf16
 and PowerSGD, and the predicted step of every candidate. Every worker runs
@@ -37,6 +38,7 @@ import time
 import tensorflow as tf
 
 from tfdist_opt.gradients import auto_compression
+from tfdist_opt.gradients import chain_binding
 from tfdist_opt.gradients import hooks
 from tfdist_opt.gradients import powersgd
 from tfdist_opt.gradients import timing
@@ -135,11 +137,9 @@ def decide(model, call_s: float) -> str:
 
 def _apply(model, optimizer, state, choice, reason, chief=True) -> None:
     options = dataclasses.replace(state.options, compression=choice)
-    state.options = options
-    if choice == "powersgd":
-        from tfdist_opt.gradients import lowrank  # pylint: disable=g-import-not-at-top
-
-        lowrank.init(optimizer, list(optimizer._trainable_variables), options)  # pylint: disable=protected-access
+    # The optimizer runs its chain of stages: made again from the choice
+    # (PowerSGD's state is created here, as `build` would have).
+    chain_binding.rebind(optimizer, state, options)
     if choice == "powersgd":
         reason += f"; PowerSGD runs from update {options.powersgd_start_step}"
     if chief:

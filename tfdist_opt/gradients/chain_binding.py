@@ -149,6 +149,26 @@ def init(optimizer, state, variables) -> None:
     state.stage_states = [stage.init(list(variables), context) for stage in state.chain.stages]
 
 
+def rebind(optimizer, state, options) -> None:
+    """Makes `options` the optimizer's, with their chain, after `build`.
+
+    For `compression="auto"`, which decides after the first steps: the
+    chain is made again from `options`; a stage equal to one of the old
+    chain (the same user stage, a built-in with the same settings) keeps
+    its state, any other is `init`ed now, as `build` would have.
+    """
+    old = list(zip(state.chain.stages, state.stage_states or []))
+    state.options = options
+    state.chain = options.chain()
+    context = StageContext(optimizer, state)
+    variables = list(optimizer._trainable_variables)
+    states = []
+    for stage in state.chain.stages:
+        kept = [st for was, st in old if was is stage or was == stage]
+        states.append(kept[0] if kept else stage.init(variables, context))
+    state.stage_states = states
+
+
 def all_reduce(optimizer, state, grads_and_vars) -> list:
     """The step's (gradient, variable) pairs, each gradient summed.
 

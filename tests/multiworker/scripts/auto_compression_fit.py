@@ -40,6 +40,8 @@ state = hooks.state_of(model.optimizer)
 result = {
     "mode": "auto",
     "compression": state.options.compression,
+    # What the optimizer runs: its chain of gradient stages.
+    "stages": [stage.name for stage in state.chain.stages],
     "loss": [float(v) for v in history.history["loss"]],
     "checksum": float(sum(float(np.abs(w).sum()) for w in model.get_weights())),
     # The step traced after the pick still folds its logs into the
