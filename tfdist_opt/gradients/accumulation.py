@@ -93,7 +93,7 @@ def create_accumulators(optimizer, variables) -> list:
                 ACCUMULATOR_NAME,
                 v.shape,
                 "zeros",
-                _on_read_sum,
+                replica_slots.on_read_sum,
                 replica_slots.PerReplicaSum,
                 _tfdist_strategy=strategy,
             )
@@ -233,11 +233,3 @@ def _clip(optimizer, g):
     if optimizer.clipvalue is not None:
         g = tf.clip_by_value(g, -optimizer.clipvalue, optimizer.clipvalue)
     return g
-
-
-def _on_read_sum(next_creator, **kwargs):
-    # Keras's add_variable has no `synchronization` argument: set it on the
-    # tf.Variable the Keras variable creates (public tf.variable_creator_scope).
-    kwargs["synchronization"] = tf.VariableSynchronization.ON_READ
-    kwargs["aggregation"] = tf.VariableAggregation.SUM
-    return next_creator(**kwargs)

@@ -83,7 +83,7 @@ class StageContext:
                 name,
                 variable.shape,
                 initializer,
-                _on_read_sum,
+                replica_slots.on_read_sum,
                 replica_slots.PerReplicaSum,
                 _tfdist_strategy=strategy,
             )
@@ -164,7 +164,7 @@ def rebind(optimizer, state, options) -> None:
     variables = list(optimizer._trainable_variables)
     states = []
     for stage in state.chain.stages:
-        kept = [st for was, st in old if was is stage or was == stage]
+        kept = [st for was, st in old if was == stage]
         states.append(kept[0] if kept else stage.init(variables, context))
     state.stage_states = states
 
@@ -226,9 +226,3 @@ def _groups(steps, dense_grads, state) -> list[list[int]]:
     if not dense_grads or all(isinstance(stage, bs.BuiltinStage) for stage, _ in steps):
         return everything
     return allreduce.plan_buckets(dense_grads, state.options, state.tuned_bytes_per_pack)
-
-
-def _on_read_sum(next_creator, **kwargs):
-    kwargs["synchronization"] = tf.VariableSynchronization.ON_READ
-    kwargs["aggregation"] = tf.VariableAggregation.SUM
-    return next_creator(**kwargs)

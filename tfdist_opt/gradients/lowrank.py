@@ -127,7 +127,7 @@ def init(optimizer, variables, options: GradientOptions) -> PowerSGDState:
                 ERROR_NAME,
                 var.shape,
                 "zeros",
-                _on_read_sum,
+                replica_slots.on_read_sum,
                 replica_slots.PerReplicaSum,
                 _tfdist_strategy=strategy,
             )
@@ -257,9 +257,3 @@ def _sanitized(var) -> str:
 
 def _dtype_name(dtype) -> str:
     return getattr(dtype, "name", dtype)
-
-
-def _on_read_sum(next_creator, **kwargs):
-    kwargs["synchronization"] = tf.VariableSynchronization.ON_READ
-    kwargs["aggregation"] = tf.VariableAggregation.SUM
-    return next_creator(**kwargs)

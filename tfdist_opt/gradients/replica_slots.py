@@ -98,6 +98,16 @@ class PerReplicaSum(SavedWhole):
         assign_replicas(strategy, getattr(self, "value", self), lambda r: even)
 
 
+def on_read_sum(next_creator, **kwargs):
+    """A variable creator for per-replica state: each replica its own value
+    (`ON_READ`), their SUM when read across replicas. Keras's
+    `add_variable` has no `synchronization` argument, so it is set on the
+    `tf.Variable` the Keras variable creates (`tf.variable_creator_scope`)."""
+    kwargs["synchronization"] = tf.VariableSynchronization.ON_READ
+    kwargs["aggregation"] = tf.VariableAggregation.SUM
+    return next_creator(**kwargs)
+
+
 @contextlib.contextmanager
 def creation_scope(strategy):
     """Where an optimizer's state variables are made: outside any function
