@@ -20,6 +20,7 @@ from tfdist_opt.seam.access import (  # noqa: F401
     file_exists,
     collective_all_reduce_extended_class,
     eager_context_module,
+    set_recv_buf_max_chunk,
     tf_errors_module,
     name_scope_stack,
     set_name_scope_stack,

@@ -33,6 +33,7 @@ import tensorflow as tf
 
 from tfdist_opt.gradients import packing
 from tfdist_opt.gradients import precision
+from tfdist_opt.gradients import streams as streams_lib
 from tfdist_opt.gradients.options import GradientOptions
 
 _LOGGED: set[str] = set()
@@ -125,6 +126,7 @@ def all_reduce_sum(
     options: GradientOptions,
     strategy: tf.distribute.Strategy | None = None,
     tuned: int | None = None,
+    streams: "streams_lib.Streams | None" = None,
 ) -> list:
     """SUM all-reduce of `grads` from a replica context, compressed + packed.
 
@@ -134,6 +136,9 @@ def all_reduce_sum(
         strategy: the strategy (its replica count). Defaults to the current
             one.
         tuned: int or None. Autotuned pack size (see `pack_policy`).
+        streams: `streams.Streams` or None. With one (`collective_streams`),
+            the dense gradients travel as pieces, several in flight,
+            instead of one collective per pack.
 
     Returns:
         List like `grads`, each the sum over all replicas, in the input dtype.
@@ -154,6 +159,10 @@ def all_reduce_sum(
         return out
     sent = [compress(tf.convert_to_tensor(grads[i]), options, n) for i in dense]
     wire = [s for s, _ in sent]
+    if streams is not None and all(_nbytes(w) is not None for w in wire):
+        for j, r in enumerate(streams_lib.all_reduce_sum(wire, streams)):
+            out[dense[j]] = decompress(r, sent[j][1])
+        return out
     for bucket in plan_buckets(wire, options, tuned):
         values = [wire[j] for j in bucket]
         reduced = ctx.all_reduce(tf.distribute.ReduceOp.SUM, values, options=_one_pack(values))

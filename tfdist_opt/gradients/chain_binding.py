@@ -26,6 +26,7 @@ from tfdist_opt.gradients import builtin_stages as bs
 from tfdist_opt.gradients import log_fold
 from tfdist_opt.gradients import lowrank
 from tfdist_opt.gradients import replica_slots
+from tfdist_opt.gradients import streams
 from tfdist_opt.gradients.stage import Bucket
 
 _STEP_POSITIONS = ("local", "wire", "pack", "collective", "after")
@@ -108,6 +109,7 @@ class StageContext:
             self.options,
             self.strategy,
             tuned=self._state.tuned_bytes_per_pack,
+            streams=self._state.streams,
         )
         if logs:
             log_fold.answer(self.strategy, logs, reduced[len(tensors) :])
@@ -147,6 +149,11 @@ def init(optimizer, state, variables) -> None:
         return
     context = StageContext(optimizer, state)
     state.stage_states = [stage.init(list(variables), context) for stage in state.chain.stages]
+    options = state.options
+    if options.collective_streams and context.num_replicas > 1 and state.streams is None:
+        state.streams = streams.Streams(
+            context.strategy, options.collective_streams, options.collective_piece_bytes
+        )
 
 
 def rebind(optimizer, state, options) -> None:

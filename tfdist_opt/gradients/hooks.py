@@ -80,6 +80,8 @@ class OptimizerState:
         chain: the `combine.Chain` of gradient stages `options` stand for.
         stage_states: list or None. What each stage's `init` returned, in
             chain order (None before `build`).
+        streams: `streams.Streams` or None. The streamed collectives'
+            tokens (`options.collective_streams`; made by `build`).
     """
 
     options: GradientOptions
@@ -87,6 +89,7 @@ class OptimizerState:
     tuned_bytes_per_pack: int | None = None
     chain: object = None
     stage_states: list | None = None
+    streams: object = None
 
     def __post_init__(self):
         if self.chain is None:

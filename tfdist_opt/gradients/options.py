@@ -97,6 +97,13 @@ class GradientOptions:
         fused_updates: bool. Keras's own SGD and Adam update steps run as
             one fused TF kernel per variable (`fused_updates`) in the
             optimizers this path hooks. Defaults to `True`.
+        collective_streams: int. With n > 0, a replica-context all-reduce
+            of dense gradients (`allreduce.all_reduce_sum`) runs as pieces of
+            `collective_piece_bytes`, backprop order, up to n collectives
+            in flight (`tfdist_opt.gradients.streams`); 0: TF's launcher,
+            one collective per pack. Defaults to `0`.
+        collective_piece_bytes: int. Bytes per piece with
+            `collective_streams`. Defaults to `2 MiB`.
         stages: tuple of `GradientStage`. Stages added to the chain the
             fields above make (`tfdist_opt.gradients.combine`), placed by
             their `position`; a built-in stage here sets its fields (e.g.
@@ -124,6 +131,8 @@ class GradientOptions:
     shard_optimizer_state: bool = False
     shard_bucket_bytes: int = 32 << 20
     fused_updates: bool = True
+    collective_streams: int = 0
+    collective_piece_bytes: int = 2 << 20
     stages: tuple = ()
 
     def __post_init__(self):
@@ -133,6 +142,13 @@ class GradientOptions:
                 "Invalid value for `bytes_per_pack`: expected a non-negative "
                 f'int or "auto". Received: bytes_per_pack={bpp!r}'
             )
+        for name, low in (("collective_streams", 0), ("collective_piece_bytes", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(
+                    f"Invalid value for `{name}`: expected an int >= {low}. "
+                    f"Received: {name}={value!r}"
+                )
         if self.compression not in COMPRESSIONS:
             raise ValueError(
                 "Invalid value for `compression`: expected one of "
@@ -216,4 +232,5 @@ class GradientOptions:
             shard_optimizer_state=getattr(config, "shard_optimizer_state", False),
             shard_bucket_bytes=getattr(config, "shard_bucket_bytes", 32 << 20),
             fused_updates=getattr(config, "fused_updates", True),
+            collective_piece_bytes=getattr(config, "collective_piece_bytes", 2 << 20),
         )

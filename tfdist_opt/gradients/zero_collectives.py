@@ -23,47 +23,18 @@ without a resource input in program order, so with several local replicas
 (`MirroredStrategy` on virtual CPUs) replica 1's collective waits for
 replica 0's, which waits for replica 1's (it never returned here).
 
-Keys: the group key is derived from the replica count and the local device
-names (the same on every worker, distinct per device set in one process),
-above TF's own (counted from 1) and below `model_parallel.cross_worker`'s
-(7,000,000+); instance keys count per (group, replica) at trace time, so
-every replica and every worker gives the same collective the same key.
-Group ranks follow the replica ids (TF's own `all_gather` relies on the
-same order).
+Keys: `collective_keys` (one group per device set, instance keys counted
+per replica at trace time). Group ranks follow the replica ids (TF's own
+`all_gather` relies on the same order).
 """
 
 from __future__ import annotations
 
-import threading
-import zlib
-
 import tensorflow as tf
 
 from tfdist_opt.gradients import allreduce
+from tfdist_opt.gradients import collective_keys
 from tfdist_opt.gradients import zero_plan
-
-_GROUP_KEY_BASE = 5_000_000
-_GROUP_KEY_RANGE = 1_000_000
-_LOCK = threading.Lock()
-_INSTANCE_KEYS: dict[tuple[int, int], int] = {}
-
-
-def group_key(strategy) -> int:
-    """The collective group key of `strategy`'s replicas (same on every worker)."""
-    n = strategy.num_replicas_in_sync
-    names = []
-    for d in strategy.extended.worker_devices:
-        spec = tf.DeviceSpec.from_string(d)
-        names.append(f"{spec.device_type}:{spec.device_index}")
-    desc = f"tfdist_opt.zero|{n}|{','.join(names)}"
-    return _GROUP_KEY_BASE + zlib.crc32(desc.encode()) % _GROUP_KEY_RANGE
-
-
-def _next_instance_key(group: int, replica: int) -> int:
-    with _LOCK:
-        key = _INSTANCE_KEYS.get((group, replica), 0) + 1
-        _INSTANCE_KEYS[(group, replica)] = key
-        return key
 
 
 class Collectives:
@@ -79,7 +50,7 @@ class Collectives:
 
     def __init__(self, strategy):
         self.n = strategy.num_replicas_in_sync
-        self.group = group_key(strategy)
+        self.group = collective_keys.group_key(strategy)
         self.token = None
         if self.n > 1:
             with tf.init_scope(), strategy.scope():
@@ -90,7 +61,7 @@ class Collectives:
             input=x,
             group_size=self.n,
             group_key=self.group,
-            instance_key=_next_instance_key(self.group, replica),
+            instance_key=collective_keys.next_instance_key(self.group, replica),
             ordering_token=[self.token.handle],
             communication_hint="auto",
         )

@@ -77,6 +77,21 @@ def eager_context_module():
     return context
 
 
+def set_recv_buf_max_chunk(value: int) -> None:
+    """Sets `experimental.recv_buf_max_chunk` of the server TF starts next.
+
+    MultiWorkerMirroredStrategy copies `context.context().config` into its
+    ServerDef; TF has no public setter for this field, so the eager
+    context's `_config` gets it before the strategy exists.
+    """
+    from tensorflow.python.eager import context
+
+    ctx = context.context()
+    config = ctx.config
+    config.experimental.recv_buf_max_chunk = value
+    ctx._config = config  # pylint: disable=protected-access
+
+
 def tf_errors_module():
     """`tensorflow.python.framework.errors`."""
     from tensorflow.python.framework import errors

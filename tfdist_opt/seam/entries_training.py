@@ -161,6 +161,15 @@ ENTRIES: tuple[PrivateName, ...] = (
         'the Mean metric `fit` logs as "loss"; a custom train_step '
         "(the micro-batched pipeline's) has no public way to update it",
     ),
+    PrivateName(
+        "tensorflow.python.eager.context.context()",
+        "_config",
+        "tfdist_opt.strategy.kinds.multi_worker",
+        "experimental.recv_buf_max_chunk of the ServerDef "
+        "MultiWorkerMirroredStrategy builds from context.context().config "
+        "(0, TF's default, sends each collective chunk as 4 KB strings); "
+        "TF has no public setter for it",
+    ),
     # --------------------------------------------------------- callbacks
     PrivateName(
         "tensorflow.python.eager.context",

@@ -20,6 +20,10 @@ from tfdist_opt.strategy.config import StrategyConfig
 from tfdist_opt.gradients import keras_binding as gradient_binding
 from tfdist_opt.gradients.options import GradientOptions
 
+# collective_streams="auto": two pieces in flight kept a 1 Gbit/s link
+# busiest in the link-speed benchmark (more did not help).
+AUTO_STREAMS = 2
+
 
 def resolve_config(
     config: StrategyConfig | str | os.PathLike | None = None,
@@ -113,7 +117,9 @@ def build_strategy(
     strategy = kinds.module(plan.kind).build(cfg, plan, topo)
     # Packing ("auto"), compression and accumulation: Keras 3 optimizers
     # created in this strategy's scope pick these up (tfdist_opt.gradients).
-    gradient_binding.attach(strategy, gradient_options(cfg, plan.kind, gradient_stages))
+    gradient_binding.attach(
+        strategy, gradient_options(cfg, plan.kind, gradient_stages, plan.all_reduce)
+    )
     # Who writes saved files, per directory (tfdist_opt.strategy.file_writers).
     file_writers.attach(strategy, cfg.storage_sharing)
     # What a model's jit_compile=True step does where XLA cannot compile it.
@@ -126,19 +132,32 @@ def build_strategy(
     return strategy
 
 
-def gradient_options(cfg: StrategyConfig, kind, stages: Sequence = ()) -> GradientOptions:
+def gradient_options(
+    cfg: StrategyConfig, kind, stages: Sequence = (), all_reduce: str | None = "ring"
+) -> GradientOptions:
     """The `GradientOptions` a strategy of `kind` attaches.
 
-    Multi-worker with Keras 3: `hooked`, even at the defaults, so that one
-    collective a step carries the gradients and Keras's logs and the
-    optimizer's update is fused. The pack is
-    TF's default one (`bytes_per_pack=0`), the same sum of the same
+    Multi-worker with Keras 3: `hooked`, even at the defaults, so that the
+    gradients and Keras's logs travel together and the optimizer's update
+    is fused; with RING (`all_reduce`) the gradients travel as streamed
+    pieces (`collective_streams`, "auto": 2), the same sum of the same
     float32 values. With `TF_USE_LEGACY_KERAS=1` nothing is hooked.
     """
     options = GradientOptions.from_config(cfg, stages=stages)
     if kinds.Kind(kind) == kinds.Kind.MULTI_WORKER and not versions.uses_legacy_keras():
-        options = dataclasses.replace(options, hooked=True)
+        options = dataclasses.replace(
+            options,
+            hooked=True,
+            collective_streams=collective_streams(cfg, all_reduce),
+        )
     return options
+
+
+def collective_streams(cfg: StrategyConfig, all_reduce: str | None) -> int:
+    """`cfg.collective_streams` resolved for a multi-worker Keras 3 strategy."""
+    if cfg.collective_streams != "auto":
+        return cfg.collective_streams
+    return AUTO_STREAMS if all_reduce == "ring" and cfg.bytes_per_pack == 0 else 0
 
 
 def _stage_list(stages) -> tuple:

@@ -59,6 +59,15 @@ class StrategyConfig(validation.ConfigFields):
         bytes_per_pack: int or `"auto"`. Multi-worker gradient packing: pack
             size in bytes (0 lets TF decide) or `"auto"` for our policy.
             Defaults to `0`.
+        collective_streams: int or `"auto"`. Multi-worker RING all-reduce
+            of the gradients: n > 0 cuts each step's gradients into pieces
+            of `collective_piece_bytes` in backprop order, up to n
+            collectives in flight (`tfdist_opt.gradients.streams`; the
+            same sums); 0 runs TF's one collective per pack. `"auto"`: 2
+            where it applies (multi-worker, RING, Keras 3,
+            `bytes_per_pack=0`), else 0. Defaults to `"auto"`.
+        collective_piece_bytes: int. Bytes per piece with
+            `collective_streams`. Defaults to `2 MiB`.
         num_packs: int. Packs for single-host NCCL / hierarchical copy.
             Defaults to `1`.
         collective_timeout_s: float or None. Multi-worker `fit`: when a
@@ -186,6 +195,8 @@ class StrategyConfig(validation.ConfigFields):
     mode: str = "auto"
     all_reduce: str = "auto"
     bytes_per_pack: int | str = 0
+    collective_streams: int | str = "auto"
+    collective_piece_bytes: int = 2 << 20
     num_packs: int = 1
     collective_timeout_s: float | None = None
     cpu_replicas: int = 0
@@ -221,6 +232,16 @@ class StrategyConfig(validation.ConfigFields):
                 self.bytes_per_pack,
                 minimum=0,
                 expected='a non-negative int or "auto"',
+            )
+        validation.check_int_or("collective_streams", self.collective_streams, "auto", 0)
+        validation.check_int("collective_piece_bytes", self.collective_piece_bytes, minimum=1)
+        if self.collective_streams not in ("auto", 0) and self.bytes_per_pack != 0:
+            raise ValueError(
+                "Invalid value for `collective_streams` with `bytes_per_pack` "
+                "set: streamed pieces replace the packs. Received: "
+                f"collective_streams={self.collective_streams!r}, "
+                f"bytes_per_pack={self.bytes_per_pack!r}. Expected "
+                "collective_streams=0 or 'auto', or bytes_per_pack=0."
             )
         validation.check_int("num_packs", self.num_packs, minimum=1)
         if self.collective_timeout_s is not None:

@@ -239,6 +239,13 @@ def inapplicable(config, kind: Kind, all_reduce: str | None) -> list[str]:
             f"bytes_per_pack={config.bytes_per_pack} has no effect with {kind}: "
             "it applies to multi-worker collectives (use num_packs on one host)"
         )
+    streams = config.collective_streams
+    if streams not in ("auto", 0) and (not multi or all_reduce != "ring"):
+        out.append(
+            f"collective_streams={streams} has no effect with {kind}/{all_reduce}: "
+            "it applies to multi-worker RING collectives (NCCL keeps TF's "
+            "ordered packs)"
+        )
     if config.collective_timeout_s is not None and not multi:
         out.append(
             f"collective_timeout_s={config.collective_timeout_s} has no effect "

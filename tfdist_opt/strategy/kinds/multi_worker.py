@@ -96,8 +96,14 @@ def communication_options(config, plan):
     )
 
 
+# TF's experimental.recv_buf_max_chunk: negative sends each chunk whole
+# (DTensor's multi-client setup sets the same).
+RECV_BUF_MAX_CHUNK = -1
+
+
 def build(config, plan, topology):
     from tfdist_opt import _logging
+    from tfdist_opt import private_api
     from tfdist_opt.coordination import faults
     from tfdist_opt.cluster import ports
     from tfdist_opt.coordination import startup_guard
@@ -130,6 +136,9 @@ def build(config, plan, topology):
         f"tfdist_opt: CPU threads: {split.reason}"
         + (f" (not applied: {'; '.join(missed)})" if missed else "")
     )
+    # One string per collective chunk in gRPC's RecvBuf responses instead of
+    # TF's default 4 KB pieces (0): fewer copies on the CPU-bound path.
+    private_api.set_recv_buf_max_chunk(RECV_BUF_MAX_CHUNK)
     if config.tune_malloc and host_memory.tune_for_collectives():
         _logging.log_once(
             "tfdist_opt: glibc malloc tuned for collectives (mmap threshold "
