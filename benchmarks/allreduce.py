@@ -13,9 +13,11 @@ Three measurements, all in one run:
 - `sweep` (nccl-tests style): one float32 tensor of 4 KB .. `--max_bytes`
   (x4 steps) all-reduced with TF's defaults; per size: time, algbw =
   bytes / time, busbw = algbw x 2(n-1)/n. Large sizes run fewer iterations
-  (`--sweep_budget_bytes`). Run twice: under glibc's malloc defaults and
-  under the allocator policy opt_strategy() sets (`tfdist_opt.strategy.host_memory`:
-  receive buffers reused instead of page-faulted in every step).
+  (`--sweep_budget_bytes`). Run under glibc's malloc defaults, under the
+  allocator policy opt_strategy() sets (`tfdist_opt.strategy.host_memory`:
+  receive buffers reused instead of page-faulted in every step), with mmap
+  off, and as ours: the streamed all-reduce of multi-worker training
+  (`benchmarks/allreduce_sweep.py`, row `ours_streams`).
 - `model`: ResNet-50's real gradient shapes (`keras.applications.ResNet50
   (weights=None)`, built once, never trained): TF defaults (one
   `ReplicaContext.all_reduce` of the list: a single pack), our `auto`
@@ -56,6 +58,7 @@ from absl import logging
 if __package__ in (None, ""):  # run as `python benchmarks/allreduce.py`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import allreduce_sweep  # pylint: disable=g-import-not-at-top
 from benchmarks import allreduce_timing  # pylint: disable=g-import-not-at-top
 from benchmarks import allreduce_transport  # pylint: disable=g-import-not-at-top
 from benchmarks import common  # pylint: disable=g-import-not-at-top
@@ -101,61 +104,6 @@ _RECV_CHUNK = flags.DEFINE_integer(
 _AUTOTUNE_CSV = flags.DEFINE_string(
     "autotune_csv", None, "Also write the autotune trials to this CSV (chief)."
 )
-
-
-# --------------------------------------------------------------- sweep
-def _sweep(strategy, n):
-    """TF's plain all-reduce per size, under glibc's malloc and under ours."""
-    import tensorflow as tf
-
-    from tfdist_opt.strategy import host_memory
-
-    rows = []
-    sizes, size = 0, _MIN_BYTES.value
-    while size <= _MAX_BYTES.value:
-        sizes, size = sizes + 1, size * 4
-    settings = (
-        ("tf_default_fp32", host_memory.restore_defaults),
-        ("tf_default_fp32_tuned_malloc", host_memory.tune_for_collectives),
-        ("tf_default_fp32_no_mmap", allreduce_transport.no_mmap),
-    )
-    bar = progress.Progress(max(1, len(settings) * sizes), enabled=common.is_chief())
-    for setting, apply in settings:
-        apply()
-        size = _MIN_BYTES.value
-        while size <= _MAX_BYTES.value:
-            t = tf.zeros([size // 4], tf.float32)
-            iters = max(3, min(_ITERS.value, _SWEEP_BUDGET.value // size))
-            res = _timer(
-                strategy,
-                lambda t=t: _scalar([tf.distribute.get_replica_context().all_reduce("SUM", t)]),
-                iters,
-                min(_WARMUP.value, 1 if size > (64 << 20) else _WARMUP.value),
-            )
-            algbw = size / res["time_s"]
-            rows.append(
-                {
-                    "section": "sweep",
-                    "setting": setting,
-                    "bytes": size,
-                    **res,
-                    "algbw_gbps": algbw / 1e9,
-                    "busbw_gbps": algbw * common.bus_factor(n) / 1e9,
-                }
-            )
-            logging.info(
-                "sweep %-30s %10d B  %8.3f ms  algbw %.3f GB/s  busbw %.3f GB/s",
-                setting,
-                size,
-                1e3 * res["time_s"],
-                algbw / 1e9,
-                algbw * common.bus_factor(n) / 1e9,
-            )
-            bar.done(f"sweep {setting} {size} B")
-            size *= 4
-    allreduce_transport.no_mmap(False)
-    host_memory.tune_for_collectives()
-    return rows
 
 
 # --------------------------------------------------------------- model
@@ -362,12 +310,21 @@ def main(argv):
         summary["tcp_gbps"] = tcp / 1e9
         logging.info("tcp single stream: %.2f GB/s", tcp / 1e9)
     if mode in ("all", "sweep"):
-        sweep = _sweep(strategy, n)
+        sweep = allreduce_sweep.sweep(
+            strategy,
+            n,
+            _MIN_BYTES.value,
+            _MAX_BYTES.value,
+            _ITERS.value,
+            _WARMUP.value,
+            _SWEEP_BUDGET.value,
+        )
         rows += sweep
         summary["best_busbw_gbps"] = max(r["busbw_gbps"] for r in sweep)
         for key, setting in (
             ("best_busbw_gbps_default_malloc", "tf_default_fp32"),
             ("best_busbw_gbps_no_mmap", "tf_default_fp32_no_mmap"),
+            ("best_busbw_gbps_ours_streams", "ours_streams"),
         ):
             summary[key] = max(r["busbw_gbps"] for r in sweep if r["setting"] == setting)
     if mode in ("all", "model"):

@@ -14,8 +14,11 @@ rotated every round so load changes fall on every setting alike:
 - `tf_keras`, `keras3_ctl`: the peers of `benchmarks/train.py --compare=peer`
   (tf_keras + plain MultiWorkerMirroredStrategy + fit; Keras 3 + plain MWMS +
   a custom loop);
-- `defaults`: `tfdist_opt.opt_strategy()` at its defaults + fit;
-- `bf16`: ours with `compression="bf16"`, `bytes_per_pack="auto"`;
+- `defaults`: `tfdist_opt.opt_strategy()` at its defaults + fit (the
+  gradients as streamed pieces, `collective_streams="auto"`);
+- `unstreamed`: ours with `collective_streams=0`: TF's one collective per
+  pack (what the defaults ran before streams);
+- `bf16`: ours with `compression="bf16"` (streamed too);
 - `powersgd`: ours with `compression="powersgd"`, `powersgd_rank=4`, from the
   first step (`powersgd_start_step=0`: its default 100 uncompressed updates
   would be every timed step here); also run
@@ -38,10 +41,13 @@ its steps (start-up traffic included: an upper cross-check).
 fraction of the link rate.
 
 Summary keys, per link L (e.g. `1gbit`): `<s>_eps_L`, `<s>_vs_peer_L`
-(ours over the faster peer), `<s>_link_fraction_L` for s in defaults, bf16,
-powersgd, pack4mb, auto (auto: when it picked none or bf16); `auto_picked_L`; `peer_<p>_eps_L`; `compute_eps`; `powersgd_vs_unshaped_L`;
-`allreduce_busbw_fraction_4mb_plus_L` (smallest busbw / link rate over sizes
->= 4 MB, with the allocator policy ours uses); `load_avg_1m_max`.
+(ours over the faster peer), `<s>_link_fraction_L` for s in defaults,
+unstreamed, bf16, powersgd, pack4mb, auto (auto: when it picked none or
+bf16); `auto_picked_L`; `peer_<p>_eps_L`; `compute_eps`;
+`powersgd_vs_unshaped_L`; `allreduce_busbw_fraction_4mb_plus_L` (smallest
+busbw / link rate over sizes >= 4 MB: TF's all-reduce with the allocator
+policy ours uses) and `ours_allreduce_busbw_fraction_4mb_plus_L` (the same
+for the streamed all-reduce ours trains with); `load_avg_1m_max`.
 
 Every namespace is removed at exit, also on error, Ctrl-C and SIGTERM.
 """
@@ -73,7 +79,8 @@ SETTINGS = {  # name -> (train.py --peer_role, extra flags)
     "tf_keras": ("tf_keras", ()),
     "keras3_ctl": ("keras3_ctl", ()),
     "defaults": ("ours", ()),
-    "bf16": ("ours", ("--compression=bf16", "--bytes_per_pack=auto")),
+    "unstreamed": ("ours", ("--collective_streams=0",)),
+    "bf16": ("ours", ("--compression=bf16",)),
     "powersgd": (
         "ours",
         ("--compression=powersgd", "--powersgd_rank=4", "--powersgd_start_step=0"),
@@ -88,7 +95,7 @@ SETTINGS = {  # name -> (train.py --peer_role, extra flags)
     ),
 }
 PEERS = ("tf_keras", "keras3_ctl")
-OURS = ("defaults", "bf16", "powersgd", "pack4mb", "auto")
+OURS = ("defaults", "unstreamed", "bf16", "powersgd", "pack4mb", "auto")
 AUTO_LINE = "tfdist_opt: compression=auto picked "
 
 _LINKS = flags.DEFINE_list(
@@ -368,9 +375,10 @@ def _rows_and_summary(pools: dict, sweeps: dict) -> tuple[list, dict]:
         for row in sweep:
             row.update(link=link, busbw_fraction=row["busbw_gbps"] * 1e9 / rate)
             rows.append(row)
-        frac = link_bound.busbw_fraction(sweep, rate, setting="tf_default_fp32_tuned_malloc")
-        if frac is not None:
-            summary[f"allreduce_busbw_fraction_4mb_plus_{link}"] = frac
+        for prefix, setting in (("", "tf_default_fp32_tuned_malloc"), ("ours_", "ours_streams")):
+            frac = link_bound.busbw_fraction(sweep, rate, setting=setting)
+            if frac is not None:
+                summary[f"{prefix}allreduce_busbw_fraction_4mb_plus_{link}"] = frac
     loads = [l for r in rows for l in r.get("load_avg_1m_rounds", [])]
     summary["load_avg_1m_max"] = max(loads) if loads else os.getloadavg()[0]
     return rows, summary

@@ -63,6 +63,7 @@ def test_two_workers_report_all_sections(tmp_path):
         "tf_default_fp32",
         "tf_default_fp32_tuned_malloc",
         "tf_default_fp32_no_mmap",
+        "ours_streams",
     }
     assert summary["num_channels_per_target"] == 2
     assert summary["recv_buf_max_chunk"] == -1
@@ -74,8 +75,9 @@ def test_two_workers_report_all_sections(tmp_path):
     assert (tmp_path / "ar.csv").exists() and (tmp_path / "tune.csv").exists()
     # Progress: the chief prints one line per sweep size and model row.
     chief = results[0].output
-    # 3 settings x 4 sizes: the total counts every one (it once said 8).
-    assert "progress 8/12 (67%) sweep tf_default_fp32_tuned_malloc 262144 B" in chief
-    assert "progress 12/12 (100%) sweep tf_default_fp32_no_mmap 262144 B" in chief
+    # 4 settings x 4 sizes: the total counts every one (it once said 8).
+    assert "progress 8/16 (50%) sweep tf_default_fp32_tuned_malloc 262144 B" in chief
+    assert "progress 16/16 (100%) sweep ours_streams 262144 B" in chief
+    assert summary["best_busbw_gbps_ours_streams"] > 0
     assert "progress 10/10 (100%) model local_concat_split_only" in chief
     assert "progress " not in results[1].output

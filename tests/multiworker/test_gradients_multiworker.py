@@ -6,6 +6,9 @@ One cluster launch trains four variants (see scripts/grad_train.py):
   advance once per 4 micro-steps, both workers identical;
 * pack (auto buckets) vs plain (TF's one pack): bit-identical weights;
 * bf16: weight updates within precision.compression_rtol of plain, not equal;
+* streams (pieces of 64 KB across tensor boundaries, two collectives in
+  flight) vs plain: bit-identical weights; the server sends RecvBuf chunks
+  whole (recv_buf_max_chunk=-1, set by opt_strategy);
 every variant checked on both tasks, which end bit-identical.
 """
 
@@ -43,6 +46,7 @@ def test_gradients_on_two_workers(tmp_path):
     script["reference"](str(tmp_path))  # one process, one device: this one
     assert "TUNED_BYTES_PER_PACK=" in results[0].output
     assert "TUNED_BYTES_PER_PACK=None" not in results[0].output  # autotune ran
+    assert "RECV_BUF_MAX_CHUNK=-1" in results[0].output
 
     big, big_it = _load(tmp_path / "big_ref.npz")
     single_plain, steps = _load(tmp_path / "plain_ref.npz")
@@ -61,17 +65,21 @@ def test_gradients_on_two_workers(tmp_path):
     # the variant's check.
     loaded = {
         (name, task): _load(tmp_path / f"{name}_{task}.npz")
-        for name in ("plain", "pack", "bf16")
+        for name in ("plain", "pack", "bf16", "streams")
         for task in (0, 1)
     }
-    for name in ("plain", "pack", "bf16"):
+    for name in ("plain", "pack", "bf16", "streams"):
         (a, it_a), (b, it_b) = loaded[(name, 0)], loaded[(name, 1)]
         assert it_a == it_b == steps, name
         for x, y in zip(a, b):
             np.testing.assert_array_equal(x, y, err_msg=name)
     for task in (0, 1):
-        mw_plain, pack, bf16 = (loaded[(n, task)][0] for n in ("plain", "pack", "bf16"))
+        mw_plain, pack, bf16, streams = (
+            loaded[(n, task)][0] for n in ("plain", "pack", "bf16", "streams")
+        )
         for a, b in zip(pack, mw_plain):  # packing changes no bit
+            np.testing.assert_array_equal(a, b)
+        for a, b in zip(streams, mw_plain):  # nor do streamed pieces
             np.testing.assert_array_equal(a, b)
         assert any(not np.array_equal(a, b) for a, b in zip(pack, w_init))  # trained
         assert _max_rel(mw_plain, single_plain) <= 1e-5  # 2 workers == 1 process

@@ -6,7 +6,8 @@ As a worker (TF_CONFIG set) it builds `opt_strategy(grad_accum=4,
 bytes_per_pack="auto")` (accumulation wired through configuration, the
 pack size autotuned on the real shapes) and trains variant "accum"; then it
 re-attaches other `GradientOptions` to the same strategy and trains
-"plain" (TF defaults), "pack" (auto packing) and "bf16". The test calls
+"plain" (TF defaults), "pack" (auto packing), "bf16" and "streams"
+(streamed pieces of 64 KB, two in flight, `tfdist_opt.gradients.streams`). The test calls
 `reference(DIR)` in its own process for the single-process references
 "big" (one step at the accumulated batch) and "plain". Weights and the optimizer's iteration
 count go to DIR/<variant>_<task>.npz.
@@ -97,10 +98,18 @@ def main():
         ("plain", GradientOptions()),
         ("pack", GradientOptions(bytes_per_pack="auto")),
         ("bf16", GradientOptions(compression="bf16")),
+        (
+            "streams",
+            GradientOptions(hooked=True, collective_streams=2, collective_piece_bytes=64 << 10),
+        ),
     ):
         keras_binding.attach(strategy, options)
         train(strategy, MICRO * WORKERS, args.out, name, task)
     print(f"TUNED_BYTES_PER_PACK={tuned[0] if tuned else None}", flush=True)
+    from tensorflow.python.eager import context  # the server's config, read back
+
+    chunk = context.context().config.experimental.recv_buf_max_chunk
+    print(f"RECV_BUF_MAX_CHUNK={chunk}", flush=True)
 
 
 if __name__ == "__main__":
