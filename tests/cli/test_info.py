@@ -112,6 +112,11 @@ def test_info_text_with_cluster_role_and_preset(info_here):
     assert "TF_CONFIG    : worker:1 of 2 task(s)" in out
     assert "multi_worker over /cpu:0 (2 replica(s) in sync)" in out
     assert "collectives  : ring" in out
+    # The preset's packs: no streamed pieces (collective_streams="auto").
+    assert (
+        "; gradients one collective per pack, in turn (collective_streams=0 with bytes_per_pack set)"
+        in out
+    )
     # Both workers on this host: what cpu_split does to this one.
     want = cpu_split.detect("auto", cfg).reason
     assert f"cpu threads  : {want} (cpu_split)" in out
@@ -127,6 +132,22 @@ def test_info_text_with_cluster_role_and_preset(info_here):
         }
     )
     assert "abort after 300 s, exit code 43 (stall_abort_s)" in out
+
+
+def test_info_says_the_gradients_travel_as_streamed_pieces(info_here):
+    cfg = {
+        "cluster": {"worker": ["localhost:2222", "localhost:2223"]},
+        "task": {"type": "worker", "index": 0},
+    }
+    code, out = info_here(env_extra={"TF_CONFIG": json.dumps(cfg)})
+    assert code == 0, out
+    line = "ring (collective ops over gRPC); gradients in pieces of 2097152 bytes, 2 in flight"
+    assert line in out
+    code, out = info_here(
+        env_extra={"TF_CONFIG": json.dumps(cfg), "TFDIST_OPT_COLLECTIVE_STREAMS": "0"}
+    )
+    assert code == 0, out
+    assert "gradients one collective per pack, in turn (collective_streams=0)" in out
 
 
 def test_info_names_the_variables_a_launch_forwards(info_here, monkeypatch):

@@ -169,7 +169,7 @@ def format_text(info: dict[str, Any]) -> str:
         lines += [
             f"strategy     : {s['kind']} over {', '.join(s['devices'])} "
             f"({s['replicas_in_sync']} replica(s) in sync)",
-            f"collectives  : {_collectives(s)}",
+            f"collectives  : {_collectives(s, info.get('config') or {})}",
             "why          : " + "; ".join(s["why"]),
         ]
     if s.get("gpu_memory"):
@@ -208,12 +208,28 @@ _COLLECTIVES = {
 }
 
 
-def _collectives(s: dict[str, Any]) -> str:
+def _collectives(s: dict[str, Any], cfg: dict[str, Any]) -> str:
     """The collective implementation, and how it moves the gradients."""
     impl = s["collective_implementation"]
     if impl is None:
         return "none (one device)"
-    return _COLLECTIVES.get((s["kind"], impl), impl)
+    line = _COLLECTIVES.get((s["kind"], impl), impl)
+    if s["kind"] == "multi_worker" and "collective_streams" in cfg:
+        from tfdist_opt.strategy import build
+
+        streams = (
+            0
+            if versions.uses_legacy_keras()  # tf_keras: TF's own all-reduce
+            else build.collective_streams(types.SimpleNamespace(**cfg), impl)
+        )
+        line += (
+            f"; gradients in pieces of {cfg['collective_piece_bytes']} bytes, "
+            f"{streams} in flight (collective_streams)"
+            if streams
+            else "; gradients one collective per pack, in turn (collective_streams=0"
+            + (" with bytes_per_pack set)" if cfg.get("bytes_per_pack") else ")")
+        )
+    return line
 
 
 def _tested_set() -> dict[str, Any]:

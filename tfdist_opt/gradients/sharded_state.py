@@ -38,6 +38,7 @@ import tensorflow as tf
 from tfdist_opt import _class_swap
 from tfdist_opt import runtime
 from tfdist_opt.gradients import replica_slots
+from tfdist_opt.gradients import collective_keys
 from tfdist_opt.gradients import zero_collectives
 from tfdist_opt.gradients import zero_plan
 
@@ -130,7 +131,7 @@ class ShardedStateHooks:
             )
         tvars = [getattr(v, "value", v) for v in trainable_variables]
         state = runtime.OBJECTS.of(self).gradients
-        r = _static_replica_id(ctx)
+        r = collective_keys.static_replica_id(ctx, "shard_optimizer_state")
         n = ctx.num_replicas_in_sync
         layouts = [_layout(v.shape, n) for v in tvars]
         if n == 1:
@@ -223,16 +224,6 @@ class _ShardView:
 
     def __tf_tensor__(self, dtype=None, name=None):
         return tf.convert_to_tensor(self.value, dtype=dtype, name=name)
-
-
-def _static_replica_id(ctx) -> int:
-    r = tf.get_static_value(ctx.replica_id_in_sync_group)
-    if r is None:
-        raise RuntimeError(
-            "tfdist_opt shard_optimizer_state needs a static "
-            "replica id (a tf.distribute replica context)."
-        )
-    return int(r)
 
 
 def _local_slice(x, r, s, size):
