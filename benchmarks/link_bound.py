@@ -41,6 +41,15 @@ def bus_factor(n: int) -> float:
     return 2 * (n - 1) / n if n > 1 else 0.0
 
 
+def payload_kind(setting: str, flags) -> str:
+    """What a setting's gradients travel as (for `payload_bytes`): the value
+    of its `--compression=` flag, else the setting's name (peers, defaults)."""
+    for flag in flags:
+        if flag.startswith("--compression="):
+            return flag.split("=", 1)[1]
+    return setting
+
+
 def payload_bytes(setting: str, params: int, sent_bytes: int | None = None) -> int:
     """Gradient bytes one step all-reduces for a setting.
 

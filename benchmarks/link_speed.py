@@ -25,6 +25,10 @@ rotated every round so load changes fall on every setting alike:
   on an unshaped link (`--unshaped`) for `powersgd_vs_unshaped_<link>`;
 - `pack4mb`: ours with `bytes_per_pack=4194304` (several collectives a step,
   one after the other, in backprop order);
+- `s<k>_<size>` (`s2_1mb`, `s4_1mb`, `s2_512kb`, `s4_2mb`, `s2_4mb`) and
+  `bf16_1mb`, `bf16_s4`: ours with other `collective_streams` (k) and
+  `collective_piece_bytes` (size) than the defaults' 2 and 2 MiB; not run
+  unless named in `--settings`;
 - `auto`: ours with `compression="auto"` (PowerSGD, if picked, from the
   first step); `auto_picked_<link>` is what the chief's start line says.
 
@@ -80,6 +84,14 @@ SETTINGS = {  # name -> (train.py --peer_role, extra flags)
     "keras3_ctl": ("keras3_ctl", ()),
     "defaults": ("ours", ()),
     "unstreamed": ("ours", ("--collective_streams=0",)),
+    # s<streams>_<piece size>: other collective_streams / collective_piece_bytes.
+    "s2_1mb": ("ours", ("--collective_piece_bytes=1048576",)),
+    "s4_1mb": ("ours", ("--collective_piece_bytes=1048576", "--collective_streams=4")),
+    "s2_512kb": ("ours", ("--collective_piece_bytes=524288",)),
+    "s4_2mb": ("ours", ("--collective_streams=4",)),
+    "s2_4mb": ("ours", ("--collective_piece_bytes=4194304",)),
+    "bf16_1mb": ("ours", ("--compression=bf16", "--collective_piece_bytes=1048576")),
+    "bf16_s4": ("ours", ("--compression=bf16", "--collective_streams=4")),
     "bf16": ("ours", ("--compression=bf16",)),
     "powersgd": (
         "ours",
@@ -95,14 +107,17 @@ SETTINGS = {  # name -> (train.py --peer_role, extra flags)
     ),
 }
 PEERS = ("tf_keras", "keras3_ctl")
-OURS = ("defaults", "unstreamed", "bf16", "powersgd", "pack4mb", "auto")
+PIECES = ("s2_1mb", "s4_1mb", "s2_512kb", "s4_2mb", "s2_4mb", "bf16_1mb", "bf16_s4")
+OURS = ("defaults", "unstreamed", "bf16", "powersgd", "pack4mb", "auto") + PIECES
 AUTO_LINE = "tfdist_opt: compression=auto picked "
 
 _LINKS = flags.DEFINE_list(
     "link", ["1gbit", "10gbit"], "tc rates of the emulated links, one run set each."
 )
 _SETTINGS = flags.DEFINE_list(
-    "settings", list(SETTINGS), f"Settings to measure, of {list(SETTINGS)}."
+    "settings",
+    [s for s in SETTINGS if s not in PIECES],
+    f"Settings to measure, of {list(SETTINGS)}.",
 )
 _ROUNDS = flags.DEFINE_integer("rounds", 2, "Alternated rounds.")
 _MODEL = flags.DEFINE_string("model", "mlp", "benchmarks/train.py --model.")
@@ -343,7 +358,9 @@ def _rows_and_summary(pools: dict, sweeps: dict) -> tuple[list, dict]:
                 payload_as = None  # its factors' bytes are not reported: no bound
             if rate and (setting != "auto" or payload_as):
                 payload = link_bound.payload_bytes(
-                    payload_as if setting == "auto" else setting,
+                    payload_as
+                    if setting == "auto"
+                    else link_bound.payload_kind(setting, SETTINGS[setting][1]),
                     row["params"],
                     row.get("sent_bytes_per_step"),
                 )

@@ -21,6 +21,13 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 BINARY = os.path.join(REPO_ROOT, "benchmarks", "link_speed.py")
 
 
+def test_a_setting_travels_as_its_compression_flag_says():
+    # bf16 with 1 MB pieces sends bf16 bytes: its bound is bf16's, not fp32's.
+    assert link_bound.payload_kind("bf16_1mb", ("--compression=bf16", "--x=1")) == "bf16"
+    assert link_bound.payload_kind("s2_1mb", ("--collective_piece_bytes=1",)) == "s2_1mb"
+    assert link_bound.payload_bytes(link_bound.payload_kind("b", ("--compression=bf16",)), 10) == 20
+
+
 def test_rates_parse_in_tc_units():
     assert link_bound.rate_bytes_per_s("1gbit") == 125e6
     assert link_bound.rate_bytes_per_s("10gbit") == 1.25e9

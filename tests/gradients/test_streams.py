@@ -8,8 +8,9 @@
   one collective per piece per replica (the trace's count), and a wrong
   reassembly is caught by the same comparison (pieces issued last first);
 * `collective_streams="auto"` is 2 on multi-worker RING with
-  `bytes_per_pack=0`, 0 with packs or NCCL; an explicit count with packs is
-  refused naming both fields; a count where it has no effect warns.
+  `bytes_per_pack=0`, 0 with packs, NCCL, PowerSGD, accumulation or ZeRO
+  (their own collectives); an explicit count with packs is refused naming
+  both fields; a count where it has no effect warns.
 (The 2-worker comparison is in tests/multiworker/test_gradients_multiworker.py.)
 """
 
@@ -115,6 +116,15 @@ def test_auto_streams_where_they_apply():
     assert build.collective_streams(cfg, "nccl") == 0
     assert build.collective_streams(cfg.replace(bytes_per_pack="auto"), "ring") == 0
     assert build.collective_streams(cfg.replace(bytes_per_pack=1 << 20), "ring") == 0
+    # Paths that run their own collectives keep them.
+    for other in (
+        {"compression": "powersgd"},
+        {"grad_accum": 2},
+        {"shard_optimizer_state": True},
+    ):
+        assert build.collective_streams(cfg.replace(**other), "ring") == 0, other
+    assert build.collective_streams(cfg.replace(compression="bf16"), "ring") == 2
+    assert build.collective_streams(cfg.replace(compression="auto"), "ring") == 2
     assert build.collective_streams(cfg.replace(collective_streams=3), "ring") == 3
     assert build.collective_streams(cfg.replace(collective_streams=0), "ring") == 0
     options = build.gradient_options(cfg, Kind.MULTI_WORKER, all_reduce="ring")

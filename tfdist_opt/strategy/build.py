@@ -154,10 +154,20 @@ def gradient_options(
 
 
 def collective_streams(cfg: StrategyConfig, all_reduce: str | None) -> int:
-    """`cfg.collective_streams` resolved for a multi-worker Keras 3 strategy."""
+    """`cfg.collective_streams` resolved for a multi-worker Keras 3 strategy.
+
+    `"auto"` is `AUTO_STREAMS` where the plain all-reduce of a step's
+    gradients runs in the replica context: RING, no packs of the user's
+    (`bytes_per_pack=0`), and none of PowerSGD (its own factor
+    collectives), `grad_accum > 1` (one cross-replica all-reduce every k
+    steps) or `shard_optimizer_state` (reduce-scatter and gather).
+    """
     if cfg.collective_streams != "auto":
         return cfg.collective_streams
-    return AUTO_STREAMS if all_reduce == "ring" and cfg.bytes_per_pack == 0 else 0
+    applies = (
+        all_reduce == "ring" and cfg.bytes_per_pack == 0 and not plan_lib.streams_bypassed(cfg)
+    )
+    return AUTO_STREAMS if applies else 0
 
 
 def _stage_list(stages) -> tuple:

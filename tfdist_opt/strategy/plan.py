@@ -224,6 +224,17 @@ def choose_all_reduce(
     return asked
 
 
+def streams_bypassed(config) -> str | None:
+    """The setting whose gradient path runs no streamed pieces, or None."""
+    if config.compression == "powersgd":
+        return "compression='powersgd'"
+    if config.grad_accum > 1:
+        return f"grad_accum={config.grad_accum}"
+    if config.shard_optimizer_state:
+        return "shard_optimizer_state=True"
+    return None
+
+
 def inapplicable(config, kind: Kind, all_reduce: str | None) -> list[str]:
     """Warnings for settings that have no effect with this kind / collective."""
     out = []
@@ -245,6 +256,11 @@ def inapplicable(config, kind: Kind, all_reduce: str | None) -> list[str]:
             f"collective_streams={streams} has no effect with {kind}/{all_reduce}: "
             "it applies to multi-worker RING collectives (NCCL keeps TF's "
             "ordered packs)"
+        )
+    elif streams not in ("auto", 0) and streams_bypassed(config):
+        out.append(
+            f"collective_streams={streams} has no effect with "
+            f"{streams_bypassed(config)}: that gradient path runs its own collectives"
         )
     if config.collective_timeout_s is not None and not multi:
         out.append(
