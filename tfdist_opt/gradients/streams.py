@@ -34,6 +34,7 @@ from typing import Sequence
 import tensorflow as tf
 
 from tfdist_opt.gradients import collective_keys
+from tfdist_opt.gradients import replica_slots
 from tfdist_opt.gradients import piece_plan
 
 
@@ -55,7 +56,7 @@ class Streams:
         self.group = collective_keys.group_key(strategy)
         self.piece_bytes = piece_bytes
         self.hint = hint
-        with tf.init_scope(), strategy.scope():
+        with replica_slots.creation_scope(strategy):
             self.tokens = [
                 tf.Variable(0.0, trainable=False, name=f"tfdist_stream_token_{i}")
                 for i in range(streams)

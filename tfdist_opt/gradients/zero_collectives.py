@@ -34,6 +34,7 @@ import tensorflow as tf
 
 from tfdist_opt.gradients import allreduce
 from tfdist_opt.gradients import collective_keys
+from tfdist_opt.gradients import replica_slots
 from tfdist_opt.gradients import zero_plan
 
 
@@ -53,7 +54,7 @@ class Collectives:
         self.group = collective_keys.group_key(strategy)
         self.token = None
         if self.n > 1:
-            with tf.init_scope(), strategy.scope():
+            with replica_slots.creation_scope(strategy):
                 self.token = tf.Variable(0.0, trainable=False, name="tfdist_zero_ordering_token")
 
     def _kw(self, x, replica):
