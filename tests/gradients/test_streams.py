@@ -126,6 +126,7 @@ def test_auto_streams_where_they_apply():
     assert build.collective_streams(cfg.replace(compression="bf16"), "ring") == 2
     assert build.collective_streams(cfg.replace(compression="auto"), "ring") == 2
     assert build.collective_streams(cfg.replace(collective_streams=3), "ring") == 3
+    assert build.collective_streams(cfg.replace(collective_streams=3), "nccl") == 0
     assert build.collective_streams(cfg.replace(collective_streams=0), "ring") == 0
     options = build.gradient_options(cfg, Kind.MULTI_WORKER, all_reduce="ring")
     assert options.collective_streams == 2 and options.collective_piece_bytes == 2 << 20

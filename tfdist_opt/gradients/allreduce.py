@@ -19,6 +19,10 @@ the bucket's size so TF does not split it again), `decompress` (cast back,
 multiply back). Sparse gradients (`tf.IndexedSlices`) bypass compression
 and packing and go through TF's own all-reduce.
 
+With a `streams.Streams` (`collective_streams`, the multi-worker RING
+default), `all_reduce_sum` sends the compressed dense gradients as pieces,
+several in flight, instead of one collective per bucket.
+
 All decisions are taken at trace time from static shapes, so every worker
 traces the same collectives in the same order.
 """

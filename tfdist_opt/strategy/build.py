@@ -162,11 +162,11 @@ def collective_streams(cfg: StrategyConfig, all_reduce: str | None) -> int:
     collectives), `grad_accum > 1` (one cross-replica all-reduce every k
     steps) or `shard_optimizer_state` (reduce-scatter and gather).
     """
+    if all_reduce != "ring":
+        return 0  # NCCL keeps its launcher's order (a plan warning says so when asked)
     if cfg.collective_streams != "auto":
         return cfg.collective_streams
-    applies = (
-        all_reduce == "ring" and cfg.bytes_per_pack == 0 and not plan_lib.streams_bypassed(cfg)
-    )
+    applies = cfg.bytes_per_pack == 0 and not plan_lib.streams_bypassed(cfg)
     return AUTO_STREAMS if applies else 0
 
 
