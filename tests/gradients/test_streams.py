@@ -5,7 +5,8 @@
 * on 2 virtual CPU replicas in one process, a 4-7-1 MLP trained 4 steps
   with pieces of 16 bytes (a tensor spans several pieces, a piece several
   tensors) ends with the weights of TF's one-pack all-reduce (rel 1e-6),
-  one collective per piece per replica (the trace's count), and a wrong
+  one collective per piece per replica (the trace's count); bf16 cast per
+  piece equals bf16 cast per tensor bit for bit; and a wrong
   reassembly is caught by the same comparison (pieces issued last first);
 * `collective_streams="auto"` is 2 on multi-worker RING with
   `bytes_per_pack=0`, 0 with packs, NCCL, PowerSGD, accumulation or ZeRO
@@ -95,6 +96,21 @@ def test_streamed_pieces_equal_one_pack(one_pack, monkeypatch):
     assert len(per_replica) >= 43 // 4
     assert all(n <= 4 for _, n in per_replica)
     assert {r for r, _ in calls} == {0, 1}
+
+
+def test_bf16_cast_per_piece_equals_bf16_in_one_pack():
+    # Cast per piece or per tensor: the same elements, the same bf16 sums
+    # (pieces sent in float32 would differ). The logs' uncast ride is
+    # checked on 2 workers (tests/multiworker/test_log_fold.py, "bf16").
+    a = _train(GradientOptions(hooked=True, compression="bf16"))
+    b = _train(
+        GradientOptions(
+            hooked=True, compression="bf16", collective_streams=2, collective_piece_bytes=16
+        )
+    )
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+    assert _max_rel(a, _train(GradientOptions(hooked=True))) > 0  # bf16 shows
 
 
 def test_a_wrong_reassembly_is_caught(one_pack, monkeypatch):

@@ -4,8 +4,9 @@
 same weights: logs reduced one value at a time (upstream Keras's path) and
 folded into the step's gradient collective (`tfdist_opt.gradients.log_fold`),
 under PowerSGD (both the uncompressed and the compressed branch), our
-packed uncompressed all-reduce and every default (TF's one pack, which
-multi-worker strategies run through our hooks). Per-step logs and final weights must be
+packed uncompressed all-reduce, every default (streamed pieces, which
+multi-worker strategies run through our hooks) and bf16 in streamed pieces
+(the logs travel uncast beside the bf16 gradients). Per-step logs and final weights must be
 equal bit for bit, the folded step must issue no log collective, and the
 upstream baseline must fold nothing. A first fit with nothing set (the
 shipped defaults) must fold as the "folded" mode does.
@@ -20,7 +21,7 @@ pytestmark = [pytest.mark.multiworker, pytest.mark.slow]
 SCRIPT = "tests/multiworker/scripts/log_fold.py"
 
 
-@pytest.fixture(scope="module", params=["powersgd", "packed", "defaults"])
+@pytest.fixture(scope="module", params=["powersgd", "packed", "defaults", "bf16"])
 def runs(request):
     return harness.results_by_mode(harness.run_workers(2, [SCRIPT, request.param], timeout_s=240))
 

@@ -131,6 +131,7 @@ def all_reduce_sum(
     strategy: tf.distribute.Strategy | None = None,
     tuned: int | None = None,
     streams: "streams_lib.Streams | None" = None,
+    exact: int = 0,
 ) -> list:
     """SUM all-reduce of `grads` from a replica context, compressed + packed.
 
@@ -143,6 +144,8 @@ def all_reduce_sum(
         streams: `streams.Streams` or None. With one (`collective_streams`),
             the dense gradients travel as pieces, several in flight,
             instead of one collective per pack.
+        exact: int. With `streams`, the last `exact` dense tensors travel
+            uncast whatever the wire dtype (Keras's log values).
 
     Returns:
         List like `grads`, each the sum over all replicas, in the input dtype.
@@ -161,12 +164,23 @@ def all_reduce_sum(
             out[i] = r
     if not dense:
         return out
-    sent = [compress(tf.convert_to_tensor(grads[i]), options, n) for i in dense]
-    wire = [s for s, _ in sent]
-    if streams is not None and all(_nbytes(w) is not None for w in wire):
-        for j, r in enumerate(streams_lib.all_reduce_sum(wire, streams)):
-            out[dense[j]] = decompress(r, sent[j][1])
+    values = [tf.convert_to_tensor(grads[i]) for i in dense]
+    if streams is not None and all(_nbytes(v) is not None for v in values):
+        codec = streams_lib.Codec(
+            encode=lambda x: compress(x, options, n),
+            decode=decompress,
+            wire_size=lambda dtype: (
+                tf.as_dtype(precision.compress_dtype(dtype.name, options.wire_dtype) or dtype).size
+            ),
+        )
+        reduced = streams_lib.all_reduce_sum(
+            values, streams, codec, exact=range(len(values) - exact, len(values))
+        )
+        for j, r in enumerate(reduced):
+            out[dense[j]] = r
         return out
+    sent = [compress(v, options, n) for v in values]
+    wire = [s for s, _ in sent]
     for bucket in plan_buckets(wire, options, tuned):
         values = [wire[j] for j in bucket]
         reduced = ctx.all_reduce(tf.distribute.ReduceOp.SUM, values, options=_one_pack(values))

@@ -102,7 +102,7 @@ class StageContext:
         if not self._logs_taken:
             self._logs_taken = True
             logs = log_fold.take(self.strategy)
-            if self.options.wire_dtype is not None:
+            if self.options.wire_dtype is not None and self._state.streams is None:
                 logs = None  # they would travel cast: their own collective
         reduced = allreduce.all_reduce_sum(
             tensors + list(logs or []),
@@ -110,6 +110,7 @@ class StageContext:
             self.strategy,
             tuned=self._state.tuned_bytes_per_pack,
             streams=self._state.streams,
+            exact=len(logs or []),  # streamed logs travel uncast
         )
         if logs:
             log_fold.answer(self.strategy, logs, reduced[len(tensors) :])

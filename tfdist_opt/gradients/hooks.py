@@ -206,7 +206,9 @@ def can_fold_logs(optimizer) -> bool:
 
     They do when every step all-reduces (`grad_accum == 1`, no sharded
     state) in float32 (`compression="none"`, or PowerSGD with
-    `powersgd_wire="none"`), through built-in stages only.
+    `powersgd_wire="none"`) or in streamed pieces (`collective_streams`,
+    where the logs travel uncast beside bf16/fp16 gradients), through
+    built-in stages only.
     """
     state = state_of(optimizer)
     if state is None or not is_hooked(optimizer) or state.chain.user_stages:
@@ -214,7 +216,9 @@ def can_fold_logs(optimizer) -> bool:
     options = state.options
     if options.grad_accum != 1 or options.shard_optimizer_state:
         return False
-    return options.wire_dtype is None
+    return options.wire_dtype is None or (
+        options.collective_streams > 0 and not options.is_powersgd
+    )
 
 
 def _grad_accum(optimizer) -> int:

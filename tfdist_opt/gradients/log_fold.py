@@ -28,7 +28,9 @@ per worker, Keras's own `train_step` and `compute_metrics` (not
 overridden), no per-replica XLA step and no inlined `steps_per_execution`
 loop, an optimizer with our gradient hooks that all-reduces every step
 (`grad_accum == 1`, no sharded state) and sends float32 (`compression`
-`"none"` or PowerSGD with `powersgd_wire="none"`). Anything else, or a
+`"none"` or PowerSGD with `powersgd_wire="none"`) or streamed pieces
+(`collective_streams`: the logs travel uncast beside bf16/fp16
+gradients). Anything else, or a
 value offered but not taken, takes the packed logs' collective as before.
 """
 

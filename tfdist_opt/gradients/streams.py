@@ -29,7 +29,8 @@ variables made when the optimizer is built, outside its tracked state
 
 from __future__ import annotations
 
-from typing import Sequence
+import dataclasses
+from typing import Callable, Sequence
 
 import tensorflow as tf
 
@@ -76,13 +77,40 @@ class Streams:
         )
 
 
-def all_reduce_sum(tensors: Sequence[tf.Tensor], streams: Streams) -> list[tf.Tensor]:
+@dataclasses.dataclass(frozen=True)
+class Codec:
+    """How pieces travel: cast (and pre-divide) each piece, not each tensor.
+
+    Casting piece by piece lets the cast of later pieces run while earlier
+    ones are on the wire (a whole-tensor cast must finish before the
+    tensor's first piece can go), and the cast back likewise.
+
+    Attributes:
+        encode: `x -> (wire, meta)` (`allreduce.compress`).
+        decode: `(summed, meta) -> x` (`allreduce.decompress`).
+        wire_size: `dtype -> int`, bytes per element on the wire (pieces
+            are `piece_bytes` on the wire).
+    """
+
+    encode: Callable
+    decode: Callable
+    wire_size: Callable
+
+
+def all_reduce_sum(
+    tensors: Sequence[tf.Tensor],
+    streams: Streams,
+    codec: Codec | None = None,
+    exact: Sequence[int] = (),
+) -> list[tf.Tensor]:
     """SUM over replicas of each dense tensor (replica context), in pieces.
 
     Args:
-        tensors: dense tensors with static shapes (already in their wire
-            dtype).
+        tensors: dense tensors with static shapes.
         streams: the optimizer's `Streams`.
+        codec: `Codec` or None. Applied to every piece but those of `exact`
+            (None: the tensors travel as they are).
+        exact: indices of tensors that travel uncast (Keras's log values).
 
     Returns:
         A list like `tensors`: each summed over every replica.
@@ -91,15 +119,18 @@ def all_reduce_sum(tensors: Sequence[tf.Tensor], streams: Streams) -> list[tf.Te
         tf.distribute.get_replica_context(), "collective_streams"
     )
     out: list = list(tensors)
-    by_dtype: dict[tf.DType, list[int]] = {}
+    groups: dict[tuple, list[int]] = {}
+    exact = set(exact)
     for i, t in enumerate(tensors):
-        by_dtype.setdefault(t.dtype, []).append(i)
+        groups.setdefault((t.dtype, i in exact), []).append(i)
     piece = 0
-    for dtype, idx in by_dtype.items():
+    for (dtype, uncast), idx in groups.items():
+        piece_codec = None if uncast else codec
+        itemsize = piece_codec.wire_size(dtype) if piece_codec else dtype.size
         flat = [tf.reshape(tensors[i], [-1]) for i in idx]
         sizes = [int(tensors[i].shape.num_elements()) for i in idx]
         order = list(reversed(range(len(idx))))  # backprop order
-        plan = piece_plan.plan_pieces(sizes, order, max(1, streams.piece_bytes // dtype.size))
+        plan = piece_plan.plan_pieces(sizes, order, max(1, streams.piece_bytes // itemsize))
         chunks: list[list[tf.Tensor]] = [[] for _ in idx]
         for segments in plan:
             ins = [
@@ -109,7 +140,11 @@ def all_reduce_sum(tensors: Sequence[tf.Tensor], streams: Streams) -> list[tf.Te
                 for s in segments
             ]
             x = ins[0] if len(ins) == 1 else tf.concat(ins, 0)
-            summed = streams.all_reduce(x, replica, piece)
+            if piece_codec:
+                wire, meta = piece_codec.encode(x)
+                summed = piece_codec.decode(streams.all_reduce(wire, replica, piece), meta)
+            else:
+                summed = streams.all_reduce(x, replica, piece)
             piece += 1
             parts = (
                 [summed]

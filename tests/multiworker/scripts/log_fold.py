@@ -27,8 +27,10 @@ CONFIGS = {
         compression="powersgd", powersgd_rank=2, powersgd_start_step=2, powersgd_min_compression=0
     ),
     "packed": dict(bytes_per_pack="auto"),
-    # Every default: TF's one pack, through our hooks (multi-worker).
+    # Every default: streamed pieces, through our hooks (multi-worker).
     "defaults": dict(),
+    # bf16 gradients in streamed pieces; the logs ride along uncast.
+    "bf16": dict(compression="bf16"),
 }
 config = sys.argv[1]
 strategy = tfdist_opt.opt_strategy(tfdist_opt.StrategyConfig(**CONFIGS[config]))
