@@ -13,9 +13,10 @@ backward pass. Here, with `collective_streams=S` (`StrategyConfig`):
   piece k on ordering token k mod S: up to S collectives in flight, each
   stream in issue order (every worker traces the same pieces in the same
   order, so every stream matches piece for piece, whatever the timing);
-* the summed pieces are split and reshaped back: the same sum of the same
-  values as one collective, element for element (each element is added
-  in the same ring, in the same rank order).
+* the summed pieces are split and reshaped back: the sum of the same
+  values as one collective's; with 2 workers bit for bit (one addition per
+  element), with more the ring may add an element's values in another
+  order than one large collective would (float rounding only).
 
 Why: on a link-bound step one large collective leaves the link idle
 between its request/response rounds; pieces of a few MB, two at once, keep
