@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from tfdist_opt import validation
 from tfdist_opt.gradients import combine
 from tfdist_opt.gradients import powersgd
 from tfdist_opt.gradients.builtin_stages import BuiltinStage
@@ -36,6 +37,8 @@ from tfdist_opt.gradients.stage import GradientStage
 COMPRESSIONS = ("none", "fp16", "bf16", "powersgd", "auto")
 # Bytes per element of the wire dtype, and of the dtypes we never compress.
 WIRE_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
+# collective_piece_bytes' default (StrategyConfig uses the same).
+PIECE_BYTES = 2 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +135,7 @@ class GradientOptions:
     shard_bucket_bytes: int = 32 << 20
     fused_updates: bool = True
     collective_streams: int = 0
-    collective_piece_bytes: int = 2 << 20
+    collective_piece_bytes: int = PIECE_BYTES
     stages: tuple = ()
 
     def __post_init__(self):
@@ -142,13 +145,8 @@ class GradientOptions:
                 "Invalid value for `bytes_per_pack`: expected a non-negative "
                 f'int or "auto". Received: bytes_per_pack={bpp!r}'
             )
-        for name, low in (("collective_streams", 0), ("collective_piece_bytes", 1)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(
-                    f"Invalid value for `{name}`: expected an int >= {low}. "
-                    f"Received: {name}={value!r}"
-                )
+        validation.check_int("collective_streams", self.collective_streams, minimum=0)
+        validation.check_int("collective_piece_bytes", self.collective_piece_bytes, minimum=1)
         if self.compression not in COMPRESSIONS:
             raise ValueError(
                 "Invalid value for `compression`: expected one of "
@@ -232,5 +230,5 @@ class GradientOptions:
             shard_optimizer_state=getattr(config, "shard_optimizer_state", False),
             shard_bucket_bytes=getattr(config, "shard_bucket_bytes", 32 << 20),
             fused_updates=getattr(config, "fused_updates", True),
-            collective_piece_bytes=getattr(config, "collective_piece_bytes", 2 << 20),
+            collective_piece_bytes=getattr(config, "collective_piece_bytes", PIECE_BYTES),
         )

@@ -43,21 +43,20 @@ from tfdist_opt.gradients import piece_plan
 class Streams:
     """One optimizer's streamed collectives: group, tokens, piece size.
 
-    Made in the cross-replica context (the optimizer's `build`, under the
-    strategy's scope).
+    Made by the optimizer's `build` (cross-replica, or inside the first
+    step's replica context when Keras builds it lazily: the tokens go
+    through `replica_slots.creation_scope`, as optimizer state does).
 
     Args:
         strategy: the `tf.distribute.Strategy`.
         streams: int >= 1. Collectives in flight at once (ordering tokens).
         piece_bytes: int >= 1. Bytes per piece.
-        hint: str. The collectives' `communication_hint` (`"ring"`).
     """
 
-    def __init__(self, strategy, streams: int, piece_bytes: int, hint: str = "ring"):
+    def __init__(self, strategy, streams: int, piece_bytes: int):
         self.n = strategy.num_replicas_in_sync
         self.group = collective_keys.group_key(strategy)
         self.piece_bytes = piece_bytes
-        self.hint = hint
         with replica_slots.creation_scope(strategy):
             self.tokens = [
                 tf.Variable(0.0, trainable=False, name=f"tfdist_stream_token_{i}")
@@ -74,7 +73,7 @@ class Streams:
             ordering_token=[self.tokens[piece % len(self.tokens)].handle],
             merge_op="Add",
             final_op="Id",
-            communication_hint=self.hint,
+            communication_hint="ring",
         )
 
 

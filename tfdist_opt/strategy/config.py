@@ -22,6 +22,7 @@ from tfdist_opt import config_files
 from tfdist_opt import validation
 from tfdist_opt.gradients import powersgd
 from tfdist_opt.gradients import zero_plan
+from tfdist_opt.gradients.options import PIECE_BYTES
 from tfdist_opt.strategy import cpu_split
 from tfdist_opt.strategy import keras_steps
 from tfdist_opt.strategy import kind_names
@@ -196,7 +197,7 @@ class StrategyConfig(validation.ConfigFields):
     all_reduce: str = "auto"
     bytes_per_pack: int | str = 0
     collective_streams: int | str = "auto"
-    collective_piece_bytes: int = 2 << 20
+    collective_piece_bytes: int = PIECE_BYTES
     num_packs: int = 1
     collective_timeout_s: float | None = None
     cpu_replicas: int = 0

@@ -257,10 +257,10 @@ def inapplicable(config, kind: Kind, all_reduce: str | None) -> list[str]:
             "it applies to multi-worker RING collectives (NCCL keeps TF's "
             "ordered packs)"
         )
-    elif streams not in ("auto", 0) and streams_bypassed(config):
+    elif streams not in ("auto", 0) and (bypassed := streams_bypassed(config)):
         out.append(
             f"collective_streams={streams} has no effect with "
-            f"{streams_bypassed(config)}: that gradient path runs its own collectives"
+            f"{bypassed}: that gradient path runs its own collectives"
         )
     if config.collective_timeout_s is not None and not multi:
         out.append(
