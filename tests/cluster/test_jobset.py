@@ -131,7 +131,7 @@ def test_opt_strategy_topology_reads_a_jobset_pod_without_tf_config():
 
 def test_what_the_written_runtime_gives_each_pod_builds_its_tf_config():
     job = trainjob.build_trainjob("resnet", "reg/t:1", CMD, 4, namespace="ml")
-    runtime = trainjob.build_tf_runtime("reg/t:1", port=2400)
+    runtime = trainjob.build_tf_runtime("reg/t:1", "resnet", namespace="ml", port=2400)
     for i in range(4):
         env = trainjob.pod_environment(job, runtime, i)
         cfg = jobset.tf_config_from_jobset(env)
