@@ -29,6 +29,7 @@ yaml = pytest.importorskip("yaml", reason="pyyaml comes with the test extra")
 
 CMD = ["python", "-m", "tfdist_opt.examples.train_cnn", "--epochs", "3"]
 
+
 def check_shape(doc):
     """Fails on what the API server would reject or prune (the CRD's openAPIV3Schema)."""
     errors = crd_schema.validate(doc)
@@ -512,6 +513,44 @@ def test_tfjob_backup_claim_mounts_the_claim_without_warning():
             ],
             r"`env`: TFDIST_JOBSET_WORKERS is set by the TensorFlow runtime.*"
             r"Received: TFDIST_JOBSET_WORKERS='9'",
+        ),
+        *[
+            (
+                [
+                    "--kind",
+                    "trainjob",
+                    "--workers",
+                    "2",
+                    "--image",
+                    "i",
+                    "--env",
+                    f"{k}=1",
+                    "--",
+                    "x",
+                ],
+                rf"`env`: {k} is set by the TensorFlow runtime.*Received: {k}='1'",
+            )
+            for k in (
+                "TFDIST_JOBSET_PORT",
+                "TFDIST_JOBSET_NAME",
+                "JOB_COMPLETION_INDEX",
+                "TF_CONFIG",
+            )
+        ],
+        (
+            ["--kind", "rayjob", "--workers", "2", "--image", "i", "--cpus-per-worker", "0.5"]
+            + ["--", "python", "t.py"],
+            r"`--cpus-per-worker`: expected an int >= 1. Received: --cpus-per-worker='0.5'",
+        ),
+        (
+            ["--kind", "rayjob", "--workers", "2", "--image", "i", "--memory-per-worker", "4GB"]
+            + ["--", "python", "t.py"],
+            r"`memory`: expected a Kubernetes memory quantity.*Received: memory='4GB'",
+        ),
+        (
+            ["--kind", "tfjob", "--workers", "2", "--image", "i", "--cpus-per-worker", "2"]
+            + ["--", "x"],
+            r"`--cpus-per-worker` applies to --kind rayjob",
         ),
         (
             ["--workers", "2", "--image", "i", "--port", "70000", "--", "x"],

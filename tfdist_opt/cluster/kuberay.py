@@ -56,7 +56,10 @@ _PYTHON = re.compile(r"python[0-9.]*")
 _MEMORY = re.compile(r"^[1-9][0-9]*(Ki|Mi|Gi|Ti|k|M|G|T)?$")
 DEFAULT_CPUS = 1
 DEFAULT_MEMORY = "4Gi"
-HEAD_RESOURCES = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "1", "memory": "5Gi"}}
+HEAD_RESOURCES = {
+    "requests": {"cpu": "1", "memory": "2Gi"},
+    "limits": {"cpu": "1", "memory": "5Gi"},
+}
 
 
 def entrypoint(
