@@ -7,8 +7,8 @@ pure builder returning dicts that `to_yaml()` writes (no PyYAML):
   (`kubeflow.org/v1`), for clusters that still run the training-operator
   1.9 branch, the last that serves TFJob;
 - `trainjob` (`tfdist_opt.cluster.trainjob`): a Kubeflow Trainer v2
-  `TrainJob` and the TensorFlow `ClusterTrainingRuntime` Kubeflow does not
-  ship; `tfdist_opt.cluster.jobset` builds each pod's TF_CONFIG;
+  `TrainJob` and its own TensorFlow `TrainingRuntime` (Kubeflow ships
+  none); `tfdist_opt.cluster.jobset` builds each pod's TF_CONFIG;
 - `rayjob` (`tfdist_opt.cluster.kuberay`): a KubeRay `RayJob` running
   `tfdist-opt launch --ray auto`.
 
