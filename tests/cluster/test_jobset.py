@@ -131,7 +131,7 @@ def test_opt_strategy_topology_reads_a_jobset_pod_without_tf_config():
 
 def test_what_the_written_runtime_gives_each_pod_builds_its_tf_config():
     job = trainjob.build_trainjob("resnet", "reg/t:1", CMD, 4, namespace="ml")
-    runtime = trainjob.build_tf_runtime("reg/t:1", port=2400)
+    runtime = trainjob.build_tf_runtime("reg/t:1", "resnet", namespace="ml", port=2400)
     for i in range(4):
         env = trainjob.pod_environment(job, runtime, i)
         cfg = jobset.tf_config_from_jobset(env)
@@ -139,3 +139,36 @@ def test_what_the_written_runtime_gives_each_pod_builds_its_tf_config():
         # numNodes pods in the replicated job `node`; subdomain = JobSet name.
         assert cfg["cluster"]["worker"] == [f"resnet-node-0-{k}.resnet:2400" for k in range(4)]
         assert cfg["task"] == {"type": "worker", "index": i}
+
+
+def _without_count(job):
+    """The TrainJob as the Kubeflow SDK or hand-written YAML gives it: numNodes, no count."""
+    trainer = job["spec"]["trainer"]
+    trainer["env"] = [e for e in trainer["env"] if e["name"] != jobset.WORKERS_ENV]
+    return job
+
+
+def test_a_trainjob_without_the_count_is_an_error_not_lone_workers():
+    job = _without_count(trainjob.build_trainjob("resnet", "reg/t:1", CMD, 4))
+    runtime = trainjob.build_tf_runtime("reg/t:1", "resnet")
+    for i in range(4):
+        env = trainjob.pod_environment(job, runtime, i)
+        with pytest.raises(
+            ValueError,
+            match=r"`TFDIST_JOBSET_WORKERS` is not set, but this pod has the TensorFlow "
+            r"runtime's variables \(TFDIST_JOBSET_JOB_INDEX, TFDIST_JOBSET_NAME, .*"
+            r"every pod would train alone.*trainer.numNodes.*"
+            r"Received: TFDIST_JOBSET_WORKERS=None",
+        ):
+            jobset.tf_config_from_jobset(env)
+        # Where opt_strategy() resolves TF_CONFIG: the same error, no TF_CONFIG written.
+        with pytest.raises(ValueError, match=r"`TFDIST_JOBSET_WORKERS` is not set"):
+            topology_lib.detect_topology(env, gpus=())
+        assert "TF_CONFIG" not in env
+
+
+def test_any_one_runtime_variable_without_the_count_is_the_error():
+    for key in ("TFDIST_JOBSET_NAME", "TFDIST_JOBSET_PORT", "TFDIST_JOBSET_SUBDOMAIN"):
+        env = {"JOB_COMPLETION_INDEX": "0", key: "x"}
+        with pytest.raises(ValueError, match=rf"variables \({key}\)"):
+            jobset.tf_config_from_jobset(env)

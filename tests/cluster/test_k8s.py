@@ -1,16 +1,10 @@
 """`tfdist-opt k8s`: TrainJob, RayJob and TFJob manifests, checked against their CRDs.
 
 Nothing here runs on Kubernetes: each manifest is parsed back (PyYAML) and
-its shape checked against the CRD fields it uses, as the Go API types
-declare them (json names; a key ending in "!" is required):
-
-- TrainJob, ClusterTrainingRuntime: kubeflow/trainer
-  pkg/apis/trainer/v1alpha1/trainjob_types.go, trainingruntime_types.go;
-- the JobSet template: kubernetes-sigs/jobset api/jobset/v1alpha2/jobset_types.go;
-- RayJob: ray-project/kuberay ray-operator/apis/ray/v1/rayjob_types.go,
-  raycluster_types.go (HeadGroupSpec, WorkerGroupSpec);
-- TFJob: kubeflow/training-operator (v1 TFJobSpec, ReplicaSpec, RunPolicy);
-- pods: Kubernetes core/v1 and batch/v1, the fields used here only.
+validated against its CRD's openAPIV3Schema (`crd_schema`, the schemas
+kept in `tests/cluster/crds/` with their source release), then checked for
+what the schema cannot say: the names Trainer, KubeRay and the Training
+Operator look up, restarts, success, placement, volumes.
 """
 
 import json
@@ -29,133 +23,17 @@ from tfdist_opt.cluster import tf_config as tc
 from tfdist_opt.cluster import trainjob
 from tfdist_opt.strategy.plan import plan_strategy
 from tfdist_opt.strategy.topology import Topology
+from tests.cluster import crd_schema
 
 yaml = pytest.importorskip("yaml", reason="pyyaml comes with the test extra")
 
 CMD = ["python", "-m", "tfdist_opt.examples.train_cnn", "--epochs", "3"]
 
-# ----------------------------------------------------------------- schemas
-ENV_VAR = {"name!": str, "value": str, "valueFrom": {"fieldRef": {"fieldPath!": str}}}
-CONTAINER = {
-    "name!": str,
-    "image!": str,
-    "command": [str],
-    "args": [str],
-    "env": [ENV_VAR],
-    "ports": [{"name": str, "containerPort!": int}],
-    "resources": {"limits": {"*": int}, "requests": {"*": int}},
-    "volumeMounts": [{"name!": str, "mountPath!": str}],
-}
-VOLUME = {"name!": str, "emptyDir": {}, "persistentVolumeClaim": {"claimName!": str}}
-POD_SPEC = {"containers!": [CONTAINER], "volumes": [VOLUME], "restartPolicy": str}
-POD_TEMPLATE = {"metadata": {"labels": {"*": str}}, "spec!": POD_SPEC}
-JOB_TEMPLATE = {
-    "metadata": {"labels": {"*": str}},
-    "spec!": {
-        "completionMode": str,
-        "backoffLimit": int,
-        "parallelism": int,
-        "completions": int,
-        "template!": POD_TEMPLATE,
-    },
-}
-JOBSET_SPEC = {
-    "replicatedJobs": [
-        {"name!": str, "groupName": str, "template!": JOB_TEMPLATE, "replicas": int}
-    ],
-    "network": {"enableDNSHostnames": bool, "subdomain": str, "publishNotReadyAddresses": bool},
-    "failurePolicy": {"maxRestarts": int, "restartStrategy": str},
-    "suspend": bool,
-    "ttlSecondsAfterFinished": int,
-}
-META = {"name!": str, "namespace": str, "labels": {"*": str}}
-TRAINJOB = {
-    "apiVersion!": str,
-    "kind!": str,
-    "metadata!": META,
-    "spec!": {
-        "runtimeRef!": {"name!": str, "apiGroup": str, "kind": str},
-        "trainer": {
-            "image": str,
-            "command": [str],
-            "args": [str],
-            "env": [ENV_VAR],
-            "numNodes": int,
-            "resourcesPerNode": {"limits": {"*": int}, "requests": {"*": int}},
-            "numProcPerNode": int,
-        },
-        "suspend": bool,
-    },
-}
-RUNTIME = {
-    "apiVersion!": str,
-    "kind!": str,
-    "metadata!": META,
-    "spec!": {
-        "mlPolicy": {"numNodes": int},
-        "template!": {"metadata": {"labels": {"*": str}}, "spec!": JOBSET_SPEC},
-    },
-}
-RAY_GROUP = {"rayStartParams!": {"*": str}, "template!": {"spec!": POD_SPEC}}
-RAYJOB = {
-    "apiVersion!": str,
-    "kind!": str,
-    "metadata!": META,
-    "spec!": {
-        "entrypoint!": str,
-        "shutdownAfterJobFinishes": bool,
-        "ttlSecondsAfterFinished": int,
-        "backoffLimit": int,
-        "rayClusterSpec!": {
-            "rayVersion": str,
-            "headGroupSpec!": RAY_GROUP,
-            "workerGroupSpecs": [
-                dict(
-                    RAY_GROUP,
-                    **{
-                        "groupName!": str,
-                        "replicas": int,
-                        "minReplicas!": int,
-                        "maxReplicas!": int,
-                    },
-                )
-            ],
-        },
-    },
-}
-TF_REPLICA = {"replicas": int, "restartPolicy": str, "template!": {"spec!": POD_SPEC}}
-TFJOB = {
-    "apiVersion!": str,
-    "kind!": str,
-    "metadata!": META,
-    "spec!": {
-        "runPolicy": {"backoffLimit": int, "cleanPodPolicy": str},
-        "tfReplicaSpecs!": {r: TF_REPLICA for r in ("Chief", "PS", "Worker", "Evaluator")},
-    },
-}
 
-
-def check_shape(obj, schema, path="$"):
-    """Fails on a field the CRD does not have, a wrong type or a missing required one."""
-    if isinstance(schema, list):
-        assert isinstance(obj, list) and obj, f"{path}: expected a non-empty list"
-        for i, item in enumerate(obj):
-            check_shape(item, schema[0], f"{path}[{i}]")
-    elif isinstance(schema, dict):
-        assert isinstance(obj, dict), f"{path}: expected an object, got {obj!r}"
-        if "*" in schema:
-            for k, v in obj.items():
-                check_shape(v, schema["*"], f"{path}.{k}")
-            return
-        fields = {k.rstrip("!"): v for k, v in schema.items()}
-        unknown = set(obj) - set(fields)
-        assert not unknown, f"{path}: fields the CRD does not have: {sorted(unknown)}"
-        missing = {k[:-1] for k in schema if k.endswith("!")} - set(obj)
-        assert not missing, f"{path}: required fields missing: {sorted(missing)}"
-        for k, v in obj.items():
-            check_shape(v, fields[k], f"{path}.{k}")
-    else:
-        assert type(obj) is schema, f"{path}: expected {schema.__name__}, got {obj!r}"
+def check_shape(doc):
+    """Fails on what the API server would reject or prune (the CRD's openAPIV3Schema)."""
+    errors = crd_schema.validate(doc)
+    assert not errors, "\n".join(errors)
 
 
 def pods(obj):
@@ -214,20 +92,21 @@ def test_trainjob_writes_a_runtime_and_a_trainjob_of_the_crd_shapes(capsys):
     )
     assert code == 0, err
     runtime, job = _docs(out)
-    check_shape(runtime, RUNTIME)
-    check_shape(job, TRAINJOB)
+    check_shape(runtime)
+    check_shape(job)
     check_pods(runtime)
     assert (runtime["apiVersion"], runtime["kind"]) == (
         "trainer.kubeflow.org/v1alpha1",
-        "ClusterTrainingRuntime",
+        "TrainingRuntime",
     )
     assert (job["apiVersion"], job["kind"]) == ("trainer.kubeflow.org/v1alpha1", "TrainJob")
-    assert "namespace" not in runtime["metadata"]  # cluster-scoped
+    # The job's own runtime, in its namespace, named after it.
+    assert runtime["metadata"]["name"] == "resnet" and runtime["metadata"]["namespace"] == "ml"
     assert job["metadata"] == {"name": "resnet", "namespace": "ml"}
     assert job["spec"]["runtimeRef"] == {
-        "name": runtime["metadata"]["name"],
+        "name": "resnet",
         "apiGroup": "trainer.kubeflow.org",
-        "kind": "ClusterTrainingRuntime",
+        "kind": "TrainingRuntime",
     }
     trainer = job["spec"]["trainer"]
     assert trainer["numNodes"] == 4 and trainer["command"] == CMD
@@ -277,7 +156,7 @@ def test_trainjob_restarts_and_backup_volume(capsys):
     )
     assert code == 0 and "warning" not in err, err
     runtime, job = _docs(out)
-    check_shape(runtime, RUNTIME)
+    check_shape(runtime)
     check_pods(runtime)
     spec = runtime["spec"]["template"]["spec"]
     assert spec["failurePolicy"] == {"maxRestarts": 3}
@@ -338,7 +217,7 @@ def test_rayjob_runs_the_launcher_on_a_cluster_of_the_crd_shape(capsys, gpus):
     )
     assert code == 0, err
     (job,) = _docs(out)
-    check_shape(job, RAYJOB)
+    check_shape(job)
     check_pods(job)
     assert (job["apiVersion"], job["kind"]) == ("ray.io/v1", "RayJob")
     cluster = job["spec"]["rayClusterSpec"]
@@ -347,11 +226,18 @@ def test_rayjob_runs_the_launcher_on_a_cluster_of_the_crd_shape(capsys, gpus):
     assert cluster["headGroupSpec"]["rayStartParams"] == {"num-cpus": "0"}
     (head,) = cluster["headGroupSpec"]["template"]["spec"]["containers"]
     (worker,) = group["template"]["spec"]["containers"]
-    assert "resources" not in head
+    assert head["resources"] == {
+        "requests": {"cpu": "1", "memory": "2Gi"},
+        "limits": {"cpu": "1", "memory": "5Gi"},
+    }
+    pod = {"cpu": "1", "memory": "4Gi"}
     if gpus:
-        assert worker["resources"] == {"limits": {"nvidia.com/gpu": gpus}}
+        assert worker["resources"] == {
+            "requests": pod,
+            "limits": {**pod, "nvidia.com/gpu": gpus},
+        }
     else:
-        assert "resources" not in worker
+        assert worker["resources"] == {"requests": pod, "limits": pod}
     for c in (head, worker):
         assert c["image"] == "reg/t:1"
         assert c["volumeMounts"] == [{"name": "tfdist-opt-backup", "mountPath": "/ckpt"}]
@@ -398,7 +284,7 @@ def test_no_kind_still_writes_todays_tfjob_with_a_note(capsys):
     assert code == 0, err
     assert "note: no --kind: writing a TFJob" in err and "--kind trainjob" in err
     (job,) = _docs(out)
-    check_shape(job, TFJOB)
+    check_shape(job)
     assert job == k8s.build_tfjob(
         "trainer", "reg/trainer:1.0", CMD, 4, env={"TFDIST_OPT_ALL_REDUCE": "ring"}
     )
@@ -463,7 +349,7 @@ def test_tfjob_ps_gpus_restarts_backups_namespace_and_port(capsys, tmp_path):
     assert "warning: backup_dir='/backups' is an emptyDir" in err
     assert "survives the in-place container restarts" in err
     (job,) = _docs(path.read_text())
-    check_shape(job, TFJOB)
+    check_shape(job)
     check_pods(job)
     specs = job["spec"]["tfReplicaSpecs"]
     assert {k: v["replicas"] for k, v in specs.items()} == {"Chief": 1, "PS": 1, "Worker": 2}
@@ -625,7 +511,46 @@ def test_tfjob_backup_claim_mounts_the_claim_without_warning():
                 "--",
                 "x",
             ],
-            r"TFDIST_JOBSET_WORKERS is set from `workers`",
+            r"`env`: TFDIST_JOBSET_WORKERS is set by the TensorFlow runtime.*"
+            r"Received: TFDIST_JOBSET_WORKERS='9'",
+        ),
+        *[
+            (
+                [
+                    "--kind",
+                    "trainjob",
+                    "--workers",
+                    "2",
+                    "--image",
+                    "i",
+                    "--env",
+                    f"{k}=1",
+                    "--",
+                    "x",
+                ],
+                rf"`env`: {k} is set by the TensorFlow runtime.*Received: {k}='1'",
+            )
+            for k in (
+                "TFDIST_JOBSET_PORT",
+                "TFDIST_JOBSET_NAME",
+                "JOB_COMPLETION_INDEX",
+                "TF_CONFIG",
+            )
+        ],
+        (
+            ["--kind", "rayjob", "--workers", "2", "--image", "i", "--cpus-per-worker", "0.5"]
+            + ["--", "python", "t.py"],
+            r"`--cpus-per-worker`: expected an int >= 1. Received: --cpus-per-worker='0.5'",
+        ),
+        (
+            ["--kind", "rayjob", "--workers", "2", "--image", "i", "--memory-per-worker", "4GB"]
+            + ["--", "python", "t.py"],
+            r"`memory`: expected a Kubernetes memory quantity.*Received: memory='4GB'",
+        ),
+        (
+            ["--kind", "tfjob", "--workers", "2", "--image", "i", "--cpus-per-worker", "2"]
+            + ["--", "x"],
+            r"`--cpus-per-worker` applies to --kind rayjob",
         ),
         (
             ["--workers", "2", "--image", "i", "--port", "70000", "--", "x"],

@@ -24,8 +24,8 @@ DEFAULT_KIND = "tfjob"  # what the command wrote before --kind existed
 _HEADERS = {
     "tfjob": "# Kubeflow Training Operator TFJob (kubeflow.org/v1, training-operator 1.9)\n"
     "# written by `tfdist-opt k8s`; the operator sets TF_CONFIG in every pod.\n",
-    "trainjob": "# Kubeflow Trainer v2 TrainJob and its TensorFlow ClusterTrainingRuntime\n"
-    "# (trainer.kubeflow.org/v1alpha1) written by `tfdist-opt k8s`;\n"
+    "trainjob": "# Kubeflow Trainer v2 TrainJob and its own TensorFlow TrainingRuntime\n"
+    "# (trainer.kubeflow.org/v1alpha1, both namespaced) written by `tfdist-opt k8s`;\n"
     "# opt_strategy() builds each pod's TF_CONFIG from its JobSet index.\n",
     "rayjob": "# KubeRay RayJob (ray.io/v1) written by `tfdist-opt k8s`; the entrypoint\n"
     "# `tfdist-opt launch --ray auto` gives each Ray Train worker its TF_CONFIG.\n",
@@ -40,8 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Print the manifests that run CMD on N pods; apply with "
             "`kubectl apply -f -`. Kinds: `trainjob`, a Kubeflow Trainer v2 "
-            "TrainJob plus a TensorFlow ClusterTrainingRuntime (Kubeflow ships "
-            "none), whose pods' TF_CONFIG opt_strategy() builds from the JobSet "
+            "TrainJob plus its own namespaced TensorFlow TrainingRuntime (Kubeflow "
+            "ships none), whose pods' TF_CONFIG opt_strategy() builds from the JobSet "
             "pod index; `rayjob`, a KubeRay RayJob running `tfdist-opt launch "
             "--ray auto`; `tfjob`, a Kubeflow Training Operator TFJob "
             "(kubeflow.org/v1, training-operator 1.9), the default, whose "
@@ -113,16 +113,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--runtime",
-        default=trainjob.DEFAULT_RUNTIME,
+        default=None,
         metavar="NAME",
-        help="trainjob only: the ClusterTrainingRuntime written and "
-        "referenced (default: %(default)s)",
+        help="trainjob only: the name of the TrainingRuntime written (in the "
+        "job's namespace, holding this job's port, backup volume and "
+        "restarts) and referenced (default: the job's --name)",
     )
     p.add_argument(
         "--ray-version",
         default=kuberay.DEFAULT_RAY_VERSION,
         metavar="X.Y.Z",
         help="rayjob only: the image's Ray version (default: %(default)s)",
+    )
+    p.add_argument(
+        "--cpus-per-worker",
+        default=str(kuberay.DEFAULT_CPUS),
+        metavar="C",
+        help="rayjob only: CPUs of each worker pod, requested and limited; "
+        "Ray counts one per pod so one Ray Train worker lands per pod "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--memory-per-worker",
+        default=kuberay.DEFAULT_MEMORY,
+        metavar="Q",
+        help="rayjob only: memory of each worker pod, a Kubernetes quantity "
+        "such as 16Gi (default: %(default)s)",
     )
     p.add_argument(
         "-o",
@@ -176,19 +192,21 @@ def _tfjob(args, command):
 
 
 def _trainjob(args, command):
+    runtime_name = args.name if args.runtime is None else args.runtime
     job = trainjob.build_trainjob(
         args.name,
         args.image,
         command,
         _int("--workers", args.workers, 1),
-        runtime=args.runtime,
+        runtime=runtime_name,
         namespace=args.namespace,
         gpus=_int("--gpus-per-worker", args.gpus, 0),
         env=parse_env(args.env),
     )
     runtime = trainjob.build_tf_runtime(
         args.image,
-        args.runtime,
+        runtime_name,
+        namespace=args.namespace,
         port=_int("--port", args.port, 1),
         max_restarts=_int("--max-restarts", args.max_restarts, 0),
         backup_dir=args.backup_dir,
@@ -211,6 +229,8 @@ def _rayjob(args, command):
             backup_dir=args.backup_dir,
             backup_claim=args.backup_claim,
             ray_version=args.ray_version,
+            cpus=_int("--cpus-per-worker", args.cpus_per_worker, 1),
+            memory=args.memory_per_worker,
         )
     ]
 
@@ -219,8 +239,10 @@ KINDS = {"tfjob": _tfjob, "trainjob": _trainjob, "rayjob": _rayjob}
 # Flags one kind uses, refused (not ignored) with the others.
 _ONLY = {
     "--ps": ("ps", "0", "tfjob"),
-    "--runtime": ("runtime", trainjob.DEFAULT_RUNTIME, "trainjob"),
+    "--runtime": ("runtime", None, "trainjob"),
     "--ray-version": ("ray_version", kuberay.DEFAULT_RAY_VERSION, "rayjob"),
+    "--cpus-per-worker": ("cpus_per_worker", str(kuberay.DEFAULT_CPUS), "rayjob"),
+    "--memory-per-worker": ("memory_per_worker", kuberay.DEFAULT_MEMORY, "rayjob"),
     "--port": ("port", str(k8s.DEFAULT_PORT), "tfjob trainjob"),
 }
 

@@ -10,7 +10,8 @@ manifest carries no per-pod TF_CONFIG:
 - `JOB_COMPLETION_INDEX`: this pod's index, set by Kubernetes in every pod
   of an Indexed Job (JobSet's Jobs are Indexed);
 - `TFDIST_JOBSET_WORKERS`: the number of pods (the TrainJob's `numNodes`,
-  written next to it in the TrainJob's `trainer.env`);
+  written next to it in the TrainJob's `trainer.env`; see "The worker
+  count" below);
 - `TFDIST_JOBSET_NAME`, `TFDIST_JOBSET_REPLICATED_JOB`,
   `TFDIST_JOBSET_JOB_INDEX`: the pod labels JobSet sets
   (`jobset.sigs.k8s.io/jobset-name`, `.../replicatedjob-name`,
@@ -28,6 +29,20 @@ in the replicated job `node`), so pod I's TF_CONFIG is
 cluster without a `chief` task. One worker gets no TF_CONFIG (as the TFJob
 operator does for one replica): a single-process strategy.
 
+The worker count. Nothing Trainer or JobSet puts in a pod of this runtime
+carries the number of pods: Trainer's PlainML plugin (a runtime without a
+framework policy) only copies `numNodes` into the Job's `parallelism` and
+`completions` and `trainer.env` onto the container (its torch and JAX
+plugins add `PET_NNODES`, `JAX_NUM_PROCESSES`, which this runtime cannot
+use without being a torch or JAX runtime); JobSet's pod labels and
+annotations count Jobs (`jobset.sigs.k8s.io/replicatedjob-replicas`,
+`global-replicas`), not the pods of a Job; and the downward API exposes a
+pod's own fields, not its Job's `completions`. So the count comes from
+`trainer.env`, which a TrainJob written another way (the Kubeflow SDK's
+`num_nodes`, hand-written YAML) may lack: a pod with the runtime's
+variables (`TFDIST_JOBSET_NAME`, ...) and no `TFDIST_JOBSET_WORKERS` is an
+error naming it, never a silent single-worker run.
+
 `opt_strategy()` calls `apply_jobset_tf_config()` where it reads TF_CONFIG
 (`tfdist_opt.strategy.topology.detect_topology`): without TF_CONFIG and with
 `TFDIST_JOBSET_WORKERS` set, it writes TF_CONFIG into the environment
@@ -44,6 +59,7 @@ from typing import Any, Mapping, MutableMapping
 
 from tfdist_opt.cluster import tf_config as tf_config_lib
 
+ENV_PREFIX = "TFDIST_JOBSET_"
 WORKERS_ENV = "TFDIST_JOBSET_WORKERS"
 NAME_ENV = "TFDIST_JOBSET_NAME"
 REPLICATED_JOB_ENV = "TFDIST_JOBSET_REPLICATED_JOB"
@@ -56,6 +72,9 @@ COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"  # set by Kubernetes (Indexed Job)
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
+
+# What the runtime sets in every pod: any of them without WORKERS_ENV is an error.
+_RUNTIME_ENV = (NAME_ENV, REPLICATED_JOB_ENV, JOB_INDEX_ENV, PORT_ENV, SUBDOMAIN_ENV)
 
 DEFAULT_PORT = 2222
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -109,12 +128,15 @@ def tf_config_from_jobset(environ: Mapping[str, str] | None = None) -> dict[str,
         environ: mapping or None. Defaults to `os.environ`.
 
     Returns:
-        The validated TF_CONFIG dict; None when `TFDIST_JOBSET_WORKERS` is
-        unset (not such a pod) or 1 (one worker needs no cluster).
+        The validated TF_CONFIG dict; None when no `TFDIST_JOBSET_*`
+        variable is set (not such a pod) or `TFDIST_JOBSET_WORKERS` is 1
+        (one worker needs no cluster).
 
     Raises:
-        ValueError: a variable missing or malformed, or an index outside
-            the workers, named with the value received.
+        ValueError: a variable missing or malformed (among them
+            `TFDIST_JOBSET_WORKERS` unset in a pod with the runtime's other
+            variables), or an index outside the workers, named with the
+            value received.
 
     Example:
         >>> cfg = tf_config_from_jobset({
@@ -126,7 +148,18 @@ def tf_config_from_jobset(environ: Mapping[str, str] | None = None) -> dict[str,
     """
     environ = os.environ if environ is None else environ
     if not environ.get(WORKERS_ENV, "").strip():
-        return None
+        present = sorted(k for k in _RUNTIME_ENV if environ.get(k, "").strip())
+        if not present:
+            return None
+        raise ValueError(
+            f"Invalid JobSet pod environment: `{WORKERS_ENV}` is not set, but "
+            f"this pod has the TensorFlow runtime's variables ({', '.join(present)}), "
+            "so every pod would train alone. Trainer gives the pods no node "
+            f"count: set {WORKERS_ENV} in the TrainJob's trainer.env to its "
+            "trainer.numNodes (from the Kubeflow SDK: in the trainer's env, beside "
+            "num_nodes), as `tfdist-opt k8s --kind trainjob` writes. "
+            f"Received: {WORKERS_ENV}={environ.get(WORKERS_ENV)!r}"
+        )
     workers = _int(environ, WORKERS_ENV, 1)
     index = _int(environ, COMPLETION_INDEX_ENV, 0)
     if index >= workers:

@@ -7,8 +7,8 @@ pure builder returning dicts that `to_yaml()` writes (no PyYAML):
   (`kubeflow.org/v1`), for clusters that still run the training-operator
   1.9 branch, the last that serves TFJob;
 - `trainjob` (`tfdist_opt.cluster.trainjob`): a Kubeflow Trainer v2
-  `TrainJob` and the TensorFlow `ClusterTrainingRuntime` Kubeflow does not
-  ship; `tfdist_opt.cluster.jobset` builds each pod's TF_CONFIG;
+  `TrainJob` and its own TensorFlow `TrainingRuntime` (Kubeflow ships
+  none); `tfdist_opt.cluster.jobset` builds each pod's TF_CONFIG;
 - `rayjob` (`tfdist_opt.cluster.kuberay`): a KubeRay `RayJob` running
   `tfdist-opt launch --ray auto`.
 
@@ -40,6 +40,18 @@ of `R * replicas + 1`: the operator fails the job once the container
 restarts summed over all its running pods reach `backoffLimit`
 (`pastBackoffLimit`), and one restart of the whole group is one restart per
 replica. `0` means `Never`, as `tfdist-opt launch` does.
+
+TFJob success. Without a Chief the operator marks the job succeeded when
+worker 0 completes (its default success policy), and `cleanPodPolicy:
+Running` then deletes the workers still running, which under all-reduce
+may still be writing their part of a checkpoint or backup. So a job
+without parameter servers gets `successPolicy: AllWorkers`: it succeeds
+once every worker has (`tfjob_controller.go`, `updateJobStatus`), and
+`cleanPodPolicy: Running` deletes no worker on success; on failure it
+deletes the survivors, which would otherwise wait on collectives of the
+lost worker until they time out. With `ps > 0` the Chief decides success
+(the operator ignores the success policy when there is one) and `Running`
+deletes the PS and worker pods still serving once the Chief has finished.
 """
 
 from __future__ import annotations
@@ -65,6 +77,7 @@ KIND = "TFJob"
 CONTAINER_NAME = "tensorflow"  # the operator reads the port of this container
 PORT_NAME = "tfjob-port"
 DEFAULT_PORT = 2222
+SUCCESS_ALL_WORKERS = "AllWorkers"
 
 
 # ------------------------------------------------------------ TFJob
@@ -157,18 +170,17 @@ def build_tfjob(
     metadata = {"name": name}
     if namespace:
         metadata["namespace"] = namespace
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": metadata,
-        "spec": {
-            "runPolicy": {
-                "backoffLimit": max_restarts * replicas + 1 if max_restarts else 0,
-                "cleanPodPolicy": "Running",
-            },
-            "tfReplicaSpecs": specs,
+    spec: dict[str, Any] = {
+        "runPolicy": {
+            "backoffLimit": max_restarts * replicas + 1 if max_restarts else 0,
+            "cleanPodPolicy": "Running",
         },
     }
+    if not ps:
+        # Success when every worker has succeeded, not worker 0 alone (module docstring).
+        spec["successPolicy"] = SUCCESS_ALL_WORKERS
+    spec["tfReplicaSpecs"] = specs
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec}
 
 
 def _replica(

@@ -10,10 +10,21 @@ backend joining that cluster:
         [--ray-storage DIR] -- python train.py ...
 
 so Ray Train places N workers, gives each its TF_CONFIG and restarts the
-group up to R times (`FailureConfig`). The head pod starts Ray with
-`num-cpus: 0`, so workers land on the N worker pods; each worker pod has
-the `nvidia.com/gpu` limit K, which KubeRay passes to `ray start` as its
-GPU count, and `--gpus-per-worker K` asks Ray Train for K GPUs per worker.
+group up to R times (`FailureConfig`).
+
+One Ray Train worker per worker pod. Ray Train's default placement
+(`PACK`) fills a node before the next, and a raylet without `num-cpus`
+advertises what KubeRay derives from the pod (its CPU limit, or the
+node's CPUs when the pod has none), so two 1-CPU workers could share one
+pod while another pod idles. Here the head starts Ray with `num-cpus: 0`
+(no worker lands there) and each worker pod with `num-cpus: 1`: a Ray
+Train worker asks for one CPU (or, with `--gpus-per-worker K`, K GPUs,
+the pod's `nvidia.com/gpu` limit, which KubeRay passes to `ray start`),
+so exactly one fits a pod. The `num-cpus` is Ray's scheduling count only;
+Kubernetes gives the pod `cpus` CPUs and `memory` (requests = limits), and
+TensorFlow in the worker uses them. The head gets what KubeRay's RayJob
+sample gives it (1 CPU, 2Gi requested, 5Gi limit): it runs the GCS, the
+dashboard and the launcher.
 
 Backups: Ray Train keeps checkpoints in `--ray-storage`, which every pod
 must share, so `backup_dir` needs a PersistentVolumeClaim (ReadWriteMany),
@@ -41,6 +52,14 @@ WORKER_GROUP = "workers"
 # submission), Ray client.
 HEAD_PORTS = (("gcs-server", 6379), ("dashboard", 8265), ("client", 10001))
 _PYTHON = re.compile(r"python[0-9.]*")
+# A Kubernetes quantity as written here: whole CPUs; memory in bytes or a binary/decimal suffix.
+_MEMORY = re.compile(r"^[1-9][0-9]*(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+DEFAULT_CPUS = 1
+DEFAULT_MEMORY = "4Gi"
+HEAD_RESOURCES = {
+    "requests": {"cpu": "1", "memory": "2Gi"},
+    "limits": {"cpu": "1", "memory": "5Gi"},
+}
 
 
 def entrypoint(
@@ -73,6 +92,8 @@ def build_rayjob(
     backup_dir: str | None = None,
     backup_claim: str | None = None,
     ray_version: str = DEFAULT_RAY_VERSION,
+    cpus: int = DEFAULT_CPUS,
+    memory: str = DEFAULT_MEMORY,
 ) -> dict[str, Any]:
     """A `RayJob`: a head pod, `workers` worker pods, the launcher as entrypoint.
 
@@ -95,6 +116,10 @@ def build_rayjob(
             required with `backup_dir`. Defaults to `None`.
         ray_version: str. `rayClusterSpec.rayVersion`; must match the
             image's Ray. Defaults to `"2.60.0"`.
+        cpus: int. CPUs of each worker pod (Kubernetes request and limit).
+            Defaults to `1`.
+        memory: str. Memory of each worker pod, a Kubernetes quantity such
+            as `"16Gi"` (request and limit). Defaults to `"4Gi"`.
 
     Returns:
         dict, ready for `yaml_writer.to_yaml`.
@@ -142,14 +167,25 @@ def build_rayjob(
             f"image's Ray. Received: ray_version={ray_version!r}"
         )
 
+    pod_spec.check_count("cpus", cpus, 1)
+    if not isinstance(memory, str) or not _MEMORY.match(memory):
+        raise ValueError(
+            "Invalid value for `memory`: expected a Kubernetes memory quantity "
+            f"such as '4Gi' or '512Mi'. Received: memory={memory!r}"
+        )
+
     volumes = pod_spec.backup_volumes(backup_dir, backup_claim)
     head = pod_spec.container(
         HEAD_CONTAINER, image, None, pod_spec.env_list(env), backup_dir=backup_dir
     )
     head["ports"] = [{"name": n, "containerPort": p} for n, p in HEAD_PORTS]
+    head["resources"] = {k: dict(v) for k, v in HEAD_RESOURCES.items()}
     worker = pod_spec.container(
         WORKER_CONTAINER, image, None, pod_spec.env_list(env), gpus, backup_dir=backup_dir
     )
+    quantities = {"cpu": str(cpus), "memory": memory}
+    limits = worker.get("resources", {}).get("limits", {})
+    worker["resources"] = {"requests": dict(quantities), "limits": {**quantities, **limits}}
     metadata = {"name": name}
     if namespace:
         metadata["namespace"] = namespace
@@ -173,7 +209,8 @@ def build_rayjob(
                         "replicas": workers,
                         "minReplicas": workers,
                         "maxReplicas": workers,
-                        "rayStartParams": {},
+                        # One logical CPU: one Ray Train worker per pod (module docstring).
+                        "rayStartParams": {"num-cpus": "1"},
                         "template": {"spec": _pod_spec(worker, volumes)},
                     }
                 ],

@@ -1,16 +1,27 @@
-"""Kubeflow Trainer v2 manifests: a `TrainJob` and a TensorFlow runtime. Pure Python.
+"""Kubeflow Trainer v2 manifests: a `TrainJob` and its TensorFlow runtime. Pure Python.
 
 Kubeflow Trainer v2 (`trainer.kubeflow.org/v1alpha1`) runs a `TrainJob` on
-a runtime (`ClusterTrainingRuntime`) that holds a JobSet template. It ships
-none for TensorFlow (kubeflow/trainer#2699), so `build_tf_runtime()` writes
-one, following the plain runtimes Kubeflow ships (jax, xgboost):
-`mlPolicy` with `numNodes` and no framework policy (Trainer's PlainML
-plugin), one replicated job named `node` labelled
-`trainer.kubeflow.org/trainjob-ancestor-step: trainer`, one container named
-`node`. Trainer sets that Job's `parallelism` and `completions` to the
-TrainJob's `trainer.numNodes` (one Job, `replicas: 1`) and copies
-`trainer.image`, `command`, `env` and `resourcesPerNode` onto the `node`
-container.
+a runtime that holds a JobSet template. It ships none for TensorFlow
+(kubeflow/trainer#2699), so `build_tf_runtime()` writes one, following the
+plain runtimes Kubeflow ships (jax, xgboost): `mlPolicy` with `numNodes`
+and no framework policy (Trainer's PlainML plugin), one replicated job
+named `node` labelled `trainer.kubeflow.org/trainjob-ancestor-step:
+trainer`, one container named `node`. Trainer sets that Job's
+`parallelism` and `completions` to the TrainJob's `trainer.numNodes` (one
+Job, `replicas: 1`) and copies `trainer.image`, `command`, `env` and
+`resourcesPerNode` onto the `node` container.
+
+One runtime per job. The runtime is a namespaced `TrainingRuntime` named
+after the job, in the job's namespace, not one shared cluster-scoped
+`ClusterTrainingRuntime`, because what it holds is the job's: the port,
+the backup volume and claim, and `failurePolicy.maxRestarts`. Trainer's
+CRD makes `spec.template.spec.failurePolicy` (and `network`) immutable, so
+a shared runtime refuses a second job's other `--max-restarts` while that
+job's TrainJob is still created and runs with the first value; a shared
+runtime re-applied without `--backup-dir` would drop the volume from every
+later job of every namespace; and creating a cluster-scoped object needs
+rights namespace users often lack. Nothing the runtime holds must be
+shared between jobs, so nothing is.
 
 What the runtime adds for TensorFlow: the variables from which
 `tfdist_opt.cluster.jobset` builds each pod's TF_CONFIG (the JobSet labels
@@ -24,8 +35,9 @@ MultiWorkerMirroredStrategy worker anyway). Recreated pods lose an
 
 `build_trainjob()` writes the TrainJob: `runtimeRef` to that runtime,
 `trainer.numNodes` = workers, `trainer.env` carrying
-`TFDIST_JOBSET_WORKERS` (the same number) and the user's variables,
-`resourcesPerNode.limits` with `nvidia.com/gpu`.
+`TFDIST_JOBSET_WORKERS` (the same number: Trainer's PlainML plugin gives
+the pods no node count, see `tfdist_opt.cluster.jobset`) and the user's
+variables, `resourcesPerNode.limits` with `nvidia.com/gpu`.
 """
 
 from __future__ import annotations
@@ -38,12 +50,13 @@ from tfdist_opt.cluster import pod_spec
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 API_GROUP = "trainer.kubeflow.org"
 TRAINJOB_KIND = "TrainJob"
-RUNTIME_KIND = "ClusterTrainingRuntime"
-DEFAULT_RUNTIME = "tfdist-opt-tensorflow"
+RUNTIME_KIND = "TrainingRuntime"  # namespaced, one per job (the module docstring)
 NODE = "node"  # Trainer's name for the trainer replicated job and container
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
 PORT_NAME = "tf-port"
+# Variables of a pod that Kubernetes or TensorFlow's setup owns, besides TFDIST_JOBSET_*.
+RESERVED_ENV = frozenset({jobset.COMPLETION_INDEX_ENV, "TF_CONFIG"})
 
 
 def _label_env(name: str, label: str) -> dict[str, Any]:
@@ -52,19 +65,23 @@ def _label_env(name: str, label: str) -> dict[str, Any]:
 
 def build_tf_runtime(
     image: str,
-    name: str = DEFAULT_RUNTIME,
+    name: str,
+    namespace: str | None = None,
     port: int = jobset.DEFAULT_PORT,
     max_restarts: int = 0,
     backup_dir: str | None = None,
     backup_claim: str | None = None,
 ) -> dict[str, Any]:
-    """A `ClusterTrainingRuntime` for TensorFlow multi-worker jobs.
+    """A namespaced `TrainingRuntime` holding one TensorFlow job's settings.
 
     Args:
         image: str. The container's image (a TrainJob's `trainer.image`
             replaces it).
-        name: str. The runtime's name (cluster-scoped), which TrainJobs
-            reference. Defaults to `"tfdist-opt-tensorflow"`.
+        name: str. The runtime's name, which the TrainJob references (the
+            CLI uses the job's name).
+        namespace: str or None. The TrainJob's namespace (a TrainJob can
+            reference a `TrainingRuntime` of its own namespace only).
+            Defaults to `None` (kubectl's current one).
         port: int. Port of every worker's TF server. Defaults to `2222`.
         max_restarts: int. JobSet `failurePolicy.maxRestarts`: times every
             pod is recreated after one fails. Defaults to `0`.
@@ -87,6 +104,7 @@ def build_tf_runtime(
         max_restarts=max_restarts,
         backup_dir=backup_dir,
         backup_claim=backup_claim,
+        namespace=namespace,
     )
     pod_spec.warn_empty_dir(
         "JobSet restarts (max_restarts) recreate every pod, so no backup survives a restart",
@@ -125,10 +143,14 @@ def build_tf_runtime(
     }
     if max_restarts:
         jobset_spec["failurePolicy"] = {"maxRestarts": max_restarts}
+    metadata: dict[str, Any] = {"name": name}
+    if namespace:
+        metadata["namespace"] = namespace
+    metadata["labels"] = {FRAMEWORK_LABEL: "tensorflow"}
     return {
         "apiVersion": API_VERSION,
         "kind": RUNTIME_KIND,
-        "metadata": {"name": name, "labels": {FRAMEWORK_LABEL: "tensorflow"}},
+        "metadata": metadata,
         "spec": {"mlPolicy": {"numNodes": 1}, "template": {"spec": jobset_spec}},
     }
 
@@ -138,7 +160,7 @@ def build_trainjob(
     image: str,
     command: Sequence[str],
     workers: int,
-    runtime: str = DEFAULT_RUNTIME,
+    runtime: str | None = None,
     namespace: str | None = None,
     gpus: int = 0,
     env: Mapping[str, str] | None = None,
@@ -151,11 +173,14 @@ def build_trainjob(
         image: str. Container image holding TensorFlow and the code.
         command: sequence of str. The program every pod runs.
         workers: int. Pods (`trainer.numNodes`, >= 1).
-        runtime: str. The `ClusterTrainingRuntime` (`build_tf_runtime`).
-            Defaults to `"tfdist-opt-tensorflow"`.
+        runtime: str or None. The `TrainingRuntime` of the job's namespace
+            (`build_tf_runtime`). Defaults to `None`: the job's name.
         namespace: str or None. Defaults to `None` (kubectl's current one).
         gpus: int. `nvidia.com/gpu` limit per pod. Defaults to `0`.
-        env: mapping or None. Extra environment for every pod.
+        env: mapping or None. Extra environment for every pod; the
+            variables the runtime and Kubernetes set (`TFDIST_JOBSET_*`,
+            `JOB_COMPLETION_INDEX`, `TF_CONFIG`) are refused, since
+            Trainer's env upsert would let them override the runtime's.
 
     Returns:
         dict, ready for `yaml_writer.to_yaml`.
@@ -165,16 +190,19 @@ def build_trainjob(
     """
     pod_spec.check_count("workers", workers, 1)
     pod_spec.check_label("name", name, reserve=len(f"-{NODE}-0-") + len(str(workers)))
+    runtime = name if runtime is None else runtime
     pod_spec.check_label("runtime", runtime)
     env = pod_spec.check_pod_fields(
         image=image, command=command, gpus=gpus, env=env, namespace=namespace
     )
-    if jobset.WORKERS_ENV in env:
-        raise ValueError(
-            f"Invalid value for `env`: {jobset.WORKERS_ENV} is set "
-            "from `workers`. Received: "
-            f"{jobset.WORKERS_ENV}={env[jobset.WORKERS_ENV]!r}"
-        )
+    for key in sorted(env):
+        if key.startswith(jobset.ENV_PREFIX) or key in RESERVED_ENV:
+            raise ValueError(
+                f"Invalid value for `env`: {key} is set by the TensorFlow runtime, "
+                f"Kubernetes or `workers` ({jobset.WORKERS_ENV}); Trainer would let "
+                "this value override theirs. Expected no TFDIST_JOBSET_*, "
+                f"{', '.join(sorted(RESERVED_ENV))}. Received: {key}={env[key]!r}"
+            )
     env[jobset.WORKERS_ENV] = str(workers)
     trainer: dict[str, Any] = {
         "image": image,
