@@ -239,3 +239,24 @@ def test_every_class_and_function_the_guides_name_is_in_the_api_reference():
 def test_a_name_missing_from_the_api_reference_is_caught():
     api = _API.read_text().replace("::: tfdist_opt.strategy.file_writers.is_writer\n", "")
     assert "tfdist_opt.strategy.file_writers.is_writer" in undocumented([], api)
+
+
+# Pages for contributors, where test files are what is being described.
+_CONTRIBUTOR_PAGES = ("docs/contributing.md", "docs/benchmarks.md", "docs/internals/")
+# Pages still to move off test paths (their "what was checked" lists).
+_TEST_PATHS_TO_MOVE = ("docs/deploy/kubernetes.md",)
+
+
+def test_user_pages_say_what_is_tested_without_test_paths():
+    """A pip user has no tests/ folder: user pages say what is tested instead."""
+    bad = {}
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        rel = str(page.relative_to(ROOT))
+        if rel.startswith(_CONTRIBUTOR_PAGES + _TEST_PATHS_TO_MOVE):
+            continue
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            if re.search(r"(?<![\w/.-])tests/\w", line):
+                bad.setdefault(line.strip()[:80], []).append(f"{rel}:{number}")
+    assert not bad, "tests/ paths on user pages (say what is tested instead):\n" + "\n".join(
+        f"  {where}: {line}" for line, places in sorted(bad.items()) for where in places
+    )
