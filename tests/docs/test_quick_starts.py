@@ -117,3 +117,16 @@ def test_one_host_workers(tmp_path):
 def test_ray_locally(tmp_path):
     pytest.importorskip("ray")
     _check("ray", tmp_path, timeout=480)
+
+
+def _labels(text: str) -> list[str]:
+    return [m.group(1) for m in re.finditer(r"^([\w ]+?)\s+: ", text, re.M)]
+
+
+def test_get_started_shows_every_line_tfdist_opt_info_prints(tmp_path):
+    """The sample `tfdist-opt info` output has the lines the command prints, in order."""
+    page = (ROOT / "docs" / "get-started" / "index.md").read_text()
+    sample = page.split("## What will it build here?", 1)[1].split("```text\n", 1)[1]
+    sample = sample.split("```", 1)[0]
+    out = _run(["tfdist-opt info"], tmp_path, timeout=240)
+    assert _labels(sample) == _labels(out), (sample, out[-2000:])
