@@ -247,6 +247,21 @@ _CONTRIBUTOR_PAGES = ("docs/contributing.md", "docs/benchmarks.md", "docs/intern
 _TEST_PATHS_TO_MOVE = ("docs/deploy/kubernetes.md",)
 
 
+def test_user_pages_carry_no_lab_notes():
+    """Machines (kernel builds) and load averages stay in the Benchmarks appendix."""
+    bad = {}
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        rel = str(page.relative_to(ROOT))
+        if rel.startswith(_CONTRIBUTOR_PAGES):
+            continue
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            if re.search(r"\bfc-v\d+|\bload (?:average )?\d", line):
+                bad.setdefault(line.strip()[:80], []).append(f"{rel}:{number}")
+    assert not bad, "lab notes on user pages (link to the Benchmarks page instead):\n" + (
+        "\n".join(f"  {where}: {line}" for line, places in sorted(bad.items()) for where in places)
+    )
+
+
 def test_user_pages_say_what_is_tested_without_test_paths():
     """A pip user has no tests/ folder: user pages say what is tested instead."""
     bad = {}
