@@ -9,8 +9,12 @@ What every binary under `benchmarks/` needs, in one place:
   `format()` is the tf_cnn_benchmarks line
   `images/sec: X +/- Y (jitter = Z)`;
 - reporting: `write_report()` writes, on the chief only, the JSON
-  `{"benchmark", "config", "environment", "results", "summary"}`, a CSV of
-  the result rows and (when asked) a PNG plot.
+  `{"benchmark", "config", "environment", "provenance", "results",
+  "summary"}`, a CSV of the result rows and (when asked) a PNG plot.
+  `provenance` is what a figure needs to stay checkable: the commit, the
+  resolved `StrategyConfig`, the `StrategyConfig` defaults of that commit
+  and the machine (tests/docs/test_headline.py compares pages that call a
+  figure "the defaults" with it).
 
 Library code in `tfdist_opt` never reads flags; binaries read them at the top
 of `main`, and pass plain values to these functions (which take no flags
@@ -33,6 +37,7 @@ import math
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from typing import Any, Callable, Mapping, Sequence
@@ -213,6 +218,98 @@ def environment() -> dict[str, Any]:
     return env
 
 
+def _commit() -> dict[str, Any]:
+    """The checkout's commit and whether tracked files differ from it.
+
+    An installed wheel (`tfdist-opt bench`) has no checkout: then the
+    package version stands in for the commit.
+    """
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def git(*args: str) -> str | None:
+        try:
+            p = subprocess.run(
+                ["git", "-C", root, *args], capture_output=True, text=True, timeout=30
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return p.stdout.strip() if p.returncode == 0 else None
+
+    sha = git("rev-parse", "HEAD")
+    if sha is None:
+        try:
+            from importlib import metadata  # pylint: disable=g-import-not-at-top
+
+            return {"commit": None, "dirty": None, "version": metadata.version("tfdist_opt")}
+        except Exception:  # pylint: disable=broad-except  (not installed either)
+            return {"commit": None, "dirty": None, "version": None}
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": sha, "dirty": bool(dirty) if dirty is not None else None}
+
+
+def _machine() -> dict[str, Any]:
+    """The host: CPU model, cores, memory and kernel (`platform`)."""
+    machine: dict[str, Any] = {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "cpu_model": None,
+        "memory_bytes": None,
+    }
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    machine["cpu_model"] = line.split(":", 1)[1].strip()
+                    break
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    machine["memory_bytes"] = int(line.split()[1]) * 1024
+                    break
+    except OSError:  # not Linux: platform and cpu_count say enough
+        pass
+    return machine
+
+
+def provenance(strategy_config: Any = None) -> dict[str, Any]:
+    """What a result was measured with: commit, `StrategyConfig`, machine.
+
+    Args:
+        strategy_config: `StrategyConfig` or None. The binary's resolved
+            config; None: the one `define_strategy_flags()`'s function
+            gives (a binary with `--config` and the field flags), else
+            `StrategyConfig.load()` (defaults < `$TFDIST_OPT_CONFIG` <
+            `TFDIST_OPT_*`), what a script calling `opt_strategy()` with
+            no keywords gets here.
+
+    Returns:
+        `{"commit", "dirty", "strategy_config", "strategy_defaults",
+        "machine"}`: `strategy_defaults` is `StrategyConfig()` of this
+        commit, so a page quoting the file as "the defaults" can be checked
+        against today's defaults after they change.
+    """
+    from tfdist_opt.strategy import config as config_lib  # pylint: disable=g-import-not-at-top
+
+    resolved: Any
+    try:
+        if strategy_config is None and _resolved_strategy_config is not None:
+            strategy_config = _resolved_strategy_config()
+        if strategy_config is None:
+            strategy_config = config_lib.StrategyConfig.load()
+        resolved = dataclasses.asdict(strategy_config)
+    except Exception as e:  # pylint: disable=broad-except  (the run's figures still count)
+        # A bad TFDIST_OPT_* variable in the benchmark's own environment
+        # must not lose the results measured before it is read here.
+        resolved = {"error": f"{type(e).__name__}: {e}"}
+    return {
+        **_commit(),
+        "strategy_config": resolved,
+        "strategy_defaults": dataclasses.asdict(config_lib.StrategyConfig()),
+        "machine": _machine(),
+    }
+
+
 def flag_config(extra_modules: Sequence[str] = ()) -> dict[str, Any]:
     """Every flag the running binary defines (and this module's), by name.
 
@@ -233,6 +330,10 @@ def flag_config(extra_modules: Sequence[str] = ()) -> dict[str, Any]:
 
 
 # ---------------------------------------------------- StrategyConfig flags
+# The function `define_strategy_flags()` returned, for `provenance()`.
+_resolved_strategy_config: Callable[[], Any] | None = None
+
+
 def define_strategy_flags() -> Callable[[], Any]:
     """Defines `--config` and one flag per `StrategyConfig` field.
 
@@ -298,6 +399,8 @@ def define_strategy_flags() -> Callable[[], Any]:
                     ) from None
         return config_lib.StrategyConfig.load(config_flag.value, **overrides)
 
+    global _resolved_strategy_config
+    _resolved_strategy_config = strategy_config
     return strategy_config
 
 
@@ -313,6 +416,7 @@ def write_report(
     plot_path: str | None = None,
     plot: PlotSpec | None = None,
     environ: Mapping[str, str] | None = None,
+    strategy_config: Any = None,
 ) -> dict[str, Any]:
     """Builds the report and, on the chief only, writes JSON / CSV / PNG.
 
@@ -324,6 +428,8 @@ def write_report(
         output_json, csv_path, plot_path: str or None. Where to write.
         plot: `PlotSpec` or None. Required with `plot_path`.
         environ: mapping or None. For TF_CONFIG. Defaults to `os.environ`.
+        strategy_config: `StrategyConfig` or None. For `provenance`; None
+            resolves it as `provenance()` says.
 
     Returns:
         The report dict (on every worker).
@@ -336,6 +442,7 @@ def write_report(
         "benchmark": name,
         "config": dict(config),
         "environment": environment(),
+        "provenance": provenance(strategy_config),
         "results": [dict(r) for r in results],
         "summary": dict(summary),
     }

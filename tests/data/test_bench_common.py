@@ -61,7 +61,14 @@ def test_write_report_shape_csv_on_chief(tmp_path):
         environ={},
     )
     written = json.loads(out.read_text())
-    assert list(written) == ["benchmark", "config", "environment", "results", "summary"]
+    assert list(written) == [
+        "benchmark",
+        "config",
+        "environment",
+        "provenance",
+        "results",
+        "summary",
+    ]
     assert written == json.loads(json.dumps(report))
     assert written["summary"] == {"speedup": 2.0}
     assert {"tf", "keras", "devices", "workers"} <= set(written["environment"])

@@ -81,7 +81,7 @@ def test_excerpt_lines_match_exactly_but_for_the_ellipsis(lines, output, missing
 
 def test_quickstart_trains_on_two_replicas():
     out = _run("quickstart")
-    losses = [float(x) for x in re.findall(r"- loss: ([\d.]+)", out)]
+    losses = [float(x) for x in re.findall(r"- loss: ([\d.]+(?:e[-+]\d+)?)", out)]
     assert "replicas: 2 " in out and len(losses) == 3 and losses[-1] < losses[0], out
 
 
@@ -99,7 +99,7 @@ def test_gradients_one_update_per_two_micro_batches():
 
 def test_powersgd_trains():
     out = _run("powersgd")
-    losses = [float(x) for x in re.findall(r"- loss: ([\d.]+)", out)]
+    losses = [float(x) for x in re.findall(r"- loss: ([\d.]+(?:e[-+]\d+)?)", out)]
     assert len(losses) == 2 and losses[1] < losses[0], out
     # 16 updates, the first 2 uncompressed (powersgd_start_step=2).
     assert "compressed updates: 14 of 16" in out, out[-2000:]
@@ -107,7 +107,7 @@ def test_powersgd_trains():
 
 def test_topk_stage_trains_and_holds_values_back():
     out = _run("topk_stage")
-    losses = [float(x) for x in re.findall(r"- loss: ([\d.]+)", out)]
+    losses = [float(x) for x in re.findall(r"- loss: ([\d.]+(?:e[-+]\d+)?)", out)]
     assert len(losses) == 2 and losses[1] < losses[0], out
     assert "values held back for the next step: some" in out, out
 

@@ -1,18 +1,29 @@
-"""The headline tables quote their result files.
+"""Quoted figures match their result files, and "the defaults" are today's.
 
 Each row of README.md's "Measured speed-ups" table and of the Benchmarks
 page's "Headline" table names a result file under `benchmarks/results/`, a
 figure with the `summary` key it comes from (`**2.67x** `speedup_vs_peer``),
 and the machine and load it ran on (`(fc-v1272, load 2.4)`). This test reads
 each file and checks all three, so a figure edited by hand, a file deleted or
-a row without its file fails.
+a row without its file fails. Any other table row, on any page, that quotes a
+figure in that form is checked the same way.
+
+A figure cannot go stale silently either: a table row or paragraph that
+calls what it quotes "the defaults", "every default" or "today's ..." and
+names result files passes only if each file records (in its `provenance`,
+written by `benchmarks/common.py`) the commit it ran at and `StrategyConfig`
+defaults equal to today's. When a default changes, every such claim fails
+until it is re-measured or relabelled with the setting it measured.
 """
 
+import dataclasses
 import json
 import pathlib
 import re
 
 import pytest
+
+from tfdist_opt.strategy.config import StrategyConfig
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -69,3 +80,107 @@ def test_headline_row_matches_its_result_file(where, row):
     env = data["environment"]
     assert f"-{source['machine']}-" in env["platform"], (where, env["platform"])
     assert round(env["load_avg_1m"], 1) == float(source["load"]), (where, env["load_avg_1m"])
+
+
+# ------------------------------------------------ every table, every page
+PAGES = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]
+
+
+def _figure_rows():
+    for page in PAGES:
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            if line.startswith("|") and _FIGURE.search(line):
+                yield f"{page.relative_to(ROOT)}:{number}", line
+
+
+_ALL_ROWS = list(_figure_rows())
+
+
+@pytest.mark.parametrize("where,row", _ALL_ROWS, ids=[w for w, _ in _ALL_ROWS])
+def test_every_quoted_figure_matches_its_result_file(where, row):
+    test_headline_row_matches_its_result_file(where, row)
+
+
+# --------------------------------------------------- "the defaults" claims
+_CLAIM = re.compile(r"\b(every default|the defaults|today's)\b", re.I)
+_JSON = re.compile(r"`([\w.-]+\.json)`")
+
+
+def _blocks(text: str):
+    """(first line number, text) of each paragraph; a table's rows one by one."""
+    block, start = [], 0
+    for number, line in enumerate(text.splitlines() + [""], 1):
+        if line.startswith("|"):
+            if block:
+                yield start, " ".join(block)
+                block = []
+            yield number, line
+        elif line.strip():
+            if not block:
+                start = number
+            block.append(line)
+        elif block:
+            yield start, " ".join(block)
+            block = []
+
+
+def claims(pages=None):
+    """[(page:line, block, [result files])] for blocks calling figures "the defaults"."""
+    found = []
+    for page in PAGES if pages is None else pages:
+        for number, block in _blocks(page.read_text()):
+            files = [f for f in _JSON.findall(block) if (RESULTS / f).exists()]
+            if files and _CLAIM.search(block):
+                found.append((f"{page.name}:{number}", block, files))
+    return found
+
+
+def stale(files, today=None, folder=RESULTS):
+    """The files among `files` that do not record today's defaults and a commit."""
+    today = today or dataclasses.asdict(StrategyConfig())
+    bad = []
+    for name in files:
+        prov = json.loads((folder / name).read_text()).get("provenance") or {}
+        if not prov.get("commit") or prov.get("strategy_defaults") != today:
+            bad.append(name)
+    return bad
+
+
+def test_figures_called_the_defaults_were_measured_at_todays_defaults():
+    bad = [(where, stale(files), block[:200]) for where, block, files in claims() if stale(files)]
+    assert not bad, (
+        "These call their figures the defaults (or today's), but their files record no "
+        "commit or other StrategyConfig defaults than today's (`provenance."
+        "strategy_defaults`). Re-run the benchmark at today's defaults, or say which "
+        f"setting it measured: {bad}"
+    )
+
+
+def test_a_claim_on_a_file_from_before_a_default_changed_fails(tmp_path):
+    """The check itself: a page calling an old file "the defaults" is caught."""
+    name = "train_peer_mlp_2workers_default_hooked.json"  # measured before streams
+    page = tmp_path / "page.md"
+    page.write_text(f"| every default vs the faster peer | `{name}` (fc-v1272, load 2.9) |\n")
+    (found,) = claims([page])
+    assert found[2] == [name] and stale(found[2]) == [name]
+    relabelled = tmp_path / "relabelled.md"
+    relabelled.write_text(f"| `collective_streams=0` vs the faster peer | `{name}` |\n")
+    assert claims([relabelled]) == []
+    today = dataclasses.asdict(StrategyConfig())
+    recorded = json.loads((RESULTS / name).read_text())
+    assert recorded.get("provenance") is None  # written before provenance existed
+    assert stale([name], today) == [name]
+
+
+def test_every_report_records_commit_strategy_config_and_machine(tmp_path, monkeypatch):
+    from benchmarks import common
+
+    monkeypatch.setenv("TFDIST_OPT_GRAD_ACCUM", "2")  # resolved, not the defaults
+    out = tmp_path / "demo.json"
+    common.write_report("demo", {}, [], {"x": 1.0}, output_json=str(out), environ={})
+    prov = json.loads(out.read_text())["provenance"]
+    assert re.fullmatch(r"[0-9a-f]{40}", prov["commit"]), prov
+    assert prov["strategy_config"]["grad_accum"] == 2
+    assert prov["strategy_defaults"] == dataclasses.asdict(StrategyConfig())
+    assert prov["machine"]["cpu_count"] and prov["machine"]["platform"], prov["machine"]
+    assert stale(["demo.json"], folder=tmp_path) == []  # a fresh run passes the check

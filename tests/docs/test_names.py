@@ -181,3 +181,97 @@ def test_known_flags_cover_each_source():
     assert {"--epochs", "--log_dir"} <= known  # tfdist_opt.examples.train_cnn
     assert {"--compare", "--output_json", "--powersgd_rank", "--nofold_logs"} <= known
     assert "--no-such-flag" not in known
+
+
+# ------------------------------------------- recommended names, documented
+_API = ROOT / "docs" / "reference" / "api.md"
+# Names the guides recommend by their bare name (the dotted ones are found by
+# the scan below).
+_BARE_RECOMMENDED = {
+    "tfdist_opt.data.sources.DatasetFnSource",
+    "tfdist_opt.gradients.auto_compression.choose_compression",
+    "tfdist_opt.gradients.auto_compression.measure_link",
+    "tfdist_opt.strategy.file_writers.is_writer",
+}
+
+
+def _defining_name(dotted: str) -> str | None:
+    """`module.qualname` of the class or function `dotted` names, else None."""
+    import inspect  # pylint: disable=g-import-not-at-top
+
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            obj = getattr(obj, attr, None)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            return f"{obj.__module__}.{obj.__qualname__}"
+        return None
+    return None
+
+
+def undocumented(pages, api_text: str) -> dict[str, list[str]]:
+    """Classes and functions `pages` name that api_text has no `:::` entry for."""
+    entries = set(re.findall(r"^::: ([\w.]+)", api_text, re.M))
+    found: dict[str, list[str]] = {n: ["recommended by name"] for n in _BARE_RECOMMENDED}
+    for page in pages:
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            for m in _DOTTED.finditer(line):
+                name = _defining_name(m.group(0))
+                if name:
+                    found.setdefault(name, []).append(f"{page.relative_to(ROOT)}:{number}")
+    return {name: where for name, where in found.items() if name not in entries}
+
+
+_USER_PAGES = [p for p in PAGES if not p.is_relative_to(ROOT / "docs" / "internals")]
+
+
+def test_every_class_and_function_the_guides_name_is_in_the_api_reference():
+    bad = undocumented(_USER_PAGES, _API.read_text())
+    assert not bad, "Named by the guides, without a `:::` entry in docs/reference/api.md:\n" + (
+        "\n".join(f"  {name} ({', '.join(where)})" for name, where in sorted(bad.items()))
+    )
+
+
+def test_a_name_missing_from_the_api_reference_is_caught():
+    api = _API.read_text().replace("::: tfdist_opt.strategy.file_writers.is_writer\n", "")
+    assert "tfdist_opt.strategy.file_writers.is_writer" in undocumented([], api)
+
+
+# Pages for contributors, where test files are what is being described.
+_CONTRIBUTOR_PAGES = ("docs/contributing.md", "docs/benchmarks.md", "docs/internals/")
+# Pages still to move off test paths (their "what was checked" lists).
+_TEST_PATHS_TO_MOVE = ("docs/deploy/kubernetes.md",)
+
+
+def test_user_pages_carry_no_lab_notes():
+    """Machines (kernel builds) and load averages stay in the Benchmarks appendix."""
+    bad = {}
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        rel = str(page.relative_to(ROOT))
+        if rel.startswith(_CONTRIBUTOR_PAGES):
+            continue
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            if re.search(r"\bfc-v\d+|\bload (?:average )?\d", line):
+                bad.setdefault(line.strip()[:80], []).append(f"{rel}:{number}")
+    assert not bad, "lab notes on user pages (link to the Benchmarks page instead):\n" + (
+        "\n".join(f"  {where}: {line}" for line, places in sorted(bad.items()) for where in places)
+    )
+
+
+def test_user_pages_say_what_is_tested_without_test_paths():
+    """A pip user has no tests/ folder: user pages say what is tested instead."""
+    bad = {}
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        rel = str(page.relative_to(ROOT))
+        if rel.startswith(_CONTRIBUTOR_PAGES + _TEST_PATHS_TO_MOVE):
+            continue
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            if re.search(r"(?<![\w/.-])tests/\w", line):
+                bad.setdefault(line.strip()[:80], []).append(f"{rel}:{number}")
+    assert not bad, "tests/ paths on user pages (say what is tested instead):\n" + "\n".join(
+        f"  {where}: {line}" for line, places in sorted(bad.items()) for where in places
+    )

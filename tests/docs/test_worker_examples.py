@@ -71,7 +71,7 @@ def test_multi_worker_example_on_two_workers():
     # Equal hashes alone hold for a fit that runs no step (synced initial
     # weights): 256 examples / global batch 32 x 2 epochs.
     assert [steps for _, _, steps in found] == ["16", "16"], out
-    losses = [float(v) for v in re.findall(r"- loss: ([\d.]+)", out)]
+    losses = [float(v) for v in re.findall(r"- loss: ([\d.]+(?:e[-+]\d+)?)", out)]
     assert len(losses) == 2 and losses[1] < losses[0], out
 
 

@@ -54,9 +54,11 @@ class StrategyConfig(validation.ConfigFields):
             `"one_device"`, `"mirrored"`, `"multi_worker"` or
             `"parameter_server"`.
             Defaults to `"auto"`.
-        all_reduce: str. Cross-replica reduction: `"auto"` (NCCL on GPUs,
-            RING otherwise), `"nccl"`, `"ring"`, `"hierarchical_copy"` or
-            `"reduce_to_one"`. Defaults to `"auto"`.
+        all_reduce: str. Cross-replica reduction: `"auto"` (NCCL on GPUs;
+            without GPUs, RING across workers and `"reduce_to_one"` among
+            one host's replicas; `"hierarchical_copy"` where GPUs were split
+            into logical devices), `"nccl"`, `"ring"`, `"hierarchical_copy"`
+            or `"reduce_to_one"`. Defaults to `"auto"`.
         bytes_per_pack: int or `"auto"`. Multi-worker gradient packing: pack
             size in bytes (0 lets TF decide) or `"auto"` for our policy.
             Defaults to `0`.

@@ -181,7 +181,24 @@ def decide(strategy, directory) -> Decision | None:
 
 
 def is_writer(strategy, directory) -> bool:
-    """True if this worker writes files into `directory` (see the module docstring)."""
+    """True if this worker writes files into `directory`.
+
+    Who writes is decided once per directory (`storage_sharing`): of the
+    workers that share the storage, the first writes for them; a worker
+    with a private disk writes its own copy; without a strategy that
+    decides (one process), True. Use it for files of your own that every
+    worker would otherwise write.
+
+    Args:
+        strategy: the model's `tf.distribute` strategy (or None).
+        directory: str. Where the files go.
+
+    Returns:
+        bool. Whether this worker writes there.
+
+    Example:
+        >>> path = p if is_writer(strategy, p) else scratch  # doctest: +SKIP
+    """
     found = decide(strategy, directory)
     return found is None or found.writes
 
