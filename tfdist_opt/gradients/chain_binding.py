@@ -9,7 +9,8 @@ all-reduce, then hands the step's dense gradients, one `Bucket` at a time
 (one per pack when the chain holds a user stage, else one for the step),
 through the stages at positions `"local"` to `"after"`, in order; the
 collective stage returns the sums. `"accumulate"` and `"update"` stages act in the
-optimizer's apply step instead (`accumulation`, `sharded_state`).
+optimizer's apply step instead (`accumulation`, `sharded_state`); the
+sharded update runs the `"local"` stages first (`run_local`).
 
 `StageContext` is what a stage's `init` and `reduce` get; the built-in
 stages' TensorFlow code is here (`builtin_init`, `builtin_reduce`), each
@@ -191,12 +192,33 @@ def all_reduce(optimizer, state, grads_and_vars) -> list:
     grads = [g for g, _ in grads_and_vars]
     out = list(grads)
     sparse = [i for i, g in enumerate(grads) if isinstance(g, tf.IndexedSlices)]
-    dense = [i for i, g in enumerate(grads) if g is not None and i not in set(sparse)]
-    strategy = optimizer._distribution_strategy
     if sparse:
+        strategy = optimizer._distribution_strategy
         reduced = allreduce.all_reduce_sum([grads[i] for i in sparse], state.options, strategy)
         for i, r in zip(sparse, reduced):
             out[i] = r
+    dense = _run(optimizer, state, grads, [v for _, v in grads_and_vars], _STEP_POSITIONS)
+    out = [o if isinstance(g, tf.IndexedSlices) else d for o, g, d in zip(out, grads, dense)]
+    return [(r, v) for r, (_, v) in zip(out, grads_and_vars)]
+
+
+def run_local(optimizer, state, grads, variables) -> list:
+    """This replica's gradients through the chain's `"local"` stages.
+
+    The sharded update (`sharded_state`) calls it before its
+    reduce-scatter, so a user `"local"` stage runs there as on the
+    all-reduce path (`ZeRO.conflicts` refuses the other user positions).
+    Sparse gradients (`tf.IndexedSlices`) and None pass through.
+    """
+    if not state.chain.at("local"):
+        return list(grads)
+    return _run(optimizer, state, list(grads), list(variables), ("local",))
+
+
+def _run(optimizer, state, grads, variables, positions) -> list:
+    """`grads` with the dense ones handed through the stages at `positions`."""
+    out = list(grads)
+    dense = [i for i, g in enumerate(grads) if g is not None and not isinstance(g, tf.IndexedSlices)]
     context = StageContext(optimizer, state)
     # Stages see the Keras variables (`path`, `shape`), as their `init` did.
     keras_vars = optimizer._trainable_variables
@@ -205,18 +227,18 @@ def all_reduce(optimizer, state, grads_and_vars) -> list:
         for stage, stage_state in zip(
             state.chain.stages, state.stage_states or [None] * len(state.chain.stages)
         )
-        if stage.position in _STEP_POSITIONS
+        if stage.position in positions
     ]
     for group in _groups(steps, [grads[i] for i in dense], state):
         bucket = Bucket(
             [grads[dense[j]] for j in group],
-            [keras_vars[optimizer._get_variable_index(grads_and_vars[dense[j]][1])] for j in group],
+            [keras_vars[optimizer._get_variable_index(variables[dense[j]])] for j in group],
         )
         for stage, stage_state in steps:
             bucket = stage.reduce(bucket, stage_state, context)
         for j, g in zip(group, bucket.gradients):
             out[dense[j]] = g
-    return [(r, v) for r, (_, v) in zip(out, grads_and_vars)]
+    return out
 
 
 def _groups(steps, dense_grads, state) -> list[list[int]]:
