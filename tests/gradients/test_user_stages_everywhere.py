@@ -82,10 +82,7 @@ REFUSED = {
 }
 
 CASES = [
-    (name, cls)
-    for name in CONFIGS
-    for cls in (ZeroLocal, ZeroAfter)
-    if (name, cls) not in REFUSED
+    (name, cls) for name in CONFIGS for cls in (ZeroLocal, ZeroAfter) if (name, cls) not in REFUSED
 ]
 
 
@@ -131,9 +128,7 @@ def test_without_the_stage_the_weights_move(strategy):
     assert max(float(np.abs(a - b).max()) for a, b in zip(after, before)) > 1e-3
 
 
-@pytest.mark.parametrize(
-    "key", list(REFUSED), ids=[f"{n}-{c.__name__}" for n, c in REFUSED]
-)
+@pytest.mark.parametrize("key", list(REFUSED), ids=[f"{n}-{c.__name__}" for n, c in REFUSED])
 def test_configurations_that_cannot_run_the_stage_refuse_it_by_name(key, monkeypatch):
     from tfdist_opt.strategy import topology
 

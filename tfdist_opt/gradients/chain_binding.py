@@ -218,7 +218,9 @@ def run_local(optimizer, state, grads, variables) -> list:
 def _run(optimizer, state, grads, variables, positions) -> list:
     """`grads` with the dense ones handed through the stages at `positions`."""
     out = list(grads)
-    dense = [i for i, g in enumerate(grads) if g is not None and not isinstance(g, tf.IndexedSlices)]
+    dense = [
+        i for i, g in enumerate(grads) if g is not None and not isinstance(g, tf.IndexedSlices)
+    ]
     context = StageContext(optimizer, state)
     # Stages see the Keras variables (`path`, `shape`), as their `init` did.
     keras_vars = optimizer._trainable_variables
