@@ -24,7 +24,6 @@ import tensorflow as tf
 from tfdist_opt.gradients import accumulation
 from tfdist_opt.gradients import allreduce
 from tfdist_opt.gradients import builtin_stages as bs
-from tfdist_opt.gradients import log_fold
 from tfdist_opt.gradients import lowrank
 from tfdist_opt.gradients import replica_slots
 from tfdist_opt.gradients import streams
@@ -49,7 +48,6 @@ class StageContext:
         self.num_replicas = self.strategy.num_replicas_in_sync
         self.options = state.options
         self._state = state
-        self._logs_taken = False
 
     @property
     def step(self) -> tf.Tensor:
@@ -94,28 +92,15 @@ class StageContext:
         """SUM over replicas of `tensors` (replica context), as a list.
 
         The chain's wire stage (`Cast`) decides the dtype they travel in
-        and its pack stage (`Pack`) how they are grouped into collectives;
-        the first call of a step also carries Keras's log values where
-        they fold into the gradients' packs (`log_fold`).
+        and its pack stage (`Pack`) how they are grouped into collectives.
         """
-        tensors = list(tensors)
-        logs = None
-        if not self._logs_taken:
-            self._logs_taken = True
-            logs = log_fold.take(self.strategy)
-            if self.options.wire_dtype is not None and self._state.streams is None:
-                logs = None  # they would travel cast: their own collective
-        reduced = allreduce.all_reduce_sum(
-            tensors + list(logs or []),
+        return allreduce.all_reduce_sum(
+            list(tensors),
             self.options,
             self.strategy,
             tuned=self._state.tuned_bytes_per_pack,
             streams=self._state.streams,
-            exact=len(logs or []),  # streamed logs travel uncast
         )
-        if logs:
-            log_fold.answer(self.strategy, logs, reduced[len(tensors) :])
-        return reduced[: len(tensors)]
 
     def builtin_init(self, stage, variables):
         """A built-in stage's `init`: the state it has always made."""
@@ -134,7 +119,6 @@ class StageContext:
         if isinstance(stage, bs.AllReduce):
             return bucket.replace(self.all_reduce_sum(bucket.gradients))
         if isinstance(stage, bs.PowerSGD):
-            self._logs_taken = True  # lowrank folds them in its own packs
             pairs = lowrank.all_reduce_sum(
                 self.optimizer,
                 list(zip(bucket.gradients, bucket.variables)),
