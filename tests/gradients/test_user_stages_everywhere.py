@@ -39,6 +39,15 @@ class ZeroAfter(ZeroLocal):
     position = "after"
 
 
+class SumCollective(GradientStage):
+    """A user collective (only checked for its refusal here)."""
+
+    position = "collective"
+
+    def reduce(self, bucket, state, context):
+        return bucket.replace(context.all_reduce_sum(bucket.gradients))
+
+
 # name -> (GradientOptions fields, compile() arguments, mixed precision policy)
 CONFIGS = {
     "defaults": ({}, {}, None),
@@ -78,6 +87,11 @@ REFUSED = {
         r"Invalid value for `shard_optimizer_state` with the ZeroAfter stage: .*"
         r"each replica receives only its shard of the summed gradients.*"
         r"Received: shard_optimizer_state=True\. Expected another value, or no ZeroAfter stage",
+    ),
+    ("zero", SumCollective): (
+        {"shard_optimizer_state": True},
+        r"Invalid value for `shard_optimizer_state` with the SumCollective stage: .*"
+        r"never the whole sums a 'collective' stage maps; a 'local' stage runs with it",
     ),
 }
 
