@@ -129,18 +129,8 @@ _COMPARE = flags.DEFINE_enum(
     "process on the same cores with the same global batch, alternated; "
     "stall: the configured setup with the stall inspector off, then on, "
     "alternated per round (multi-worker; summary key stall_inspector_ratio "
-    "= on / off); fold: ours with Keras's logs folded into the gradient "
-    "collective (the default) against --fold_logs=false, each in its own "
-    "cluster per round (summary key fold_speedup = folded / not); "
-    "cpu_split: scaling plus ours with --cpu_split=pin (each worker pinned "
+    "= on / off); cpu_split: scaling plus ours with --cpu_split=pin (each worker pinned "
     "to its own cores).",
-)
-_FOLD_LOGS = flags.DEFINE_bool(
-    "fold_logs",
-    True,
-    "Multi-worker: Keras's logged values ride in the "
-    "step's gradient collective where eligible (tfdist_opt.gradients."
-    "log_fold); false: their own packed collective (for --compare=fold).",
 )
 _PEER_ROLE = flags.DEFINE_enum(
     "peer_role",
@@ -243,7 +233,7 @@ def main(argv):
             f"{_BREAKDOWN_STEPS.value}"
         )
     if inputs_lib.parse_data(_DATA.value)[0] != "synthetic" and (
-        compare in ("peer", "scaling", "fold", "cpu_split") or role
+        compare in ("peer", "scaling", "cpu_split") or role
     ):
         raise app.UsageError(
             f"Invalid value for `--data` with --compare={compare}: "
@@ -266,7 +256,7 @@ def main(argv):
         metrics=_METRICS.value,
         epochs=_EPOCHS.value,
     )
-    if compare in ("peer", "scaling", "fold", "cpu_split"):
+    if compare in ("peer", "scaling", "cpu_split"):
         return _peer_main(cfg, args, started)
     if role in peers.PEERS:
         return _peer_child(role, args)
@@ -274,8 +264,6 @@ def main(argv):
     import tfdist_opt  # pylint: disable=g-import-not-at-top
 
     strategy = tfdist_opt.opt_strategy(settings_lib.strategy_config_for(cfg, compare))
-    if not _FOLD_LOGS.value:
-        type(strategy)._fold_logs = False  # pylint: disable=protected-access
     replicas = strategy.num_replicas_in_sync
     workers = common.num_workers()
     printer = runner.Printer(common.is_chief())

@@ -12,8 +12,6 @@ from __future__ import annotations
 from tfdist_opt.seam import manifest as _manifest
 from tfdist_opt.seam.access import (  # noqa: F401
     tf_optimizer_class,
-    keras_train_step_code,
-    unscale_loss_for_distribution,
     reduce_per_replica,
     generator_data_adapter_class,
     make_class_weight_map_fn,

@@ -73,8 +73,6 @@ class StrategyRuntime:
             calls running now (`parameter_server.training.steps_running`).
         local_replica_ids: list of int. Global replica id of each local
             device (`gradients.replica_slots`), found once.
-        log_offer: list. Scalar logs the next gradient pack carries
-            (`gradients.log_fold`), taken once.
     """
 
     gradient_binding: Any = None
@@ -83,7 +81,6 @@ class StrategyRuntime:
     storage_sharing: str = "auto"
     steps_running: int = 0
     local_replica_ids: list | None = None
-    log_offer: list | None = None
 
 
 _RUNTIMES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

@@ -18,9 +18,6 @@ the other workers exit at once) or `--peer_workers` without TF_CONFIG.
 `--cpu_split=pin` (each worker pinned to its own cores); summary keys
 `fraction_of_one_process_pin`, `epoch_spread_ratio_pin`.
 
-`--compare=fold` runs ours against ours with `--fold_logs=false` (the logs'
-own collective); summary key `fold_speedup`.
-
 `--compare=scaling` runs the same way with two roles: ours on N workers,
 and `one_process`: this binary in one process on the same cores (no
 TF_CONFIG, no StrategyConfig flags: plain one-device Keras `fit`) with a
@@ -84,10 +81,6 @@ def roles_for(compare: str, n: int, batch_size: int) -> list[Role]:
             Role(
                 "one_process", "ours", 1, (f"--batch_size={batch_size * n}",), strategy_flags=False
             ),
-        ],
-        "fold": lambda: [
-            Role("ours", "ours", n),
-            Role("no_fold", "ours", n, ("--fold_logs=false",)),
         ],
     }
     if compare not in table:
@@ -288,7 +281,6 @@ def coordinate(
         row["setting"] = {
             "one_process": "one_process",
             "ours_pin": "ours_pin",
-            "no_fold": "no_fold",
         }.get(role, row["setting"])
         medians[role] = stats.median
         rows.append(row)
@@ -296,12 +288,6 @@ def coordinate(
         summary = scaling_summary(medians)
         if "ours_pin" in medians:
             summary["fraction_of_one_process_pin"] = medians["ours_pin"] / medians["one_process"]
-    elif compare == "fold":
-        summary = {
-            "opt_eps": medians["ours"],
-            "no_fold_eps": medians["no_fold"],
-            "fold_speedup": medians["ours"] / medians["no_fold"],
-        }
     else:
         summary = peer_summary(medians, rows[0].get("overlap_fraction"))
     summary.update(
@@ -324,7 +310,6 @@ _DOC = {
     "ours": "tfdist_opt.opt_strategy() + fit",
     "ours_pin": "ours with --cpu_split=pin: each worker pinned to its "
     "own slice of the cores, pools sized to it",
-    "no_fold": "ours with --fold_logs=false: Keras's logs in their own packed collective",
     "one_process": "the same model, data, compile and global batch in one "
     "process on the same cores: plain Keras fit, no "
     "TF_CONFIG, StrategyConfig defaults",

@@ -170,7 +170,7 @@ def write(
 
 
 def write_peer(rows, summary, config, *, cfg, args, printer) -> None:
-    """Writes a `--compare=peer|scaling|fold|cpu_split` report, prints its table."""
+    """Writes a `--compare=peer|scaling|cpu_split` report, prints its table."""
     common.write_report(
         "train",
         {**common.flag_config(), "strategy_config": cfg.to_dict(), **config},
@@ -197,8 +197,6 @@ def write_peer(rows, summary, config, *, cfg, args, printer) -> None:
             f"fraction_of_one_process (ours / one process): "
             f"{summary['fraction_of_one_process']:.2f}"
         )
-    elif "fold_speedup" in summary:
-        printer(f"fold_speedup (logs folded / own collective): {summary['fold_speedup']:.3f}")
     else:
         printer(f"speedup_vs_peer (ours / faster peer): {summary['speedup_vs_peer']:.2f}x")
 

@@ -11,7 +11,7 @@ import math
 
 MODELS = ("mlp", "cnn_small", "resnet50", "transformer")
 DEFAULT_IMAGE_SIZE = {"mlp": 16, "cnn_small": 32, "resnet50": 224, "transformer": 32}
-COMPARES = ("none", "baseline", "ablation", "peer", "scaling", "stall", "fold", "cpu_split")
+COMPARES = ("none", "baseline", "ablation", "peer", "scaling", "stall", "cpu_split")
 
 BASELINE_DOC = (
     "same process and strategy object ({strategy}; with several workers "
@@ -47,7 +47,7 @@ class Setting:
     # --compare=stall's "stall_off" row.
     stall_inspector: bool = True
     # Keras 3 optimizers run our gradient hooks even at TF's defaults (what
-    # opt_strategy() does on multi-worker: fused update, logs folded).
+    # opt_strategy() does on multi-worker: fused update).
     hooked: bool = False
 
     def describe(self) -> str:
@@ -174,7 +174,7 @@ def plan_settings(cfg, compare: str, multi_worker: bool | None = None) -> list[S
     if multi_worker is None:
         multi_worker = is_multi_worker()
     opt = opt_setting(cfg, multi_worker)
-    if compare in ("none", "peer", "scaling", "fold", "cpu_split"):  # their own processes
+    if compare in ("none", "peer", "scaling", "cpu_split"):  # their own processes
         return [opt]
     if compare == "stall":  # the same setup, the stall inspector off / on
         return [dataclasses.replace(opt, name="stall_off", stall_inspector=False), opt]

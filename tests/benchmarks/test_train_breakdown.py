@@ -130,11 +130,6 @@ def test_epoch_and_breakdown_summary_keys():
         ("ours_pin", 2, ("--cpu_split=pin",)),
         ("one_process", 1, ("--batch_size=64",)),
     ]
-    fold = peer_compare.roles_for("fold", 2, 32)
-    assert [(r.name, r.extra_flags) for r in fold] == [
-        ("ours", ()),
-        ("no_fold", ("--fold_logs=false",)),
-    ]
 
 
 def test_epochs_round_timed_batches_to_whole_epochs():

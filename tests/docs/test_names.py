@@ -179,7 +179,7 @@ def test_known_flags_cover_each_source():
     known = known_flags()
     assert {"--max-restarts", "--num-ps", "--image"} <= known  # tfdist-opt parsers
     assert {"--epochs", "--log_dir"} <= known  # tfdist_opt.examples.train_cnn
-    assert {"--compare", "--output_json", "--powersgd_rank", "--nofold_logs"} <= known
+    assert {"--compare", "--output_json", "--powersgd_rank", "--num_batches"} <= known
     assert "--no-such-flag" not in known
 
 

@@ -90,7 +90,7 @@ def test_streamed_pieces_equal_one_pack(one_pack, monkeypatch):
     monkeypatch.setattr(streams_lib.Streams, "all_reduce", counting)
     got = _train(GradientOptions(hooked=True, collective_streams=2, collective_piece_bytes=16))
     assert _max_rel(got, one_pack) <= 1e-6
-    # 4*7 + 7 + 7 + 1 = 43 floats of gradients (+ Keras's folded log values):
+    # 4*7 + 7 + 7 + 1 = 43 floats of gradients:
     # pieces of 4 floats, each replica issues its own.
     per_replica = [c for c in calls if c[0] == 0]
     assert len(per_replica) >= 43 // 4
@@ -100,8 +100,7 @@ def test_streamed_pieces_equal_one_pack(one_pack, monkeypatch):
 
 def test_bf16_cast_per_piece_equals_bf16_in_one_pack():
     # Cast per piece or per tensor: the same elements, the same bf16 sums
-    # (pieces sent in float32 would differ). The logs' uncast ride is
-    # checked on 2 workers (tests/multiworker/test_log_fold.py, "bf16").
+    # (pieces sent in float32 would differ).
     a = _train(GradientOptions(hooked=True, compression="bf16"))
     b = _train(
         GradientOptions(

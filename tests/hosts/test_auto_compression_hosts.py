@@ -50,7 +50,7 @@ def test_a_1gbit_link_picks_a_compressed_one_on_both_workers_and_trains(testbed)
     # The pick is what the optimizer runs: its chain holds the stage.
     stage = {"bf16": "Cast", "powersgd": "PowerSGD"}[picks[0]]
     assert all(stage in r["stages"] for r in runs), [r["stages"] for r in runs]
-    assert [(r["log_collectives"], r["jit_compile"]) for r in runs] == [(0, False)] * 2
+    assert [r["jit_compile"] for r in runs] == [False] * 2
     assert all(math.isfinite(v) for r in runs for v in r["loss"])
     line = next(l for l in outs[0][1].splitlines() if "compression=auto picked" in l)
     assert f"picked {picks[0]} (LOSSY: " in line and "link " in line, line

@@ -29,9 +29,9 @@ def test_loopback_and_a_small_model_pick_none_on_every_worker():
     assert [r["auto"]["compression"] for r in runs] == ["none", "none"], runs
     assert runs[0]["auto"]["checksum"] == runs[1]["auto"]["checksum"]
     # The function traced again after the pick is the one traced first:
-    # logs folded (no log collective), no XLA (the model never asked).
+    # no XLA (the model never asked).
     for run in runs:
-        assert run["auto"]["log_collectives"] == 0 and run["auto"]["jit_compile"] is False, run
+        assert run["auto"]["jit_compile"] is False, run
     chief = results[0].output
     lines = [l for l in chief.splitlines() if "tfdist_opt: compression=auto picked" in l]
     assert len(lines) == 1, chief[-3000:]

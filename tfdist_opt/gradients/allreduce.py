@@ -131,7 +131,6 @@ def all_reduce_sum(
     strategy: tf.distribute.Strategy | None = None,
     tuned: int | None = None,
     streams: "streams_lib.Streams | None" = None,
-    exact: int = 0,
 ) -> list:
     """SUM all-reduce of `grads` from a replica context, compressed + packed.
 
@@ -144,8 +143,6 @@ def all_reduce_sum(
         streams: `streams.Streams` or None. With one (`collective_streams`),
             the dense gradients travel as pieces, several in flight,
             instead of one collective per pack.
-        exact: int. With `streams`, the last `exact` dense tensors travel
-            uncast whatever the wire dtype (Keras's log values).
 
     Returns:
         List like `grads`, each the sum over all replicas, in the input dtype.
@@ -173,9 +170,7 @@ def all_reduce_sum(
                 tf.as_dtype(precision.compress_dtype(dtype.name, options.wire_dtype) or dtype).size
             ),
         )
-        reduced = streams_lib.all_reduce_sum(
-            values, streams, codec, exact=range(len(values) - exact, len(values))
-        )
+        reduced = streams_lib.all_reduce_sum(values, streams, codec)
         for j, r in enumerate(reduced):
             out[dense[j]] = r
         return out

@@ -76,7 +76,8 @@ class Accumulate(BuiltinStage):
             return (
                 "the accumulated step all-reduces from the cross-replica context "
                 f"inside a tf.cond, where {other.name}.reduce (replica context, "
-                "every micro-step) cannot run"
+                "every micro-step) cannot run; accumulate in the input pipeline "
+                "(a bigger batch) or leave grad_accum at 1"
             )
         return None
 
@@ -174,8 +175,12 @@ class PowerSGD(BuiltinStage):
 class ZeRO(BuiltinStage):
     """ZeRO stage 1: each replica keeps and updates 1/n of every slot.
 
-    Gathers the updated shards in buckets of at most `bucket_bytes`
-    (`tfdist_opt.gradients.sharded_state`).
+    Reduce-scatters the gradients and gathers the updated shards in
+    buckets of at most `bucket_bytes` (`tfdist_opt.gradients.sharded_state`).
+    A user `"local"` stage runs before the reduce-scatter, on each
+    replica's own gradients; a user `"collective"` or `"after"` stage is
+    refused: the sharded update does its own collective and no replica
+    ever holds the whole sums.
     """
 
     position = "update"
@@ -198,5 +203,12 @@ class ZeRO(BuiltinStage):
             return (
                 "not implemented (the accumulated update runs in the "
                 "cross-replica context, the sharded update needs the replica context)"
+            )
+        if not isinstance(other, BuiltinStage) and other.position in ("collective", "after"):
+            return (
+                "the sharded update reduce-scatters the gradients itself, so "
+                "each replica receives only its shard of the summed gradients, "
+                f"never the whole sums a {other.position!r} stage maps; a "
+                "'local' stage runs with it"
             )
         return None

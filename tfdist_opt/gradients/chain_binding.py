@@ -9,7 +9,8 @@ all-reduce, then hands the step's dense gradients, one `Bucket` at a time
 (one per pack when the chain holds a user stage, else one for the step),
 through the stages at positions `"local"` to `"after"`, in order; the
 collective stage returns the sums. `"accumulate"` and `"update"` stages act in the
-optimizer's apply step instead (`accumulation`, `sharded_state`).
+optimizer's apply step instead (`accumulation`, `sharded_state`); the
+sharded update runs the `"local"` stages first (`run_local`).
 
 `StageContext` is what a stage's `init` and `reduce` get; the built-in
 stages' TensorFlow code is here (`builtin_init`, `builtin_reduce`), each
@@ -23,7 +24,6 @@ import tensorflow as tf
 from tfdist_opt.gradients import accumulation
 from tfdist_opt.gradients import allreduce
 from tfdist_opt.gradients import builtin_stages as bs
-from tfdist_opt.gradients import log_fold
 from tfdist_opt.gradients import lowrank
 from tfdist_opt.gradients import replica_slots
 from tfdist_opt.gradients import streams
@@ -48,7 +48,6 @@ class StageContext:
         self.num_replicas = self.strategy.num_replicas_in_sync
         self.options = state.options
         self._state = state
-        self._logs_taken = False
 
     @property
     def step(self) -> tf.Tensor:
@@ -93,28 +92,15 @@ class StageContext:
         """SUM over replicas of `tensors` (replica context), as a list.
 
         The chain's wire stage (`Cast`) decides the dtype they travel in
-        and its pack stage (`Pack`) how they are grouped into collectives;
-        the first call of a step also carries Keras's log values where
-        they fold into the gradients' packs (`log_fold`).
+        and its pack stage (`Pack`) how they are grouped into collectives.
         """
-        tensors = list(tensors)
-        logs = None
-        if not self._logs_taken:
-            self._logs_taken = True
-            logs = log_fold.take(self.strategy)
-            if self.options.wire_dtype is not None and self._state.streams is None:
-                logs = None  # they would travel cast: their own collective
-        reduced = allreduce.all_reduce_sum(
-            tensors + list(logs or []),
+        return allreduce.all_reduce_sum(
+            list(tensors),
             self.options,
             self.strategy,
             tuned=self._state.tuned_bytes_per_pack,
             streams=self._state.streams,
-            exact=len(logs or []),  # streamed logs travel uncast
         )
-        if logs:
-            log_fold.answer(self.strategy, logs, reduced[len(tensors) :])
-        return reduced[: len(tensors)]
 
     def builtin_init(self, stage, variables):
         """A built-in stage's `init`: the state it has always made."""
@@ -133,7 +119,6 @@ class StageContext:
         if isinstance(stage, bs.AllReduce):
             return bucket.replace(self.all_reduce_sum(bucket.gradients))
         if isinstance(stage, bs.PowerSGD):
-            self._logs_taken = True  # lowrank folds them in its own packs
             pairs = lowrank.all_reduce_sum(
                 self.optimizer,
                 list(zip(bucket.gradients, bucket.variables)),
@@ -191,12 +176,35 @@ def all_reduce(optimizer, state, grads_and_vars) -> list:
     grads = [g for g, _ in grads_and_vars]
     out = list(grads)
     sparse = [i for i, g in enumerate(grads) if isinstance(g, tf.IndexedSlices)]
-    dense = [i for i, g in enumerate(grads) if g is not None and i not in set(sparse)]
-    strategy = optimizer._distribution_strategy
     if sparse:
+        strategy = optimizer._distribution_strategy
         reduced = allreduce.all_reduce_sum([grads[i] for i in sparse], state.options, strategy)
         for i, r in zip(sparse, reduced):
             out[i] = r
+    dense = _run(optimizer, state, grads, [v for _, v in grads_and_vars], _STEP_POSITIONS)
+    out = [o if isinstance(g, tf.IndexedSlices) else d for o, g, d in zip(out, grads, dense)]
+    return [(r, v) for r, (_, v) in zip(out, grads_and_vars)]
+
+
+def run_local(optimizer, state, grads, variables) -> list:
+    """This replica's gradients through the chain's `"local"` stages.
+
+    The sharded update (`sharded_state`) calls it before its
+    reduce-scatter, so a user `"local"` stage runs there as on the
+    all-reduce path (`ZeRO.conflicts` refuses the other user positions).
+    Sparse gradients (`tf.IndexedSlices`) and None pass through.
+    """
+    if not state.chain.at("local"):
+        return list(grads)
+    return _run(optimizer, state, list(grads), list(variables), ("local",))
+
+
+def _run(optimizer, state, grads, variables, positions) -> list:
+    """`grads` with the dense ones handed through the stages at `positions`."""
+    out = list(grads)
+    dense = [
+        i for i, g in enumerate(grads) if g is not None and not isinstance(g, tf.IndexedSlices)
+    ]
     context = StageContext(optimizer, state)
     # Stages see the Keras variables (`path`, `shape`), as their `init` did.
     keras_vars = optimizer._trainable_variables
@@ -205,18 +213,18 @@ def all_reduce(optimizer, state, grads_and_vars) -> list:
         for stage, stage_state in zip(
             state.chain.stages, state.stage_states or [None] * len(state.chain.stages)
         )
-        if stage.position in _STEP_POSITIONS
+        if stage.position in positions
     ]
     for group in _groups(steps, [grads[i] for i in dense], state):
         bucket = Bucket(
             [grads[dense[j]] for j in group],
-            [keras_vars[optimizer._get_variable_index(grads_and_vars[dense[j]][1])] for j in group],
+            [keras_vars[optimizer._get_variable_index(variables[dense[j]])] for j in group],
         )
         for stage, stage_state in steps:
             bucket = stage.reduce(bucket, stage_state, context)
         for j, g in zip(group, bucket.gradients):
             out[dense[j]] = g
-    return [(r, v) for r, (_, v) in zip(out, grads_and_vars)]
+    return out
 
 
 def _groups(steps, dense_grads, state) -> list[list[int]]:

@@ -219,13 +219,16 @@ def _named(s: GradientStage) -> str:
 
 
 def _conflict_message(x, y, reason: str, stages: list) -> str:
-    source = getattr(y, "source", None)
+    # Name the setting a built-in stage came from (y's first, as asked),
+    # and the other stage as the thing to leave out.
+    setting, other = (y, x) if getattr(y, "source", None) else (x, y)
+    source = getattr(setting, "source", None)
     if source:
         field = source.split("=", 1)[0]
-        other = getattr(x, "source", None) or f"the {x.name} stage"
+        what = getattr(other, "source", None) or f"the {other.name} stage"
         return (
-            f"Invalid value for `{field}` with {other}: {reason}. "
-            f"Received: {source}. Expected another value, or no {x.name} stage."
+            f"Invalid value for `{field}` with {what}: {reason}. "
+            f"Received: {source}. Expected another value, or no {other.name} stage."
         )
     return (
         f"Invalid combination of gradient stages: {_named(x)} and {_named(y)}: "

@@ -26,8 +26,7 @@ run by `chain_binding`:
 * `_all_reduce_sum_gradients`: the chain's step stages (user stages,
   `Cast`, `Pack`, the collective: `AllReduce`, i.e. compression + packing
   by `allreduce.all_reduce_sum`, or `PowerSGD`) in place of one plain
-  `ReplicaContext.all_reduce`; Keras's log values offered by the step
-  (`log_fold`) are summed in the same packs.
+  `ReplicaContext.all_reduce`.
 * `build`: upstream `build`, then every stage's `init`: the accumulators
   (`Accumulate`), the PowerSGD state (`PowerSGD`, `lowrank.init`), the
   pack-size autotune (`Pack("auto")`, multi-worker), a user stage's state.
@@ -199,26 +198,6 @@ def state_of(optimizer) -> OptimizerState | None:
     """The optimizer's `OptimizerState`, or None."""
     state = runtime.OBJECTS.get(optimizer)
     return None if state is None else state.gradients
-
-
-def can_fold_logs(optimizer) -> bool:
-    """Whether `optimizer`'s hooks sum offered log values (`log_fold`).
-
-    They do when every step all-reduces (`grad_accum == 1`, no sharded
-    state) in float32 (`compression="none"`, or PowerSGD with
-    `powersgd_wire="none"`) or in streamed pieces (`collective_streams`,
-    where the logs travel uncast beside bf16/fp16 gradients), through
-    built-in stages only.
-    """
-    state = state_of(optimizer)
-    if state is None or not is_hooked(optimizer) or state.chain.user_stages:
-        return False
-    options = state.options
-    if options.grad_accum != 1 or options.shard_optimizer_state:
-        return False
-    return options.wire_dtype is None or (
-        options.collective_streams > 0 and not options.is_powersgd
-    )
 
 
 def _grad_accum(optimizer) -> int:

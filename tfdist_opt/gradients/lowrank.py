@@ -53,7 +53,6 @@ import tensorflow as tf
 from tfdist_opt import runtime
 from tfdist_opt.gradients import allreduce
 from tfdist_opt.gradients import factor_ops
-from tfdist_opt.gradients import log_fold
 from tfdist_opt.gradients import lowrank_step
 from tfdist_opt.gradients import powersgd
 from tfdist_opt.gradients import replica_slots
@@ -204,9 +203,8 @@ def all_reduce_sum(
     if selected or dense_rest:
         entries = [state.entries[index[k]] for k in selected]
         counter = optimizer._iterations
-        logs = _foldable_logs(strategy, state.options, grads, selected)
 
-        def cross_replica(distribution, values, rest, log_values):
+        def cross_replica(distribution, values, rest):
             return lowrank_step.apply(
                 distribution,
                 list(values),
@@ -215,7 +213,6 @@ def all_reduce_sum(
                 state.options,
                 rest=list(rest),
                 tuned=tuned,
-                logs=list(log_values),
             )
 
         reduced = tf.distribute.get_replica_context().merge_call(
@@ -223,31 +220,11 @@ def all_reduce_sum(
             args=(
                 tuple(tf.convert_to_tensor(grads[k]) for k in selected),
                 tuple(tf.convert_to_tensor(grads[k]) for k in dense_rest),
-                tuple(logs),
             ),
         )
         for k, r in zip(selected + dense_rest, reduced):
             out[k] = r
-        if logs:
-            log_fold.answer(strategy, logs, reduced[len(selected + dense_rest) :])
     return [(r, v) for r, (_, v) in zip(out, grads_and_vars)]
-
-
-def _foldable_logs(strategy, options, grads, selected) -> list:
-    """The step's offered log values, if they can ride in the Q pack.
-
-    They travel in float32 with the Q factors (and, before the start step,
-    in the uncompressed packs), so only with a float32 wire and float32
-    compressed gradients (`log_fold`).
-    """
-    logs = log_fold.take(strategy)
-    if (
-        not logs
-        or options.powersgd_wire != "none"
-        or any(grads[k].dtype != tf.float32 for k in selected)
-    ):
-        return []
-    return logs
 
 
 def _sanitized(var) -> str:

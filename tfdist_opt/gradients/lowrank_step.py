@@ -30,7 +30,6 @@ def apply(
     options: GradientOptions,
     rest=(),
     tuned: int | None = None,
-    logs=(),
 ) -> list:
     """The PowerSGD step on the selected gradients (cross-replica context).
 
@@ -45,27 +44,21 @@ def apply(
             cast to the wire and summed in the same collective as the P
             factors (before the start step: packed with the selected ones).
         tuned: int or None. Autotuned pack size for the uncompressed step.
-        logs: list of per-replica float32 scalars (Keras's logged values,
-            `log_fold`): summed in the Q factors' collective (before the
-            start step: in the uncompressed packs).
 
     Returns:
         List of per-replica values: the SUM over replicas of each of `grads`,
-        then of each of `rest`, then of each of `logs`.
+        then of each of `rest`.
     """
     devices = distribution.extended.worker_devices
     local = [_local_results(distribution, g, len(devices)) for g in grads]
     rest_local = [_local_results(distribution, g, len(devices)) for g in rest]
-    logs_local = [_local_results(distribution, v, len(devices)) for v in logs]
 
     def compressed():
         with tf.name_scope("powersgd"):  # names the step's ops in profiles
-            return _powersgd_step(
-                distribution, devices, local, entries, options, rest_local, logs_local
-            )
+            return _powersgd_step(distribution, devices, local, entries, options, rest_local)
 
     def uncompressed():
-        return _plain_step(distribution, devices, local + rest_local + logs_local, options, tuned)
+        return _plain_step(distribution, devices, local + rest_local, options, tuned)
 
     start = options.powersgd_start_step
     if not entries or start == 0:
@@ -75,13 +68,11 @@ def apply(
     nd = len(devices)
     return [
         _per_replica(distribution, flat[j * nd : (j + 1) * nd])
-        for j in range(len(grads) + len(rest) + len(logs))
+        for j in range(len(grads) + len(rest))
     ]
 
 
-def _powersgd_step(
-    distribution, devices, local, entries, options, rest_local, logs_local=()
-) -> list:
+def _powersgd_step(distribution, devices, local, entries, options, rest_local) -> list:
     """One power-iteration step; returns the flat (tensor-major) results.
 
     The error buffer holds M = g + e in place (`assign_add`); after the Q
@@ -118,10 +109,8 @@ def _powersgd_step(
                 qs.append(
                     tf.transpose(factor_ops.skinny_matmul(ph, ms[d][j], dev, transpose_a=True))
                 )
-            qs.extend(logs_local[i][d] for i in range(len(logs_local)))
-    q_sum = _reduce(distribution, devices, qs, count + len(logs_local), options)
-    nr = count + len(rest_local)
-    flat = [None] * ((nr + len(logs_local)) * nd)
+    q_sum = _reduce(distribution, devices, qs, count, options)
+    flat = [None] * ((count + len(rest_local)) * nd)
     for d, dev in enumerate(devices):
         with tf.device(dev):
             for j, e in enumerate(entries):
@@ -139,8 +128,6 @@ def _powersgd_step(
                 flat[j * nd + d] = tf.cast(tf.reshape(approx, tf.shape(g)), g.dtype)
             for i in range(len(rest_local)):
                 flat[(count + i) * nd + d] = summed[d][count + i]
-            for i in range(len(logs_local)):
-                flat[(nr + i) * nd + d] = q_sum[d][count + i]
     return flat
 
 

@@ -75,9 +75,8 @@ class GradientOptions:
         hooked: bool. Run Keras 3 optimizers through tfdist_opt's gradient
             hooks even where TF's own all-reduce would do the same work
             (one pack, float32, every step), so that `fused_updates` and
-            the logs' fold (`tfdist_opt.gradients.log_fold`) apply: one
-            collective and one fused update per step instead of TF's pack,
-            Keras's log collective and its unfused update. Multi-worker
+            `collective_streams` apply: one fused update per step instead
+            of TF's unfused one. Multi-worker
             strategies set it (`tfdist_opt.strategy.build`). Defaults to
             `False`.
         powersgd_rank: int. `compression="powersgd"`: rank R of the

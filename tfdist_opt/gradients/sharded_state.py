@@ -37,8 +37,9 @@ import tensorflow as tf
 
 from tfdist_opt import _class_swap
 from tfdist_opt import runtime
-from tfdist_opt.gradients import replica_slots
+from tfdist_opt.gradients import chain_binding
 from tfdist_opt.gradients import collective_keys
+from tfdist_opt.gradients import replica_slots
 from tfdist_opt.gradients import zero_collectives
 from tfdist_opt.gradients import zero_plan
 
@@ -131,6 +132,8 @@ class ShardedStateHooks:
             )
         tvars = [getattr(v, "value", v) for v in trainable_variables]
         state = runtime.OBJECTS.of(self).gradients
+        # A user "local" stage runs here too (before the reduce-scatter).
+        grads = chain_binding.run_local(self, state, list(grads), trainable_variables)
         r = collective_keys.static_replica_id(ctx, "shard_optimizer_state")
         n = ctx.num_replicas_in_sync
         layouts = [_layout(v.shape, n) for v in tvars]

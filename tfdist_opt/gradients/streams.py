@@ -101,16 +101,14 @@ def all_reduce_sum(
     tensors: Sequence[tf.Tensor],
     streams: Streams,
     codec: Codec | None = None,
-    exact: Sequence[int] = (),
 ) -> list[tf.Tensor]:
     """SUM over replicas of each dense tensor (replica context), in pieces.
 
     Args:
         tensors: dense tensors with static shapes.
         streams: the optimizer's `Streams`.
-        codec: `Codec` or None. Applied to every piece but those of `exact`
-            (None: the tensors travel as they are).
-        exact: indices of tensors that travel uncast (Keras's log values).
+        codec: `Codec` or None. Applied to every piece (None: the tensors
+            travel as they are).
 
     Returns:
         A list like `tensors`: each summed over every replica.
@@ -119,14 +117,12 @@ def all_reduce_sum(
         tf.distribute.get_replica_context(), "collective_streams"
     )
     out: list = list(tensors)
-    groups: dict[tuple, list[int]] = {}
-    exact = set(exact)
+    groups: dict = {}
     for i, t in enumerate(tensors):
-        groups.setdefault((t.dtype, i in exact), []).append(i)
+        groups.setdefault(t.dtype, []).append(i)
     piece = 0
-    for (dtype, uncast), idx in groups.items():
-        piece_codec = None if uncast else codec
-        itemsize = piece_codec.wire_size(dtype) if piece_codec else dtype.size
+    for dtype, idx in groups.items():
+        itemsize = codec.wire_size(dtype) if codec else dtype.size
         flat = [tf.reshape(tensors[i], [-1]) for i in idx]
         sizes = [int(tensors[i].shape.num_elements()) for i in idx]
         order = list(reversed(range(len(idx))))  # backprop order
@@ -140,9 +136,9 @@ def all_reduce_sum(
                 for s in segments
             ]
             x = ins[0] if len(ins) == 1 else tf.concat(ins, 0)
-            if piece_codec:
-                wire, meta = piece_codec.encode(x)
-                summed = piece_codec.decode(streams.all_reduce(wire, replica, piece), meta)
+            if codec:
+                wire, meta = codec.encode(x)
+                summed = codec.decode(streams.all_reduce(wire, replica, piece), meta)
             else:
                 summed = streams.all_reduce(x, replica, piece)
             piece += 1

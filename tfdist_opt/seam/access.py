@@ -17,24 +17,6 @@ def tf_optimizer_class() -> type:
     return TFOptimizer
 
 
-def keras_train_step_code():
-    """The code objects of Keras's own `train_step` and `compute_metrics`."""
-    from keras.src.backend.tensorflow import trainer as tf_trainer
-    from keras.src.trainers import trainer as base_trainer
-
-    return (
-        tf_trainer.TensorFlowTrainer.train_step.__code__,
-        base_trainer.Trainer.compute_metrics.__code__,
-    )
-
-
-def unscale_loss_for_distribution(loss):
-    """Keras's `unscale_loss_for_distribution` (the loss tracker's value)."""
-    from keras.src.losses import loss as loss_module
-
-    return loss_module.unscale_loss_for_distribution(loss)
-
-
 def reduce_per_replica(values, strategy, reduction):
     """Keras's TF trainer's reduction of a step's per-replica outputs."""
     from keras.src.backend.tensorflow import trainer as tf_trainer

@@ -312,39 +312,6 @@ ENTRIES: tuple[PrivateName, ...] = (
         "own multi_step_on_iterator does (the spec of an empty Optional "
         "is known only after the step is traced)",
     ),
-    # ------------------------------------------------------ logs in the pack
-    PrivateName(
-        "keras.src.backend.tensorflow.trainer.TensorFlowTrainer",
-        "train_step",
-        "tfdist_opt.gradients.log_fold",
-        "a model whose train_step is Keras's own (compared by code object) "
-        "may have its logs computed before the update and summed in the "
-        "gradient collective",
-    ),
-    PrivateName(
-        "keras.src.trainers.trainer.Trainer",
-        "compute_metrics",
-        "tfdist_opt.gradients.log_fold",
-        "likewise: the metrics must be Keras's own to move them",
-    ),
-    PrivateName(
-        "keras.src.losses.loss",
-        "unscale_loss_for_distribution",
-        "tfdist_opt.gradients.log_fold",
-        "the loss tracker's value, as Keras's own train_step computes it",
-    ),
-    PrivateName(
-        "keras.Model()",
-        "_call_has_training_arg",
-        "tfdist_opt.gradients.log_fold",
-        "Keras's own train_step passes training=True only then",
-    ),
-    PrivateName(
-        "keras.Model",
-        "_compute_loss",
-        "tfdist_opt.gradients.log_fold",
-        "the loss Keras's own train_step computes (with training=True)",
-    ),
     PrivateName(
         "keras.src.utils.file_utils",
         "exists",

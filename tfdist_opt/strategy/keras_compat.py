@@ -155,8 +155,6 @@ class KerasMultiWorkerMirroredStrategy(_AdoptingScope, tf.distribute.MultiWorker
         collective; the first reduce of one of these outputs reduces all of
         them in one.
         """
-        if self._pack_log_reductions:
-            self._log_packer.clear_presets()
         outputs = super().run(fn, args=args, kwargs=kwargs, options=options)
         if self._pack_log_reductions:
             self._log_packer.remember(outputs)
@@ -173,9 +171,6 @@ class KerasMultiWorkerMirroredStrategy(_AdoptingScope, tf.distribute.MultiWorker
 
     # Off only to compare with the one-collective-per-value path in tests.
     _pack_log_reductions = True
-    # Logs summed in the step's last gradient collective where eligible
-    # (`tfdist_opt.gradients.log_fold`); off only to compare in tests.
-    _fold_logs = True
 
     def experimental_distribute_dataset(self, dataset, options=None):
         """The upstream method; each worker's pipeline also counts its batches.

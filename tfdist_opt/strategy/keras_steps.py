@@ -11,11 +11,6 @@ class swapped (per instance, `tfdist_opt._class_swap`) to one with the
 * with `steps_per_execution > 1` under the multi-worker strategy, the
   loop of `tfdist_opt.strategy.multi_step`.
 
-Logs: under our multi-worker strategy, where `log_fold.eligible`, the
-train step is Keras's own with the metrics computed before
-`apply_gradients`, so its logged values ride in the gradient collective
-(`tfdist_opt.gradients.log_fold`); the values are unchanged.
-
 Python generators: under any strategy, Keras's `fit` pulls one batch from a
 fresh iterator to build the model (`_maybe_symbolic_build`) and then resets
 the iterator. Arrays, datasets and `PyDataset`s restart from their first
@@ -81,8 +76,6 @@ class KerasSteps:
         step = type(self).train_step.__get__(self)
         if needs_per_replica_xla(self):
             step = xla_steps.compiled_train_step(self, step)
-        elif not needs_inlined_steps(self) and _log_fold().eligible(self, _hooks().can_fold_logs):
-            step = _log_fold().train_step(self)
         self._tfdist_make("train", step, force)  # sets self.train_function
         # compression="auto": the first calls are timed, then it decides.
         self.train_function = _auto_fit().wrap_train_function(self, self.train_function)
@@ -162,20 +155,6 @@ def _peeked_generator_batch(iterator):
     if isinstance(adapter, private_api.generator_data_adapter_class()):
         return adapter.get_tf_dataset().element_spec
     return None
-
-
-def _hooks():
-    """`tfdist_opt.gradients.hooks`, imported on first use (it imports TF)."""
-    from tfdist_opt.gradients import hooks  # pylint: disable=g-import-not-at-top
-
-    return hooks
-
-
-def _log_fold():
-    """`tfdist_opt.gradients.log_fold`, imported on first use."""
-    from tfdist_opt.gradients import log_fold  # pylint: disable=g-import-not-at-top
-
-    return log_fold
 
 
 def _auto_fit():

@@ -5,9 +5,8 @@ maps `strategy.reduce("MEAN", value, axis=0)` over the logs of every
 `train_step` / `test_step`, one value at a time. Under a multi-worker
 strategy each call is one cross-worker collective, and each pays a
 collective's fixed latency however small its tensor: a model compiled
-with the loss and three metrics pays four of them a step. What one
-collective fewer a step buys is measured on the Benchmarks page
-(`--compare=fold`).
+with the loss and three metrics pays four of them a step. The latency
+one collective costs on loopback is measured on the Benchmarks page.
 
 `LogPacker` remembers the per-replica outputs of the strategy's last
 `run`. When the first of them is reduced, every rank-0 floating value of
@@ -21,10 +20,6 @@ A value that is not among the last `run`'s outputs, not rank 0, not
 floating, or reduced with another op than MEAN/SUM takes the ordinary path,
 so custom training loops keep TF's semantics; they reduce in fewer
 collectives too when they reduce several scalars of one `run`.
-
-`preset` takes a value whose cross-replica SUM a gradient collective
-already carried (`tfdist_opt.gradients.log_fold`): its MEAN is then that
-sum divided by the replica count, as upstream divides, with no collective.
 """
 
 from __future__ import annotations
@@ -54,13 +49,6 @@ def _parts(value):
     return parts if ok else None
 
 
-def _key(t):
-    try:
-        return (id(t.graph), t.name)
-    except (AttributeError, ValueError):  # eager tensors have no name
-        return (None, id(t))
-
-
 class LogPacker:
     """Reduces the scalar outputs of one `strategy.run` together.
 
@@ -74,64 +62,17 @@ class LogPacker:
         self._reduce_fn = reduce_fn
         self._leaves = []  # the last run's packable outputs
         self._done = {}  # op name -> list of (leaf, reduced value)
-        self._presets = {}  # tensor key -> (SUM over replicas, replica count)
         self.collectives = 0  # packed collectives issued (for tests)
-        self.folded = 0  # values answered from a gradient collective (tests)
-
-    def clear_presets(self) -> None:
-        """Forget the sums of an earlier `run` (called as a `run` starts)."""
-        self._presets = {}
-
-    def preset(self, value, total, replicas: int) -> None:
-        """`value`'s SUM over all `replicas` replicas is `total` (see module doc)."""
-        self._presets[_key(value)] = (total, replicas)
-
-    def _preset_for(self, reduce_op, value):
-        if not self._presets or not isinstance(value, tf.Tensor):
-            return None
-        op = _op_name(reduce_op)
-        if op not in _PACKABLE_OPS:
-            return None
-        v = value
-        while True:
-            hit = self._presets.get(_key(v))
-            if hit is not None:
-                total, replicas = hit
-                self.folded += 1
-                # Upstream's MEAN: `v / group_size` (CollectiveAllReduce).
-                return total / replicas if op == "MEAN" else tf.identity(total)
-            if getattr(v, "op", None) is None or v.op.type != "Identity":
-                return None
-            v = v.op.inputs[0]
 
     def remember(self, outputs) -> None:
         """Record the outputs of a `strategy.run`; forgets earlier ones."""
         self._leaves = [
-            v
-            for v in tf.nest.flatten(outputs, expand_composites=False)
-            if _parts(v) is not None and self._preset_for_any(v) is None
+            v for v in tf.nest.flatten(outputs, expand_composites=False) if _parts(v) is not None
         ]
         self._done = {}
 
-    def _preset_for_any(self, value):
-        # A folded value never joins the packed collective.
-        if not self._presets:
-            return None
-        v = value
-        while isinstance(v, tf.Tensor):
-            if _key(v) in self._presets:
-                return v
-            # An eager tensor has no `op` (`getattr` answers None for it).
-            if getattr(v, "op", None) is None or v.op.type != "Identity":
-                return None
-            v = v.op.inputs[0]
-        return None
-
     def lookup(self, reduce_op, value):
         """The packed reduction of `value`, or None if it does not qualify."""
-        folded = self._preset_for(reduce_op, value)
-        if folded is not None:
-            return folded
         op = _op_name(reduce_op)
         if op not in _PACKABLE_OPS or not any(value is leaf for leaf in self._leaves):
             return None

@@ -5,8 +5,7 @@ a 3-metric classifier fitted from the same initial weights on the same
 data, the final weights, the packed log collectives `fit`'s traced steps
 issued (`fit_packed`), and the collective ops one traced Keras train step
 holds (Keras's own `reduce_per_replica`, counted in the step's graph and
-every function it calls). Folding the logs into the gradient collective
-(`log_fold`, on by default) is off in both modes, so `fit` packs.
+every function it calls).
 """
 
 import json
@@ -58,11 +57,10 @@ def count_collectives(model):
     return sum(1 for n in nodes if n.op.startswith("CollectiveReduce"))
 
 
-type(strategy)._fold_logs = False
 for mode, packed in (("per_value", False), ("packed", True)):
     type(strategy)._pack_log_reductions = packed
     packer = strategy._log_packer
-    packer.folded = packer.collectives = 0
+    packer.collectives = 0
     model = build()
     logs = Logs()
     model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0, callbacks=[logs])
@@ -71,7 +69,6 @@ for mode, packed in (("per_value", False), ("packed", True)):
         "logs": logs.steps,
         "weights": [w.tolist() for w in model.get_weights()],
         "fit_packed": packer.collectives,
-        "fit_folded": packer.folded,
         "collectives": count_collectives(build()),
     }
     print("RESULT " + json.dumps(out), flush=True)
