@@ -105,9 +105,12 @@ class SlurmCluster:
             self._write_conf(slurmd_timeout_s, kill_wait_s)
             self._start_munged()
             self._start(0, CONTROLLER, ["slurmctld", "-D", "-i", "-f", self.conf])
-            self._wait_for(lambda: self.client(["scontrol", "ping"], check=False).returncode == 0,
-                           60, "slurmctld to answer `scontrol ping`")
-            for k, name in enumerate(self.nodes, start=1):
+            self._wait_for(
+                lambda: self.client(["scontrol", "ping"], check=False).returncode == 0,
+                60,
+                "slurmctld to answer `scontrol ping`",
+            )
+            for k in range(1, len(self.nodes) + 1):
                 self.start_node(k)
             self.wait_nodes_idle(self.nodes)
         except BaseException:
@@ -229,7 +232,11 @@ PartitionName={PARTITION} Nodes={",".join(self.nodes)} Default=YES MaxTime=INFIN
         return env
 
     def client(
-        self, argv: list[str], timeout: float = 60, check: bool = True, cwd: str | None = None,
+        self,
+        argv: list[str],
+        timeout: float = 60,
+        check: bool = True,
+        cwd: str | None = None,
         env: dict | None = None,
     ) -> subprocess.CompletedProcess:
         """Runs a SLURM client command on the controller's host."""
@@ -256,8 +263,12 @@ PartitionName={PARTITION} Nodes={",".join(self.nodes)} Default=YES MaxTime=INFIN
             found[:] = [self.job(job_id)]
             return found[0].get("JobState") in states
 
-        self._wait_for(check, timeout, f"job {job_id} to reach {states}",
-                       lambda: f"; last: {found and found[0]}\n{self.logs()}")
+        self._wait_for(
+            check,
+            timeout,
+            f"job {job_id} to reach {states}",
+            lambda: f"; last: {found and found[0]}\n{self.logs()}",
+        )
         return found[0]
 
     def node_states(self) -> dict[str, str]:
@@ -346,11 +357,15 @@ def main(argv=None) -> int:
         return 1
     with SlurmCluster(args.nodes) as cluster:
         ns = cluster.bed.hosts[0].ns
-        print(f"SLURM cluster up: controller {CONTROLLER} ({cluster.address(0)}), "
-              f"nodes {', '.join(cluster.nodes)}; files in {cluster.dir}")
+        print(
+            f"SLURM cluster up: controller {CONTROLLER} ({cluster.address(0)}), "
+            f"nodes {', '.join(cluster.nodes)}; files in {cluster.dir}"
+        )
         print("Submit from the controller's host, e.g. from the repository root:")
-        print(f"  sudo ip netns exec {ns} env SLURM_CONF={cluster.conf} "
-              "sbatch docs/examples/slurm_job.sh")
+        print(
+            f"  sudo ip netns exec {ns} env SLURM_CONF={cluster.conf} "
+            "sbatch docs/examples/slurm_job.sh"
+        )
         print(f"  sudo ip netns exec {ns} env SLURM_CONF={cluster.conf} squeue")
         print("Ctrl-C stops the cluster and removes everything it made.", flush=True)
         try:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
+import subprocess
 import sys
 from typing import Mapping, Sequence
 
@@ -56,6 +58,29 @@ def srun_command(
         *argv,
     ]
     return cmd
+
+
+def run_srun(line: Sequence[str]) -> int:  # pragma: no cover - runs srun
+    """Runs the `srun` line and returns its exit code; SIGTERM and SIGINT wait.
+
+    SLURM delivers its own SIGTERM to the tasks (`--signal`, `scancel
+    --signal=TERM`, a requeue or a preemption); each task then saves and
+    exits 42. A SIGTERM that reaches this process (`scancel --full`, a
+    requeue: SLURM signals every process of the batch step) must neither end
+    it at once (143, while `srun` and the saving tasks still run, and a batch
+    script's retry loop would start a second step beside them) nor go on to
+    `srun`, which turns a SIGTERM of its own into a SIGKILL of every task
+    (srun(1)). So this process keeps waiting and returns `srun`'s code, the
+    tasks' own. A Ctrl-C reaches `srun` from the terminal itself (its first
+    prints the step's status, a second within a second cancels the step).
+    """
+    proc = subprocess.Popen(list(line))
+    old = {s: signal.signal(s, lambda signum, frame: None) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return proc.wait()
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
 
 
 def slurm_task_env(
