@@ -1,6 +1,8 @@
 """Fixtures for the real-SLURM tests: one cluster per module, a submit directory.
 
-A module sets `SLURM_NODES = n` (default 2). Where a cluster cannot be
+A module sets `SLURM_NODES = n` (default 2) and may set
+`SLURMD_TIMEOUT_S` (SLURM's `SlurmdTimeout`, default 60: how long before the
+controller marks a silent node DOWN). Where a cluster cannot be
 started (not root, no network namespaces, Debian's `slurm-wlm`/`munge` not
 installed), the tests that use it skip, saying which.
 """
@@ -19,7 +21,10 @@ def slurm(request):
     reason = cluster_lib.unavailable_reason()
     if reason:
         pytest.skip(reason)
-    cluster = cluster_lib.SlurmCluster(getattr(request.module, "SLURM_NODES", 2))
+    cluster = cluster_lib.SlurmCluster(
+        getattr(request.module, "SLURM_NODES", 2),
+        slurmd_timeout_s=getattr(request.module, "SLURMD_TIMEOUT_S", 60),
+    )
     request.addfinalizer(cluster.close)
     return cluster
 

@@ -13,6 +13,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from typing import Mapping, Sequence
 
 from tfdist_opt.cluster import sources
@@ -31,7 +32,7 @@ def srun_command(
 
     Each task runs `python -m tfdist_opt launch --slurm-task --port P -- argv`,
     which builds its TF_CONFIG from `SLURM_PROCID` and the step's node list
-    and `exec`s the command. `--kill-on-bad-exit=1` gives the local
+    and runs the command (`exec_slurm_task`). `--kill-on-bad-exit=1` gives the local
     launcher's fail-together behaviour. With `gpus_per_task` K, SLURM
     binds K GPUs to each task (`--gpus-per-task=K`) and sets its
     `CUDA_VISIBLE_DEVICES`: the same per-worker count as `launch -n N
@@ -103,12 +104,39 @@ def slurm_task_env(
     return environ
 
 
+# `tfdist_opt.callbacks.preemption.PREEMPTION_EXIT_CODE` (not imported: this
+# layer never imports TensorFlow).
+PREEMPTED_EXIT_CODE = 42
+# How long a task that saved on preemption waits before it exits (below).
+PREEMPTED_GRACE_S = 10.0
+
+
 def exec_slurm_task(
     argv: Sequence[str], port: int = sources.DEFAULT_PORT
-) -> None:  # pragma: no cover - replaces the process
-    """Applies this task's TF_CONFIG and replaces the process with `argv`."""
+) -> None:  # pragma: no cover - runs in an srun task, ends the process
+    """Runs `argv` with this task's TF_CONFIG and exits with its code.
+
+    The training process is a child, not an `exec`: after a preemption
+    save (exit 42) this task waits `PREEMPTED_GRACE_S` before it exits. The
+    `srun` line has `--kill-on-bad-exit=1`, so the first task to exit 42
+    would otherwise get the others killed while they, having saved at the
+    same step, are still exiting: on a real cluster the step then ended
+    with 143 (the killed task's SIGTERM) instead of 42 and the batch script
+    could not tell a preemption from a crash. Any other exit code passes
+    through at once (a crash still stops the step at once). SLURM signals
+    every process of the step, so the child gets its SIGTERM directly; this
+    process ignores SIGTERM and SIGINT and only waits.
+    """
     env = slurm_task_env(os.environ, port=port)
-    os.execvpe(argv[0], list(argv), env)
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, lambda signum, frame: None)
+    code = subprocess.Popen(list(argv), env=env).wait()
+    if code == PREEMPTED_EXIT_CODE:
+        time.sleep(PREEMPTED_GRACE_S)
+    if code < 0:  # killed by a signal: end the same way
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    sys.exit(code if code >= 0 else 128 - code)
 
 
 def per_host_commands(
