@@ -24,10 +24,15 @@ def reference(backup_dir, epochs: int | None = None) -> subprocess.Popen:
     argv += [os.path.join(REPO, "docs", "examples", "fault_tolerance.py"), str(backup_dir)]
     if epochs is not None:
         argv.append(str(epochs))
+    # Its own temporary directory: a worker's backup code sweeps leftover
+    # temporary backup directories of its worker index from the temporary
+    # directory, and the SLURM job's tasks run on this machine too.
+    tmp = f"{backup_dir}-tmp"
+    os.makedirs(tmp, exist_ok=True)
     return subprocess.Popen(
         argv,
         cwd=REPO,
-        env=testbed_lib.TestBed.env(),
+        env=testbed_lib.TestBed.env({"TMPDIR": tmp}),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
