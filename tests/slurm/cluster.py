@@ -17,7 +17,9 @@ Debian's `slurm-wlm` (`slurmctld`, `slurmd`, `sbatch`, `srun`, ...) and
   `task/none`, `select/cons_tres`, no accounting, every state, spool, pid and
   log file under one temporary directory, `SlurmUser=root`. Nodes declare 8
   CPUs (`SlurmdParameters=config_overrides`: the machine may have fewer), so
-  jobs may ask for `--cpus-per-task=8` as on real nodes.
+  jobs may ask for `--cpus-per-task=8` as on real nodes. `JobRequeue=0`:
+  a batch job goes back in the queue (node failure, `scontrol requeue`)
+  only when it asks (`--requeue`), as at sites that set it so.
 
 Clients (`sbatch`, `scontrol`, `srun`, ...) run inside the controller's host
 (`SlurmCluster.client`) with `SLURM_CONF` pointing at the cluster's config;
@@ -173,7 +175,7 @@ KillWait={kill_wait_s}
 MessageTimeout=30
 MinJobAge=3600
 InactiveLimit=0
-JobRequeue=1
+JobRequeue=0
 {nodes}
 PartitionName={PARTITION} Nodes={",".join(self.nodes)} Default=YES MaxTime=INFINITE State=UP
 """

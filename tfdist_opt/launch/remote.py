@@ -134,7 +134,8 @@ def exec_slurm_task(
     if code == PREEMPTED_EXIT_CODE:
         time.sleep(PREEMPTED_GRACE_S)
     if code < 0:  # killed by a signal: end the same way
-        signal.signal(-code, signal.SIG_DFL)
+        if -code != signal.SIGKILL:
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     sys.exit(code if code >= 0 else 128 - code)
 
