@@ -108,6 +108,8 @@ _FILE_SECONDS = {
     "hosts/test_lost_link.py": 50,
     "hosts/test_per_host_lines.py": 38,
     "hosts/test_ps_hosts.py": 33,
+    "slurm/test_slurm_cluster.py": 280,
+    "slurm/test_slurm_node_failure.py": 150,
 }
 
 

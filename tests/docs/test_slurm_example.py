@@ -1,6 +1,7 @@
 """The SLURM batch script the Deploy page shows is a valid job.
 
-No SLURM cluster runs here, so this checks what can be checked without one:
+Without a SLURM cluster, this checks what can be checked without one (the
+real cluster runs it in tests/slurm/test_slurm_cluster.py):
 `docs/examples/slurm_job.sh` is valid bash, its `#SBATCH` directives come
 before the first command and are sbatch long options, and its
 `tfdist-opt launch --slurm` line, run (without `--run`) in the environment
@@ -35,6 +36,7 @@ _SBATCH_OPTIONS = {
     "partition",
     "account",
     "requeue",
+    "open-mode",
     "mem",
     "exclusive",
     "constraint",

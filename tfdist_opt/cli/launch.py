@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 import sys
 
 from tfdist_opt.cluster import sources
@@ -101,7 +100,7 @@ def _run(args, command: list[str]) -> int:
             print(shlex.join(line))
             return 0
         print(f"[launch] running: {shlex.join(line)}", file=sys.stderr)
-        return subprocess.call(line)
+        return remote.run_srun(line)
     if args.workers is not None and args.workers.strip().isdigit():
         if args.num_workers is not None:
             raise ValueError(

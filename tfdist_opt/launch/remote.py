@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
+import subprocess
 import sys
+import time
 from typing import Mapping, Sequence
 
 from tfdist_opt.cluster import sources
@@ -29,7 +32,7 @@ def srun_command(
 
     Each task runs `python -m tfdist_opt launch --slurm-task --port P -- argv`,
     which builds its TF_CONFIG from `SLURM_PROCID` and the step's node list
-    and `exec`s the command. `--kill-on-bad-exit=1` gives the local
+    and runs the command (`exec_slurm_task`). `--kill-on-bad-exit=1` gives the local
     launcher's fail-together behaviour. With `gpus_per_task` K, SLURM
     binds K GPUs to each task (`--gpus-per-task=K`) and sets its
     `CUDA_VISIBLE_DEVICES`: the same per-worker count as `launch -n N
@@ -58,6 +61,29 @@ def srun_command(
     return cmd
 
 
+def run_srun(line: Sequence[str]) -> int:  # pragma: no cover - runs srun
+    """Runs the `srun` line and returns its exit code; SIGTERM and SIGINT wait.
+
+    SLURM delivers its own SIGTERM to the tasks (`--signal`, `scancel
+    --signal=TERM`, a requeue or a preemption); each task then saves and
+    exits 42. A SIGTERM that reaches this process (`scancel --full`, a
+    requeue: SLURM signals every process of the batch step) must neither end
+    it at once (143, while `srun` and the saving tasks still run, and a batch
+    script's retry loop would start a second step beside them) nor go on to
+    `srun`, which turns a SIGTERM of its own into a SIGKILL of every task
+    (srun(1)). So this process keeps waiting and returns `srun`'s code, the
+    tasks' own. A Ctrl-C reaches `srun` from the terminal itself (its first
+    prints the step's status, a second within a second cancels the step).
+    """
+    proc = subprocess.Popen(list(line))
+    old = {s: signal.signal(s, lambda signum, frame: None) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return proc.wait()
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
 def slurm_task_env(
     environ: Mapping[str, str] | None = None, port: int = sources.DEFAULT_PORT
 ) -> dict[str, str]:
@@ -78,12 +104,40 @@ def slurm_task_env(
     return environ
 
 
+# `tfdist_opt.callbacks.preemption.PREEMPTION_EXIT_CODE` (not imported: this
+# layer never imports TensorFlow).
+PREEMPTED_EXIT_CODE = 42
+# How long a task that saved on preemption waits before it exits (below).
+PREEMPTED_GRACE_S = 10.0
+
+
 def exec_slurm_task(
     argv: Sequence[str], port: int = sources.DEFAULT_PORT
-) -> None:  # pragma: no cover - replaces the process
-    """Applies this task's TF_CONFIG and replaces the process with `argv`."""
+) -> None:  # pragma: no cover - runs in an srun task, ends the process
+    """Runs `argv` with this task's TF_CONFIG and exits with its code.
+
+    The training process is a child, not an `exec`: after a preemption
+    save (exit 42) this task waits `PREEMPTED_GRACE_S` before it exits. The
+    `srun` line has `--kill-on-bad-exit=1`, so the first task to exit 42
+    would otherwise get the others killed while they, having saved at the
+    same step, are still exiting: on a real cluster the step then ended
+    with 143 (the killed task's SIGTERM) instead of 42 and the batch script
+    could not tell a preemption from a crash. Any other exit code passes
+    through at once (a crash still stops the step at once). SLURM signals
+    every process of the step, so the child gets its SIGTERM directly; this
+    process ignores SIGTERM and SIGINT and only waits.
+    """
     env = slurm_task_env(os.environ, port=port)
-    os.execvpe(argv[0], list(argv), env)
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, lambda signum, frame: None)
+    code = subprocess.Popen(list(argv), env=env).wait()
+    if code == PREEMPTED_EXIT_CODE:
+        time.sleep(PREEMPTED_GRACE_S)
+    if code < 0:  # killed by a signal: end the same way
+        if -code != signal.SIGKILL:
+            signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    sys.exit(code if code >= 0 else 128 - code)
 
 
 def per_host_commands(
