@@ -49,7 +49,9 @@ def features(n=N, seed=0):
 def labels(n=N, seed=1):
     """{output name: labels}: classes of each integer dtype, targets of each float dtype, bool."""
     rng = np.random.RandomState(seed)
-    out = {f"cls_{d}": rng.randint(0, 3, size=(n,)).astype(_np_dtype(d)) for d in CLASS_LABEL_DTYPES}
+    out = {
+        f"cls_{d}": rng.randint(0, 3, size=(n,)).astype(_np_dtype(d)) for d in CLASS_LABEL_DTYPES
+    }
     for d in FLOAT_LABEL_DTYPES:
         out[f"reg_{d}"] = rng.randint(0, 4, size=(n, 1)).astype(_np_dtype(d))
     out["bin_bool"] = rng.randint(0, 2, size=(n, 1)).astype(bool)
@@ -64,9 +66,7 @@ def build_model(kind="dict"):
     import keras
 
     init = lambda s: keras.initializers.GlorotUniform(seed=s)  # noqa: E731
-    inputs = {
-        d: keras.Input((2,), dtype=d, name=d) for d in FEATURE_DTYPES
-    }
+    inputs = {d: keras.Input((2,), dtype=d, name=d) for d in FEATURE_DTYPES}
     parts = []
     for d, x in inputs.items():
         if d == "string":

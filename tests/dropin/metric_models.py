@@ -32,9 +32,13 @@ def metric_classes():
         def update_state(self, y_true, y_pred, sample_weight=None):
             y_true = ops.cast(y_true, "bool")
             y_pred = ops.cast(ops.greater(y_pred, 0.0), "bool")
-            values = ops.cast(ops.logical_and(ops.equal(y_true, True), ops.equal(y_pred, True)), self.dtype)
+            values = ops.cast(
+                ops.logical_and(ops.equal(y_true, True), ops.equal(y_pred, True)), self.dtype
+            )
             if sample_weight is not None:
-                values = ops.multiply(values, ops.cast(ops.reshape(sample_weight, ops.shape(values)), self.dtype))
+                values = ops.multiply(
+                    values, ops.cast(ops.reshape(sample_weight, ops.shape(values)), self.dtype)
+                )
             self.true_positives.assign_add(ops.sum(values))
 
         def result(self):
@@ -159,7 +163,9 @@ def run(strategy=None):
         x, y, sample_weight=w, batch_size=BATCH, epochs=2, shuffle=False, verbose=0,
         callbacks=[seen],
     ).history  # fmt: skip
-    evaluation = model.evaluate(x, y, sample_weight=w, batch_size=BATCH, verbose=0, return_dict=True)
+    evaluation = model.evaluate(
+        x, y, sample_weight=w, batch_size=BATCH, verbose=0, return_dict=True
+    )
     return {
         "history": {k: [float(v) for v in vs] for k, vs in history.items()},
         "evaluate": {k: float(v) for k, v in evaluation.items()},

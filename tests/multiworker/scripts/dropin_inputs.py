@@ -20,7 +20,6 @@ import tfdist_opt
 strategy = tfdist_opt.opt_strategy()
 
 import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
 from tests.dropin import dtype_models  # noqa: E402
 from tests.dropin import metric_models  # noqa: E402
@@ -99,8 +98,10 @@ def registered_model_saving():
     os.makedirs(os.path.dirname(path), exist_ok=True)
     model.save(path)
     loaded = keras.models.load_model(path)
-    return {"loaded_class": type(loaded).__name__, "same": bool(
-        np.allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0)))}
+    return {
+        "loaded_class": type(loaded).__name__,
+        "same": bool(np.allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0))),
+    }
 
 
 CASES = {
