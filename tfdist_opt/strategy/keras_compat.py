@@ -55,6 +55,7 @@ import tensorflow as tf
 
 from tfdist_opt.stall import keras_binding as stall_binding
 from tfdist_opt.strategy import chief_saving
+from tfdist_opt.strategy import global_batch
 from tfdist_opt.strategy import keras_steps
 from tfdist_opt.strategy import log_packing
 from tfdist_opt.strategy import model_registry
@@ -201,6 +202,10 @@ class KerasMultiWorkerMirroredStrategy(_AdoptingScope, tf.distribute.MultiWorker
         With one CPU replica per worker its iterators are plain `tf.data`
         iterators, not TF's MultiDeviceIterator (`plain_iterator`).
         """
+        if global_batch.per_worker_batch(self, dataset) is not None:
+            # Per-worker data (auto-sharding OFF): each worker's batch is
+            # its share of the global batch, as TF defines it.
+            return self.distribute_datasets_from_function(lambda _: dataset, options)
         return stall_binding.count_inputs(
             self,
             plain_iterator.apply(self, super().experimental_distribute_dataset(dataset, options)),
