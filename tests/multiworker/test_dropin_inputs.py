@@ -14,6 +14,8 @@ reference, run beside it. Cases:
   custom loss class and `add_loss` in a layer, in `fit`, `evaluate` and the
   logs a callback sees;
 - a registered custom model saved and loaded again;
+- text preprocessing (`TextVectorization`, `StringLookup`, `IntegerLookup`,
+  `Hashing`, `Normalization`) on string inputs, saved and reloaded;
 - per-worker data as Ray Train's TensorflowTrainer example builds it (each
   worker its own shard in batches of 1, auto-sharding OFF): the global batch
   is both workers' batches, equal to one process fed those global batches.
@@ -41,7 +43,7 @@ RTOL, ATOL = 1e-5, 1e-5
 # alone, and these groups, pass. Left for a separate look.
 CLUSTERS = (
     ("every_dtype", "mnist_uint8"),
-    ("custom_metrics", "registered_model_saving", "per_worker_data"),
+    ("custom_metrics", "registered_model_saving", "per_worker_data", "text_preprocessing"),
 )
 
 
@@ -122,3 +124,12 @@ def test_per_worker_data_trains_on_every_example_as_one_process(runs):
     for rank, worker in enumerate(two):
         assert set(worker["seen"]) == set(range(rank, 16, 2)), worker["seen"]
     assert set(one["seen"]) == set(range(16))
+
+
+def test_text_preprocessing_on_two_workers_equals_one_process_and_reloads(runs):
+    one, two = _case(runs, "text_preprocessing")
+    for worker in two:
+        _close(one["history"], worker["history"])
+        _close(one["weights"], worker["weights"])
+        assert worker["reloaded_same"]
+    assert one["reloaded_same"]

@@ -148,7 +148,31 @@ def per_worker_data():
     return {"loss": history["loss"], "weights": weights(model), "seen": sorted(seen)}
 
 
+def text_preprocessing():
+    """tests/dropin/test_text_preprocessing.py's model: strings, lookups, adapt."""
+    from tests.dropin import test_text_preprocessing as text
+
+    model = text._build(strategy)
+    history = model.fit(
+        text._x(), text.LABELS, batch_size=8, epochs=2, shuffle=False, verbose=0
+    ).history
+    path = os.path.join(OUT_DIR, f"rank{RANK}", "text.keras")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    same = np.allclose(
+        loaded.predict(text._x(), verbose=0), model.predict(text._x(), verbose=0), atol=1e-6
+    )
+    float_weights = [w for w in model.get_weights() if np.asarray(w).dtype.kind == "f"]
+    return {
+        "history": history,
+        "weights": [np.asarray(w, "float64").tolist() for w in float_weights],
+        "reloaded_same": bool(same),
+    }
+
+
 CASES = {
+    "text_preprocessing": text_preprocessing,
     "per_worker_data": per_worker_data,
     "every_dtype": every_dtype,
     "mnist_uint8": mnist_uint8,
