@@ -183,8 +183,11 @@ def _first_local_batch(iterator):
     import keras
     import tensorflow as tf
 
-    for _, _, it in iterator:
-        batch = next(it)
+    # Keras 3.15's epoch iterator yields (begin, end, iterator), as its own
+    # `_maybe_symbolic_build` reads it; the iterator is taken as the last
+    # item so that a release yielding fewer items works too.
+    for item in iterator:
+        batch = next(item[-1])
         break
     else:
         return None
