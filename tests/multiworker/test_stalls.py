@@ -48,14 +48,14 @@ KINDS = (
 
 
 # Steps per epoch when every epoch runs to the longest input's end (worker
-# 0's 10 batches of 8): 10 user batches of the global batch 8, each split
-# into 2 steps with auto-sharding off; or 10 per-worker batches. A generator
+# 0's 10 batches of 8): 10 per-worker batches (a tf.data dataset with
+# auto-sharding off is per-worker data, `global_batch.per_worker_batch`). A generator
 # object cannot restart: its second epoch replays the 2 batches Keras peeked
 # and ends ("Your input ran out of data"), as plain Keras does on one device.
 STEPS = {
-    "tf.data": [20, 20],
-    "tf.data, inspector off": [20, 20],
-    "tf.data unknown cardinality": [20, 20],
+    "tf.data": [10, 10],
+    "tf.data, inspector off": [10, 10],
+    "tf.data unknown cardinality": [10, 10],
     "dataset function": [10, 10],
     "generator": [10, 2],
     "PyDataset": [10, 10],

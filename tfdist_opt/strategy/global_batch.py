@@ -94,6 +94,42 @@ def _num_workers(strategy) -> int:
     return max(1, len(cluster.get("chief", ())) + len(cluster.get("worker", ())))
 
 
+def per_worker_batch(strategy, dataset) -> int | None:
+    """The per-worker batch of a dataset each worker feeds its own share of, or None.
+
+    A `tf.data` dataset with auto-sharding OFF given to several workers is
+    per-worker data (Ray Train's `to_tf` shards, a dataset each worker
+    reads its own files into): TF's semantics make each worker's batch its
+    share of the global batch, `batch x workers`. Upstream
+    `experimental_distribute_dataset` instead splits each worker's batch
+    over every replica of the cluster and keeps this worker's part, so a
+    worker trains on 1/workers of its examples, silently.
+
+    Handled here with one replica per worker (each worker's batch goes to
+    its replica whole); None for any other dataset or layout, which keeps
+    the upstream path.
+    """
+    import tensorflow as tf
+
+    if not isinstance(dataset, tf.data.Dataset):
+        return None
+    workers = _num_workers(strategy)
+    if workers <= 1 or strategy.num_replicas_in_sync != workers:
+        return None
+    policy = dataset.options().experimental_distribute.auto_shard_policy
+    if policy != tf.data.experimental.AutoShardPolicy.OFF:
+        return None
+    batch = dataset_global_batch(dataset)
+    _logging.log_once(
+        "tfdist_opt fit: the tf.data dataset has auto-sharding OFF on "
+        f"{workers} workers: per-worker data, each worker's batch "
+        f"({batch if batch is not None else 'not known before step 1'}) is its "
+        f"share of the global batch"
+        + (f" ({batch} x {workers} workers = {batch * workers})" if batch else "")
+    )
+    return batch if batch is not None else -1
+
+
 def check_fit_input(strategy, x) -> None:
     """Raises before step 1 when `x`'s global batch does not split evenly.
 
@@ -121,7 +157,7 @@ def check_fit_input(strategy, x) -> None:
     ):
         return
     replicas = strategy.num_replicas_in_sync
-    if replicas <= 1:
+    if replicas <= 1 or per_worker_batch(strategy, x) is not None:
         return
     batch = dataset_global_batch(x)
     if batch is None:

@@ -24,6 +24,13 @@ rank-0 value across replicas without an axis (the same number
    list of allowed values". `gather` carries bfloat16 as float32 (exact:
    every bfloat16 is a float32) and casts back.
 
+4. `reduce_per_replica` reduces a metric's `result()` even when it is not a
+   per-replica value: a Keras metric returning its own variable (keras.io's
+   `BinaryTruePositives`) raised "Cannot convert input_tensor to a
+   PerReplica object because it doesn't have device set". Keras on one
+   host returns such a value unreduced, read where the variable's
+   aggregation (SUM over every replica) applies; `reduce` reads it so.
+
 One change is for speed, not correctness: `run` remembers its outputs so
 that `reduce` sends every scalar Keras logs in one collective instead of one
 each (`log_packing`), with the same values.
@@ -48,6 +55,7 @@ import tensorflow as tf
 
 from tfdist_opt.stall import keras_binding as stall_binding
 from tfdist_opt.strategy import chief_saving
+from tfdist_opt.strategy import global_batch
 from tfdist_opt.strategy import keras_steps
 from tfdist_opt.strategy import log_packing
 from tfdist_opt.strategy import model_registry
@@ -98,6 +106,12 @@ def _rank(value) -> int | None:
     if shape is None:
         return None
     return len(shape) if isinstance(shape, tuple) else shape.rank
+
+
+def _is_keras_variable(value) -> bool:
+    import keras
+
+    return isinstance(value, keras.Variable)
 
 
 class KerasMultiWorkerMirroredStrategy(_AdoptingScope, tf.distribute.MultiWorkerMirroredStrategy):
@@ -183,6 +197,10 @@ class KerasMultiWorkerMirroredStrategy(_AdoptingScope, tf.distribute.MultiWorker
         With one CPU replica per worker its iterators are plain `tf.data`
         iterators, not TF's MultiDeviceIterator (`plain_iterator`).
         """
+        if global_batch.per_worker_batch(self, dataset) is not None:
+            # Per-worker data (auto-sharding OFF): each worker's batch is
+            # its share of the global batch, as TF defines it.
+            return self.distribute_datasets_from_function(lambda _: dataset, options)
         return stall_binding.count_inputs(
             self,
             plain_iterator.apply(self, super().experimental_distribute_dataset(dataset, options)),
@@ -201,6 +219,11 @@ class KerasMultiWorkerMirroredStrategy(_AdoptingScope, tf.distribute.MultiWorker
         # keras-team/keras#20585: Keras 3 passes nests (fix 1) and axis=0 for
         # scalars (fix 2); see the module docstring.
         if not tf.nest.is_nested(value):
+            if _is_keras_variable(value):
+                # Fix 4 (module docstring): a metric's `result()` returned
+                # its variable. Read it as Keras does on one host (outside
+                # any replica: its own aggregation over every replica).
+                return tf.identity(value.value)
             if axis is not None and _rank(value) == 0:
                 axis = None
             if axis is None and self._pack_log_reductions:

@@ -108,7 +108,11 @@ class KerasSteps:
         if fit is not None:
             fit.building = True
         try:
-            first = _peeked_generator_batch(iterator) if data_batch is None else None
+            first = None
+            if data_batch is None:
+                first = _peeked_generator_batch(iterator)
+                if first is None:
+                    first = _first_local_batch(iterator)
             if first is None:
                 return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
             with self.distribute_strategy.scope():
@@ -155,6 +159,38 @@ def _peeked_generator_batch(iterator):
     if isinstance(adapter, private_api.generator_data_adapter_class()):
         return adapter.get_tf_dataset().element_spec
     return None
+
+
+def _first_local_batch(iterator):
+    """The first batch as this process's first replica holds it, or None.
+
+    Keras's `_maybe_symbolic_build` reduces the first batch ("MEAN" across
+    replicas) only to read its shapes and dtypes: a collective per batch
+    component, which TF has for few dtypes (no uint8, bool, string: MNIST's
+    uint8 labels, a model taking strings) and which needs every replica's
+    batch the same size. One replica's values have the shapes the mean has
+    and travel nowhere.
+    """
+    if iterator is None:
+        return None
+    import keras
+    import tensorflow as tf
+
+    # Keras 3.15's epoch iterator yields (begin, end, iterator), as its own
+    # `_maybe_symbolic_build` reads it; the iterator is taken as the last
+    # item so that a release yielding fewer items works too.
+    for item in iterator:
+        batch = next(item[-1])
+        break
+    else:
+        return None
+
+    def local(value):
+        if isinstance(value, tf.distribute.DistributedValues):
+            return value.values[0]
+        return value
+
+    return keras.tree.map_structure(local, batch)
 
 
 def _auto_fit():
