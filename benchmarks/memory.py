@@ -71,6 +71,11 @@ _MMAP = flags.DEFINE_integer(
     "RSS follows live memory instead of glibc's high-water mark (0: the "
     "default, a dynamic threshold that grows up to 32 MiB).",
 )
+_SETTINGS = flags.DEFINE_list(
+    "settings",
+    ["unsharded", "sharded"],
+    "Which runs to make (a summary needs both).",
+)
 _TIMEOUT = flags.DEFINE_integer("run_timeout_s", 900, "Wall-clock limit per run.")
 _GATHER = flags.DEFINE_integer(
     "shard_bucket_bytes",
@@ -292,9 +297,13 @@ def main(argv):
         rows = [
             r
             for rep in range(_REPEATS.value)
-            for role in ("unsharded", "sharded")
+            for role in _SETTINGS.value
             for r in _launch(role, tmp, rep)
         ]
+    if set(_SETTINGS.value) != {"unsharded", "sharded"}:
+        for r in rows:
+            print(json.dumps({k: v for k, v in r.items() if k != "step_times_s"}))
+        return
     summary = summarize(rows, _WORKERS.value)
     common.write_report(
         "memory",

@@ -134,25 +134,49 @@ class ShardedStateHooks:
         r = collective_keys.static_replica_id(ctx, "shard_optimizer_state")
         n = ctx.num_replicas_in_sync
         layouts = [_layout(v.shape, n) for v in tvars]
-        if n == 1:
-            g_shards = [tf.reshape(tf.convert_to_tensor(g), [-1]) for g in grads]
-        else:
-            g_shards = zero_collectives.reduce_scatter(
-                list(grads),
-                [lay.s for lay in layouts],
+        grads = [tf.convert_to_tensor(g) for g in grads]
+        max_bytes = state.options.shard_bucket_bytes
+        # One bucket of gradients at a time, start to finish: reduce-scatter,
+        # update, gather and write, before the next bucket's input is built
+        # (`zero_plan.scatter_buckets`, backprop order). Only one bucket's
+        # gradient shards, updated shards and collective buffers are alive
+        # at once, instead of 1/n of every gradient and weight.
+        plan = zero_plan.scatter_buckets(
+            [g.dtype.name for g in grads],
+            [int(g.shape.num_elements()) * g.dtype.size for g in grads],
+            max_bytes if n > 1 else 0,
+        )
+        done = []
+        for bucket in plan:
+            if n == 1:
+                g_shards = [tf.reshape(grads[j], [-1]) for j in bucket]
+            else:
+                g_shards = zero_collectives.reduce_scatter(
+                    [grads[j] for j in bucket],
+                    [layouts[j].s for j in bucket],
+                    r,
+                    zero.collectives,
+                    state.options,
+                    max_bytes,
+                    after=done,
+                )
+            news = []
+            for j, g_shard in zip(bucket, g_shards):
+                v, lay = tvars[j], layouts[j]
+                view = _ShardView(
+                    _local_slice(v.read_value(), r, lay.s, lay.size), self._var_key(v), v.dtype
+                )
+                self.update_step(g_shard, view, learning_rate)
+                news.append(view.value)
+            done = _gather_and_write(
+                ctx,
+                zero,
+                [tvars[j] for j in bucket],
+                [layouts[j] for j in bucket],
+                news,
                 r,
-                zero.collectives,
-                state.options,
-                state.options.shard_bucket_bytes,
+                max_bytes,
             )
-        news = []
-        for g_shard, v, lay in zip(g_shards, tvars, layouts):
-            view = _ShardView(
-                _local_slice(v.read_value(), r, lay.s, lay.size), self._var_key(v), v.dtype
-            )
-            self.update_step(g_shard, view, learning_rate)
-            news.append(view.value)
-        _gather_and_write(ctx, zero, tvars, layouts, news, r, state.options.shard_bucket_bytes)
 
 
 def _zero_of(optimizer):
@@ -244,6 +268,9 @@ def _gather_and_write(ctx, zero, tvars, layouts, news, r, max_bytes):
     written into the variables in place (row ranges, `_write`), and the
     next bucket starts after those writes, so one bucket of gathered
     weights is alive at a time.
+
+    Returns:
+        The last bucket's write ops (a list).
     """
     n = zero.collectives.n
     plan = zero_plan.gather_plan(
@@ -265,6 +292,7 @@ def _gather_and_write(ctx, zero, tvars, layouts, news, r, max_bytes):
             (tvars[i], layouts[i], start, length, offset) for i, start, length, offset in pieces
         ]
         done = [ctx.merge_call(_write_all, args=(gathered, spec))]
+    return done
 
 
 def _write_all(distribution, gathered, spec):
