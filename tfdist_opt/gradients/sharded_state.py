@@ -176,6 +176,7 @@ class ShardedStateHooks:
                 news,
                 r,
                 max_bytes,
+                after=grads,
             )
 
 
@@ -260,7 +261,7 @@ def _local_slice(x, r, s, size):
     return part
 
 
-def _gather_and_write(ctx, zero, tvars, layouts, news, r, max_bytes):
+def _gather_and_write(ctx, zero, tvars, layouts, news, r, max_bytes, after=()):
     """Gathers the updated shards bucket by bucket into every replica's copy.
 
     One gather per bucket (`zero_plan.gather_plan`: <= `max_bytes`
@@ -268,6 +269,11 @@ def _gather_and_write(ctx, zero, tvars, layouts, news, r, max_bytes):
     written into the variables in place (row ranges, `_write`), and the
     next bucket starts after those writes, so one bucket of gathered
     weights is alive at a time.
+
+    The first write waits for `after` (the step's gradients): once every
+    gradient exists the backward pass no longer reads the weights, so a
+    row-range write finds no other reader of its variable and writes in
+    place instead of copying the whole variable first (TF's copy-on-write).
 
     Returns:
         The last bucket's write ops (a list).
@@ -291,6 +297,8 @@ def _gather_and_write(ctx, zero, tvars, layouts, news, r, max_bytes):
         spec = [
             (tvars[i], layouts[i], start, length, offset) for i, start, length, offset in pieces
         ]
+        with tf.control_dependencies(done or list(after)):
+            gathered = tf.identity(gathered)
         done = [ctx.merge_call(_write_all, args=(gathered, spec))]
     return done
 
