@@ -21,7 +21,7 @@ import sys
 from tfdist_opt.gradients import memory_plan
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tfdist-opt memory",
         description="Per-replica memory of a Keras model under each memory setting.",
@@ -144,7 +144,7 @@ def _replicas(text: str) -> list[int]:
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         device = memory_plan.parse_bytes(args.device_memory)
         replicas = _replicas(args.replicas)
