@@ -23,7 +23,8 @@ every optimizer variable), and examples/sec.
 
 Summary keys: `state_bytes_ratio` (sharded / unsharded optimizer-state
 bytes per replica; goal <= 1/n + 0.01), `state_bytes_saved`,
-`peak_rss_saved_bytes` (unsharded - sharded peak RSS, worst worker),
+`peak_rss_saved_bytes` (unsharded - sharded peak RSS of the same task,
+the worst task),
 `rss_saved_over_state_saved` (goal >= 0.75), the same for the steady
 state (`steady_rss_saved_bytes`, `steady_peak_rss_saved_bytes`), `examples_per_sec_unsharded`,
 `examples_per_sec_sharded`, `slowdown` (1 - sharded / unsharded; goal <=
@@ -71,10 +72,22 @@ _MMAP = flags.DEFINE_integer(
     "RSS follows live memory instead of glibc's high-water mark (0: the "
     "default, a dynamic threshold that grows up to 32 MiB).",
 )
+_SETTINGS = flags.DEFINE_list(
+    "settings",
+    ["unsharded", "sharded"],
+    "Which runs to make (a summary needs both).",
+)
+_BFC = flags.DEFINE_bool(
+    "tf_bfc",
+    False,
+    "Run the workers with TF_CPU_ALLOCATOR_USE_BFC=true and report TF's own "
+    "allocator peaks (`tf_peak_bytes`, `tf_steady_peak_bytes`: the bytes of "
+    "live tensors and variables, without the C library's free lists).",
+)
 _TIMEOUT = flags.DEFINE_integer("run_timeout_s", 900, "Wall-clock limit per run.")
 _GATHER = flags.DEFINE_integer(
     "shard_bucket_bytes",
-    32 << 20,
+    8 << 20,
     "The sharded run's `shard_bucket_bytes` (bound on one gather bucket of "
     "updated shards; 0: one bucket per dtype).",
 )
@@ -140,6 +153,7 @@ def run_role(role):
     opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     times = []
     mem = {}
+    bfc = os.environ.get("TF_CPU_ALLOCATOR_USE_BFC") == "true"
 
     class StepTimer(keras.callbacks.Callback):
         def on_train_batch_begin(self, batch, logs=None):
@@ -150,6 +164,9 @@ def run_role(role):
             if len(times) == _WARMUP.value:
                 mem["rss_after_warmup_bytes"] = _rss_now()
                 mem["peak_reset"] = _reset_peak_rss()
+                if bfc:
+                    mem["tf_peak_bytes"] = tf.config.experimental.get_memory_info("CPU:0")["peak"]
+                    tf.config.experimental.reset_memory_stats("CPU:0")
 
     model.fit(
         ds.with_options(opts),
@@ -162,6 +179,8 @@ def run_role(role):
     if mem.pop("peak_reset", False):
         mem["steady_peak_rss_bytes"] = _peak_rss_since_reset()
     mem["rss_end_bytes"] = _rss_now()
+    if bfc:
+        mem["tf_steady_peak_bytes"] = tf.config.experimental.get_memory_info("CPU:0")["peak"]
     row = {
         "setting": role,
         "task": json_task_index(),
@@ -209,6 +228,8 @@ def _launch(role, part_dir, repeat=0):
     ]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
+    if _BFC.value:
+        env["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
     if _MMAP.value > 0:
         env["MALLOC_MMAP_THRESHOLD_"] = str(_MMAP.value)
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -236,6 +257,20 @@ def _launch(role, part_dir, repeat=0):
     return rows
 
 
+def _worst_saved(plain, shard, key):
+    """The smallest saving of any worker: per task, its unsharded run's
+    smallest `key` minus its sharded run's largest (tasks differ by tens of
+    MiB of their own, e.g. the chief's, so tasks are not mixed); None when
+    a row lacks `key`."""
+    if not all(key in r for r in plain + shard):
+        return None
+    tasks = sorted({r["task"] for r in plain})
+    return min(
+        min(r[key] for r in plain if r["task"] == t) - max(r[key] for r in shard if r["task"] == t)
+        for t in tasks
+    )
+
+
 def summarize(rows, workers):
     by = {}
     for r in rows:
@@ -244,7 +279,7 @@ def summarize(rows, workers):
     state_plain = max(r["optimizer_state_bytes_per_replica"] for r in plain)
     state_shard = max(r["optimizer_state_bytes_per_replica"] for r in shard)
     saved = saved_state = state_plain - state_shard
-    rss_saved = min(r["peak_rss_bytes"] for r in plain) - max(r["peak_rss_bytes"] for r in shard)
+    rss_saved = _worst_saved(plain, shard, "peak_rss_bytes")
     eps_plain = min(r["examples_per_sec"] for r in plain)
     eps_shard = min(r["examples_per_sec"] for r in shard)
     out = {
@@ -261,13 +296,13 @@ def summarize(rows, workers):
         "slowdown": 1 - eps_shard / eps_plain,
     }
 
-    def worst_saved(key):
-        if not all(key in r for r in rows):
-            return None
-        return min(r[key] for r in plain) - max(r[key] for r in shard)
-
-    out["steady_rss_saved_bytes"] = worst_saved("rss_after_warmup_bytes")
-    out["steady_peak_rss_saved_bytes"] = worst_saved("steady_peak_rss_bytes")
+    out["steady_rss_saved_bytes"] = _worst_saved(plain, shard, "rss_after_warmup_bytes")
+    out["steady_peak_rss_saved_bytes"] = _worst_saved(plain, shard, "steady_peak_rss_bytes")
+    for key in ("tf_peak_bytes", "tf_steady_peak_bytes"):
+        got = _worst_saved(plain, shard, key)
+        if got is not None:
+            out[key.replace("_bytes", "_saved_bytes")] = got
+            out[key.replace("_bytes", "_saved_over_state_saved")] = got / saved_state
     out["examples_per_sec_median_unsharded"] = statistics.median(
         r["examples_per_sec"] for r in plain
     )
@@ -292,9 +327,13 @@ def main(argv):
         rows = [
             r
             for rep in range(_REPEATS.value)
-            for role in ("unsharded", "sharded")
+            for role in _SETTINGS.value
             for r in _launch(role, tmp, rep)
         ]
+    if set(_SETTINGS.value) != {"unsharded", "sharded"}:
+        for r in rows:
+            print(json.dumps({k: v for k, v in r.items() if k != "step_times_s"}))
+        return
     summary = summarize(rows, _WORKERS.value)
     common.write_report(
         "memory",

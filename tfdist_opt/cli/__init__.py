@@ -1,4 +1,4 @@
-"""`tfdist-opt` command line: `info | tf-config | launch | bench | k8s`.
+"""`tfdist-opt` command line: `info | tf-config | launch | bench | k8s | memory`.
 
 Each subcommand lives with its concept and exposes `main(argv) -> int`;
 this module only dispatches (lazily, so `tfdist-opt tf-config` never
@@ -22,6 +22,10 @@ _COMMANDS = {
     "k8s": (
         "tfdist_opt.cli.k8s",
         "print Kubernetes manifests: Trainer v2 TrainJob, KubeRay RayJob, TFJob",
+    ),
+    "memory": (
+        "tfdist_opt.cli.memory",
+        "per-replica bytes of a model under each memory setting; what fits",
     ),
 }
 

@@ -283,7 +283,7 @@ def _stages_line(cfg: dict[str, Any]) -> str | None:
         "powersgd_start_step": 100,
         "powersgd_min_compression": 2.0,
         "powersgd_wire": "none",
-        "shard_bucket_bytes": 32 << 20,
+        "shard_bucket_bytes": 8 << 20,
     }
     chain = combine.from_options(
         types.SimpleNamespace(**{k: cfg.get(k, d) for k, d in fields.items()}, stages=())

@@ -185,7 +185,7 @@ class ZeRO(BuiltinStage):
 
     position = "update"
 
-    def __init__(self, bucket_bytes: int = 32 << 20, *, source: str | None = None):
+    def __init__(self, bucket_bytes: int = 8 << 20, *, source: str | None = None):
         super().__init__(source=source)
         validation.check_int("bucket_bytes", bucket_bytes, minimum=0)
         self.bucket_bytes = bucket_bytes

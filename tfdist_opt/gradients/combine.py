@@ -202,7 +202,7 @@ def _from_fields(o: Any) -> Iterable[GradientStage]:
         )
     if o.shard_optimizer_state:
         yield bs.ZeRO(
-            getattr(o, "shard_bucket_bytes", 32 << 20), source="shard_optimizer_state=True"
+            getattr(o, "shard_bucket_bytes", 8 << 20), source="shard_optimizer_state=True"
         )
 
 

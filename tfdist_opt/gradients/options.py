@@ -93,9 +93,9 @@ class GradientOptions:
             Defaults to `0`.
         shard_optimizer_state: bool. ZeRO stage 1: each replica keeps 1/n
             of every optimizer slot (`sharded_state`). Defaults to `False`.
-        shard_bucket_bytes: int. Bound on one gather bucket of updated
-            shards (`zero_plan.gather_plan`); 0: one per dtype. Defaults to
-            `32 MiB`.
+        shard_bucket_bytes: int. Bound on one bucket of the sharded step
+            (reduce-scatter and gather, `zero_plan`); 0: one per dtype.
+            Defaults to `8 MiB`.
         fused_updates: bool. Keras's own SGD and Adam update steps run as
             one fused TF kernel per variable (`fused_updates`) in the
             optimizers this path hooks. Defaults to `True`.
@@ -131,7 +131,7 @@ class GradientOptions:
     powersgd_wire: str = "none"
     powersgd_seed: int = 0
     shard_optimizer_state: bool = False
-    shard_bucket_bytes: int = 32 << 20
+    shard_bucket_bytes: int = 8 << 20
     fused_updates: bool = True
     collective_streams: int = 0
     collective_piece_bytes: int = PIECE_BYTES
@@ -227,7 +227,7 @@ class GradientOptions:
             powersgd_min_compression=config.powersgd_min_compression,
             powersgd_wire=config.powersgd_wire,
             shard_optimizer_state=getattr(config, "shard_optimizer_state", False),
-            shard_bucket_bytes=getattr(config, "shard_bucket_bytes", 32 << 20),
+            shard_bucket_bytes=getattr(config, "shard_bucket_bytes", 8 << 20),
             fused_updates=getattr(config, "fused_updates", True),
             collective_piece_bytes=getattr(config, "collective_piece_bytes", PIECE_BYTES),
         )

@@ -76,7 +76,9 @@ class Collectives:
         return tf.raw_ops.CollectiveGatherV2(**self._kw(x, replica))
 
 
-def reduce_scatter(grads, shard_sizes, replica, collectives, options, max_bytes) -> list[tf.Tensor]:
+def reduce_scatter(
+    grads, shard_sizes, replica, collectives, options, max_bytes, after=()
+) -> list[tf.Tensor]:
     """This replica's shard of each summed gradient (replica context).
 
     Args:
@@ -88,13 +90,17 @@ def reduce_scatter(grads, shard_sizes, replica, collectives, options, max_bytes)
         collectives: the optimizer's `Collectives`.
         options: `GradientOptions` (compression).
         max_bytes: bound on one all-to-all's bytes
-            (`zero_plan.scatter_buckets`). Each bucket's input is built
+            (`zero_plan.scatter_buckets`; a gradient larger than that is
+            cut into column ranges of its `[n, s]` layout,
+            `zero_plan.column_pieces`). Each bucket's input is built
             after the previous bucket's sum, so at most about one bucket of
             collective buffers is alive at once.
+        after: ops the first bucket's input waits for.
 
     Returns:
         A list of flat `[s]` tensors in the gradients' dtypes: the sum over
-        replicas of this replica's shard.
+        replicas of this replica's shard (elementwise, so a sum over column
+        ranges is the sum over the whole, bit for bit).
     """
     n = collectives.n
     grads = [tf.convert_to_tensor(g) for g in grads]
@@ -104,7 +110,7 @@ def reduce_scatter(grads, shard_sizes, replica, collectives, options, max_bytes)
         [int(g.shape.num_elements()) * g.dtype.size for g in grads],
         max_bytes,
     )
-    done = []
+    done = list(after)
     for bucket in plan:
         # Cast, pad and concatenate only once the previous bucket is summed.
         with tf.control_dependencies(done):
@@ -117,7 +123,21 @@ def reduce_scatter(grads, shard_sizes, replica, collectives, options, max_bytes)
                     flat = tf.pad(flat, [[0, pad]])
                 rows.append(tf.reshape(flat, [n, shard_sizes[j]]))
                 metas.append(meta)
-            x = tf.identity(rows[0]) if len(rows) == 1 else tf.concat(rows, axis=1)
+        if len(bucket) == 1:
+            cols = zero_plan.column_pieces(shard_sizes[bucket[0]], n, rows[0].dtype.size, max_bytes)
+            parts = []
+            for lo, hi in cols:
+                with tf.control_dependencies(done):
+                    x = tf.identity(rows[0]) if len(cols) == 1 else rows[0][:, lo:hi]
+                got = collectives.all_to_all(x, replica)
+                part = tf.add_n(tf.unstack(got, num=n))
+                done = [part]
+                parts.append(part)
+            summed = parts[0] if len(parts) == 1 else tf.concat(parts, axis=0)
+            out[bucket[0]] = allreduce.decompress(summed, metas[0])
+            continue
+        with tf.control_dependencies(done):
+            x = tf.concat(rows, axis=1)
         got = collectives.all_to_all(x, replica)
         summed = tf.add_n(tf.unstack(got, num=n))
         done = [summed]

@@ -138,6 +138,24 @@ def scatter_buckets(dtypes: list[str], nbytes: list[int], max_bytes: int) -> lis
     return out
 
 
+def column_pieces(
+    shard_size_: int, num_replicas: int, itemsize: int, max_bytes: int
+) -> list[tuple[int, int]]:
+    """Column ranges `[lo, hi)` of one gradient's `[n, s]` reduce-scatter layout.
+
+    Each range's all-to-all moves at most `max_bytes` (`n * (hi - lo) *
+    itemsize`, at least one column); `max_bytes <= 0`: one range.
+
+    Example:
+        >>> column_pieces(10, 2, 4, 32)
+        [(0, 4), (4, 8), (8, 10)]
+    """
+    if max_bytes <= 0:
+        return [(0, shard_size_)]
+    cols = max(1, max_bytes // (num_replicas * itemsize))
+    return [(lo, min(lo + cols, shard_size_)) for lo in range(0, shard_size_, cols)]
+
+
 def gather_plan(
     dtypes: list[str],
     itemsizes: list[int],

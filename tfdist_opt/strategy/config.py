@@ -151,11 +151,11 @@ class StrategyConfig(validation.ConfigFields):
             checkpoints. Mirrored and multi-worker kinds with Keras 3 only;
             not with `compression="powersgd"` or `grad_accum > 1`.
             Defaults to `False`.
-        shard_bucket_bytes: int. With `shard_optimizer_state`: the updated
-            shards are gathered in buckets of at most this many gathered
-            bytes, each written into the weights before the next starts
-            (bounds the step's transient memory); `0`: one bucket per dtype.
-            Defaults to `32 MiB`.
+        shard_bucket_bytes: int. With `shard_optimizer_state`: the step
+            runs one bucket of at most this many gradient bytes at a time
+            (reduce-scatter, update, gather, write), which bounds its
+            transient memory; `0`: one bucket per dtype. Defaults to
+            `8 MiB`.
         cpu_split: str. Multi-worker: when several training tasks run on
             one host, `"auto"` (= `"threads"`) sizes each task's TF thread
             pools to its share of the CPUs (CPUs / tasks), unpinned;
@@ -219,7 +219,7 @@ class StrategyConfig(validation.ConfigFields):
     powersgd_min_compression: float = 2.0
     powersgd_wire: str = "none"
     shard_optimizer_state: bool = False
-    shard_bucket_bytes: int = 32 << 20
+    shard_bucket_bytes: int = 8 << 20
     cpu_split: str = "auto"
     fused_updates: bool = True
     jit_fallback: str = "warn"
