@@ -1,0 +1,96 @@
+"""pytest plugin `benchmarks/keras_tests.py` loads into Keras's own test files.
+
+`TFDIST_KERAS_TESTS_MODE` picks the run:
+
+- `plain` (or unset): Keras's tests as Keras runs them; the plugin only
+  registers Keras's pytest marks (its `conftest.py` is not in the source
+  distribution).
+- `ours`: one `opt_strategy(cpu_replicas=2)` is built before any test runs
+  (2 virtual CPU replicas: TensorFlow fixes its logical devices at its first
+  op), and every test body runs inside its `scope()`, as a user's code does
+  after changing its strategy line (`setUp`/`tearDown` outside it: Keras's
+  `setUp` resets TensorFlow's default graph, which drops a scope).
+- `ours_own`: no scope; for files that build their own strategy, which the
+  runner has rewritten to build ours (`tf.distribute.MirroredStrategy(...)`
+  becomes `opt_strategy(cpu_replicas=2)`).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+MODE_ENV = "TFDIST_KERAS_TESTS_MODE"
+_KERAS_MARKS = (
+    "requires_trainable_backend: Keras's mark for tests that train",
+    "skip_if_backend(backend, reason): Keras's mark for backend skips",
+    "extra_large: Keras's mark for its largest tests",
+)
+_state: dict = {}
+
+
+def pytest_configure(config):
+    for mark in _KERAS_MARKS:
+        config.addinivalue_line("markers", mark)
+    if os.environ.get(MODE_ENV) == "ours":
+        import tfdist_opt
+
+        _state["strategy"] = tfdist_opt.opt_strategy(cpu_replicas=2)
+
+
+def pytest_report_header(config):
+    strategy = _state.get("strategy")
+    mode = os.environ.get(MODE_ENV, "plain")
+    if strategy is None:
+        return f"tfdist_opt keras tests: mode={mode}"
+    return (
+        f"tfdist_opt keras tests: mode={mode}, every test inside "
+        f"{type(strategy).__name__}.scope() on {strategy.num_replicas_in_sync} replicas"
+    )
+
+
+def _in_scope(strategy, fn):
+    """`fn` run inside `strategy.scope()`.
+
+    A test that calls `keras.backend.clear_session()` in its body resets
+    TensorFlow's default graph, and with it the graph's strategy stack, so
+    leaving the scope then finds nothing to pop: that `IndexError` is the
+    test's reset, not a failure under the strategy.
+    """
+
+    def run(*args, **kwargs):
+        scope = strategy.scope()
+        scope.__enter__()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            try:
+                scope.__exit__(None, None, None)
+            except IndexError:
+                pass
+
+    return run
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """Runs the test body inside the strategy's scope, after `setUp`.
+
+    Keras's `TestCase.setUp` calls `clear_session()`, which resets the
+    default graph and drops a scope entered before it; so for unittest-style
+    tests the test method itself is wrapped (on its instance), and `setUp`
+    and `tearDown` run outside the scope. Plain pytest functions run whole
+    inside it.
+    """
+    strategy = _state.get("strategy")
+    testcase = getattr(item, "_testcase", None)
+    if strategy is None:
+        yield
+    elif testcase is not None:
+        name = testcase._testMethodName
+        setattr(testcase, name, _in_scope(strategy, getattr(testcase, name)))
+        yield
+    else:
+        item.obj = _in_scope(strategy, item.obj)
+        yield
