@@ -9,7 +9,10 @@ In-process, 2 Mirrored replicas on the session's virtual CPUs
   `evaluate`): Keras built the model from the replicas' mean first batch,
   which cannot add a [3, n] and a [2, n] batch (`first_batch`);
 - `int()` / `float()` of a scalar mirrored variable (`iterations`, the
-  learning rate) in a callback (`scalar_variables`).
+  learning rate) in a callback (`scalar_variables`);
+- `jit_compile=True` on a trainer mixed into a layer that is not a
+  `keras.Model` (`model_registry` now notes such trainers, which get the
+  per-replica XLA step).
 
 Values are compared with one device without a strategy: the same
 predictions (atol 1e-6, float32) and the same counts.
@@ -81,3 +84,26 @@ def test_int_and_float_of_mirrored_scalars_in_a_callback():
         model.fit(np.ones((8, 4)), np.ones((8, 5)), batch_size=4, verbose=0, callbacks=[Record()])
         assert int(model.optimizer.iterations) == 2
     assert seen == [(1, pytest.approx(0.01)), (2, pytest.approx(0.01))]
+
+
+def test_jit_compile_on_a_trainer_mixed_into_a_layer():
+    # Keras's own tests train `class M(Trainer, layers.Dense)`: not a
+    # keras.Model. Without our per-replica XLA step, Keras's jit_compile
+    # under 2 Mirrored replicas failed ("tf.Variable on a different device").
+    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
+
+    class ExampleModel(TensorFlowTrainer, keras.layers.Dense):
+        def __init__(self, units):
+            keras.layers.Dense.__init__(
+                self, units=units, use_bias=False, kernel_initializer="ones"
+            )
+            TensorFlowTrainer.__init__(self)
+
+    x, y = np.ones((8, 4), "float32"), np.full((8, 3), 0.5, "float32")
+    losses = {}
+    for jit in (False, True):
+        with tfdist_opt.opt_strategy(cpu_replicas=2).scope():
+            model = ExampleModel(3)
+            model.compile(keras.optimizers.SGD(0.01), "mse", jit_compile=jit)
+            losses[jit] = model.fit(x, y, batch_size=4, epochs=2, verbose=0).history["loss"]
+    np.testing.assert_allclose(losses[True], losses[False], rtol=1e-5)
