@@ -18,7 +18,8 @@ time, in up to two modes:
   there each such call is rewritten to `opt_strategy(cpu_replicas=2)` and no
   scope is added.
 
-Per-test outcomes come from pytest's junit XML. The JSON holds, per file and
+Per-test outcomes come from pytest's junit XML; the JSON is rewritten after
+every file. The JSON holds, per file and
 mode, each test's outcome (`passed`, `failed`, `error`, `skipped`) and the
 first line of its failure; `summary` counts the tests that pass plain and
 how many of them pass under ours. `--plain_json` takes the plain outcomes
@@ -269,6 +270,7 @@ def main(argv):
                 print(f"{rel} [{mode}] {entry[mode]['seconds']} s {counts}", flush=True)
             if rel in recorded and "plain" not in FLAGS.modes:
                 entry["plain"] = recorded[rel]["plain"]
+            _write(report)  # after every file: a cut run keeps what ran
         report["summary"] = summarize(report["files"])
         s = report["summary"]
         print(
@@ -277,10 +279,14 @@ def main(argv):
         )
         for r in s["plain_pass_ours_not"]:
             print(f"  {r['file']}::{r['test']} [{r['outcome']}] {r['message'][:160]}")
+    _write(report)
+    return 0
+
+
+def _write(report: dict) -> None:
     if FLAGS.output_json:
         with open(FLAGS.output_json, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=1, sort_keys=True)
-    return 0
 
 
 if __name__ == "__main__":
