@@ -12,7 +12,7 @@ that do not pass under ours (`not_under_ours`). The test fails on any other
 plain-passing test that does not pass, and on a listed one that now passes
 (take it off the list).
 
-About 10 minutes on 2 cores (one pytest process per file, one at a time).
+287 s on 2 cores (one pytest process per file, one at a time).
 """
 
 import importlib.metadata
