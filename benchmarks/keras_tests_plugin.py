@@ -97,19 +97,15 @@ def pytest_runtest_call(item):
     """Runs the test body inside the strategy's scope, after `setUp`.
 
     Keras's `TestCase.setUp` calls `clear_session()`, which resets the
-    default graph and drops a scope entered before it; so for unittest-style
-    tests the test method itself is wrapped (on its instance), and `setUp`
-    and `tearDown` run outside the scope. Plain pytest functions run whole
-    inside it.
+    default graph and drops a scope entered before it; so the test function
+    itself is wrapped (`item.obj`, which pytest also sets as the unittest
+    test method), and `setUp`, `tearDown` and fixtures run outside the
+    scope.
     """
     strategy = _state.get("strategy")
-    testcase = getattr(item, "_testcase", None)
-    if strategy is None:
-        yield
-    elif testcase is not None:
-        name = testcase._testMethodName
-        setattr(testcase, name, _in_scope(strategy, getattr(testcase, name)))
-        yield
-    else:
+    if strategy is not None:
+        # pytest calls `item.obj`; for a unittest-style test it first sets
+        # it as the test method on its instance, which `run()` calls after
+        # `setUp`.
         item.obj = _in_scope(strategy, item.obj)
-        yield
+    yield
