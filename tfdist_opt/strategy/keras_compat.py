@@ -55,11 +55,13 @@ import tensorflow as tf
 
 from tfdist_opt.stall import keras_binding as stall_binding
 from tfdist_opt.strategy import chief_saving
+from tfdist_opt.strategy import first_batch
 from tfdist_opt.strategy import global_batch
 from tfdist_opt.strategy import keras_steps
 from tfdist_opt.strategy import log_packing
 from tfdist_opt.strategy import model_registry
 from tfdist_opt.strategy import plain_iterator
+from tfdist_opt.strategy import scalar_variables
 from tfdist_opt.strategy import worker_cpu_replicas
 
 # Gathered as float32 by `gather` (fix 3): no collective gather kernel.
@@ -71,7 +73,14 @@ class _MultiWorkerModel(keras_steps.KerasSteps, chief_saving.ChiefSaving):
 
 
 class _AdoptingScope:
-    """Strategy mixin: models built in `scope()` get `_MODEL_MIXIN`."""
+    """Strategy mixin: models built in `scope()` get `_MODEL_MIXIN`.
+
+    Scalar variables created in the scope convert with `int()`/`float()`
+    (`scalar_variables`). Models built and trained inside one scope entry get it when Keras
+    distributes their input (`experimental_distribute_dataset`), before
+    the model is built from its first batch. Its `reduce` answers that
+    first-batch reduce with one replica's batch (`first_batch`).
+    """
 
     _MODEL_MIXIN: type = keras_steps.KerasSteps
 
@@ -79,10 +88,28 @@ class _AdoptingScope:
     def scope(self):
         chief_saving.adopt_models(self, self._MODEL_MIXIN)
         try:
-            with super().scope(), model_registry.recording():
+            with (
+                super().scope(),
+                tf.variable_creator_scope(scalar_variables.creator),
+                model_registry.recording(),
+            ):
                 yield self
         finally:
             chief_saving.adopt_models(self, self._MODEL_MIXIN)
+
+    def experimental_distribute_dataset(self, dataset, options=None):
+        # Keras's fit/evaluate/predict distribute their input before they
+        # build the model: a model built and trained inside one scope entry
+        # gets `_MODEL_MIXIN` here, before its first batch is pulled.
+        chief_saving.adopt_models(self, self._MODEL_MIXIN)
+        return super().experimental_distribute_dataset(dataset, options)
+
+    def reduce(self, reduce_op, value, axis=None):
+        # The first batch Keras builds a model from: one replica's, not a
+        # mean (`first_batch`; uneven batches, strings).
+        if axis is None and first_batch.active():
+            return first_batch.local_batch(self, value)
+        return super().reduce(reduce_op, value, axis=axis)
 
 
 class KerasOneDeviceStrategy(_AdoptingScope, tf.distribute.OneDeviceStrategy):

@@ -19,6 +19,10 @@ and what `tf.data` prefetched) later than without a strategy, and the
 weights differed. The mixin builds from the specs of the batches Keras's
 generator adapter already peeked instead, consuming nothing.
 
+The first batch Keras builds the model from is one replica's, not the
+replicas' mean (`first_batch`), so a global batch the replicas do not
+divide builds too.
+
 `fit` first refuses a `tf.data` global batch the replicas in sync do not
 divide, before step 1 (`global_batch`).
 """
@@ -29,6 +33,7 @@ import contextlib
 
 from tfdist_opt import private_api
 from tfdist_opt import runtime
+from tfdist_opt.strategy import first_batch
 from tfdist_opt.strategy import global_batch
 from tfdist_opt.strategy import multi_step
 from tfdist_opt.strategy import xla_steps
@@ -114,7 +119,10 @@ class KerasSteps:
                 if first is None:
                     first = _first_local_batch(iterator)
             if first is None:
-                return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+                # Built from one replica's first batch, not the replicas'
+                # mean (`first_batch`: uneven batches cannot be added).
+                with first_batch.building():
+                    return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
             with self.distribute_strategy.scope():
                 self._symbolic_build(data_batch=first)
         finally:

@@ -47,12 +47,28 @@ def _model_type() -> type:
     return keras.Model
 
 
+def _is_trainer(caller) -> bool:
+    """A `keras.Model`, or a layer with Keras's trainer mixed in.
+
+    Keras's own tests (and some users) train `class M(Trainer, layers.Dense)`:
+    a layer, not a `keras.Model`, with `fit` and the step functions of the
+    backend's trainer; it gets the same per-instance subclass.
+    """
+    if isinstance(caller, _model_type()):
+        return True
+    import keras
+
+    return isinstance(caller, keras.layers.Layer) and callable(
+        getattr(type(caller), "make_train_function", None)
+    )
+
+
 class RecordingStack(list):
     """Keras's name scope stack, noting each Keras model pushed on it."""
 
     def append(self, scope):
         caller = getattr(scope, "caller", None)
-        if caller is not None and isinstance(caller, _model_type()):
+        if caller is not None and _is_trainer(caller):
             with _LOCK:
                 _SEEN.add(caller)
         super().append(scope)
