@@ -1,11 +1,11 @@
-"""benchmarks/memory.py's summary: each worker is compared with itself.
+"""benchmarks/memory.py's summary (`benchmarks/memory_summary.py`): each worker is compared with itself.
 
 (The guard on the saving itself is tests/gradients/test_zero_memory.py.)
 """
 
 import pytest
 
-from benchmarks import memory as memory_bench
+from benchmarks import memory_summary
 
 
 def test_summary_compares_each_task_with_itself():
@@ -25,7 +25,7 @@ def test_summary_compares_each_task_with_itself():
         )
         for t, rss in ((0, rss0), (1, rss1))
     ]
-    s = memory_bench.summarize(rows, 2)
+    s = memory_summary.summarize(rows, 2)
     # task 0 saves 80 MiB, task 1 90: the worst is 80 (mixing tasks, 1000 - 1010,
     # would say -10).
     assert s["peak_rss_saved_bytes"] == 80 * mib
