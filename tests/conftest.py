@@ -299,6 +299,18 @@ def _isolated_environment():
         os.environ.update(saved)
 
 
+@pytest.fixture
+def no_tf_config(monkeypatch):
+    """No TF_CONFIG and no TFDIST_OPT_* variable: `opt_strategy()` sees a plain host.
+
+    Use with `pytestmark = pytest.mark.usefixtures("no_tf_config")`.
+    """
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    for name in list(os.environ):
+        if name.startswith("TFDIST_OPT_"):
+            monkeypatch.delenv(name)
+
+
 @pytest.fixture(scope="session")
 def strategy():
     """One 2-replica MirroredStrategy (ReductionToOneDevice) for in-process tests.

@@ -30,12 +30,7 @@ from tfdist_opt.strategy import keras_compat
 RTOL = 1e-5
 
 
-@pytest.fixture(autouse=True)
-def _no_tf_config(monkeypatch):
-    monkeypatch.delenv("TF_CONFIG", raising=False)
-    for name in list(os.environ):
-        if name.startswith("TFDIST_OPT_"):
-            monkeypatch.delenv(name)
+pytestmark = pytest.mark.usefixtures("no_tf_config")
 
 
 def _two_replicas():

@@ -14,8 +14,6 @@ outputs' losses: a weight near 0 measured 2.5e-6 apart). 2 workers:
 tests/multiworker/test_dropin_inputs.py.
 """
 
-import os
-
 import keras
 import numpy as np
 import pytest
@@ -26,12 +24,7 @@ from tests.dropin import dtype_models as dm
 RTOL, ATOL = 1e-5, 1e-5
 
 
-@pytest.fixture(autouse=True)
-def _no_tf_config(monkeypatch):
-    monkeypatch.delenv("TF_CONFIG", raising=False)
-    for name in list(os.environ):
-        if name.startswith("TFDIST_OPT_"):
-            monkeypatch.delenv(name)
+pytestmark = pytest.mark.usefixtures("no_tf_config")
 
 
 def _run(kind, strategy):

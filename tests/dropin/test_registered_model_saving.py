@@ -9,7 +9,6 @@ workers.
 """
 
 import json
-import os
 
 import keras
 import numpy as np
@@ -44,12 +43,7 @@ class MyDense(keras.layers.Dense):
     """A registered custom layer inside a functional model."""
 
 
-@pytest.fixture(autouse=True)
-def _no_tf_config(monkeypatch):
-    monkeypatch.delenv("TF_CONFIG", raising=False)
-    for name in list(os.environ):
-        if name.startswith("TFDIST_OPT_"):
-            monkeypatch.delenv(name)
+pytestmark = pytest.mark.usefixtures("no_tf_config")
 
 
 def _data():

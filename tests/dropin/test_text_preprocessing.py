@@ -7,8 +7,6 @@ saved and loaded again and predicts the same. Tolerance: rel 1e-5, abs 1e-6
 (float32; the all-reduce adds the replicas' halves in another order).
 """
 
-import os
-
 import keras
 import numpy as np
 import pytest
@@ -23,12 +21,7 @@ NUMBERS = np.random.RandomState(0).randn(24, 2).astype("float32") * 3 + 1
 LABELS = np.array([0, 1, 0, 1, 1, 0] * 4, dtype="int32")
 
 
-@pytest.fixture(autouse=True)
-def _no_tf_config(monkeypatch):
-    monkeypatch.delenv("TF_CONFIG", raising=False)
-    for name in list(os.environ):
-        if name.startswith("TFDIST_OPT_"):
-            monkeypatch.delenv(name)
+pytestmark = pytest.mark.usefixtures("no_tf_config")
 
 
 def _build(strategy):

@@ -25,12 +25,7 @@ import pytest
 import tfdist_opt
 
 
-@pytest.fixture(autouse=True)
-def _no_tf_config(monkeypatch):
-    monkeypatch.delenv("TF_CONFIG", raising=False)
-    for name in list(__import__("os").environ):
-        if name.startswith("TFDIST_OPT_"):
-            monkeypatch.delenv(name)
+pytestmark = pytest.mark.usefixtures("no_tf_config")
 
 
 def _model():
