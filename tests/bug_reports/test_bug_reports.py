@@ -336,8 +336,8 @@ def test_keras_21069_embedding_sequence_model_fits():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="per-worker datasets (issue 62 item 4, another change): a tf.data "
-    "batch of 1 on 2 replicas is refused by the global-batch check",
+    reason="an auto-sharded tf.data batch of 1 cannot be split over 2 replicas: "
+    "refused before step 1 (with auto-sharding OFF, per-worker data, it trains)",
 )
 @_own_process
 def test_ray_47464_batch_of_one_per_worker_trains(multi_worker):
@@ -347,8 +347,9 @@ def test_ray_47464_batch_of_one_per_worker_trains(multi_worker):
     batched with `to_tf(batch_size=1)`, `fit` under MultiWorkerMirrored)
     failed: "Attempt to convert a value (PerReplica:{0: <tf.Tensor:
     shape=(1,), dtype=int64 ...}) with an unsupported type". Here: the
-    example's model on a batch of 1 per worker; per-worker datasets are
-    issue 62's item 4 (refused today by the global-batch check).
+    example's model on a batch of 1, auto-sharded: the global-batch check
+    refuses it before step 1, naming the batch. A per-worker shard with
+    auto-sharding OFF trains (tests/multiworker/test_dropin_inputs.py).
     """
     x = np.random.RandomState(0).rand(8, 1).astype("float32")
     y = (2 * x + 1).astype("float32")
