@@ -17,13 +17,12 @@ from __future__ import annotations
 import os
 import pathlib
 import re
-import signal
-import subprocess
 import sys
 
 import pytest
 
 from tests.docs import excerpts
+from tests.multiworker import harness
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "get-started" / "quick-starts.md"
@@ -51,23 +50,7 @@ def _run(commands: list[str], tmp_path: pathlib.Path, timeout: int) -> str:
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     script = "set -e\n" + "\n".join(c for c in commands if not c.startswith(_NOT_HERE))
-    proc = subprocess.Popen(
-        ["bash", "-c", script],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate(timeout=10)
-    assert proc.returncode == 0, out[-4000:]
-    return out
+    return harness.run_group(["bash", "-c", script], env=env, cwd=tmp_path, timeout_s=timeout)
 
 
 def _check(name: str, tmp_path: pathlib.Path, timeout: int = 300) -> str:

@@ -9,8 +9,6 @@ one-machine examples are in test_examples.py.
 import os
 import pathlib
 import re
-import signal
-import subprocess
 import sys
 
 import pytest
@@ -29,7 +27,7 @@ def _launch(options, name, *args, timeout=240):
         PYTHONPATH=harness.REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
     )
     env.pop("TF_CONFIG", None)
-    proc = subprocess.Popen(
+    out = harness.run_group(
         [
             sys.executable,
             "-m",
@@ -45,18 +43,8 @@ def _launch(options, name, *args, timeout=240):
         ],
         env=env,
         cwd=harness.REPO_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
+        timeout_s=timeout,
     )
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate(timeout=10)
-    assert proc.returncode == 0, out[-4000:]
     excerpts.assert_excerpt(name, out)
     return out
 

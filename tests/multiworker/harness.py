@@ -157,6 +157,31 @@ def run_single(
     return WorkerResult(0, p.returncode, p.stdout)
 
 
+def run_group(argv: list[str], *, env: dict, cwd, timeout_s: float) -> str:
+    """Runs `argv` in a session of its own and returns its output (stderr merged).
+
+    Fails the test unless it exits 0. On a timeout or any error the whole
+    process group is killed, so nothing it started is left behind.
+    """
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=10)
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
 @contextlib.contextmanager
 def alongside(fn, *args, **kwargs):
     """Runs `fn(*args, **kwargs)` in a thread while the block runs.
