@@ -65,7 +65,6 @@ class _Layout:
         self.n = n
         self.unit = zero_plan.row_unit(self.shape, n)
         self.s = zero_plan.shard_size(self.size, n, self.unit)
-        self.in_place = zero_plan.writes_in_place(len(self.shape), self.unit)
 
 
 def _layout(shape, n) -> _Layout:
@@ -267,10 +266,9 @@ def _gather_and_write(ctx, zero, tvars, layouts, news, r, max_bytes):
     """Gathers the updated shards bucket by bucket into every replica's copy.
 
     One gather per bucket (`zero_plan.gather_plan`: <= `max_bytes`
-    gathered, the `shard_bucket_bytes` option); each bucket's pieces are
-    written into the variables in place (row ranges, `_write`), and the
-    next bucket starts after those writes, so one bucket of gathered
-    weights is alive at a time.
+    gathered, the `shard_bucket_bytes` option); each bucket's variables are
+    written whole (`_write`), and the next bucket starts after those
+    writes, so one bucket of gathered weights is alive at a time.
 
     Every variable is one piece, written by one `assign` of its gathered
     value (a variable larger than `max_bytes` is a bucket of its own,
@@ -338,30 +336,17 @@ def _write_all(distribution, gathered, spec):
 
 
 def _write(var, gathered, lay, start, length, offset):
-    """Writes every replica's piece `[start, start + length)` of `var`'s shard.
+    """Writes `var` whole from every replica's shard in the gathered bucket.
 
-    A variable whose whole shard is in this bucket is written with one
-    `assign` of the reassembled value (no larger than the bucket): a
-    strided-slice assign per row range copies the whole variable first
-    whenever the step still holds a read of it (TF's copy-on-write), a cost
-    the whole-shard assign avoids (docs/benchmarks.md, "Figures behind the
-    gradient path's design"). Only a variable split across buckets
-    is written by row ranges.
+    One `assign` of the reassembled value: a row-range assign copies the
+    whole variable first whenever the step still holds a read of it (TF's
+    copy-on-write). Every piece is a whole shard (`start == 0`, `length ==
+    lay.s`: `_gather_and_write` plans no split variable).
     """
+    del start, length  # whole shards only
     rows = tf.reshape(gathered, [lay.n, -1])
-    if not lay.in_place or (start == 0 and length >= lay.s):  # the whole shard
-        flat = tf.reshape(rows[:, offset : offset + lay.s], [-1])[: lay.size]
-        return var.assign(tf.reshape(flat, lay.shape))
-    ops = []
-    for r in range(lay.n):
-        lo = r * lay.s + start
-        hi = min(lo + length, lay.size)
-        if hi <= lo:
-            continue
-        chunk = rows[r, offset : offset + hi - lo]
-        lo_row, hi_row = lo // lay.unit, hi // lay.unit
-        ops.append(var[lo_row:hi_row].assign(tf.reshape(chunk, [hi_row - lo_row, *lay.shape[1:]])))
-    return tf.group(ops)
+    flat = tf.reshape(rows[:, offset : offset + lay.s], [-1])[: lay.size]
+    return var.assign(tf.reshape(flat, lay.shape))
 
 
 def _add_shard(optimizer, reference, name, initializer, strategy):

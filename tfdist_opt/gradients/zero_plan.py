@@ -108,11 +108,6 @@ def row_unit(shape, num_replicas: int, max_waste: float = 0.01) -> int:
     return unit if unit > 0 and waste <= max_waste * shape[0] else 1
 
 
-def writes_in_place(rank: int, unit: int) -> bool:
-    """Whether a variable's gathered shards are written as row ranges."""
-    return rank == 1 or (rank >= 2 and unit > 1)
-
-
 def scatter_buckets(dtypes: list[str], nbytes: list[int], max_bytes: int) -> list[list[int]]:
     """Which gradients share one reduce-scatter collective.
 
