@@ -158,3 +158,31 @@ def test_cannot_combine_with_keras_backup(strategy, tmp_path):
                 keras.callbacks.BackupAndRestore(str(tmp_path / "b")),
             ],
         )
+
+
+def test_leftover_sweep_keeps_another_live_jobs_temp_dirs(tmp_path, monkeypatch):
+    # Two jobs on one host share the temp directory and their tasks' names
+    # (worker 1 of each): a non-writer's start-up sweep removes the dirs of
+    # killed saves only, never a live process's save in progress.
+    import subprocess
+    import sys
+
+    from tfdist_opt.callbacks import _common, backup_io
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    prefix = f"tfdist_opt_backup_{_common.task_tag()}_"
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(timeout=60)
+    try:
+        live_dir = tmp_path / f"{prefix}{other.pid}_abc"
+        dead_dir = tmp_path / f"{prefix}{dead.pid}_abc"
+        old_dir = tmp_path / f"{prefix}x1y2z3"  # named before process ids were
+        for d in (live_dir, dead_dir, old_dir):
+            d.mkdir()
+        backup_io.prepare_dirs(str(tmp_path / "backups"), writes=False)
+        assert live_dir.exists()
+        assert not dead_dir.exists() and not old_dir.exists()
+    finally:
+        other.kill()
+        other.wait(timeout=60)

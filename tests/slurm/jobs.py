@@ -77,7 +77,7 @@ def wait_output(slurm, submit_dir, job_id: str, pattern: str, count: int, timeou
         if time.monotonic() > deadline:
             pytest.fail(
                 f"job {job_id}: {count} x {pattern!r} not in its output after {timeout} s; "
-                f"job: {slurm.job(job_id)}\n{output(submit_dir, job_id)[-4000:]}"
+                f"job: {slurm.job(job_id)}\n{output(submit_dir, job_id)[-4000:]}\n{slurm.logs()}"
             )
         time.sleep(0.5)
 
@@ -86,10 +86,14 @@ def release(slurm, job_id: str, restarts: int) -> None:
     """Starts a requeued job now instead of after SLURM's requeue delay.
 
     SLURM holds a requeued batch job back for about 2 minutes (its
-    EligibleTime); the test does not wait that long.
+    EligibleTime); the test does not wait that long. That delay also lets
+    the nodes finish the previous run (its batch step and epilog): a launch
+    onto a node still completing the same job id fails at once (job FAILED,
+    exit 1, no output), so no node may still be busy with it.
     """
     job = slurm.wait_job(job_id, ("PENDING",), timeout=90)
     assert job["Restarts"] == str(restarts), job
+    slurm.wait_nodes_free()
     slurm.client(["scontrol", "update", f"JobId={job_id}", "StartTime=now"])
 
 

@@ -23,9 +23,29 @@ from tfdist_opt.callbacks import backup_store as store_lib
 from tfdist_opt.callbacks import ray_checkpoints
 
 
-def _temp_prefix() -> str:
-    """The prefix of this task's temp directories (non-writers' saves)."""
+def _task_prefix() -> str:
+    """The prefix of this task's temp directories, in any process."""
     return f"tfdist_opt_backup_{_common.task_tag()}_"
+
+
+def _temp_prefix() -> str:
+    """The prefix of this process's temp directories (non-writers' saves).
+
+    The process id in the name tells a leftover of a killed process from
+    the live save of another job's task with the same name on this host
+    (jobs share the temporary directory).
+    """
+    return f"{_task_prefix()}{os.getpid()}_"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
 
 
 def prepare_dirs(backup_dir: str, writes: bool) -> None:
@@ -34,8 +54,13 @@ def prepare_dirs(backup_dir: str, writes: bool) -> None:
         store_lib.check_writable(backup_dir)
         store_lib.remove_staging(backup_dir)
         return
-    # Temp dirs of this task left by a process killed mid-save.
-    for leftover in glob.glob(os.path.join(tempfile.gettempdir(), _temp_prefix() + "*")):
+    # Temp dirs of this task's name left by a process killed mid-save; a
+    # live process's directory (another job's task of the same name) stays.
+    prefix = _task_prefix()
+    for leftover in glob.glob(os.path.join(tempfile.gettempdir(), prefix + "*")):
+        pid = os.path.basename(leftover)[len(prefix) :].split("_", 1)[0]
+        if pid.isdigit() and _alive(int(pid)) and int(pid) != os.getpid():
+            continue
         shutil.rmtree(leftover, ignore_errors=True)
     store_lib.check_writable(tempfile.gettempdir())
 
