@@ -20,6 +20,11 @@ Debian's `slurm-wlm` (`slurmctld`, `slurmd`, `sbatch`, `srun`, ...) and
   jobs may ask for `--cpus-per-task=8` as on real nodes. `JobRequeue=0`:
   a batch job goes back in the queue (node failure, `scontrol requeue`)
   only when it asks (`--requeue`), as at sites that set it so.
+  `cred_expire=20`: a requeued job waits that long before it starts again
+  (SLURM's default is 120 s); starting it sooner (`scontrol update
+  StartTime=now`) races the revocation of its previous run's credential
+  on the nodes, and the relaunch then fails at once ("Job credential
+  revoked": the job ends FAILED, exit 1, no output).
 
 Clients (`sbatch`, `scontrol`, `srun`, ...) run inside the controller's host
 (`SlurmCluster.client`) with `SLURM_CONF` pointing at the cluster's config;
@@ -52,6 +57,7 @@ PACKAGES = ("slurmctld", "slurmd", "sbatch", "srun", "scontrol", "squeue", "scan
 CONTROLLER = "tfctl"
 PARTITION = "debug"
 NODE_CPUS = 8
+CRED_EXPIRE_S = 20
 _OPEN: list["SlurmCluster"] = []
 
 
@@ -149,7 +155,7 @@ SlurmctldHost={CONTROLLER}({self.address(0)})
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket={d}/munge.socket
+AuthInfo=socket={d}/munge.socket,cred_expire={CRED_EXPIRE_S}
 SlurmctldPort=6817
 SlurmdPort=6818
 StateSaveLocation={d}/state

@@ -82,19 +82,13 @@ def wait_output(slurm, submit_dir, job_id: str, pattern: str, count: int, timeou
         time.sleep(0.5)
 
 
-def release(slurm, job_id: str, restarts: int) -> None:
-    """Starts a requeued job now instead of after SLURM's requeue delay.
+def wait_requeued(slurm, job_id: str, restarts: int) -> None:
+    """Waits until a requeued job is back in the queue after run `restarts`.
 
-    SLURM holds a requeued batch job back for about 2 minutes (its
-    EligibleTime); the test does not wait that long. That delay also lets
-    the nodes finish the previous run (its batch step and epilog): a launch
-    onto a node still completing the same job id fails at once (job FAILED,
-    exit 1, no output), so no node may still be busy with it.
+    SLURM starts it again `cluster.CRED_EXPIRE_S` seconds after the requeue.
     """
     job = slurm.wait_job(job_id, ("PENDING",), timeout=90)
     assert job["Restarts"] == str(restarts), job
-    slurm.wait_nodes_free()
-    slurm.client(["scontrol", "update", f"JobId={job_id}", "StartTime=now"])
 
 
 def long_job(submit_dir, epochs: int):

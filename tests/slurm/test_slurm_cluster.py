@@ -63,7 +63,7 @@ def test_requeue_and_scancel_term_resume_from_the_backup_with_equal_weights(
     jobs.wait_output(slurm, submit_dir, job_id, rf"^Epoch 3/{epochs}$", 2, timeout=180)
     slurm.client(["scancel", "--signal=TERM", job_id])
     jobs.wait_output(slurm, submit_dir, job_id, r"task \d: Exited with exit code 42$", 2, 120)
-    jobs.release(slurm, job_id, restarts=1)
+    jobs.wait_requeued(slurm, job_id, restarts=1)
 
     # 2. `scontrol requeue` of the running job: SIGTERM to every process of
     # the job (srun too, which then SIGKILLs its tasks: they save only if
@@ -73,7 +73,7 @@ def test_requeue_and_scancel_term_resume_from_the_backup_with_equal_weights(
     so_far = len(re.findall(rf"^Epoch \d+/{epochs}$", jobs.output(submit_dir, job_id), re.M))
     jobs.wait_output(slurm, submit_dir, job_id, rf"^Epoch \d+/{epochs}$", so_far + 4, timeout=180)
     slurm.client(["scontrol", "requeue", job_id])
-    jobs.release(slurm, job_id, restarts=2)
+    jobs.wait_requeued(slurm, job_id, restarts=2)
 
     job = slurm.wait_job(job_id, ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), timeout=300)
     out = jobs.output(submit_dir, job_id)

@@ -37,7 +37,7 @@ def test_a_dead_node_requeues_the_job_and_it_resumes_on_the_others(slurm, submit
     ]
     slurm.kill_node(int(other[3:]))
 
-    jobs.release(slurm, job_id, restarts=1)
+    jobs.wait_requeued(slurm, job_id, restarts=1)
     assert slurm.node_states()[other].startswith("down"), slurm.node_states()
     job = slurm.wait_job(job_id, ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), timeout=300)
     out = jobs.output(submit_dir, job_id)
