@@ -16,6 +16,7 @@ defaults equal to today's. When a default changes, every such claim fails
 until it is re-measured or relabelled with the setting it measured.
 """
 
+import ast
 import dataclasses
 import json
 import pathlib
@@ -184,3 +185,68 @@ def test_every_report_records_commit_strategy_config_and_machine(tmp_path, monke
     assert prov["strategy_defaults"] == dataclasses.asdict(StrategyConfig())
     assert prov["machine"]["cpu_count"] and prov["machine"]["platform"], prov["machine"]
     assert stale(["demo.json"], folder=tmp_path) == []  # a fresh run passes the check
+
+
+# ------------------------------------------- every binary, through provenance
+_BENCHMARKS = ROOT / "benchmarks"
+# Where `provenance` is made: calling into these proves nothing about a binary.
+_REPORT_MODULES = {_BENCHMARKS / "common.py", _BENCHMARKS / "report_files.py"}
+
+
+def _binaries() -> list[pathlib.Path]:
+    """The benchmark programs: files under benchmarks/ that end in `app.run(main)`."""
+    return sorted(p for p in _BENCHMARKS.glob("*.py") if "app.run(main)" in p.read_text())
+
+
+def _imported_benchmark_modules(path: pathlib.Path) -> list[pathlib.Path]:
+    """The benchmarks/ files `path` imports (`from benchmarks[.pkg] import x`)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("benchmarks"):
+            folder = ROOT.joinpath(*node.module.split("."))
+            for alias in node.names:
+                for candidate in (folder / f"{alias.name}.py", folder.with_suffix(".py")):
+                    if candidate.exists():
+                        found.append(candidate)
+                        break
+    return found
+
+
+def records_provenance(path: pathlib.Path, seen: set | None = None) -> bool:
+    """Whether `path`, or a benchmarks/ module it imports, calls `write_report`
+    or `provenance` (the report's commit, resolved StrategyConfig, machine)."""
+    seen = set() if seen is None else seen
+    if path in seen or path in _REPORT_MODULES:
+        return False
+    seen.add(path)
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+            if name in ("write_report", "provenance"):
+                return True
+    return any(records_provenance(m, seen) for m in _imported_benchmark_modules(path))
+
+
+def test_the_scan_sees_every_benchmark_binary():
+    names = {p.name for p in _binaries()}
+    assert {"train.py", "link_speed.py", "collectives_in_flight.py", "keras_tests.py"} <= names
+
+
+@pytest.mark.parametrize("binary", _binaries(), ids=lambda p: p.name)
+def test_every_benchmark_binary_writes_provenance(binary):
+    assert records_provenance(binary), (
+        f"benchmarks/{binary.name} writes results without `provenance` (commit, "
+        "resolved StrategyConfig, machine): write them with common.write_report"
+    )
+
+
+def test_a_binary_that_dumps_its_own_json_is_caught(tmp_path):
+    script = tmp_path / "bare.py"
+    script.write_text(
+        "import json\nfrom benchmarks import testbed_lib\n"
+        "def main(argv):\n    json.dump({}, open('x', 'w'))\napp.run(main)\n"
+    )
+    assert not records_provenance(script)
+    script.write_text("from benchmarks import common\ncommon.write_report('x', {}, [], {})\n")
+    assert records_provenance(script)
