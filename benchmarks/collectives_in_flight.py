@@ -20,7 +20,9 @@ Cases run in rotated rounds (`--rounds`), `--iters` timed calls each after
 two untimed ones; per case the median over rounds of each round's median.
 busbw = payload x 2(n-1)/n / time (n = 2: the payload per second), and
 `link_fraction` = busbw / link rate. Prints one line per case and writes
-`--output_json`.
+`--output_json` through `common.write_report` (with the commit, the
+resolved `StrategyConfig` and the machine, like every benchmark); the
+summary holds `link_fraction_<mb>mb_<case>` per case.
 
     sudo python benchmarks/collectives_in_flight.py --link=1gbit --mb=16 \\
         --rounds=3 --output_json=/tmp/inflight.json
@@ -41,12 +43,13 @@ from absl import flags
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+from benchmarks import common  # noqa: E402  pylint: disable=g-import-not-at-top
+
 _ROLE = flags.DEFINE_enum("role", "driver", ["driver", "worker"], "Internal: who runs.")
 _LINK = flags.DEFINE_string("link", "1gbit", "Link rate (tc tbf rate).")
 _MB = flags.DEFINE_list("mb", ["4", "16"], "Payload sizes, MB (float32).")
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Rotated rounds over every case.")
 _ITERS = flags.DEFINE_integer("iters", 5, "Timed calls per case and round.")
-_OUT = flags.DEFINE_string("output_json", None, "Where to write the results.")
 _TIMEOUT = flags.DEFINE_integer("run_timeout_s", 900, "Deadline of the worker pair.")
 
 # (name, k, shape, max_subdivs_per_device)
@@ -179,9 +182,23 @@ def _driver() -> None:
             + (f" ({row['link_fraction']:.2f} of the link)" if rate else "")
         )
     print(f"load average (1 min) before/after: {load[0]:.1f} / {load[1]:.1f}")
-    if _OUT.value:
-        with open(_OUT.value, "w") as f:
-            json.dump({"link": _LINK.value, "load_avg_1m": load, "results": rows}, f, indent=1)
+    summary = {
+        "load_avg_1m_before": load[0],
+        "load_avg_1m_after": load[1],
+        **{
+            f"link_fraction_{row['mb']}mb_{row['case']}": row["link_fraction"]
+            for row in rows
+            if row["link_fraction"] is not None
+        },
+    }
+    common.write_report(
+        "collectives_in_flight",
+        common.flag_config(),
+        rows,
+        summary,
+        output_json=common.OUTPUT_JSON.value,
+        csv_path=common.CSV.value,
+    )
 
 
 def main(argv):

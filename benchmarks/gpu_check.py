@@ -142,6 +142,7 @@ def _orchestrate() -> int:
             "cpu_count": os.cpu_count(),
             "load_avg_1m": os.getloadavg()[0],
         },
+        "provenance": common.provenance(),
         "results": [],
         "summary": {},
     }

@@ -44,6 +44,10 @@ from absl import app
 from absl import flags
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+if __package__ in (None, ""):  # run as `python benchmarks/keras_tests.py`
+    sys.path.insert(0, os.path.dirname(HERE))
+
+from benchmarks import common  # noqa: E402  pylint: disable=g-import-not-at-top
 
 # The files CI runs (each under ~2 minutes per mode on a loaded 2-core
 # host): the TF backend's distribution tests with their strategy replaced by
@@ -72,7 +76,6 @@ _MIRRORED_CALL = re.compile(r"tf\.distribute\.MirroredStrategy\(\s*\[[^\]]*\]\s*
 _OURS_CALL = '__import__("tfdist_opt").opt_strategy(cpu_replicas=2)'
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("output_json", "", "where to write the per-test outcomes")
 flags.DEFINE_string(
     "cache_dir",
     os.path.join(os.path.expanduser("~"), ".cache", "tfdist_opt", "keras_sdist"),
@@ -248,7 +251,9 @@ def summarize(files: dict) -> dict:
 def main(argv):
     del argv
     version = keras_version()
-    report = {"keras_version": version, "files": {}}
+    # `provenance`: the commit, resolved StrategyConfig and machine, as
+    # every benchmark's report records them (`common.write_report`).
+    report = {"keras_version": version, "files": {}, "provenance": common.provenance()}
     root, why = fetch_sdist(version, FLAGS.cache_dir)
     if root is None:
         report["skipped"] = why

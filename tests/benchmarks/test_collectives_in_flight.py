@@ -2,8 +2,9 @@
 
 Where emulated hosts can be made (Linux, root with CAP_NET_ADMIN, iproute2),
 one tiny run (1 MB, one round) must report every case with a busbw and a
-fraction of the link, and leave no namespace behind; elsewhere it skips,
-saying why.
+fraction of the link, record its provenance (commit, resolved
+StrategyConfig, machine) like every benchmark, and leave no namespace
+behind; elsewhere it skips, saying why.
 """
 
 import json
@@ -48,3 +49,6 @@ def test_one_tiny_round_reports_every_case(tmp_path):
     assert [r["case"] for r in report["results"]] == cases
     for row in report["results"]:
         assert row["mb"] == 1 and row["busbw_MBps"] > 0 and 0 < row["link_fraction"] < 1.5, row
+    assert report["summary"]["link_fraction_1mb_one"] == report["results"][0]["link_fraction"]
+    prov = report["provenance"]
+    assert prov["commit"] and prov["strategy_config"] and prov["machine"]["cpu_count"], prov

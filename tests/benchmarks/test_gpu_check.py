@@ -34,7 +34,10 @@ def test_without_a_gpu_one_line_and_status_0(tmp_path):
     lines = run.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(sections.NO_GPU), run.output
     assert "nothing to check" in lines[0]
-    assert json.loads(out.read_text())["summary"] == {"gpus": 0, "checked": False}
+    report = json.loads(out.read_text())
+    assert report["summary"] == {"gpus": 0, "checked": False}
+    # Like every benchmark's report: the commit, resolved StrategyConfig, machine.
+    assert {"commit", "strategy_config", "machine"} <= set(report["provenance"])
 
 
 def test_a_driver_gpu_tensorflow_cannot_use_fails_by_name(tmp_path):

@@ -1,12 +1,14 @@
 """Quoted figures match their result files, and "the defaults" are today's.
 
 Each row of README.md's "Measured speed-ups" table and of the Benchmarks
-page's "Headline" table names a result file under `benchmarks/results/`, a
-figure with the `summary` key it comes from (`**2.67x** `speedup_vs_peer``),
-and the machine and load it ran on (`(fc-v1272, load 2.4)`). This test reads
-each file and checks all three, so a figure edited by hand, a file deleted or
-a row without its file fails. Any other table row, on any page, that quotes a
-figure in that form is checked the same way.
+page's "Headline" table names a result file under `benchmarks/results/` and
+a figure with the `summary` key it comes from (`**2.67x** `speedup_vs_peer``);
+README's rows also the machine and load it ran on (`(fc-v1272, load 2.4)`).
+This test reads each file and checks them, so a figure edited by hand, a file
+deleted or a row without its file fails. Any other table row, on any page,
+that quotes a figure in that form is checked the same way. The Benchmarks
+appendix lists every result file with its machine and load, checked against
+the file too (user pages carry no machines or loads).
 
 A figure cannot go stale silently either: a table row or paragraph that
 calls what it quotes "the defaults", "every default" or "today's ..." and
@@ -16,6 +18,7 @@ defaults equal to today's. When a default changes, every such claim fails
 until it is re-measured or relabelled with the setting it measured.
 """
 
+import ast
 import dataclasses
 import json
 import pathlib
@@ -29,7 +32,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 
 _FIGURE = re.compile(r"\*\*(?P<value>\d+(?:\.(?P<decimals>\d+))?)x\*\* `(?P<key>\w+)`")
-_FILE = re.compile(r"`(?P<file>[\w.-]+\.json)` \((?P<machine>fc-v\d+), load (?P<load>[\d.]+)\)")
+_FILE = re.compile(
+    r"`(?P<file>[\w.-]+\.json)`(?: \((?P<machine>fc-v\d+), load (?P<load>[\d.]+)\))?"
+)
 
 
 def _table_rows(path: pathlib.Path, heading: str) -> list[tuple[int, str]]:
@@ -67,7 +72,7 @@ def test_headline_row_matches_its_result_file(where, row):
     figure, source = _FIGURE.search(row), _FILE.search(row)
     assert figure and source, (
         f"{where}: a headline row must hold **X.YYx** `summary_key` and "
-        f"`file.json` (fc-vNNNN, load L). Received: {row}"
+        f"`file.json`. Received: {row}"
     )
     path = RESULTS / source["file"]
     assert path.exists(), f"{where}: {source['file']} is not in benchmarks/results/"
@@ -77,9 +82,59 @@ def test_headline_row_matches_its_result_file(where, row):
     assert round(value, decimals) == float(figure["value"]), (
         f"{where}: {source['file']} holds {figure['key']}={value!r}, the row says {figure['value']}"
     )
-    env = data["environment"]
-    assert f"-{source['machine']}-" in env["platform"], (where, env["platform"])
-    assert round(env["load_avg_1m"], 1) == float(source["load"]), (where, env["load_avg_1m"])
+    if source["machine"]:
+        env = data["environment"]
+        assert f"-{source['machine']}-" in env["platform"], (where, env["platform"])
+        assert round(env["load_avg_1m"], 1) == float(source["load"]), (where, env["load_avg_1m"])
+
+
+# ------------------------------------- the appendix: each file's machine, load
+APPENDIX = ROOT / "docs" / "benchmarks-appendix.md"
+_RESULT_ROW = re.compile(r"\| `(?P<file>[\w.-]+)` \| (?P<machine>[^|]+) \| (?P<load>[^|]+) \|")
+
+
+def result_file_rows(text: str) -> dict[str, tuple[str, str]]:
+    """{file: (machine, load)} from the appendix's "Result files" table."""
+    section = text.split("\n## Result files\n", 1)[1].split("\n## ", 1)[0]
+    return {
+        m["file"]: (m["machine"].strip(), m["load"].strip())
+        for m in map(_RESULT_ROW.match, section.splitlines())
+        if m
+    }
+
+
+def wrong_machines_or_loads(rows: dict[str, tuple[str, str]], folder=RESULTS) -> list:
+    """The rows whose machine or load differs from what their file records."""
+    bad = []
+    for name, (machine, load) in sorted(rows.items()):
+        if not name.endswith(".json"):
+            continue
+        data = json.loads((folder / name).read_text())
+        env = data.get("environment") or {}
+        recorded = re.search(r"fc-v\d+", env.get("platform") or "")
+        loads = env.get("load_avg_1m", data.get("load_avg_1m"))
+        first = loads[0] if isinstance(loads, list) else loads
+        want_machine = recorded.group(0) if recorded else "not in the file"
+        want_load = "not in the file" if first is None else f"{first:.1f}"
+        if not machine.startswith(want_machine) and not machine.endswith(want_machine + ")"):
+            bad.append((name, machine, want_machine))
+        elif load != want_load:
+            bad.append((name, load, want_load))
+    return bad
+
+
+def test_appendix_lists_each_result_files_machine_and_load():
+    rows = result_file_rows(APPENDIX.read_text())
+    assert len(rows) > 30
+    bad = wrong_machines_or_loads(rows)
+    assert not bad, f"(file, the appendix says, the file records): {bad}"
+
+
+def test_a_wrong_machine_or_load_in_the_appendix_is_caught():
+    name = "train_peer_mlp_2workers_default_hooked.json"  # fc-v1272, load 2.9
+    assert wrong_machines_or_loads({name: ("fc-v1272", "2.9")}) == []
+    assert wrong_machines_or_loads({name: ("fc-v1045", "2.9")})
+    assert wrong_machines_or_loads({name: ("fc-v1272", "3.9")})
 
 
 # ------------------------------------------------ every table, every page
@@ -184,3 +239,68 @@ def test_every_report_records_commit_strategy_config_and_machine(tmp_path, monke
     assert prov["strategy_defaults"] == dataclasses.asdict(StrategyConfig())
     assert prov["machine"]["cpu_count"] and prov["machine"]["platform"], prov["machine"]
     assert stale(["demo.json"], folder=tmp_path) == []  # a fresh run passes the check
+
+
+# ------------------------------------------- every binary, through provenance
+_BENCHMARKS = ROOT / "benchmarks"
+# Where `provenance` is made: calling into these proves nothing about a binary.
+_REPORT_MODULES = {_BENCHMARKS / "common.py", _BENCHMARKS / "report_files.py"}
+
+
+def _binaries() -> list[pathlib.Path]:
+    """The benchmark programs: files under benchmarks/ that end in `app.run(main)`."""
+    return sorted(p for p in _BENCHMARKS.glob("*.py") if "app.run(main)" in p.read_text())
+
+
+def _imported_benchmark_modules(path: pathlib.Path) -> list[pathlib.Path]:
+    """The benchmarks/ files `path` imports (`from benchmarks[.pkg] import x`)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("benchmarks"):
+            folder = ROOT.joinpath(*node.module.split("."))
+            for alias in node.names:
+                for candidate in (folder / f"{alias.name}.py", folder.with_suffix(".py")):
+                    if candidate.exists():
+                        found.append(candidate)
+                        break
+    return found
+
+
+def records_provenance(path: pathlib.Path, seen: set | None = None) -> bool:
+    """Whether `path`, or a benchmarks/ module it imports, calls `write_report`
+    or `provenance` (the report's commit, resolved StrategyConfig, machine)."""
+    seen = set() if seen is None else seen
+    if path in seen or path in _REPORT_MODULES:
+        return False
+    seen.add(path)
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+            if name in ("write_report", "provenance"):
+                return True
+    return any(records_provenance(m, seen) for m in _imported_benchmark_modules(path))
+
+
+def test_the_scan_sees_every_benchmark_binary():
+    names = {p.name for p in _binaries()}
+    assert {"train.py", "link_speed.py", "collectives_in_flight.py", "keras_tests.py"} <= names
+
+
+@pytest.mark.parametrize("binary", _binaries(), ids=lambda p: p.name)
+def test_every_benchmark_binary_writes_provenance(binary):
+    assert records_provenance(binary), (
+        f"benchmarks/{binary.name} writes results without `provenance` (commit, "
+        "resolved StrategyConfig, machine): write them with common.write_report"
+    )
+
+
+def test_a_binary_that_dumps_its_own_json_is_caught(tmp_path):
+    script = tmp_path / "bare.py"
+    script.write_text(
+        "import json\nfrom benchmarks import testbed_lib\n"
+        "def main(argv):\n    json.dump({}, open('x', 'w'))\napp.run(main)\n"
+    )
+    assert not records_provenance(script)
+    script.write_text("from benchmarks import common\ncommon.write_report('x', {}, [], {})\n")
+    assert records_provenance(script)

@@ -204,8 +204,8 @@ def test_no_file_speaks_of_work_sessions_stops_or_helpers():
     assert out.stdout == "", out.stdout
 
 
-def test_results_folder_holds_exactly_the_files_the_benchmarks_page_cites():
-    page = (DOCS / "benchmarks.md").read_text()
+def test_results_folder_holds_exactly_the_files_the_benchmarks_appendix_lists():
+    page = (DOCS / "benchmarks-appendix.md").read_text()
     section = page.split("## Result files", 1)[1].split("\n## ", 1)[0]
     cited = set(re.findall(r"`([\w.-]+\.(?:json|csv|png|txt))`", section))
     folder = {p.name for p in (ROOT / "benchmarks" / "results").iterdir()}
@@ -232,3 +232,35 @@ def test_nav_has_the_sections_users_know_in_order():
     ], titles
     deploy = [next(iter(entry.values())) for entry in nav[titles.index("Deploy")]["Deploy"]]
     assert "deploy/slurm.md" in deploy and "guides/ray.md" in deploy, deploy
+
+
+# The raw TensorFlow symptoms users paste, each with its cause and fix.
+_RAW_SYMPTOMS = ("UnavailableError", "DeadlineExceededError", "NCCL failure", "OOM when allocating")
+
+
+def troubleshooting_entries(text: str) -> dict[str, str]:
+    """{bold title line: its definition} of each entry of the troubleshooting page."""
+    entries = re.findall(r"^\*\*(.+?)\n((?::.*\n)(?:  .*\n)*)", text, re.M)
+    return {title: body for title, body in entries}
+
+
+def missing_symptoms(text: str) -> list[str]:
+    entries = troubleshooting_entries(text)
+    return [
+        s
+        for s in _RAW_SYMPTOMS
+        if not any(
+            s in title and "Cause" in body and "Fix" in body for title, body in entries.items()
+        )
+    ]
+
+
+def test_troubleshooting_has_the_raw_tensorflow_symptoms_with_cause_and_fix():
+    assert missing_symptoms((DOCS / "troubleshooting.md").read_text()) == []
+
+
+def test_a_symptom_without_its_entry_is_caught():
+    text = (DOCS / "troubleshooting.md").read_text()
+    entries = troubleshooting_entries(text)
+    (title,) = [t for t in entries if "NCCL failure" in t]
+    assert missing_symptoms(text.replace(f"**{title}\n{entries[title]}", "")) == ["NCCL failure"]

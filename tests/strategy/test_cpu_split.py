@@ -49,7 +49,7 @@ def test_pin_pins_each_task_to_its_own_contiguous_slice(cpus, tasks, want):
 
 def test_auto_sizes_pools_without_pinning():
     # Pinned tasks could not leave a core another process was using (the
-    # benchmark's epoch spread; docs/benchmarks.md "Steadiness").
+    # benchmark's epoch spread; docs/benchmarks-appendix.md "Steadiness").
     for r in range(2):
         split = cpu_split.plan("auto", [0, 1], 2, 2, r, {})
         assert (split.cpus, split.intra_op, split.inter_op) == (None, 1, 2)

@@ -27,7 +27,7 @@ def skinny_matmul(a, b, device, transpose_a=False, transpose_b=False) -> tf.Tens
     (`benchmarks/powersgd_products.py` times both on the benchmark mlp's
     matrices). A transposed `a` (the thin P^ of Q_i = P^^T M) is transposed
     before XLA: XLA's CPU dot is faster on the materialised (rank x n)
-    operand than with the transpose inside it (docs/benchmarks.md, "Figures
+    operand than with the transpose inside it (docs/benchmarks-appendix.md, "Figures
     behind the gradient path's design"). Elsewhere (GPU, 16-bit) TF's own.
     """
     if a.dtype in _XLA_DTYPES and is_cpu(device):

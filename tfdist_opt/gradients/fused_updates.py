@@ -16,7 +16,7 @@ kernel for each that reads the variable, its slots and the gradient once:
   epsilon)` with `t = iterations + 1`, Keras's Adam.
 
 One kernel per variable instead of Keras's chain of ops roughly halves a
-CPU update (docs/benchmarks.md, "Figures behind the gradient path's
+CPU update (docs/benchmarks-appendix.md, "Figures behind the gradient path's
 design"), which shows on a CPU-bound step. Results equal
 Keras's to float rounding (the kernels may contract multiply-adds):
 `tests/gradients/test_fused_updates.py` compares 20 steps at rtol 1e-6.

@@ -164,7 +164,7 @@ def all_reduce_sum(
     The dense gradients PowerSGD does not compress (biases, small matrices)
     travel in the same collective as the P factors, so a step costs two
     collectives, not three: on a latency-bound transport a small
-    all-reduce costs as much as a large one (docs/benchmarks.md, "Figures
+    all-reduce costs as much as a large one (docs/benchmarks-appendix.md, "Figures
     behind the gradient path's design"). Sparse gradients (`tf.IndexedSlices`) go through
     `allreduce.all_reduce_sum` (TF's gather) first.
 

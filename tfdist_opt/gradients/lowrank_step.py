@@ -80,7 +80,7 @@ def _powersgd_step(distribution, devices, local, entries, options, rest_local) -
     averaged approximation (PyTorch's hook), subtracted in place by one
     fused `ResourceApplyGradientDescent` from the approximation the step
     returns anyway: no per-replica outer product and no second full-size
-    temporary (faster on one core: docs/benchmarks.md, "Figures behind the
+    temporary (faster on one core: docs/benchmarks-appendix.md, "Figures behind the
     gradient path's design"). Q_i is computed as (P^T M)^T, which
     reads M row by row (faster on CPU than M^T P for these skinny
     products). All three products run through XLA on CPU
