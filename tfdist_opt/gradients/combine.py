@@ -202,7 +202,7 @@ def _from_fields(o: Any) -> Iterable[GradientStage]:
         )
     if o.shard_optimizer_state:
         yield bs.ZeRO(
-            getattr(o, "shard_bucket_bytes", 8 << 20), source="shard_optimizer_state=True"
+            getattr(o, "shard_bucket_bytes", bs.ZERO_BUCKET_BYTES), source="shard_optimizer_state=True"
         )
 
 

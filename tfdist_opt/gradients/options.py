@@ -28,7 +28,9 @@ from __future__ import annotations
 import dataclasses
 
 from tfdist_opt import validation
+from tfdist_opt.gradients import builtin_stages
 from tfdist_opt.gradients import combine
+from tfdist_opt.gradients import gradient_plan
 from tfdist_opt.gradients import powersgd
 from tfdist_opt.gradients.builtin_stages import BuiltinStage
 from tfdist_opt.gradients.stage import GradientStage
@@ -37,7 +39,7 @@ from tfdist_opt.gradients.stage import GradientStage
 COMPRESSIONS = ("none", "fp16", "bf16", "powersgd", "auto")
 # Bytes per element of the wire dtype, and of the dtypes we never compress.
 WIRE_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
-# collective_piece_bytes' default (StrategyConfig uses the same).
+# collective_piece_bytes' default.
 PIECE_BYTES = 2 << 20
 
 
@@ -131,7 +133,7 @@ class GradientOptions:
     powersgd_wire: str = "none"
     powersgd_seed: int = 0
     shard_optimizer_state: bool = False
-    shard_bucket_bytes: int = 8 << 20
+    shard_bucket_bytes: int = builtin_stages.ZERO_BUCKET_BYTES
     fused_updates: bool = True
     collective_streams: int = 0
     collective_piece_bytes: int = PIECE_BYTES
@@ -193,19 +195,10 @@ class GradientOptions:
     def is_default(self) -> bool:
         """True when TF's own all-reduce path already does everything.
 
-        An int `bytes_per_pack` alone needs no hook: it is passed to TF as
-        `CommunicationOptions(bytes_per_pack=...)`. `hooked` asks for the
-        hooks anyway.
+        The plan's answer (`gradient_plan.hook_causes`): nothing here needs
+        tfdist_opt's hooks.
         """
-        return (
-            not self.hooked
-            and self.compression == "none"
-            and self.grad_accum == 1
-            and self.bytes_per_pack != "auto"
-            and not (self.via_hook and self.bytes_per_pack != 0)
-            and not self.shard_optimizer_state
-            and not self.stages
-        )
+        return not gradient_plan.hook_causes(self)
 
     def chain(self) -> combine.Chain:
         """The chain of gradient stages these options run (`combine`)."""
@@ -214,6 +207,8 @@ class GradientOptions:
     @classmethod
     def from_config(cls, config, stages=()) -> "GradientOptions":
         """From a `tfdist_opt.StrategyConfig` (duck-typed: no import).
+
+        The strategy's plan resolves the rest (`gradient_plan.plan_gradients`).
 
         `stages`: the user's gradient stages (`opt_strategy(gradient_stages=...)`).
         """
@@ -226,8 +221,8 @@ class GradientOptions:
             powersgd_start_step=config.powersgd_start_step,
             powersgd_min_compression=config.powersgd_min_compression,
             powersgd_wire=config.powersgd_wire,
-            shard_optimizer_state=getattr(config, "shard_optimizer_state", False),
-            shard_bucket_bytes=getattr(config, "shard_bucket_bytes", 8 << 20),
-            fused_updates=getattr(config, "fused_updates", True),
-            collective_piece_bytes=getattr(config, "collective_piece_bytes", PIECE_BYTES),
+            shard_optimizer_state=config.shard_optimizer_state,
+            shard_bucket_bytes=config.shard_bucket_bytes,
+            fused_updates=config.fused_updates,
+            collective_piece_bytes=config.collective_piece_bytes,
         )
