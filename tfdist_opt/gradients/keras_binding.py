@@ -140,7 +140,7 @@ def attach(
         return strategy
     upstream.check()
     _wrap_scope(strategy, binding)
-    if plan.options.grad_accum > 1:
+    if plan.path == "accumulation":
         _wrap_distribute_dataset(strategy, plan.options.grad_accum)
     return strategy
 

@@ -21,7 +21,6 @@ from typing import Any, Mapping
 from tfdist_opt import config_files
 from tfdist_opt import validation
 from tfdist_opt.gradients import powersgd
-from tfdist_opt.gradients import zero_plan
 from tfdist_opt.gradients import options as gradient_options
 from tfdist_opt.strategy import cpu_split
 from tfdist_opt.strategy import keras_steps
@@ -282,12 +281,13 @@ class StrategyConfig(validation.ConfigFields):
             self.powersgd_wire,
         )
         validation.check_bool("shard_optimizer_state", self.shard_optimizer_state)
-        if self.shard_optimizer_state:
-            zero_plan.check_combination(self.compression, self.grad_accum)
         validation.check_int("shard_bucket_bytes", self.shard_bucket_bytes, minimum=0)
         validation.check_choice("cpu_split", self.cpu_split, CPU_SPLIT)
         validation.check_bool("fused_updates", self.fused_updates)
         validation.check_choice("jit_fallback", self.jit_fallback, JIT_FALLBACKS)
+        # The gradient settings' combination rules: the chain's
+        # (`GradientOptions` checks them; e.g. ZeRO with PowerSGD).
+        gradient_options.GradientOptions.from_config(self)
         _check_stall(self.stall_warn_s, self.stall_abort_s)
         if self.collective_timeout_s and not self.stall_warn_s:
             raise ValueError(
