@@ -20,7 +20,9 @@ the rest of the step's gradients take the path above (cast to
 `powersgd_wire`), in the same step.
 
 That path is a chain of gradient stages (`combine`): `chain()` is the chain
-these strings stand for, with the user's `stages` placed by position.
+these strings stand for, with the user's `stages` placed by position. Which
+path runs, and why, is the strategy's `gradient_plan.GradientPlan`. The
+field defaults here are the defaults of `StrategyConfig`'s gradient fields.
 """
 
 from __future__ import annotations
@@ -78,8 +80,8 @@ class GradientOptions:
             hooks even where TF's own all-reduce would do the same work
             (one pack, float32, every step), so that `fused_updates` and
             `collective_streams` apply: one fused update per step instead
-            of TF's unfused one. Multi-worker
-            strategies set it (`tfdist_opt.strategy.build`). Defaults to
+            of TF's unfused one. The plan of a multi-worker
+            strategy sets it (`gradient_plan.plan_gradients`). Defaults to
             `False`.
         powersgd_rank: int. `compression="powersgd"`: rank R of the
             factors (each matrix uses min(R, rows, cols)). Defaults to `4`.
