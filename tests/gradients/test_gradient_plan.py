@@ -174,3 +174,20 @@ def test_the_binding_runs_the_path_the_plan_says(strategy, kw, stages):
             assert (state.grad_accum > 1) is (g.path == "accumulation")
     finally:
         keras_binding.detach(strategy)
+
+
+def test_fit_checks_the_batch_contract_of_the_planned_path(strategy):
+    """`global_batch.check_fit_input` asks the plan whether it accumulates."""
+    import tensorflow as tf
+
+    from tfdist_opt.strategy import global_batch
+
+    odd = tf.data.Dataset.range(10).batch(5)  # 5 is no multiple of 2 replicas
+    keras_binding.attach(strategy, _plan("mirrored", {"grad_accum": 2}).gradients)
+    try:
+        with pytest.raises(ValueError, match="Invalid batch contract: with grad_accum"):
+            global_batch.check_fit_input(strategy, odd)
+    finally:
+        keras_binding.detach(strategy)
+    with pytest.raises(ValueError, match="global batch"):
+        global_batch.check_fit_input(strategy, odd)
