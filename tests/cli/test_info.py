@@ -260,7 +260,7 @@ def test_info_prints_the_gradient_plan(info_here):
         in lines
     )
     assert (
-        "grad why     : hooked for hooked=True, compression='bf16', grad_accum=2; "
+        "grad why     : hooked (hooked=True, compression='bf16', grad_accum=2); "
         "multi-worker with Keras 3: the update is fused; collective_streams=auto: 0, "
         "grad_accum=2 runs its own collectives"
     ) in lines

@@ -80,14 +80,14 @@ def test_paths_and_reasons():
     assert p.reasons[0].startswith("not hooked")
     p = _plan("mirrored", {"grad_accum": 2, "compression": "bf16"}).gradients
     assert p.path == "accumulation"
-    assert p.reasons == ("hooked for compression='bf16', grad_accum=2",)
+    assert p.reasons == ("hooked (compression='bf16', grad_accum=2)",)
     assert [s.name for s in p.chain.stages] == ["Accumulate", "Cast", "AllReduce"]
     assert _plan("mirrored", {"shard_optimizer_state": True}).gradients.path == "zero"
     assert _plan("mirrored", {"compression": "powersgd"}).gradients.path == "replica"
     p = _plan("multi_worker", {}).gradients
     assert (p.path, p.streams) == ("replica", gradient_plan.AUTO_STREAMS)
     assert p.reasons == (
-        "hooked for hooked=True",
+        "hooked (hooked=True)",
         "multi-worker with Keras 3: the update is fused",
         "collective_streams=auto: 2 pieces in flight (RING, bytes_per_pack=0)",
     )

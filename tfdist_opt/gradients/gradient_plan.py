@@ -110,7 +110,7 @@ def plan_of(options, reasons: tuple[str, ...] = (), warnings: tuple[str, ...] = 
             if options.grad_accum > 1
             else "replica"
         )
-        why = "hooked for " + ", ".join(causes)
+        why = "hooked (" + ", ".join(causes) + ")"
     return GradientPlan(
         options=options,
         chain=options.chain(),
