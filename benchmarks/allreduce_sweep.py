@@ -26,13 +26,13 @@ def sweep(strategy, n, min_bytes, max_bytes, iters_max, warmup, budget_bytes) ->
     """Times every setting at every size; returns the rows."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
+    from tfdist_opt.gradients import gradient_plan  # pylint: disable=g-import-not-at-top
     from tfdist_opt.gradients import streams as streams_lib  # pylint: disable=g-import-not-at-top
     from tfdist_opt.strategy import StrategyConfig  # pylint: disable=g-import-not-at-top
-    from tfdist_opt.strategy import build  # pylint: disable=g-import-not-at-top
     from tfdist_opt.strategy import host_memory  # pylint: disable=g-import-not-at-top
 
     streams = streams_lib.Streams(
-        strategy, build.AUTO_STREAMS, StrategyConfig().collective_piece_bytes
+        strategy, gradient_plan.AUTO_STREAMS, StrategyConfig().collective_piece_bytes
     )
 
     def plain(t):

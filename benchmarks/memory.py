@@ -49,6 +49,7 @@ if __package__ in (None, ""):  # run as `python benchmarks/memory.py`
 
 from benchmarks import common  # pylint: disable=g-import-not-at-top
 from benchmarks.memory_summary import summarize  # pylint: disable=g-import-not-at-top
+from tfdist_opt.gradients import builtin_stages  # pylint: disable=g-import-not-at-top
 
 _ROLE = flags.DEFINE_enum(
     "role", None, ["unsharded", "sharded"], "Internal: which run this process belongs to."
@@ -87,7 +88,7 @@ _BFC = flags.DEFINE_bool(
 _TIMEOUT = flags.DEFINE_integer("run_timeout_s", 900, "Wall-clock limit per run.")
 _GATHER = flags.DEFINE_integer(
     "shard_bucket_bytes",
-    8 << 20,
+    builtin_stages.ZERO_BUCKET_BYTES,
     "The sharded run's `shard_bucket_bytes` (bound on one gather bucket of "
     "updated shards; 0: one bucket per dtype).",
 )

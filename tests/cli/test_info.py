@@ -235,3 +235,54 @@ def test_info_explains_parameter_server_partitioning(info_here):
         "partitioning : variables of >= 2097152 bytes cut into shards of >= "
         "1048576 bytes, at most 2 shards"
     ) in out
+
+
+def test_info_prints_the_gradient_plan(info_here):
+    """The path, its stages in order, and why: `StrategyPlan.gradients`, printed."""
+    from tfdist_opt.gradients import gradient_plan
+
+    cfg = {
+        "cluster": {"worker": ["localhost:2222", "localhost:2223"]},
+        "task": {"type": "worker", "index": 0},
+    }
+    code, out = info_here(
+        env_extra={
+            "TF_CONFIG": json.dumps(cfg),
+            "TFDIST_OPT_GRAD_ACCUM": "2",
+            "TFDIST_OPT_COMPRESSION": "bf16",
+        }
+    )
+    assert code == 0, out
+    lines = out.splitlines()
+    assert f"grad path    : accumulation: {gradient_plan.PATHS['accumulation']}" in lines
+    assert (
+        "grad stages  : Accumulate (accumulate) -> Cast (wire, lossy) -> AllReduce (collective)"
+        in lines
+    )
+    assert (
+        "grad why     : hooked (hooked=True, compression='bf16', grad_accum=2); "
+        "multi-worker with Keras 3: the update is fused; collective_streams=auto: 0, "
+        "grad_accum=2 runs its own collectives"
+    ) in lines
+    code, out = info_here()  # one device, the defaults: not hooked, no stages
+    assert code == 0, out
+    assert f"grad path    : tf: {gradient_plan.PATHS['tf']}" in out
+    assert "grad stages  :" not in out
+
+
+def test_info_json_holds_the_gradient_plan(monkeypatch):
+    from tfdist_opt.cli import info
+    from tfdist_opt.strategy import config as config_lib
+    from tfdist_opt.strategy import plan as plan_lib
+    from tfdist_opt.strategy import topology as topology_lib
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    monkeypatch.setenv("TFDIST_OPT_SHARD_OPTIMIZER_STATE", "1")
+    monkeypatch.setenv("TFDIST_OPT_CPU_REPLICAS", "2")
+    got = info.collect()["gradients"]
+    want = plan_lib.plan_strategy(
+        config_lib.StrategyConfig.load(), topology_lib.detect_topology()
+    ).gradients
+    assert got == want.to_dict()
+    assert got["path"] == "zero" and got["stages"][-1] == "ZeRO (update)"
+    json.dumps(got)

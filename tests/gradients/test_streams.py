@@ -19,11 +19,12 @@ import numpy as np
 import pytest
 import keras
 
+from tfdist_opt.gradients import gradient_plan
 from tfdist_opt.gradients import keras_binding
 from tfdist_opt.gradients import piece_plan
 from tfdist_opt.gradients import streams as streams_lib
 from tfdist_opt.gradients.options import GradientOptions
-from tfdist_opt.strategy import StrategyConfig, build, opt_strategy
+from tfdist_opt.strategy import StrategyConfig, opt_strategy
 from tfdist_opt.strategy import plan as plan_lib
 from tfdist_opt.strategy.kinds import Kind
 
@@ -125,27 +126,32 @@ def test_a_wrong_reassembly_is_caught(one_pack, monkeypatch):
     assert _max_rel(got, one_pack) > 1e-3
 
 
+def _streams(cfg, all_reduce="ring", kind="multi_worker"):
+    options = GradientOptions.from_config(cfg)
+    return gradient_plan.plan_gradients(options, kind, all_reduce, False, cfg.collective_streams)
+
+
 def test_auto_streams_where_they_apply():
     cfg = StrategyConfig()
-    assert build.collective_streams(cfg, "ring") == build.AUTO_STREAMS == 2
-    assert build.collective_streams(cfg, "nccl") == 0
-    assert build.collective_streams(cfg.replace(bytes_per_pack="auto"), "ring") == 0
-    assert build.collective_streams(cfg.replace(bytes_per_pack=1 << 20), "ring") == 0
+    assert _streams(cfg).streams == gradient_plan.AUTO_STREAMS == 2
+    assert _streams(cfg, "nccl").streams == 0
+    assert _streams(cfg.replace(bytes_per_pack="auto")).streams == 0
+    assert _streams(cfg.replace(bytes_per_pack=1 << 20)).streams == 0
     # Paths that run their own collectives keep them.
     for other in (
         {"compression": "powersgd"},
         {"grad_accum": 2},
         {"shard_optimizer_state": True},
     ):
-        assert build.collective_streams(cfg.replace(**other), "ring") == 0, other
-    assert build.collective_streams(cfg.replace(compression="bf16"), "ring") == 2
-    assert build.collective_streams(cfg.replace(compression="auto"), "ring") == 2
-    assert build.collective_streams(cfg.replace(collective_streams=3), "ring") == 3
-    assert build.collective_streams(cfg.replace(collective_streams=3), "nccl") == 0
-    assert build.collective_streams(cfg.replace(collective_streams=0), "ring") == 0
-    options = build.gradient_options(cfg, Kind.MULTI_WORKER, all_reduce="ring")
+        assert _streams(cfg.replace(**other)).streams == 0, other
+    assert _streams(cfg.replace(compression="bf16")).streams == 2
+    assert _streams(cfg.replace(compression="auto")).streams == 2
+    assert _streams(cfg.replace(collective_streams=3)).streams == 3
+    assert _streams(cfg.replace(collective_streams=3), "nccl").streams == 0
+    assert _streams(cfg.replace(collective_streams=0)).streams == 0
+    options = _streams(cfg).options
     assert options.collective_streams == 2 and options.collective_piece_bytes == 2 << 20
-    assert build.gradient_options(cfg, Kind.MIRRORED).collective_streams == 0
+    assert _streams(cfg, kind="mirrored").options.collective_streams == 0
 
 
 def test_streams_with_packs_is_refused_naming_both():

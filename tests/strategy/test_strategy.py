@@ -187,16 +187,16 @@ def test_keras3_only_features_refused_under_tf_keras(monkeypatch, kw, name):
         ("one_device", False, False),
     ],
 )
-def test_multi_worker_defaults_run_through_the_hooks(monkeypatch, kind, legacy, hooked):
+def test_multi_worker_defaults_run_through_the_hooks(kind, legacy, hooked):
     """Keras 3 on multi-worker: hooked at TF's defaults (fused update, one
     collective with the logs); other kinds and tf_keras keep upstream's path."""
-    from tfdist_opt.strategy import build
+    from tfdist_opt.gradients import gradient_plan
+    from tfdist_opt.gradients.options import GradientOptions
 
-    if legacy:
-        monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
-    else:
-        monkeypatch.delenv("TF_USE_LEGACY_KERAS", raising=False)
-    options = build.gradient_options(tfdist_opt.StrategyConfig(), kind)
+    options = GradientOptions.from_config(tfdist_opt.StrategyConfig())
+    plan = gradient_plan.plan_gradients(options, kind, "ring", legacy, "auto")
+    options = plan.options
+    assert plan.hooked is hooked
     assert options.hooked is hooked
     assert options.is_default is not hooked
     assert options.bytes_per_pack == 0  # TF's one pack either way

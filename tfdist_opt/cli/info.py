@@ -22,7 +22,6 @@ import os
 import platform
 import subprocess
 import sys
-import types
 from typing import Any
 
 from tfdist_opt import versions
@@ -86,6 +85,7 @@ def collect(config_path: str | None = None) -> dict[str, Any]:
             "gpu_memory_growth": plan.gpu_memory_growth,
             "gpu_memory": plan.gpu_memory,
         }
+        out["gradients"] = plan.gradients.to_dict()
         if plan.kind == "multi_worker":
             out["cpu_split"] = cpu_split.detect(cfg.cpu_split, topo.tf_config).reason
     except ValueError as e:
@@ -169,14 +169,12 @@ def format_text(info: dict[str, Any]) -> str:
         lines += [
             f"strategy     : {s['kind']} over {', '.join(s['devices'])} "
             f"({s['replicas_in_sync']} replica(s) in sync)",
-            f"collectives  : {_collectives(s, info.get('config') or {})}",
+            f"collectives  : {_collectives(s, info.get('config') or {}, info.get('gradients'))}",
             "why          : " + "; ".join(s["why"]),
         ]
     if s.get("gpu_memory"):
         lines.append(f"gpu memory   : {s['gpu_memory']}")
-    stages = _stages_line(info.get("config") or {})
-    if stages:
-        lines.append(f"grad stages  : {stages}")
+    lines += _plan_lines(info.get("gradients"))
     grads = _gradients_line(info.get("config") or {})
     if grads:
         lines.append(f"gradients    : {grads}")
@@ -208,20 +206,14 @@ _COLLECTIVES = {
 }
 
 
-def _collectives(s: dict[str, Any], cfg: dict[str, Any]) -> str:
-    """The collective implementation, and how it moves the gradients."""
+def _collectives(s: dict[str, Any], cfg: dict[str, Any], grads: dict | None) -> str:
+    """The collective implementation, and how it moves the gradients (the plan's streams)."""
     impl = s["collective_implementation"]
     if impl is None:
         return "none (one device)"
     line = _COLLECTIVES.get((s["kind"], impl), impl)
-    if s["kind"] == "multi_worker" and "collective_streams" in cfg:
-        from tfdist_opt.strategy import build
-
-        streams = (
-            0
-            if versions.uses_legacy_keras()  # tf_keras: TF's own all-reduce
-            else build.collective_streams(types.SimpleNamespace(**cfg), impl)
-        )
+    if s["kind"] == "multi_worker" and grads is not None:
+        streams = grads["streams"]
         line += (
             f"; gradients in pieces of {cfg['collective_piece_bytes']} bytes, "
             f"{streams} in flight (collective_streams)"
@@ -270,27 +262,15 @@ def _stalls_line(cfg: dict[str, Any]) -> str:
     )
 
 
-def _stages_line(cfg: dict[str, Any]) -> str | None:
-    """The chain of gradient stages this config makes, when not the default."""
-    from tfdist_opt.gradients import combine
-
-    fields = {
-        "compression": "none",
-        "grad_accum": 1,
-        "bytes_per_pack": 0,
-        "shard_optimizer_state": False,
-        "powersgd_rank": 4,
-        "powersgd_start_step": 100,
-        "powersgd_min_compression": 2.0,
-        "powersgd_wire": "none",
-        "shard_bucket_bytes": 8 << 20,
-    }
-    chain = combine.from_options(
-        types.SimpleNamespace(**{k: cfg.get(k, d) for k, d in fields.items()}, stages=())
-    )
-    if len(chain.stages) == 1:  # the plain all-reduce
-        return None
-    return chain.describe()
+def _plan_lines(grads: dict | None) -> list[str]:
+    """The gradient plan: the path, its stages in order, and why."""
+    if grads is None:
+        return []
+    lines = [f"grad path    : {grads['path']}: {grads['what']}"]
+    if grads["stages"]:
+        lines.append("grad stages  : " + " -> ".join(grads["stages"]))
+    lines.append("grad why     : " + "; ".join(grads["why"]))
+    return lines
 
 
 def _gradients_line(cfg: dict[str, Any]) -> str | None:

@@ -1,6 +1,8 @@
 """Gradient path: packing, compression and accumulation as small steps.
 
-Pure modules (no TensorFlow): `options` (`GradientOptions`), `packing`
+Pure modules (no TensorFlow): `options` (`GradientOptions`),
+`gradient_plan` (`GradientPlan`: which path runs and why, decided once per
+strategy), `packing`
 (bucket policy, autotune grid), `precision` (what compression touches and
 its error bound), `contract` (the batch contract under accumulation),
 `powersgd` (which matrices PowerSGD compresses, bytes per step),

@@ -27,6 +27,8 @@ from tfdist_opt.gradients import powersgd
 from tfdist_opt.gradients.stage import GradientStage
 
 WIRES = ("fp16", "bf16")
+# ZeRO's bucket bound: the `shard_bucket_bytes` default everywhere.
+ZERO_BUCKET_BYTES = 8 << 20
 
 
 class BuiltinStage(GradientStage):
@@ -185,7 +187,7 @@ class ZeRO(BuiltinStage):
 
     position = "update"
 
-    def __init__(self, bucket_bytes: int = 8 << 20, *, source: str | None = None):
+    def __init__(self, bucket_bytes: int = ZERO_BUCKET_BYTES, *, source: str | None = None):
         super().__init__(source=source)
         validation.check_int("bucket_bytes", bucket_bytes, minimum=0)
         self.bucket_bytes = bucket_bytes

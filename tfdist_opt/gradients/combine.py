@@ -27,7 +27,6 @@ built-ins reads.
 from __future__ import annotations
 
 import dataclasses
-import types
 from typing import Any, Iterable
 
 from tfdist_opt.gradients import builtin_stages as bs
@@ -167,19 +166,6 @@ def from_options(options: Any) -> Chain:
     return chain(*_by_position(made + list(getattr(options, "stages", ()) or ())))
 
 
-def check_fields(compression: str, grad_accum: int, shard_optimizer_state: bool, stages=()):
-    """Raises as `chain` would for these `StrategyConfig` settings."""
-
-    from_options(
-        types.SimpleNamespace(
-            compression=compression,
-            grad_accum=grad_accum,
-            shard_optimizer_state=shard_optimizer_state,
-            stages=tuple(stages or ()),
-        )
-    )
-
-
 def _from_fields(o: Any) -> Iterable[GradientStage]:
     if o.grad_accum != 1:
         yield bs.Accumulate(o.grad_accum, source=f"grad_accum={o.grad_accum!r}")
@@ -202,7 +188,8 @@ def _from_fields(o: Any) -> Iterable[GradientStage]:
         )
     if o.shard_optimizer_state:
         yield bs.ZeRO(
-            getattr(o, "shard_bucket_bytes", 8 << 20), source="shard_optimizer_state=True"
+            getattr(o, "shard_bucket_bytes", bs.ZERO_BUCKET_BYTES),
+            source="shard_optimizer_state=True",
         )
 
 

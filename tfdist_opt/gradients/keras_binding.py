@@ -1,6 +1,7 @@
 """Wires the gradient path into Keras 3 with no change to user code.
 
-`attach(strategy, options)` gives this one strategy *instance* a
+`attach(strategy, plan)` (a `gradient_plan.GradientPlan`, or the
+`GradientOptions` it is made from) gives this one strategy *instance* a
 `GradientBinding` (in its `runtime.StrategyRuntime`) and wraps its `scope()` (an instance attribute; the class
 and every other strategy are untouched). Inside the wrapped scope a
 `tf.variable_creator_scope` watches variable creation: Keras creates an
@@ -41,6 +42,7 @@ import tensorflow as tf
 from tfdist_opt import runtime
 from tfdist_opt.gradients import contract
 from tfdist_opt.gradients import fit_length
+from tfdist_opt.gradients import gradient_plan
 from tfdist_opt.gradients import hooks
 from tfdist_opt.gradients import upstream
 from tfdist_opt.gradients.options import GradientOptions
@@ -49,17 +51,19 @@ _WRAPPED = ("scope", "experimental_distribute_dataset", "distribute_datasets_fro
 
 
 class GradientBinding:
-    """The gradient options of one strategy, and what they decided.
+    """The gradient plan of one strategy, and what it decided.
 
     Attributes:
-        options: `GradientOptions`.
+        plan: `gradient_plan.GradientPlan`.
+        options: `GradientOptions` (`plan.options`).
         tuned: dict. Autotuned `bytes_per_pack` per gradient-shape
             signature (a tuple of (shape, dtype)), shared by the models built
             under this binding; filled by `tuned_pack_size`.
     """
 
-    def __init__(self, strategy: tf.distribute.Strategy, options: GradientOptions):
-        self.options = options
+    def __init__(self, strategy: tf.distribute.Strategy, plan: gradient_plan.GradientPlan):
+        self.plan = plan
+        self.options = plan.options
         self.tuned: dict = {}
         # Weak: the binding lives in the strategy's runtime, which must not
         # keep the strategy alive.
@@ -95,21 +99,26 @@ class GradientBinding:
         own = getattr(optimizer, "_distribution_strategy", tf.distribute.get_strategy())
         if own is not self._strategy:
             return False
-        hooks.hook(optimizer, hooks.OptimizerState(self.options, binding=self))
+        hooks.hook(
+            optimizer, hooks.OptimizerState(self.options, binding=self, chain=self.plan.chain)
+        )
         return True
 
 
-def attach(strategy: tf.distribute.Strategy, options: GradientOptions) -> tf.distribute.Strategy:
-    """Makes Keras 3 optimizers created in `strategy.scope()` use `options`.
+def attach(
+    strategy: tf.distribute.Strategy, options: GradientOptions | gradient_plan.GradientPlan
+) -> tf.distribute.Strategy:
+    """Makes Keras 3 optimizers created in `strategy.scope()` run a gradient plan.
 
     Optimizers created earlier keep what they had; re-attaching replaces
     the binding, never stacks.
 
     Args:
         strategy: a `tf.distribute.Strategy`.
-        options: `GradientOptions`. When `options.is_default` nothing is
-            wrapped (upstream Keras behaviour; multi-worker strategies ask
-            for `hooked` options, never default).
+        options: `gradient_plan.GradientPlan` (what `opt_strategy` planned),
+            or `GradientOptions` (planned here, `gradient_plan.plan_of`).
+            When the plan is not hooked nothing is wrapped (upstream Keras
+            behaviour; multi-worker strategies plan `hooked` options).
 
     Returns:
         `strategy` (for chaining).
@@ -121,15 +130,18 @@ def attach(strategy: tf.distribute.Strategy, options: GradientOptions) -> tf.dis
         >>> strategy = attach(tf.distribute.MirroredStrategy(),  # doctest: +SKIP
         ...                   GradientOptions(grad_accum=4, compression="bf16"))
     """
+    plan = options
+    if not isinstance(plan, gradient_plan.GradientPlan):
+        plan = gradient_plan.plan_of(options)
     detach(strategy)
-    binding = GradientBinding(strategy, options)
+    binding = GradientBinding(strategy, plan)
     runtime.runtime_of(strategy).gradient_binding = binding
-    if options.is_default:
+    if not plan.hooked:
         return strategy
     upstream.check()
     _wrap_scope(strategy, binding)
-    if options.grad_accum > 1:
-        _wrap_distribute_dataset(strategy, options.grad_accum)
+    if plan.path == "accumulation":
+        _wrap_distribute_dataset(strategy, plan.options.grad_accum)
     return strategy
 
 

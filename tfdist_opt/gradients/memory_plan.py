@@ -41,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
+from tfdist_opt.gradients import builtin_stages
 from tfdist_opt.gradients import zero_plan
 
 # Slots of the variable's shape per optimizer (Keras 3 class names,
@@ -61,7 +62,7 @@ OPTIMIZER_SLOTS = {
 
 SETTINGS = ("plain", "zero1", "zero2", "zero3")
 AVAILABLE = {"plain": True, "zero1": True, "zero2": False, "zero3": False}
-DEFAULT_BUCKET_BYTES = 8 << 20
+DEFAULT_BUCKET_BYTES = builtin_stages.ZERO_BUCKET_BYTES
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,7 +20,9 @@ the rest of the step's gradients take the path above (cast to
 `powersgd_wire`), in the same step.
 
 That path is a chain of gradient stages (`combine`): `chain()` is the chain
-these strings stand for, with the user's `stages` placed by position.
+these strings stand for, with the user's `stages` placed by position. Which
+path runs, and why, is the strategy's `gradient_plan.GradientPlan`. The
+field defaults here are the defaults of `StrategyConfig`'s gradient fields.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from __future__ import annotations
 import dataclasses
 
 from tfdist_opt import validation
+from tfdist_opt.gradients import builtin_stages
 from tfdist_opt.gradients import combine
+from tfdist_opt.gradients import gradient_plan
 from tfdist_opt.gradients import powersgd
 from tfdist_opt.gradients.builtin_stages import BuiltinStage
 from tfdist_opt.gradients.stage import GradientStage
@@ -37,7 +41,7 @@ from tfdist_opt.gradients.stage import GradientStage
 COMPRESSIONS = ("none", "fp16", "bf16", "powersgd", "auto")
 # Bytes per element of the wire dtype, and of the dtypes we never compress.
 WIRE_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
-# collective_piece_bytes' default (StrategyConfig uses the same).
+# collective_piece_bytes' default.
 PIECE_BYTES = 2 << 20
 
 
@@ -76,8 +80,8 @@ class GradientOptions:
             hooks even where TF's own all-reduce would do the same work
             (one pack, float32, every step), so that `fused_updates` and
             `collective_streams` apply: one fused update per step instead
-            of TF's unfused one. Multi-worker
-            strategies set it (`tfdist_opt.strategy.build`). Defaults to
+            of TF's unfused one. The plan of a multi-worker
+            strategy sets it (`gradient_plan.plan_gradients`). Defaults to
             `False`.
         powersgd_rank: int. `compression="powersgd"`: rank R of the
             factors (each matrix uses min(R, rows, cols)). Defaults to `4`.
@@ -131,7 +135,7 @@ class GradientOptions:
     powersgd_wire: str = "none"
     powersgd_seed: int = 0
     shard_optimizer_state: bool = False
-    shard_bucket_bytes: int = 8 << 20
+    shard_bucket_bytes: int = builtin_stages.ZERO_BUCKET_BYTES
     fused_updates: bool = True
     collective_streams: int = 0
     collective_piece_bytes: int = PIECE_BYTES
@@ -193,19 +197,10 @@ class GradientOptions:
     def is_default(self) -> bool:
         """True when TF's own all-reduce path already does everything.
 
-        An int `bytes_per_pack` alone needs no hook: it is passed to TF as
-        `CommunicationOptions(bytes_per_pack=...)`. `hooked` asks for the
-        hooks anyway.
+        The plan's answer (`gradient_plan.hook_causes`): nothing here needs
+        tfdist_opt's hooks.
         """
-        return (
-            not self.hooked
-            and self.compression == "none"
-            and self.grad_accum == 1
-            and self.bytes_per_pack != "auto"
-            and not (self.via_hook and self.bytes_per_pack != 0)
-            and not self.shard_optimizer_state
-            and not self.stages
-        )
+        return not gradient_plan.hook_causes(self)
 
     def chain(self) -> combine.Chain:
         """The chain of gradient stages these options run (`combine`)."""
@@ -214,6 +209,8 @@ class GradientOptions:
     @classmethod
     def from_config(cls, config, stages=()) -> "GradientOptions":
         """From a `tfdist_opt.StrategyConfig` (duck-typed: no import).
+
+        The strategy's plan resolves the rest (`gradient_plan.plan_gradients`).
 
         `stages`: the user's gradient stages (`opt_strategy(gradient_stages=...)`).
         """
@@ -226,8 +223,8 @@ class GradientOptions:
             powersgd_start_step=config.powersgd_start_step,
             powersgd_min_compression=config.powersgd_min_compression,
             powersgd_wire=config.powersgd_wire,
-            shard_optimizer_state=getattr(config, "shard_optimizer_state", False),
-            shard_bucket_bytes=getattr(config, "shard_bucket_bytes", 8 << 20),
-            fused_updates=getattr(config, "fused_updates", True),
-            collective_piece_bytes=getattr(config, "collective_piece_bytes", PIECE_BYTES),
+            shard_optimizer_state=config.shard_optimizer_state,
+            shard_bucket_bytes=config.shard_bucket_bytes,
+            fused_updates=config.fused_updates,
+            collective_piece_bytes=config.collective_piece_bytes,
         )

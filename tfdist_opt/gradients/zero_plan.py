@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import math
 
-from tfdist_opt.gradients import combine
 
 # Optimizers whose slots are not elementwise in the variable (factored
 # second moments, matrix orthogonalisation): a flat shard changes the math.
@@ -248,20 +247,3 @@ def check_optimizer(class_name: str, use_ema: bool, gradient_accumulation_steps)
                 "unset (use opt_strategy(grad_accum=k) for accumulation), or "
                 "shard_optimizer_state=False."
             )
-
-
-def check_combination(compression: str, grad_accum: int) -> None:
-    """Raises for gradient-path settings sharding does not compose with.
-
-    Args:
-        compression: the `compression` field.
-        grad_accum: the `grad_accum` field.
-
-    Raises:
-        ValueError: `compression="powersgd"` (its error-feedback state and
-            the low-rank update are per whole matrix), or `grad_accum > 1`
-            (the accumulated update runs in the cross-replica context,
-            where the per-replica shard update cannot run).
-    """
-    # The rules live on the stages (`builtin_stages.ZeRO.conflicts`).
-    combine.check_fields(compression, grad_accum, shard_optimizer_state=True)

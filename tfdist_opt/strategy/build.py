@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import warnings
 from typing import Any, Mapping, Sequence
@@ -10,7 +9,6 @@ from typing import Any, Mapping, Sequence
 import tensorflow as tf
 
 from tfdist_opt import _logging
-from tfdist_opt import versions
 from tfdist_opt.strategy import file_writers
 from tfdist_opt.strategy import keras_steps
 from tfdist_opt.strategy import kinds
@@ -19,10 +17,6 @@ from tfdist_opt.strategy import topology as topology_lib
 from tfdist_opt.strategy.config import StrategyConfig
 from tfdist_opt.gradients import keras_binding as gradient_binding
 from tfdist_opt.gradients.options import GradientOptions
-
-# collective_streams="auto": two pieces in flight kept a 1 Gbit/s link
-# busiest in the link-speed benchmark (more did not help).
-AUTO_STREAMS = 2
 
 
 def resolve_config(
@@ -95,31 +89,28 @@ def opt_strategy(
         ...     model.compile("sgd", "mse")
     """
     cfg = resolve_config(config, **overrides)
-    # Checked here, before any device is configured (raises on bad stages).
-    options = GradientOptions.from_config(cfg, stages=_stage_list(gradient_stages))
+    # Checked before anything is read or built (raises on bad stages).
+    gradients = GradientOptions.from_config(cfg, stages=_stage_list(gradient_stages))
     topo = topology_lib.detect_topology()
-    plan = plan_lib.plan_strategy(cfg, topo)
-    return build_strategy(cfg, plan, topo, gradient_stages=options.stages)
+    # The whole decision, the gradient path included (refusals under tf_keras).
+    plan = plan_lib.plan_strategy(cfg, topo, gradients=gradients)
+    return build_strategy(cfg, plan, topo)
 
 
 def build_strategy(
     cfg: StrategyConfig,
     plan: plan_lib.StrategyPlan,
     topo: topology_lib.Topology,
-    gradient_stages: Sequence = (),
 ) -> tf.distribute.Strategy:
     """Turns a plan into TF objects (devices first, then the kind's strategy)."""
-    _check_keras_flavour(cfg, gradient_stages)
     for message in plan.warnings:
         warnings.warn(message, stacklevel=3)
     _configure_devices(cfg, plan)
     _configure_numerics(cfg)
     strategy = kinds.module(plan.kind).build(cfg, plan, topo)
-    # Packing ("auto"), compression and accumulation: Keras 3 optimizers
-    # created in this strategy's scope pick these up (tfdist_opt.gradients).
-    gradient_binding.attach(
-        strategy, gradient_options(cfg, plan.kind, gradient_stages, plan.all_reduce)
-    )
+    # The gradient path (`plan.gradients`): Keras 3 optimizers created in
+    # this strategy's scope run it (tfdist_opt.gradients).
+    gradient_binding.attach(strategy, plan.gradients)
     # Who writes saved files, per directory (tfdist_opt.strategy.file_writers).
     file_writers.attach(strategy, cfg.storage_sharing)
     # What a model's jit_compile=True step does where XLA cannot compile it.
@@ -132,44 +123,6 @@ def build_strategy(
     return strategy
 
 
-def gradient_options(
-    cfg: StrategyConfig, kind, stages: Sequence = (), all_reduce: str | None = "ring"
-) -> GradientOptions:
-    """The `GradientOptions` a strategy of `kind` attaches.
-
-    Multi-worker with Keras 3: `hooked`, even at the defaults, so that the
-    gradients and Keras's logs travel together and the optimizer's update
-    is fused; with RING (`all_reduce`) the gradients travel as streamed
-    pieces (`collective_streams`, "auto": 2), the same sum of the same
-    float32 values. With `TF_USE_LEGACY_KERAS=1` nothing is hooked.
-    """
-    options = GradientOptions.from_config(cfg, stages=stages)
-    if kinds.Kind(kind) == kinds.Kind.MULTI_WORKER and not versions.uses_legacy_keras():
-        options = dataclasses.replace(
-            options,
-            hooked=True,
-            collective_streams=collective_streams(cfg, all_reduce),
-        )
-    return options
-
-
-def collective_streams(cfg: StrategyConfig, all_reduce: str | None) -> int:
-    """`cfg.collective_streams` resolved for a multi-worker Keras 3 strategy.
-
-    `"auto"` is `AUTO_STREAMS` where the plain all-reduce of a step's
-    gradients runs in the replica context: RING, no packs of the user's
-    (`bytes_per_pack=0`), and none of PowerSGD (its own factor
-    collectives), `grad_accum > 1` (one cross-replica all-reduce every k
-    steps) or `shard_optimizer_state` (reduce-scatter and gather).
-    """
-    if all_reduce != "ring":
-        return 0  # NCCL keeps its launcher's order (a plan warning says so when asked)
-    if cfg.collective_streams != "auto":
-        return cfg.collective_streams
-    applies = cfg.bytes_per_pack == 0 and not plan_lib.streams_bypassed(cfg)
-    return AUTO_STREAMS if applies else 0
-
-
 def _stage_list(stages) -> tuple:
     from tfdist_opt.gradients.stage import GradientStage
 
@@ -179,28 +132,6 @@ def _stage_list(stages) -> tuple:
         "Invalid value for `gradient_stages`: expected a list or tuple of "
         f"tfdist_opt.gradients.GradientStage instances. Received: gradient_stages={stages!r}"
     )
-
-
-def _check_keras_flavour(cfg: StrategyConfig, gradient_stages: Sequence = ()) -> None:
-    """The gradient hooks exist for Keras 3 only: refuse, never ignore."""
-    if not versions.uses_legacy_keras():
-        return
-    keras3_only = {
-        "gradient_stages": (tuple(gradient_stages), ()),
-        "grad_accum": (cfg.grad_accum, 1),
-        "compression": (cfg.compression, "none"),
-        "shard_optimizer_state": (cfg.shard_optimizer_state, False),
-    }
-    if cfg.bytes_per_pack == "auto":
-        keras3_only["bytes_per_pack"] = (cfg.bytes_per_pack, "an int")
-    for name, (value, off) in keras3_only.items():
-        if value != off:
-            raise ValueError(
-                f"Invalid value for `{name}` with tf_keras (TF_USE_LEGACY_KERAS=1): "
-                f"tfdist_opt's gradient path hooks Keras 3 optimizers only. "
-                f"Received: {name}={value!r}. Expected {name}={off!r}, or "
-                "unset TF_USE_LEGACY_KERAS."
-            )
 
 
 def _configure_devices(cfg: StrategyConfig, plan: plan_lib.StrategyPlan) -> None:

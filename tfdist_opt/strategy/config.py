@@ -21,8 +21,7 @@ from typing import Any, Mapping
 from tfdist_opt import config_files
 from tfdist_opt import validation
 from tfdist_opt.gradients import powersgd
-from tfdist_opt.gradients import zero_plan
-from tfdist_opt.gradients.options import PIECE_BYTES
+from tfdist_opt.gradients import options as gradient_options
 from tfdist_opt.strategy import cpu_split
 from tfdist_opt.strategy import keras_steps
 from tfdist_opt.strategy import kind_names
@@ -35,7 +34,9 @@ DATA_ENV_PREFIX = ENV_PREFIX + "DATA_"
 MODES = ("auto",) + kind_names.names()
 ALL_REDUCE = ("auto", "nccl", "ring", "hierarchical_copy", "reduce_to_one")
 MIXED_PRECISION = ("off", "mixed_float16", "mixed_bfloat16")
-COMPRESSION = ("none", "fp16", "bf16", "powersgd", "auto")
+COMPRESSION = gradient_options.COMPRESSIONS
+# The gradient settings' defaults are `GradientOptions`'s, defined once there.
+_GRADIENTS = gradient_options.GradientOptions()
 STORAGE_SHARING = storage_sharing.MODES
 CPU_SPLIT = cpu_split.MODES
 JIT_FALLBACKS = keras_steps.JIT_FALLBACKS
@@ -197,9 +198,9 @@ class StrategyConfig(validation.ConfigFields):
 
     mode: str = "auto"
     all_reduce: str = "auto"
-    bytes_per_pack: int | str = 0
+    bytes_per_pack: int | str = _GRADIENTS.bytes_per_pack
     collective_streams: int | str = "auto"
-    collective_piece_bytes: int = PIECE_BYTES
+    collective_piece_bytes: int = _GRADIENTS.collective_piece_bytes
     num_packs: int = 1
     collective_timeout_s: float | None = None
     cpu_replicas: int = 0
@@ -207,21 +208,21 @@ class StrategyConfig(validation.ConfigFields):
     gpu_memory_growth: bool = True
     mixed_precision: str = "off"
     jit_compile: bool = False
-    compression: str = "none"
-    grad_accum: int = 1
+    compression: str = _GRADIENTS.compression
+    grad_accum: int = _GRADIENTS.grad_accum
     startup_timeout_s: float | None = 300.0
     tune_malloc: bool = True
     ps_min_shard_bytes: int = 256 << 10
     ps_max_shards: int = 0
     storage_sharing: str = "auto"
-    powersgd_rank: int = 4
-    powersgd_start_step: int = 100
-    powersgd_min_compression: float = 2.0
-    powersgd_wire: str = "none"
-    shard_optimizer_state: bool = False
-    shard_bucket_bytes: int = 8 << 20
+    powersgd_rank: int = _GRADIENTS.powersgd_rank
+    powersgd_start_step: int = _GRADIENTS.powersgd_start_step
+    powersgd_min_compression: float = _GRADIENTS.powersgd_min_compression
+    powersgd_wire: str = _GRADIENTS.powersgd_wire
+    shard_optimizer_state: bool = _GRADIENTS.shard_optimizer_state
+    shard_bucket_bytes: int = _GRADIENTS.shard_bucket_bytes
     cpu_split: str = "auto"
-    fused_updates: bool = True
+    fused_updates: bool = _GRADIENTS.fused_updates
     jit_fallback: str = "warn"
     stall_warn_s: float | None = 60.0
     stall_abort_s: float | None = None
@@ -280,12 +281,13 @@ class StrategyConfig(validation.ConfigFields):
             self.powersgd_wire,
         )
         validation.check_bool("shard_optimizer_state", self.shard_optimizer_state)
-        if self.shard_optimizer_state:
-            zero_plan.check_combination(self.compression, self.grad_accum)
         validation.check_int("shard_bucket_bytes", self.shard_bucket_bytes, minimum=0)
         validation.check_choice("cpu_split", self.cpu_split, CPU_SPLIT)
         validation.check_bool("fused_updates", self.fused_updates)
         validation.check_choice("jit_fallback", self.jit_fallback, JIT_FALLBACKS)
+        # The gradient settings' combination rules: the chain's
+        # (`GradientOptions` checks them; e.g. ZeRO with PowerSGD).
+        gradient_options.GradientOptions.from_config(self)
         _check_stall(self.stall_warn_s, self.stall_abort_s)
         if self.collective_timeout_s and not self.stall_warn_s:
             raise ValueError(

@@ -169,10 +169,10 @@ def check_fit_input(strategy, x) -> None:
             "`drop_remainder=True`, lets fit check it"
         )
         return
-    options = gradient_binding.options_of(strategy)
-    if options is not None and options.grad_accum > 1:
+    binding = gradient_binding.binding_of(strategy)
+    if binding is not None and binding.plan.path == "accumulation":
         # The same rule, in the batch contract's terms (micro x replicas).
-        contract.micro_batch_from_dataset(batch, options.grad_accum, replicas)
+        contract.micro_batch_from_dataset(batch, binding.options.grad_accum, replicas)
         return
     workers = _num_workers(strategy)
     shard_math.per_replica_batch_size(

@@ -12,6 +12,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Sequence
 
+from tfdist_opt import versions
+from tfdist_opt.gradients import gradient_plan
+from tfdist_opt.gradients.options import GradientOptions
 from tfdist_opt.strategy import cpu_split
 from tfdist_opt.strategy import kinds as kinds_lib
 from tfdist_opt.strategy import virtual_replicas
@@ -41,6 +44,9 @@ class StrategyPlan:
             memory growth on the GPUs; None without GPUs (see
             `gpu_memory_choice`).
         gpu_memory: str. Why, in words ("" without GPUs).
+        gradients: `tfdist_opt.gradients.gradient_plan.GradientPlan` or
+            None. The gradient path the strategy attaches, and why (set by
+            `plan_strategy`).
     """
 
     kind: Kind
@@ -52,6 +58,7 @@ class StrategyPlan:
     settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     gpu_memory_growth: bool | None = None
     gpu_memory: str = ""
+    gradients: gradient_plan.GradientPlan | None = None
 
     @property
     def num_local_replicas(self) -> int:
@@ -65,12 +72,24 @@ class StrategyPlan:
         )
 
 
-def plan_strategy(config, topology) -> StrategyPlan:
-    """Decides the strategy for `config` on `topology`.
+def plan_strategy(
+    config, topology, gradients: GradientOptions | None = None, legacy_keras: bool | None = None
+) -> StrategyPlan:
+    """Decides the strategy for `config` on `topology`, its gradient path included.
+
+    Args:
+        config: `StrategyConfig`.
+        topology: `Topology`.
+        gradients: `GradientOptions` or None. The gradient settings with
+            the user's stages (`opt_strategy(gradient_stages=...)`); None:
+            `GradientOptions.from_config(config)`.
+        legacy_keras: bool or None. tf_keras (`TF_USE_LEGACY_KERAS=1`);
+            None reads the environment (`versions.uses_legacy_keras`).
 
     Raises:
         ValueError: the config asks for something this topology cannot do
-            (NCCL without GPUs, multi-worker without TF_CONFIG, ...).
+            (NCCL without GPUs, multi-worker without TF_CONFIG, ...), or a
+            Keras 3-only gradient setting under tf_keras.
     """
     reasons: list[str] = []
     kind = kinds_lib.select(config, topology, reasons)
@@ -92,11 +111,23 @@ def plan_strategy(config, topology) -> StrategyPlan:
             "('Duplicate GPU detected'); all_reduce=auto chooses another "
             "implementation there"
         )
+    if legacy_keras is None:
+        legacy_keras = versions.uses_legacy_keras()
+    if gradients is None:
+        gradients = GradientOptions.from_config(config)
+    gradients = gradient_plan.plan_gradients(
+        gradients,
+        kind.value,
+        plan.all_reduce,
+        legacy_keras,
+        config.collective_streams,
+    )
     return dataclasses.replace(
         plan,
         gpu_memory_growth=growth,
         gpu_memory=why,
-        warnings=plan.warnings + tuple(memory_warnings),
+        warnings=plan.warnings + gradients.warnings + tuple(memory_warnings),
+        gradients=gradients,
     )
 
 
@@ -224,17 +255,6 @@ def choose_all_reduce(
     return asked
 
 
-def streams_bypassed(config) -> str | None:
-    """The setting whose gradient path runs no streamed pieces, or None."""
-    if config.compression == "powersgd":
-        return "compression='powersgd'"
-    if config.grad_accum > 1:
-        return f"grad_accum={config.grad_accum}"
-    if config.shard_optimizer_state:
-        return "shard_optimizer_state=True"
-    return None
-
-
 def inapplicable(config, kind: Kind, all_reduce: str | None) -> list[str]:
     """Warnings for settings that have no effect with this kind / collective."""
     out = []
@@ -256,11 +276,6 @@ def inapplicable(config, kind: Kind, all_reduce: str | None) -> list[str]:
             f"collective_streams={streams} has no effect with {kind}/{all_reduce}: "
             "it applies to multi-worker RING collectives (NCCL keeps TF's "
             "ordered packs)"
-        )
-    elif streams not in ("auto", 0) and (bypassed := streams_bypassed(config)):
-        out.append(
-            f"collective_streams={streams} has no effect with "
-            f"{bypassed}: that gradient path runs its own collectives"
         )
     if config.collective_timeout_s is not None and not multi:
         out.append(
