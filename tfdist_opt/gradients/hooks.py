@@ -23,13 +23,14 @@ The gradient path is the optimizer's chain of gradient stages
 (`OptimizerState.chain`, made from the options by `combine.from_options`),
 run by `chain_binding`:
 
-* `_all_reduce_sum_gradients`: the chain's step stages (user stages,
-  `Cast`, `Pack`, the collective: `AllReduce`, i.e. compression + packing
-  by `allreduce.all_reduce_sum`, or `PowerSGD`) in place of one plain
-  `ReplicaContext.all_reduce`.
+* `_all_reduce_sum_gradients`: the chain's step stages (user stages, the
+  collective: `AllReduce`, i.e. the collective layer's compressed, packed
+  or streamed all-reduce, `collectives.Collectives`, or `PowerSGD`) in
+  place of one plain `ReplicaContext.all_reduce`.
 * `build`: upstream `build`, then every stage's `init`: the accumulators
   (`Accumulate`), the PowerSGD state (`PowerSGD`, `lowrank.init`), the
-  pack-size autotune (`Pack("auto")`, multi-worker), a user stage's state.
+  pack-size autotune (`Pack("auto")`, multi-worker), a user stage's state;
+  then the optimizer's collective layer.
 * `_backend_apply_gradients` (`grad_accum > 1`): local accumulation and
   one all-reduce + update every k-th micro-step (`accumulation`), instead
   of Keras's `gradient_accumulation_steps` branch, which fails under
@@ -79,8 +80,9 @@ class OptimizerState:
         chain: the `combine.Chain` of gradient stages `options` stand for.
         stage_states: list or None. What each stage's `init` returned, in
             chain order (None before `build`).
-        streams: `streams.Streams` or None. The streamed collectives'
-            tokens (`options.collective_streams`; made by `build`).
+        collectives: `collectives.Collectives` or None. The collective
+            layer every stage of this optimizer sends through (made by
+            `build`, from the chain).
     """
 
     options: GradientOptions
@@ -88,7 +90,7 @@ class OptimizerState:
     tuned_bytes_per_pack: int | None = None
     chain: object = None
     stage_states: list | None = None
-    streams: object = None
+    collectives: object = None
 
     def __post_init__(self):
         if self.chain is None:

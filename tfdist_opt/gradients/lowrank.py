@@ -2,7 +2,7 @@
 
 Two calls, the shape every stateful stage of the gradient path has:
 
-* `init(optimizer, variables, options) -> PowerSGDState`: plans the
+* `init(optimizer, variables, stage, wire) -> PowerSGDState`: plans the
   selection (`powersgd.plan`, static shapes) and creates the state as
   optimizer variables (`add_variable_from_reference` / `add_variable`, so
   `optimizer.variables`, `tf.train.Checkpoint(optimizer=...)`, `model.save`
@@ -35,12 +35,12 @@ accumulation path relies on it too), and every worker takes the same
 branch because the counter is the same everywhere. The per-replica
 matrix products run explicitly on each local device.
 
-`all_reduce_sum(optimizer, grads_and_vars, state)` is the replica-context
-entry (the hooked `_all_reduce_sum_gradients`): one `merge_call` takes the
+`reduce(optimizer, bucket, state, collectives)` is the replica-context
+entry (the `PowerSGD` stage's `reduce`): one `merge_call` takes the
 selected gradients and the dense ones PowerSGD does not compress; the
-latter are cast to `powersgd_wire` and ride in the P factors' collective,
-so a step is two collectives in all. Sparse gradients go through
-`allreduce.all_reduce_sum`.
+latter are cast to the wire dtype and ride in the P factors' collective,
+so a step is two collectives in all. Sparse gradients never reach it
+(`chain_binding.all_reduce` sends them through the collective layer).
 """
 
 from __future__ import annotations
@@ -51,12 +51,10 @@ from absl import logging
 import tensorflow as tf
 
 from tfdist_opt import runtime
-from tfdist_opt.gradients import allreduce
 from tfdist_opt.gradients import factor_ops
 from tfdist_opt.gradients import lowrank_step
 from tfdist_opt.gradients import powersgd
 from tfdist_opt.gradients import replica_slots
-from tfdist_opt.gradients.options import GradientOptions
 
 ERROR_NAME = "tfdist_powersgd_error"
 Q_NAME = "tfdist_powersgd_q"
@@ -78,12 +76,12 @@ class PowerSGDState:
     Attributes:
         plan: `powersgd.Plan` over the optimizer's trainable variables.
         entries: dict. Variable index -> `Entry`, for each compressed one.
-        options: `GradientOptions`.
+        start_step: int. The first update PowerSGD compresses.
     """
 
     plan: powersgd.Plan
     entries: dict
-    options: GradientOptions
+    start_step: int
 
     @property
     def error_buffers(self) -> list:
@@ -94,13 +92,14 @@ class PowerSGDState:
         return [e.q for e in self.entries.values()]
 
 
-def init(optimizer, variables, options: GradientOptions) -> PowerSGDState:
+def init(optimizer, variables, stage, wire: str) -> PowerSGDState:
     """Creates (once) the PowerSGD state of `optimizer` as its variables.
 
     Args:
         optimizer: a Keras 3 TF optimizer, being built.
         variables: its trainable variables, in its variable order.
-        options: `GradientOptions` with `compression="powersgd"`.
+        stage: the `builtin_stages.PowerSGD` stage (its settings).
+        wire: str. `"none"`, `"bf16"` or `"fp16"`: the chain's `Cast`.
 
     Returns:
         The `PowerSGDState`, also kept on the optimizer (`state_of`).
@@ -111,9 +110,9 @@ def init(optimizer, variables, options: GradientOptions) -> PowerSGDState:
     plan = powersgd.plan(
         [tuple(v.shape) for v in variables],
         [_dtype_name(v.dtype) for v in variables],
-        options.powersgd_rank,
-        options.powersgd_min_compression,
-        options.powersgd_wire,
+        stage.rank,
+        stage.min_compression,
+        wire,
     )
     strategy = optimizer._distribution_strategy
     entries = {}
@@ -133,19 +132,19 @@ def init(optimizer, variables, options: GradientOptions) -> PowerSGDState:
             q = optimizer.add_variable(
                 shape=(m.cols, m.rank),
                 dtype=_dtype_name(var.dtype),
-                initializer=factor_ops.SeededNormal(options.powersgd_seed, j),
+                initializer=factor_ops.SeededNormal(stage.seed, j),
                 name=f"{_sanitized(var)}_{Q_NAME}",
             )
             entries[m.index] = Entry(m, error, q)
-    state = PowerSGDState(plan, entries, options)
+    state = PowerSGDState(plan, entries, stage.start_step)
     runtime.OBJECTS.of(optimizer).powersgd = state
     logging.info(
         "tfdist_opt gradients: %s (rank %d, from update %d, min compression %s, wire %s)",
         plan.describe(),
-        options.powersgd_rank,
-        options.powersgd_start_step,
-        options.powersgd_min_compression,
-        options.powersgd_wire,
+        stage.rank,
+        stage.start_step,
+        stage.min_compression,
+        wire,
     )
     return state
 
@@ -156,63 +155,45 @@ def state_of(optimizer) -> PowerSGDState | None:
     return None if state is None else state.powersgd
 
 
-def all_reduce_sum(
-    optimizer, grads_and_vars, state: PowerSGDState, tuned: int | None = None
-) -> list:
-    """SUM all-reduce of one step's gradients from a replica context.
+def reduce(optimizer, bucket, state: PowerSGDState, collectives) -> list:
+    """SUM over replicas of one bucket's dense gradients (replica context).
 
     The dense gradients PowerSGD does not compress (biases, small matrices)
     travel in the same collective as the P factors, so a step costs two
     collectives, not three: on a latency-bound transport a small
     all-reduce costs as much as a large one (docs/benchmarks.md, "Figures
-    behind the gradient path's design"). Sparse gradients (`tf.IndexedSlices`) go through
-    `allreduce.all_reduce_sum` (TF's gather) first.
+    behind the gradient path's design").
 
     Args:
-        optimizer: the hooked optimizer (its update counter and strategy).
-        grads_and_vars: list of (gradient, variable).
+        optimizer: the hooked optimizer (its update counter).
+        bucket: a `stage.Bucket` of dense gradients (None passes through).
         state: its `PowerSGDState`.
-        tuned: int or None. Autotuned pack size for the uncompressed rest
-            before `powersgd_start_step`.
+        collectives: the optimizer's `collectives.Collectives` (wire dtype,
+            packing of the uncompressed step before `start_step`).
 
     Returns:
-        List of (reduced gradient, variable), each reduced gradient the SUM
-        over replicas (exact before `powersgd_start_step`, low-rank after).
+        The list of reduced gradients, each the SUM over replicas (exact
+        before `start_step`, low-rank after).
     """
-    grads = [g for g, _ in grads_and_vars]
-    index = [optimizer._get_variable_index(v) for _, v in grads_and_vars]
-    selected = [
-        k
-        for k, g in enumerate(grads)
-        if index[k] in state.entries and g is not None and not isinstance(g, tf.IndexedSlices)
-    ]
+    grads = bucket.gradients
+    index = [optimizer._get_variable_index(v) for v in bucket.variables]
+    present = [k for k, g in enumerate(grads) if g is not None]
+    selected = [k for k in present if index[k] in state.entries]
     chosen = set(selected)
-    dense_rest = [
-        k
-        for k, g in enumerate(grads)
-        if k not in chosen and g is not None and not isinstance(g, tf.IndexedSlices)
-    ]
-    sparse = [k for k, g in enumerate(grads) if isinstance(g, tf.IndexedSlices)]
+    dense_rest = [k for k in present if k not in chosen]
     out = list(grads)
-    strategy = optimizer._distribution_strategy
-    if sparse:
-        for k, r in zip(
-            sparse, allreduce.all_reduce_sum([grads[k] for k in sparse], state.options, strategy)
-        ):
-            out[k] = r
-    if selected or dense_rest:
+    if present:
         entries = [state.entries[index[k]] for k in selected]
         counter = optimizer._iterations
 
         def cross_replica(distribution, values, rest):
             return lowrank_step.apply(
-                distribution,
+                collectives.cross_replica(distribution),
                 list(values),
                 entries,
                 tf.convert_to_tensor(counter),
-                state.options,
+                state.start_step,
                 rest=list(rest),
-                tuned=tuned,
             )
 
         reduced = tf.distribute.get_replica_context().merge_call(
@@ -224,7 +205,7 @@ def all_reduce_sum(
         )
         for k, r in zip(selected + dense_rest, reduced):
             out[k] = r
-    return [(r, v) for r, (_, v) in zip(out, grads_and_vars)]
+    return out
 
 
 def _sanitized(var) -> str:

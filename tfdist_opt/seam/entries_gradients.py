@@ -142,7 +142,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "tensorflow.raw_ops",
         "CollectiveAllToAllV2",
-        "tfdist_opt.gradients.zero_collectives",
+        "tfdist_opt.gradients.collectives",
         "ZeRO's reduce-scatter on CPU (all-to-all + local sum): TF 2.21 "
         "registers CollectiveReduceScatterV2 for NCCL only and has no "
         "tf.distribute all-to-all",
@@ -150,7 +150,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "tensorflow.raw_ops",
         "CollectiveGatherV2",
-        "tfdist_opt.gradients.zero_collectives",
+        "tfdist_opt.gradients.collectives",
         "one gather of equal-sized shards (ReplicaContext.all_gather "
         "runs two collectives: the lengths, then the padded data)",
     ),
