@@ -197,9 +197,7 @@ def _model(strategy, n, is_chief):
     pack_bpp = best if pack_best is tuned else "auto"
     bf16_one = row(
         "bf16_one_pack",
-        _timer(
-            strategy, ours(0, "bfloat16"), iters, warmup
-        ),
+        _timer(strategy, ours(0, "bfloat16"), iters, warmup),
     )
     bf16 = row(
         "ours_bf16_packed",

@@ -12,6 +12,7 @@
 import traceback
 
 import numpy as np
+import pytest
 import keras
 import tensorflow as tf
 
@@ -45,22 +46,26 @@ def test_keras_to_the_collective_op_is_at_most_six_project_functions(monkeypatch
     assert 0 < len(ours) <= MAX_DEPTH, ours
 
 
-def test_sparse_and_dense_sum_together():
+@pytest.mark.parametrize(
+    "packing",
+    [collectives.Packing(0), collectives.Packing(4), collectives.Packing(streams=2, piece_bytes=4)],
+    ids=["one_pack", "packs", "streams"],
+)
+def test_sparse_and_dense_sum_together(packing):
     strategy = opt_strategy(cpu_replicas=2)
-    for packing in (collectives.Packing(0), collectives.Packing(4)):
-        layer = collectives.Collectives(strategy, collectives.Codec(), packing)
+    layer = collectives.Collectives(strategy, collectives.Codec(), packing)
 
-        @tf.function
-        def fn():
-            rid = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.float32)
-            dense = tf.fill([3], rid + 1.0)
-            sparse = tf.IndexedSlices(tf.fill([1, 2], rid + 1.0), tf.constant([1]), tf.constant([4, 2]))
-            out = layer.all_reduce_sum([dense, None, sparse])
-            assert out[1] is None and isinstance(out[2], tf.IndexedSlices)
-            return out[0], tf.convert_to_tensor(out[2])
+    @tf.function
+    def fn():
+        rid = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.float32)
+        dense = tf.fill([3], rid + 1.0)
+        sparse = tf.IndexedSlices(tf.fill([1, 2], rid + 1.0), tf.constant([1]), tf.constant([4, 2]))
+        out = layer.all_reduce_sum([dense, None, sparse])
+        assert out[1] is None and isinstance(out[2], tf.IndexedSlices)
+        return out[0], tf.convert_to_tensor(out[2])
 
-        dense, sparse = strategy.run(fn)
-        np.testing.assert_array_equal(strategy.experimental_local_results(dense)[0], [3.0] * 3)
-        np.testing.assert_array_equal(
-            strategy.experimental_local_results(sparse)[0], [[0, 0], [3, 3], [0, 0], [0, 0]]
-        )
+    dense, sparse = strategy.run(fn)
+    np.testing.assert_array_equal(strategy.experimental_local_results(dense)[0], [3.0] * 3)
+    np.testing.assert_array_equal(
+        strategy.experimental_local_results(sparse)[0], [[0, 0], [3, 3], [0, 0], [0, 0]]
+    )

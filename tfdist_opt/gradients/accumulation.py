@@ -62,7 +62,6 @@ import tensorflow as tf
 from tfdist_opt import runtime
 from tfdist_opt.gradients import collectives as collectives_lib
 from tfdist_opt.gradients import lowrank
-from tfdist_opt.gradients import lowrank_step
 from tfdist_opt.gradients import replica_slots
 
 ACCUMULATOR_NAME = "tfdist_accumulator"
@@ -150,7 +149,7 @@ def accumulate_and_apply(optimizer, grads, trainable_variables, state) -> tf.Ten
         def update():
             cross = state.collectives.cross_replica(distribution)
             if psgd:
-                summed = lowrank_step.apply(
+                summed = lowrank.apply(
                     cross,
                     list(raw),
                     [psgd.entries[index[i]] for i in low],

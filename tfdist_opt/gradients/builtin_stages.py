@@ -179,9 +179,7 @@ class PowerSGD(BuiltinStage):
     def reduce(self, bucket, state, context):
         from tfdist_opt.gradients import lowrank
 
-        return bucket.replace(
-            lowrank.reduce(context.optimizer, bucket, state, context.collectives)
-        )
+        return bucket.replace(lowrank.reduce(context.optimizer, bucket, state, context.collectives))
 
     def option_fields(self) -> dict:
         return {

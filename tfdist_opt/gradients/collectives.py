@@ -281,7 +281,9 @@ class Collectives:
                     else flat[s.tensor][s.start : s.end]
                     for s in segments
                 ]
-                wire, meta = self.codec.encode(ins[0] if len(ins) == 1 else tf.concat(ins, 0), self.n)
+                wire, meta = self.codec.encode(
+                    ins[0] if len(ins) == 1 else tf.concat(ins, 0), self.n
+                )
                 summed = self.codec.decode(
                     tf.raw_ops.CollectiveReduceV2(
                         input=wire,
