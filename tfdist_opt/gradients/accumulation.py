@@ -59,12 +59,46 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfdist_opt import _class_swap
 from tfdist_opt import runtime
 from tfdist_opt.gradients import collectives as collectives_lib
 from tfdist_opt.gradients import lowrank
 from tfdist_opt.gradients import replica_slots
 
 ACCUMULATOR_NAME = "tfdist_accumulator"
+
+
+class AccumulationHooks:
+    """Mixin in front of a hooked optimizer class when `grad_accum > 1`.
+
+    `hooks.hook` swaps it onto the instance (as `sharded_state` does ZeRO's):
+    the apply step accumulates and updates every k-th micro-step, and the
+    optimizer reports, and learning-rate schedules see, updates
+    (`_iterations // k`), so Adam's bias correction and schedules advance
+    once per k micro-steps, as one big-batch step would.
+    """
+
+    def _backend_apply_gradients(self, grads, trainable_variables):
+        state = runtime.OBJECTS.of(self).gradients
+        accumulate_and_apply(self, list(grads), list(trainable_variables), state)
+
+    @property
+    def iterations(self):
+        k = runtime.OBJECTS.of(self).gradients.grad_accum
+        return tf.math.floordiv(self._iterations.value, k)
+
+    def _get_current_learning_rate(self):
+        import keras
+
+        schedule = getattr(self, "_learning_rate", None)
+        if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
+            return schedule(self.iterations)
+        return super()._get_current_learning_rate()
+
+
+def accumulating_class(cls: type) -> type:
+    """The cached `AccumulationHooks` subclass of (hooked) class `cls`."""
+    return _class_swap.cached_subclass(AccumulationHooks, cls)
 
 
 def create_accumulators(optimizer, variables) -> list:

@@ -41,7 +41,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         _TF_OPTIMIZER,
         "_backend_apply_gradients",
-        "tfdist_opt.gradients.hooks",
+        "tfdist_opt.gradients.accumulation",
         "overridden with grad_accum > 1: Keras's own accumulation branch "
         "fails under MirroredStrategy (keras-team/keras#17429, tf-keras#107); "
         "accumulate, all-reduce every k-th micro-step",
@@ -73,7 +73,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         _TF_OPTIMIZER,
         "_get_current_learning_rate",
-        "tfdist_opt.gradients.hooks",
+        "tfdist_opt.gradients.accumulation",
         "overridden with grad_accum > 1: schedules see updates, not micro-steps",
         params=("self",),
     ),
@@ -213,7 +213,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.optimizers.SGD()",
         "_learning_rate",
-        "tfdist_opt.gradients.hooks",
+        "tfdist_opt.gradients.accumulation",
         "float variable or schedule",
     ),
     PrivateName(
