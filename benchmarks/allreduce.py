@@ -114,10 +114,9 @@ def _model(strategy, n, is_chief):
     import tensorflow as tf
 
     from tfdist_opt.strategy import host_memory
-    from tfdist_opt.gradients import allreduce
     from tfdist_opt.gradients import autotune
+    from tfdist_opt.gradients import collectives
     from tfdist_opt.gradients import packing
-    from tfdist_opt.gradients.options import GradientOptions
 
     shapes = allreduce_timing.model_shapes(_MODEL.value)
     nbytes = sum(4 * _numel(s) for s, _ in shapes)
@@ -145,8 +144,11 @@ def _model(strategy, n, is_chief):
         rows.append(r)
         return r
 
-    def ours(options):
-        return lambda: _scalar(allreduce.all_reduce_sum(grads, options, strategy))
+    def ours(bytes_per_pack, wire_dtype=None):
+        layer = collectives.Collectives(
+            strategy, collectives.Codec(wire_dtype), collectives.Packing(bytes_per_pack)
+        )
+        return lambda: _scalar(layer.all_reduce_sum(grads))
 
     def plain():
         return _scalar(tf.distribute.get_replica_context().all_reduce("SUM", grads))
@@ -161,14 +163,14 @@ def _model(strategy, n, is_chief):
     policy = packing.auto_pack_policy(sizes)
     auto = row(
         "ours_auto_policy_fp32",
-        _timer(strategy, ours(GradientOptions(bytes_per_pack="auto")), iters, warmup),
+        _timer(strategy, ours("auto"), iters, warmup),
         num_packs=len(packing.assign_buckets(sizes, policy)),
         policy=policy.describe(),
     )
     best, trials = autotune.tune(
         strategy,
         shapes,
-        GradientOptions(),
+        collectives.Codec(),
         warmup=1,
         iters=max(3, iters // 2),
         csv_path=_AUTOTUNE_CSV.value if is_chief else None,
@@ -188,22 +190,20 @@ def _model(strategy, n, is_chief):
         )
     tuned = row(
         "ours_autotuned_fp32",
-        _timer(strategy, ours(GradientOptions(bytes_per_pack=best)), iters, warmup),
+        _timer(strategy, ours(best), iters, warmup),
         bytes_per_pack=best,
     )
     pack_best = min((auto, tuned), key=lambda r: r["time_s"])
     pack_bpp = best if pack_best is tuned else "auto"
     bf16_one = row(
         "bf16_one_pack",
-        _timer(
-            strategy, ours(GradientOptions(bytes_per_pack=0, compression="bf16")), iters, warmup
-        ),
+        _timer(strategy, ours(0, "bfloat16"), iters, warmup),
     )
     bf16 = row(
         "ours_bf16_packed",
         _timer(
             strategy,
-            ours(GradientOptions(bytes_per_pack=pack_bpp, compression="bf16")),
+            ours(pack_bpp, "bfloat16"),
             iters,
             warmup,
         ),
@@ -213,7 +213,7 @@ def _model(strategy, n, is_chief):
         "ours_fp16_packed",
         _timer(
             strategy,
-            ours(GradientOptions(bytes_per_pack=pack_bpp, compression="fp16")),
+            ours(pack_bpp, "float16"),
             iters,
             warmup,
         ),

@@ -18,7 +18,7 @@ import pytest
 import keras
 import tensorflow as tf
 
-from tfdist_opt.gradients import allreduce
+from tfdist_opt.gradients import collectives
 from tfdist_opt.gradients import keras_binding
 from tfdist_opt.gradients import precision
 from tfdist_opt.gradients.options import GradientOptions
@@ -93,7 +93,7 @@ def test_packing_on_off_gives_identical_weights():
         np.testing.assert_array_equal(a, b)
     # The "auto" policy really made several packs for these shapes.
     tensors = [tf.zeros(w.shape) for w in _init_weights()]
-    assert len(allreduce.plan_buckets(tensors, GradientOptions(bytes_per_pack="auto"))) >= 2
+    assert len(collectives.Packing("auto").buckets(tensors)) >= 2
 
 
 def test_tiny_fixed_packs_identical_to_one_pack_in_replica_context():
@@ -103,24 +103,27 @@ def test_tiny_fixed_packs_identical_to_one_pack_in_replica_context():
         for i, s in enumerate([(7, 5), (300,), (2, 3, 4), ()])
     ]
 
-    def run(options):
+    def run(bytes_per_pack, wire_dtype=None):
+        layer = collectives.Collectives(
+            strategy, collectives.Codec(wire_dtype), collectives.Packing(bytes_per_pack)
+        )
+
         def fn():
             rid = tf.distribute.get_replica_context().replica_id_in_sync_group
             local = [tf.constant(g) * tf.cast(rid + 1, tf.float32) for g in grads]
-            return allreduce.all_reduce_sum(local, options, strategy)
+            return layer.all_reduce_sum(local)
 
         out = strategy.run(tf.function(fn))
         return [strategy.experimental_local_results(o)[0].numpy() for o in out]
 
-    one = run(GradientOptions(bytes_per_pack=0, compression="bf16"))
-    tiny = run(GradientOptions(bytes_per_pack=16, compression="bf16"))
-    plain = run(GradientOptions())
+    one = run(0, "bfloat16")
+    tiny = run(16, "bfloat16")
+    plain = run(0)
     for a, b, g in zip(one, tiny, grads):
         np.testing.assert_array_equal(a, b)
     for p, g in zip(plain, grads):
         np.testing.assert_allclose(p, 3 * g, rtol=1e-6)
-    opts = GradientOptions(bytes_per_pack=16)
-    assert len(allreduce.plan_buckets([tf.constant(g) for g in grads], opts)) == 4
+    assert len(collectives.Packing(16).buckets([tf.constant(g) for g in grads])) == 4
 
 
 @pytest.mark.parametrize("compression,wire", [("bf16", "bfloat16"), ("fp16", "float16")])

@@ -78,9 +78,16 @@ def test_autotuned_pack_size_keeps_backprop_order():
     """TF runs a replica's collectives in issue order: the pack holding the
     last layer (whose gradient backprop produces first) must be issued first,
     or every pack waits for the end of backprop."""
-    from tfdist_opt.gradients import allreduce
-    from tfdist_opt.gradients.options import GradientOptions
+    from tfdist_opt.gradients import collectives
 
-    policy = allreduce.pack_policy(GradientOptions(bytes_per_pack="auto"), [3000] * 4, tuned=4096)
+    policy = collectives.Packing("auto", tuned=4096).policy([3000] * 4)
     assert policy.reverse and policy.bucket_bytes == 4096
     assert packing.assign_buckets([3000] * 4, policy)[0][0] == 3
+
+
+def test_scatter_buckets_reverse_order_bounded_per_dtype():
+    assert packing.scatter_buckets(["float32"] * 4, [8, 8, 8, 40], 16) == [[3], [2, 1], [0]]
+    assert packing.scatter_buckets(["float32", "bfloat16", "float32"], [4, 4, 4], 0) == [
+        [2, 0],
+        [1],
+    ]

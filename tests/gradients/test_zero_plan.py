@@ -84,11 +84,3 @@ def test_gather_plan_bounds_each_bucket_and_covers_every_shard():
     ]
     with pytest.raises(ValueError, match="shard_sizes"):
         zero_plan.gather_plan(["float32"], [4], [1, 2], [1], [True], 2, 0)
-
-
-def test_scatter_buckets_reverse_order_bounded_per_dtype():
-    assert zero_plan.scatter_buckets(["float32"] * 4, [8, 8, 8, 40], 16) == [[3], [2, 1], [0]]
-    assert zero_plan.scatter_buckets(["float32", "bfloat16", "float32"], [4, 4, 4], 0) == [
-        [2, 0],
-        [1],
-    ]

@@ -7,10 +7,11 @@ strategy), `packing`
 its error bound), `contract` (the batch contract under accumulation),
 `powersgd` (which matrices PowerSGD compresses, bytes per step),
 `zero_plan` (sharded optimizer state: shard sizes, refusals, bytes).
-TensorFlow bindings, imported on use: `allreduce` (compressed, bucketed
-all-reduce), `accumulation` (local accumulation, one all-reduce per k),
-`lowrank` (the PowerSGD stage: state variables, the replica-context
-entry), `lowrank_step` (its factor all-reduces, cross-replica),
+TensorFlow bindings, imported on use: `collectives` (the collective
+layer: wire dtype, packs or streams, ZeRO's reduce-scatter and gather, in
+the replica and the cross-replica context), `accumulation` (local
+accumulation, one all-reduce per k), `lowrank` (the PowerSGD stage: state
+variables, the replica-context entry, the cross-replica factor step),
 `autotune` (measured pack-size search), `timing` (time a collective, agree
 across workers), `keras_binding` (binds options to the optimizers created
 in a strategy's scope), `fit_length` (grad_accum against a fit's length),
@@ -23,7 +24,8 @@ Stages (pure): `stage` (`GradientStage`, `Bucket`: the interface a user
 stage implements), `builtin_stages` (`Accumulate`, `Cast`, `Pack`,
 `AllReduce`, `PowerSGD`, `ZeRO`: what the config strings stand for),
 `combine` (`chain(*stages)`: composition and the combination rules); their
-TensorFlow binding is `chain_binding` (`StageContext`).
+TensorFlow binding is `chain_binding` (`StageContext`); each built-in
+stage's `init` and `reduce` hold its own code.
 """
 
 from tfdist_opt.gradients.builtin_stages import Accumulate

@@ -2,7 +2,8 @@
 
 k micro-batches are summed into *local, per-replica* accumulators with no
 communication; on every k-th micro-step the accumulated sums are
-all-reduced once (compressed and packed, `allreduce.cross_replica_reduce_sum`),
+all-reduced once (compressed and packed: the collective layer's
+cross-replica all-reduce, `collectives.CrossReplicaCollectives`),
 divided by k and applied by the optimizer. Communication per example
 therefore falls k-fold, and optimizer state (slots, `iterations`,
 learning-rate schedules) advances once per k micro-steps.
@@ -22,16 +23,14 @@ defining a new graph or a tf.function"). Here the replica-context code has
 no branch at all:
 
     replica ctx:  new_i = acc_i + g_i                (local, no comm)
-                  wire_i = compress(new_i)
-                  applied = merge_call(step, wire)   (unconditional)
+                  applied = merge_call(step, new)    (unconditional)
                   acc_i.assign(where(applied, 0, new_i))
     cross ctx:    tf.cond((_iterations + 1) % k == 0,
-                          all-reduce + extended.update, no-op)
+                          cast + all-reduce + extended.update, no-op)
 
 `batch_reduce_to` and `extended.update` are legal inside a `tf.cond` in the
 cross-replica context, and every worker takes the same branch because the
-micro-step counter is the same everywhere. The cost is a cast of the local
-sums on every micro-step when compression is on (no communication).
+micro-step counter is the same everywhere.
 
 State: the micro-step counter is the optimizer's own `_iterations` (upstream
 `apply` adds 1 per call; the hooked `iterations` reports `_iterations // k`),
@@ -60,13 +59,46 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfdist_opt import _class_swap
 from tfdist_opt import runtime
-from tfdist_opt.gradients import allreduce
+from tfdist_opt.gradients import collectives as collectives_lib
 from tfdist_opt.gradients import lowrank
-from tfdist_opt.gradients import lowrank_step
 from tfdist_opt.gradients import replica_slots
 
 ACCUMULATOR_NAME = "tfdist_accumulator"
+
+
+class AccumulationHooks:
+    """Mixin in front of a hooked optimizer class when `grad_accum > 1`.
+
+    `hooks.hook` swaps it onto the instance (as `sharded_state` does ZeRO's):
+    the apply step accumulates and updates every k-th micro-step, and the
+    optimizer reports, and learning-rate schedules see, updates
+    (`_iterations // k`), so Adam's bias correction and schedules advance
+    once per k micro-steps, as one big-batch step would.
+    """
+
+    def _backend_apply_gradients(self, grads, trainable_variables):
+        state = runtime.OBJECTS.of(self).gradients
+        accumulate_and_apply(self, list(grads), list(trainable_variables), state)
+
+    @property
+    def iterations(self):
+        k = runtime.OBJECTS.of(self).gradients.grad_accum
+        return tf.math.floordiv(self._iterations.value, k)
+
+    def _get_current_learning_rate(self):
+        import keras
+
+        schedule = getattr(self, "_learning_rate", None)
+        if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
+            return schedule(self.iterations)
+        return super()._get_current_learning_rate()
+
+
+def accumulating_class(cls: type) -> type:
+    """The cached `AccumulationHooks` subclass of (hooked) class `cls`."""
+    return _class_swap.cached_subclass(AccumulationHooks, cls)
 
 
 def create_accumulators(optimizer, variables) -> list:
@@ -132,74 +164,58 @@ def accumulate_and_apply(optimizer, grads, trainable_variables, state) -> tf.Ten
             "build it first (`optimizer.build(model.trainable_variables)`, "
             "which `fit` does) under the strategy's scope."
         )
-    options, k = state.options, state.grad_accum
+    k = state.grad_accum
     accs = [accumulators[optimizer._get_variable_index(v)].value for v in trainable_variables]
     new = [a.read_value() + tf.cast(tf.convert_to_tensor(g), a.dtype) for a, g in zip(accs, grads)]
-    strategy = optimizer._distribution_strategy
-    # PowerSGD (compression="powersgd") takes its matrices raw, once per
-    # update; everything else is cast here, in the replica context.
-    psgd = lowrank.state_of(optimizer) if options.is_powersgd else None
+    # PowerSGD (compression="powersgd") takes its matrices, once per
+    # update; the rest rides in its P factors' collective. Otherwise every
+    # sum takes the collective layer's packed all-reduce.
+    psgd = lowrank.state_of(optimizer) if state.options.is_powersgd else None
     index = [optimizer._get_variable_index(v) for v in trainable_variables]
     low = [i for i, x in enumerate(index) if psgd and x in psgd.entries]
     rest = [i for i in range(len(new)) if i not in set(low)]
-    # Under PowerSGD the rest rides in the P factors' collective (raw here,
-    # cast by `lowrank_step.apply`); otherwise it is cast here and packed.
-    raw_rest = tuple(new[i] for i in rest) if psgd else ()
-    wire, metas = (
-        ([], [])
-        if psgd
-        else allreduce.compress_all([new[i] for i in rest], options, strategy.num_replicas_in_sync)
-    )
     tvars = [getattr(v, "value", v) for v in trainable_variables]
     micro_steps = optimizer._iterations
 
-    def cross_replica_step(distribution, wire, raw, raw_rest):
+    def cross_replica_step(distribution, raw, raw_rest):
         step = tf.convert_to_tensor(micro_steps) + 1
 
         def update():
-            reduced = [None] * len(tvars)
-            for i, r, meta in zip(
-                rest,
-                allreduce.cross_replica_reduce_sum(
-                    distribution,
-                    wire,
-                    [tvars[i] for i in rest],
-                    options,
-                    tuned=state.tuned_bytes_per_pack,
-                ),
-                metas,
-            ):
-                reduced[i] = (r, meta)
+            cross = state.collectives.cross_replica(distribution)
             if psgd:
-                for i, r in zip(
-                    low + rest,
-                    lowrank_step.apply(
-                        distribution,
-                        list(raw),
-                        [psgd.entries[index[i]] for i in low],
-                        step // k - 1,
-                        options,
-                        rest=list(raw_rest),
-                        tuned=state.tuned_bytes_per_pack,
-                    ),
-                ):
-                    reduced[i] = (r, None)
+                summed = lowrank.apply(
+                    cross,
+                    list(raw),
+                    [psgd.entries[index[i]] for i in low],
+                    step // k - 1,
+                    psgd.start_step,
+                    rest=list(raw_rest),
+                )
+            else:
+                summed = [
+                    collectives_lib.per_replica(distribution, per_dev)
+                    for per_dev in cross.all_reduce_sum(
+                        [collectives_lib.local_results(distribution, r) for r in raw_rest]
+                    )
+                ]
+            reduced = [None] * len(tvars)
+            for i, r in zip(low + rest, summed):
+                reduced[i] = r
             optimizer._apply_weight_decay(trainable_variables)
             lr = optimizer.learning_rate
 
-            def apply_one(var, r, meta):
-                g = r if meta is None else allreduce.decompress(r, meta)
+            def apply_one(var, g):
                 g = g / tf.cast(k, g.dtype)
                 optimizer.update_step(_clip(optimizer, g), var, lr)
 
-            for (r, meta), v in zip(reduced, tvars):
-                distribution.extended.update(v, apply_one, args=(r, meta), group=False)
+            for r, v in zip(reduced, tvars):
+                distribution.extended.update(v, apply_one, args=(r,), group=False)
             return tf.constant(True)
 
         return tf.cond(tf.equal(step % k, 0), update, lambda: tf.constant(False))
 
     applied = tf.distribute.get_replica_context().merge_call(
-        cross_replica_step, args=(wire, tuple(new[i] for i in low), raw_rest)
+        cross_replica_step, args=(tuple(new[i] for i in low), tuple(new[i] for i in rest))
     )
     for a, v in zip(accs, new):
         a.assign(tf.where(applied, tf.zeros_like(v), v))

@@ -25,10 +25,9 @@ from typing import Sequence
 from absl import logging
 import tensorflow as tf
 
-from tfdist_opt.gradients import allreduce
+from tfdist_opt.gradients import collectives
 from tfdist_opt.gradients import packing
 from tfdist_opt.gradients import timing
-from tfdist_opt.gradients.options import GradientOptions
 from tfdist_opt.strategy import topology
 
 CSV_FIELDS = ("bytes_per_pack", "num_packs", "median_s", "min_s", "max_s", "iters", "chosen")
@@ -37,7 +36,8 @@ CSV_FIELDS = ("bytes_per_pack", "num_packs", "median_s", "min_s", "max_s", "iter
 def time_all_reduce(
     strategy: tf.distribute.Strategy,
     shapes: Sequence[tuple[tuple[int, ...], str]],
-    options: GradientOptions,
+    codec: collectives.Codec,
+    bytes_per_pack: int,
     warmup: int = 2,
     iters: int = 5,
 ) -> timing.Timing:
@@ -46,15 +46,17 @@ def time_all_reduce(
     Args:
         strategy: the strategy whose collectives to time.
         shapes: list of (shape, dtype name) pairs: the gradients.
-        options: `GradientOptions`; `bytes_per_pack` must be an int here.
+        codec: `collectives.Codec`. The wire dtype.
+        bytes_per_pack: int. The pack size to time.
         warmup: int. Untimed runs first (tracing, connection set-up).
         iters: int. Timed runs.
     """
     with strategy.scope():
         tensors = [tf.zeros(s, d) for s, d in shapes]
+    layer = collectives.Collectives(strategy, codec, collectives.Packing(bytes_per_pack))
 
     def replica_fn():
-        out = allreduce.all_reduce_sum(tensors, options, strategy)
+        out = layer.all_reduce_sum(tensors)
         # One scalar back, so the timing includes every collective.
         return tf.add_n(
             [tf.reduce_sum(tf.cast(o[..., :1] if o.shape.rank else o, tf.float32)) for o in out]
@@ -66,7 +68,7 @@ def time_all_reduce(
 def tune(
     strategy: tf.distribute.Strategy,
     shapes: Sequence[tuple[tuple[int, ...], str]],
-    options: GradientOptions,
+    codec: collectives.Codec,
     candidates: Sequence[int] | None = None,
     warmup: int = 2,
     iters: int = 5,
@@ -77,15 +79,12 @@ def tune(
     Returns:
         (best bytes_per_pack, list of trial rows as in `CSV_FIELDS`).
     """
-    sizes = [_nbytes(s, d, options) for s, d in shapes]
+    sizes = [_nbytes(s, d, codec) for s, d in shapes]
     if candidates is None:
         candidates = packing.candidate_pack_sizes(sizes)
     rows = []
     for b in candidates:
-        opts = GradientOptions(
-            bytes_per_pack=b, compression=options.compression, predivide=options.predivide
-        )
-        t = time_all_reduce(strategy, shapes, opts, warmup, iters)
+        t = time_all_reduce(strategy, shapes, codec, b, warmup, iters)
         rows.append(
             {
                 "bytes_per_pack": b,
@@ -120,7 +119,9 @@ def write_csv(path: str, rows: Sequence[dict]) -> None:
             w.writerow({k: r.get(k) for k in CSV_FIELDS})
 
 
-def maybe_tune_for_variables(strategy, variables, options: GradientOptions) -> int | None:
+def maybe_tune_for_variables(
+    strategy, variables, codec: collectives.Codec, csv_path: str | None = None
+) -> int | None:
     """Autotunes on a multi-worker strategy; None where it does not apply.
 
     Runs eagerly only (`fit` builds the optimizer before its first step);
@@ -130,9 +131,7 @@ def maybe_tune_for_variables(strategy, variables, options: GradientOptions) -> i
         return None
     if num_workers(strategy) < 2 or not tf.executing_eagerly():
         return None
-    best, _ = tune(
-        strategy, shapes_of(variables), options, warmup=1, iters=3, csv_path=options.autotune_csv
-    )
+    best, _ = tune(strategy, shapes_of(variables), codec, warmup=1, iters=3, csv_path=csv_path)
     return best
 
 
@@ -158,11 +157,8 @@ def _dtype_name(v) -> str:
     return d if isinstance(d, str) else tf.as_dtype(d).name
 
 
-def _nbytes(shape, dtype, options: GradientOptions) -> int:
-    from tfdist_opt.gradients import precision
-
+def _nbytes(shape, dtype, codec: collectives.Codec) -> int:
     n = 1
     for s in shape:
         n *= int(s)
-    wire = precision.compress_dtype(dtype, options.wire_dtype) or dtype
-    return n * tf.as_dtype(wire).size
+    return n * codec.wire_of(tf.as_dtype(dtype)).size

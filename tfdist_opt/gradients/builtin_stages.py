@@ -1,11 +1,12 @@
 """The built-in gradient stages: what the `StrategyConfig` strings stand for.
 
-Pure Python (no TensorFlow import). Each class holds its settings, its
-position and its combination rules (`conflicts`); its `init` and `reduce`
-run tfdist_opt's TensorFlow code for it through the context
-(`context.builtin_init` / `context.builtin_reduce`, in `chain_binding`),
-which keeps this module, and so configuration checking, free of
-TensorFlow.
+Each class holds its settings, its position, its combination rules
+(`conflicts`) and its own `init` and `reduce`. Importing this module
+imports no TensorFlow (configuration checking stays free of it): a stage
+whose code is TensorFlow imports its module when the optimizer first runs
+it (`Accumulate`: `accumulation`, `PowerSGD`: `lowrank`); the collective
+ones call the optimizer's collective layer (`context.collectives`, made
+from the chain's `Cast` and `Pack`).
 
 | stage | position | the string it stands for |
 |---|---|---|
@@ -32,16 +33,10 @@ ZERO_BUCKET_BYTES = 8 << 20
 
 
 class BuiltinStage(GradientStage):
-    """A stage tfdist_opt implements; its TF code runs through the context."""
+    """A stage tfdist_opt implements (equal when its settings are)."""
 
     def __init__(self, *, source: str | None = None):
         self.source = source
-
-    def init(self, variables, context):
-        return context.builtin_init(self, variables)
-
-    def reduce(self, bucket, state, context):
-        return context.builtin_reduce(self, bucket, state)
 
     def option_fields(self) -> dict:
         """The `GradientOptions` fields this stage stands for."""
@@ -69,6 +64,11 @@ class Accumulate(BuiltinStage):
         super().__init__(source=source)
         validation.check_int("steps", steps, minimum=1)
         self.steps = steps
+
+    def init(self, variables, context):
+        from tfdist_opt.gradients import accumulation
+
+        return accumulation.create_accumulators(context.optimizer, variables)
 
     def option_fields(self) -> dict:
         return {"grad_accum": self.steps}
@@ -123,14 +123,22 @@ class Pack(BuiltinStage):
             )
         self.bytes_per_pack = bytes_per_pack
 
+    def init(self, variables, context):
+        if self.bytes_per_pack == "auto":
+            return context.autotune_pack_size(variables)
+        return None
+
     def option_fields(self) -> dict:
         return {"bytes_per_pack": self.bytes_per_pack}
 
 
 class AllReduce(BuiltinStage):
-    """The plain collective: `context.all_reduce_sum` of every gradient."""
+    """The plain collective: the collective layer's SUM of every gradient."""
 
     position = "collective"
+
+    def reduce(self, bucket, state, context):
+        return bucket.replace(context.collectives.all_reduce_sum(bucket.gradients))
 
 
 class PowerSGD(BuiltinStage):
@@ -163,6 +171,17 @@ class PowerSGD(BuiltinStage):
         validation.check_int("seed", seed, minimum=0)
         self.rank, self.start_step = rank, start_step
         self.min_compression, self.seed = min_compression, seed
+
+    def init(self, variables, context):
+        from tfdist_opt.gradients import lowrank
+
+        cast = context.chain.first(Cast)
+        return lowrank.init(context.optimizer, variables, self, cast.dtype if cast else "none")
+
+    def reduce(self, bucket, state, context):
+        from tfdist_opt.gradients import lowrank
+
+        return bucket.replace(lowrank.reduce(context.optimizer, bucket, state, context.collectives))
 
     def option_fields(self) -> dict:
         return {

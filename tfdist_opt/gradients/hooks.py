@@ -23,14 +23,24 @@ The gradient path is the optimizer's chain of gradient stages
 (`OptimizerState.chain`, made from the options by `combine.from_options`),
 run by `chain_binding`:
 
-* `_all_reduce_sum_gradients`: the chain's step stages (user stages,
-  `Cast`, `Pack`, the collective: `AllReduce`, i.e. compression + packing
-  by `allreduce.all_reduce_sum`, or `PowerSGD`) in place of one plain
-  `ReplicaContext.all_reduce`.
+* `_all_reduce_sum_gradients`: the chain's step stages (user stages, the
+  collective: `AllReduce`, i.e. the collective layer's compressed, packed
+  or streamed all-reduce, `collectives.Collectives`, or `PowerSGD`) in
+  place of one plain `ReplicaContext.all_reduce`.
 * `build`: upstream `build`, then every stage's `init`: the accumulators
   (`Accumulate`), the PowerSGD state (`PowerSGD`, `lowrank.init`), the
-  pack-size autotune (`Pack("auto")`, multi-worker), a user stage's state.
-* `_backend_apply_gradients` (`grad_accum > 1`): local accumulation and
+  pack-size autotune (`Pack("auto")`, multi-worker), a user stage's state;
+  then the optimizer's collective layer.
+* `update_step` (`fused_updates`, on by default): Keras's own SGD and
+  Adam steps as one fused TF kernel per variable (`fused_updates`).
+* `save_own_variables` / `load_own_variables` (Keras's `model.save` /
+  `.keras` path): per-replica state (ZeRO slot shards, PowerSGD error
+  buffers) saves and loads through `replica_slots`, not `numpy()`.
+
+With `grad_accum > 1` the class is `accumulation.AccumulationHooks` in
+front of that subclass:
+
+* `_backend_apply_gradients`: local accumulation and
   one all-reduce + update every k-th micro-step (`accumulation`), instead
   of Keras's `gradient_accumulation_steps` branch, which fails under
   tf.distribute (its `ops.cond` in the replica context reaches
@@ -38,15 +48,10 @@ run by `chain_binding`:
   keras-team/keras#17429, tf-keras#107). Upstream `apply` still filters
   empty gradients, unscales, applies constraints and counts every
   micro-step in `_iterations`.
-* `iterations` and `_get_current_learning_rate` (`grad_accum > 1`): the
+* `iterations` and `_get_current_learning_rate`: the
   optimizer reports, and learning-rate schedules see, updates
   (`_iterations // k`), so Adam's bias correction and schedules advance
   once per k micro-steps, as one big-batch step would.
-* `update_step` (`fused_updates`, on by default): Keras's own SGD and
-  Adam steps as one fused TF kernel per variable (`fused_updates`).
-* `save_own_variables` / `load_own_variables` (Keras's `model.save` /
-  `.keras` path): per-replica state (ZeRO slot shards, PowerSGD error
-  buffers) saves and loads through `replica_slots`, not `numpy()`.
 """
 
 from __future__ import annotations
@@ -79,8 +84,9 @@ class OptimizerState:
         chain: the `combine.Chain` of gradient stages `options` stand for.
         stage_states: list or None. What each stage's `init` returned, in
             chain order (None before `build`).
-        streams: `streams.Streams` or None. The streamed collectives'
-            tokens (`options.collective_streams`; made by `build`).
+        collectives: `collectives.Collectives` or None. The collective
+            layer every stage of this optimizer sends through (made by
+            `build`, from the chain).
     """
 
     options: GradientOptions
@@ -88,7 +94,7 @@ class OptimizerState:
     tuned_bytes_per_pack: int | None = None
     chain: object = None
     stage_states: list | None = None
-    streams: object = None
+    collectives: object = None
 
     def __post_init__(self):
         if self.chain is None:
@@ -126,13 +132,6 @@ class GradientHooks:
         ):
             super().update_step(gradient, variable, learning_rate)
 
-    def _backend_apply_gradients(self, grads, trainable_variables):
-        state = state_of(self)
-        if state is None or state.grad_accum == 1:
-            return super()._backend_apply_gradients(grads, trainable_variables)
-        accumulation.accumulate_and_apply(self, list(grads), list(trainable_variables), state)
-        return None
-
     def save_own_variables(self, store):
         if not replica_slots.has_saved_whole(self):
             return super().save_own_variables(store)
@@ -141,23 +140,6 @@ class GradientHooks:
     def load_own_variables(self, store):
         if not (replica_slots.has_saved_whole(self) and replica_slots.load_variables(self, store)):
             return super().load_own_variables(store)
-
-    @property
-    def iterations(self):
-        k = _grad_accum(self)
-        if k > 1:
-            return tf.math.floordiv(self._iterations.value, k)
-        return super().iterations
-
-    def _get_current_learning_rate(self):
-        import keras
-
-        schedule = getattr(self, "_learning_rate", None)
-        if _grad_accum(self) > 1 and isinstance(
-            schedule, keras.optimizers.schedules.LearningRateSchedule
-        ):
-            return schedule(self.iterations)
-        return super()._get_current_learning_rate()
 
 
 def hooked_class(cls: type) -> type:
@@ -168,6 +150,8 @@ def hooked_class(cls: type) -> type:
 def hook(optimizer, state: OptimizerState) -> None:
     """Binds `state` to `optimizer` by swapping its class (idempotent)."""
     cls = hooked_class(type(optimizer))
+    if state.grad_accum > 1:
+        cls = accumulation.accumulating_class(cls)
     if state.options.shard_optimizer_state:
         cls = sharded_state.sharded_class(cls)
     optimizer.__class__ = cls
@@ -181,8 +165,10 @@ def unhook(optimizer) -> None:
         optimizer.__class__ = next(
             c
             for c in cls.__mro__[1:]
-            if not issubclass(c, GradientHooks)
-            and not issubclass(c, sharded_state.ShardedStateHooks)
+            if not issubclass(
+                c,
+                (GradientHooks, accumulation.AccumulationHooks, sharded_state.ShardedStateHooks),
+            )
         )
     state = runtime.OBJECTS.get(optimizer)
     if state is not None:
@@ -198,8 +184,3 @@ def state_of(optimizer) -> OptimizerState | None:
     """The optimizer's `OptimizerState`, or None."""
     state = runtime.OBJECTS.get(optimizer)
     return None if state is None else state.gradients
-
-
-def _grad_accum(optimizer) -> int:
-    state = state_of(optimizer)
-    return 1 if state is None else state.grad_accum

@@ -74,15 +74,20 @@ class GradientBinding:
     def _strategy(self):
         return self._strategy_ref()
 
-    def tuned_pack_size(self, variables) -> int | None:
-        """The autotuned pack size for these variables (measured once)."""
+    def tuned_pack_size(self, variables, codec) -> int | None:
+        """The autotuned pack size for these variables (measured once).
+
+        `codec`: the `collectives.Codec` they travel with.
+        """
         from tfdist_opt.gradients import autotune
 
         key = tuple(autotune.shapes_of(variables))
         with self._lock:
             if key in self.tuned:
                 return self.tuned[key]
-        best = autotune.maybe_tune_for_variables(self._strategy, variables, self.options)
+        best = autotune.maybe_tune_for_variables(
+            self._strategy, variables, codec, self.options.autotune_csv
+        )
         if best is not None:
             with self._lock:
                 self.tuned[key] = best

@@ -2,7 +2,7 @@
 
 Two calls, the shape every stateful stage of the gradient path has:
 
-* `init(optimizer, variables, options) -> PowerSGDState`: plans the
+* `init(optimizer, variables, stage, wire) -> PowerSGDState`: plans the
   selection (`powersgd.plan`, static shapes) and creates the state as
   optimizer variables (`add_variable_from_reference` / `add_variable`, so
   `optimizer.variables`, `tf.train.Checkpoint(optimizer=...)`, `model.save`
@@ -18,11 +18,15 @@ Two calls, the shape every stateful stage of the gradient path has:
     - one Q (cols x r) per compressed matrix, mirrored, drawn from a normal
       distribution with `numpy.random.default_rng([seed, j])`, so every
       replica and every worker starts from the same Q.
-* `lowrank_step.apply(...)`: in the *cross-replica* context (inside
-  `merge_call`), the step of `powersgd` on the selected gradients: two
+* `apply(...)`: in the *cross-replica* context (inside `merge_call`:
+  `reduce`, and the accumulated update of `accumulation`), the step of
+  `powersgd` on the selected gradients: before `powersgd_start_step` the
+  selected gradients are all-reduced uncompressed, from it on through the
+  power-iteration step (`_powersgd_step`: P all-reduce, QR, Q all-reduce,
+  error feedback), switched by a `tf.cond` on the update counter. Two
   collectives per step (all P's and the uncompressed dense rest in one
-  pack, all Q's in one pack), returning per-replica SUMs like the
-  uncompressed path.
+  pack, all Q's in one pack) through the collective layer's cross-replica
+  all-reduce, returning per-replica SUMs like the uncompressed path.
 
 Why cross-replica: before `powersgd_start_step` the selected gradients go
 uncompressed, and the switch is a `tf.cond` on the update counter. A
@@ -35,12 +39,12 @@ accumulation path relies on it too), and every worker takes the same
 branch because the counter is the same everywhere. The per-replica
 matrix products run explicitly on each local device.
 
-`all_reduce_sum(optimizer, grads_and_vars, state)` is the replica-context
-entry (the hooked `_all_reduce_sum_gradients`): one `merge_call` takes the
+`reduce(optimizer, bucket, state, collectives)` is the replica-context
+entry (the `PowerSGD` stage's `reduce`): one `merge_call` takes the
 selected gradients and the dense ones PowerSGD does not compress; the
-latter are cast to `powersgd_wire` and ride in the P factors' collective,
-so a step is two collectives in all. Sparse gradients go through
-`allreduce.all_reduce_sum`.
+latter are cast to the wire dtype and ride in the P factors' collective,
+so a step is two collectives in all. Sparse gradients never reach it
+(`chain_binding.all_reduce` sends them through the collective layer).
 """
 
 from __future__ import annotations
@@ -51,12 +55,10 @@ from absl import logging
 import tensorflow as tf
 
 from tfdist_opt import runtime
-from tfdist_opt.gradients import allreduce
+from tfdist_opt.gradients import collectives as collectives_lib
 from tfdist_opt.gradients import factor_ops
-from tfdist_opt.gradients import lowrank_step
 from tfdist_opt.gradients import powersgd
 from tfdist_opt.gradients import replica_slots
-from tfdist_opt.gradients.options import GradientOptions
 
 ERROR_NAME = "tfdist_powersgd_error"
 Q_NAME = "tfdist_powersgd_q"
@@ -78,12 +80,12 @@ class PowerSGDState:
     Attributes:
         plan: `powersgd.Plan` over the optimizer's trainable variables.
         entries: dict. Variable index -> `Entry`, for each compressed one.
-        options: `GradientOptions`.
+        start_step: int. The first update PowerSGD compresses.
     """
 
     plan: powersgd.Plan
     entries: dict
-    options: GradientOptions
+    start_step: int
 
     @property
     def error_buffers(self) -> list:
@@ -94,13 +96,14 @@ class PowerSGDState:
         return [e.q for e in self.entries.values()]
 
 
-def init(optimizer, variables, options: GradientOptions) -> PowerSGDState:
+def init(optimizer, variables, stage, wire: str) -> PowerSGDState:
     """Creates (once) the PowerSGD state of `optimizer` as its variables.
 
     Args:
         optimizer: a Keras 3 TF optimizer, being built.
         variables: its trainable variables, in its variable order.
-        options: `GradientOptions` with `compression="powersgd"`.
+        stage: the `builtin_stages.PowerSGD` stage (its settings).
+        wire: str. `"none"`, `"bf16"` or `"fp16"`: the chain's `Cast`.
 
     Returns:
         The `PowerSGDState`, also kept on the optimizer (`state_of`).
@@ -111,9 +114,9 @@ def init(optimizer, variables, options: GradientOptions) -> PowerSGDState:
     plan = powersgd.plan(
         [tuple(v.shape) for v in variables],
         [_dtype_name(v.dtype) for v in variables],
-        options.powersgd_rank,
-        options.powersgd_min_compression,
-        options.powersgd_wire,
+        stage.rank,
+        stage.min_compression,
+        wire,
     )
     strategy = optimizer._distribution_strategy
     entries = {}
@@ -133,19 +136,19 @@ def init(optimizer, variables, options: GradientOptions) -> PowerSGDState:
             q = optimizer.add_variable(
                 shape=(m.cols, m.rank),
                 dtype=_dtype_name(var.dtype),
-                initializer=factor_ops.SeededNormal(options.powersgd_seed, j),
+                initializer=factor_ops.SeededNormal(stage.seed, j),
                 name=f"{_sanitized(var)}_{Q_NAME}",
             )
             entries[m.index] = Entry(m, error, q)
-    state = PowerSGDState(plan, entries, options)
+    state = PowerSGDState(plan, entries, stage.start_step)
     runtime.OBJECTS.of(optimizer).powersgd = state
     logging.info(
         "tfdist_opt gradients: %s (rank %d, from update %d, min compression %s, wire %s)",
         plan.describe(),
-        options.powersgd_rank,
-        options.powersgd_start_step,
-        options.powersgd_min_compression,
-        options.powersgd_wire,
+        stage.rank,
+        stage.start_step,
+        stage.min_compression,
+        wire,
     )
     return state
 
@@ -156,63 +159,45 @@ def state_of(optimizer) -> PowerSGDState | None:
     return None if state is None else state.powersgd
 
 
-def all_reduce_sum(
-    optimizer, grads_and_vars, state: PowerSGDState, tuned: int | None = None
-) -> list:
-    """SUM all-reduce of one step's gradients from a replica context.
+def reduce(optimizer, bucket, state: PowerSGDState, collectives) -> list:
+    """SUM over replicas of one bucket's dense gradients (replica context).
 
     The dense gradients PowerSGD does not compress (biases, small matrices)
     travel in the same collective as the P factors, so a step costs two
     collectives, not three: on a latency-bound transport a small
     all-reduce costs as much as a large one (docs/benchmarks-appendix.md, "Figures
-    behind the gradient path's design"). Sparse gradients (`tf.IndexedSlices`) go through
-    `allreduce.all_reduce_sum` (TF's gather) first.
+    behind the gradient path's design").
 
     Args:
-        optimizer: the hooked optimizer (its update counter and strategy).
-        grads_and_vars: list of (gradient, variable).
+        optimizer: the hooked optimizer (its update counter).
+        bucket: a `stage.Bucket` of dense gradients (None passes through).
         state: its `PowerSGDState`.
-        tuned: int or None. Autotuned pack size for the uncompressed rest
-            before `powersgd_start_step`.
+        collectives: the optimizer's `collectives.Collectives` (wire dtype,
+            packing of the uncompressed step before `start_step`).
 
     Returns:
-        List of (reduced gradient, variable), each reduced gradient the SUM
-        over replicas (exact before `powersgd_start_step`, low-rank after).
+        The list of reduced gradients, each the SUM over replicas (exact
+        before `start_step`, low-rank after).
     """
-    grads = [g for g, _ in grads_and_vars]
-    index = [optimizer._get_variable_index(v) for _, v in grads_and_vars]
-    selected = [
-        k
-        for k, g in enumerate(grads)
-        if index[k] in state.entries and g is not None and not isinstance(g, tf.IndexedSlices)
-    ]
+    grads = bucket.gradients
+    index = [optimizer._get_variable_index(v) for v in bucket.variables]
+    present = [k for k, g in enumerate(grads) if g is not None]
+    selected = [k for k in present if index[k] in state.entries]
     chosen = set(selected)
-    dense_rest = [
-        k
-        for k, g in enumerate(grads)
-        if k not in chosen and g is not None and not isinstance(g, tf.IndexedSlices)
-    ]
-    sparse = [k for k, g in enumerate(grads) if isinstance(g, tf.IndexedSlices)]
+    dense_rest = [k for k in present if k not in chosen]
     out = list(grads)
-    strategy = optimizer._distribution_strategy
-    if sparse:
-        for k, r in zip(
-            sparse, allreduce.all_reduce_sum([grads[k] for k in sparse], state.options, strategy)
-        ):
-            out[k] = r
-    if selected or dense_rest:
+    if present:
         entries = [state.entries[index[k]] for k in selected]
         counter = optimizer._iterations
 
         def cross_replica(distribution, values, rest):
-            return lowrank_step.apply(
-                distribution,
+            return apply(
+                collectives.cross_replica(distribution),
                 list(values),
                 entries,
                 tf.convert_to_tensor(counter),
-                state.options,
+                state.start_step,
                 rest=list(rest),
-                tuned=tuned,
             )
 
         reduced = tf.distribute.get_replica_context().merge_call(
@@ -224,7 +209,110 @@ def all_reduce_sum(
         )
         for k, r in zip(selected + dense_rest, reduced):
             out[k] = r
-    return [(r, v) for r, (_, v) in zip(out, grads_and_vars)]
+    return out
+
+
+def apply(collectives, grads, entries, update: tf.Tensor, start_step: int, rest=()) -> list:
+    """The PowerSGD step on the selected gradients (cross-replica context).
+
+    Args:
+        collectives: a `collectives.CrossReplicaCollectives` (the strategy
+            as the `merge_call` function got it, the wire dtype, packing).
+        grads: list of per-replica dense gradients (local, unreduced).
+        entries: list of `lowrank.Entry`, one per gradient.
+        update: scalar int tensor. The update's index (0-based): before
+            `start_step` the gradients are all-reduced uncompressed.
+        start_step: int. The first compressed update.
+        rest: list of per-replica dense gradients PowerSGD does not compress:
+            cast to the wire and summed in the same collective as the P
+            factors (before the start step: packed with the selected ones).
+
+    Returns:
+        List of per-replica values: the SUM over replicas of each of `grads`,
+        then of each of `rest`.
+    """
+    distribution = collectives.distribution
+    local = [collectives_lib.local_results(distribution, g) for g in grads]
+    rest_local = [collectives_lib.local_results(distribution, g) for g in rest]
+
+    def compressed():
+        with tf.name_scope("powersgd"):  # names the step's ops in profiles
+            return _powersgd_step(collectives, local, entries, rest_local)
+
+    def uncompressed():
+        return collectives.all_reduce_sum(local + rest_local)
+
+    if not entries or start_step == 0:
+        summed = compressed() if entries else uncompressed()
+    else:
+        # tf.cond wants flat outputs: tensor-major, one per device.
+        nd = len(collectives.devices)
+        flat = tf.cond(
+            update >= start_step,
+            lambda: [t for per_dev in compressed() for t in per_dev],
+            lambda: [t for per_dev in uncompressed() for t in per_dev],
+        )
+        summed = [flat[j * nd : (j + 1) * nd] for j in range(len(grads) + len(rest))]
+    return [collectives_lib.per_replica(distribution, list(per_dev)) for per_dev in summed]
+
+
+def _powersgd_step(collectives, local, entries, rest_local) -> list:
+    """One power-iteration step; returns the sums, one list per tensor, one per device.
+
+    The error buffer holds M = g + e in place (`assign_add`); after the Q
+    collective the buffer keeps M - (P^ Q^T) / n, the residual against the
+    averaged approximation (PyTorch's hook), subtracted in place by one
+    fused `ResourceApplyGradientDescent` from the approximation the step
+    returns anyway: no per-replica outer product and no second full-size
+    temporary (faster on one core: docs/benchmarks.md, "Figures behind the
+    gradient path's design"). Q_i is computed as (P^T M)^T, which
+    reads M row by row (faster on CPU than M^T P for these skinny
+    products). All three products run through XLA on CPU
+    (`factor_ops.skinny_matmul`).
+    """
+    distribution, devices = collectives.distribution, collectives.devices
+    count = len(entries)
+    inv_n = 1.0 / distribution.num_replicas_in_sync
+    ms = [[None] * len(devices) for _ in range(count)]
+    ps = [[None] * len(devices) for _ in range(count)]
+    for d, dev in enumerate(devices):
+        with tf.device(dev):
+            for j, e in enumerate(entries):
+                err = distribution.experimental_local_results(e.error.value)[d]
+                q = distribution.experimental_local_results(e.q.value)[d]
+                g = tf.reshape(tf.cast(local[j][d], err.dtype), err.shape)
+                m = tf.reshape(err.assign_add(g, read_value=True), [e.matrix.rows, e.matrix.cols])
+                ms[j][d] = m
+                ps[j][d] = factor_ops.skinny_matmul(m, factor_ops.orthonormal(q.read_value()), dev)
+    summed = collectives.all_reduce_sum(ps + list(rest_local), one_pack=True)
+    qs = [[None] * len(devices) for _ in range(count)]
+    p_hat = [[None] * len(devices) for _ in range(count)]
+    for d, dev in enumerate(devices):
+        with tf.device(dev):
+            for j in range(count):
+                ph = factor_ops.orthonormal(summed[j][d])
+                p_hat[j][d] = ph
+                qs[j][d] = tf.transpose(
+                    factor_ops.skinny_matmul(ph, ms[j][d], dev, transpose_a=True)
+                )
+    q_sum = collectives.all_reduce_sum(qs, one_pack=True)
+    out = [[None] * len(devices) for _ in range(count)] + summed[count:]
+    for d, dev in enumerate(devices):
+        with tf.device(dev):
+            for j, e in enumerate(entries):
+                q_var = distribution.experimental_local_results(e.q.value)[d]
+                q_var.assign(q_sum[j][d])
+                err = distribution.experimental_local_results(e.error.value)[d]
+                approx = tf.reshape(
+                    factor_ops.skinny_matmul(p_hat[j][d], q_sum[j][d], dev, transpose_b=True),
+                    err.shape,
+                )
+                tf.raw_ops.ResourceApplyGradientDescent(
+                    var=err.handle, alpha=tf.constant(inv_n, err.dtype), delta=approx
+                )
+                g = local[j][d]
+                out[j][d] = tf.cast(tf.reshape(approx, tf.shape(g)), g.dtype)
+    return out
 
 
 def _sanitized(var) -> str:

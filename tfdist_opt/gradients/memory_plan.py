@@ -42,6 +42,7 @@ import dataclasses
 from typing import Sequence
 
 from tfdist_opt.gradients import builtin_stages
+from tfdist_opt.gradients import packing
 from tfdist_opt.gradients import zero_plan
 
 # Slots of the variable's shape per optimizer (Keras 3 class names,
@@ -146,7 +147,7 @@ def transient_bytes(variables: Sequence[Variable], n: int, bucket_bytes: int) ->
     if n <= 1 or not variables:
         return 0
     sizes = [v.nbytes for v in variables]
-    buckets = zero_plan.scatter_buckets(["x"] * len(sizes), sizes, bucket_bytes)
+    buckets = packing.scatter_buckets(["x"] * len(sizes), sizes, bucket_bytes)
     worst = max(sum(sizes[i] for i in b) for b in buckets)
     gathered = min(worst, bucket_bytes) if bucket_bytes > 0 else worst
     return 2 * -(-worst // n) + gathered

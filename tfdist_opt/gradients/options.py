@@ -104,9 +104,9 @@ class GradientOptions:
             one fused TF kernel per variable (`fused_updates`) in the
             optimizers this path hooks. Defaults to `True`.
         collective_streams: int. With n > 0, a replica-context all-reduce
-            of dense gradients (`allreduce.all_reduce_sum`) runs as pieces of
+            of dense gradients (`collectives.Collectives.all_reduce_sum`) runs as pieces of
             `collective_piece_bytes`, backprop order, up to n collectives
-            in flight (`tfdist_opt.gradients.streams`); 0: TF's launcher,
+            in flight (`tfdist_opt.gradients.collectives`); 0: TF's launcher,
             one collective per pack. Defaults to `0`.
         collective_piece_bytes: int. Bytes per piece with
             `collective_streams`. Defaults to `2 MiB`.

@@ -25,6 +25,10 @@ Policies:
   (`tfdist_opt.gradients.autotune`) then times `candidate_pack_sizes()` on
   the real shapes and keeps the fastest.
 
+ZeRO's reduce-scatter has its own grouping (`scatter_buckets`: bounded
+buckets per dtype, backprop order; `column_pieces`: one large gradient's
+`[n, s]` layout cut by columns), as its buckets bound memory, not latency.
+
 References:
     Li et al. 2020, "PyTorch Distributed: Experiences on Accelerating Data
     Parallel Training" (gradient bucketing, 25 MB default, small first
@@ -196,6 +200,49 @@ def choose_fastest(trials: Sequence[tuple[int, float]]) -> int:
             "(bytes_per_pack, seconds) pair. Received: []"
         )
     return min(trials, key=lambda t: (t[1], -t[0] if t[0] else -math.inf))[0]
+
+
+def scatter_buckets(dtypes: list[str], nbytes: list[int], max_bytes: int) -> list[list[int]]:
+    """Which gradients share one reduce-scatter collective.
+
+    Per dtype, in reverse variable order (backprop produces the last
+    layer's gradient first, so the first bucket can start before backprop
+    ends), a bucket closes before it would exceed `max_bytes`; a gradient
+    larger than that is a bucket of its own. `max_bytes <= 0`: one bucket
+    per dtype.
+
+    Example:
+        >>> scatter_buckets(["float32"] * 4, [8, 8, 8, 40], 16)
+        [[3], [2, 1], [0]]
+    """
+    out: list[list[int]] = []
+    open_: dict[str, tuple[list[int], int]] = {}
+    for i in reversed(range(len(dtypes))):
+        members, used = open_.get(dtypes[i], ([], 0))
+        if members and max_bytes > 0 and used + nbytes[i] > max_bytes:
+            out.append(members)
+            members, used = [], 0
+        open_[dtypes[i]] = (members + [i], used + nbytes[i])
+    out.extend(m for m, _ in open_.values() if m)
+    return out
+
+
+def column_pieces(
+    shard_size_: int, num_replicas: int, itemsize: int, max_bytes: int
+) -> list[tuple[int, int]]:
+    """Column ranges `[lo, hi)` of one gradient's `[n, s]` reduce-scatter layout.
+
+    Each range's all-to-all moves at most `max_bytes` (`n * (hi - lo) *
+    itemsize`, at least one column); `max_bytes <= 0`: one range.
+
+    Example:
+        >>> column_pieces(10, 2, 4, 32)
+        [(0, 4), (4, 8), (8, 10)]
+    """
+    if max_bytes <= 0:
+        return [(0, shard_size_)]
+    cols = max(1, max_bytes // (num_replicas * itemsize))
+    return [(lo, min(lo + cols, shard_size_)) for lo in range(0, shard_size_, cols)]
 
 
 def _round_kib(x: float) -> int:

@@ -12,7 +12,7 @@ subclass (swapped onto the instance in front of the gradient hooks):
   own shard, no synchronisation. The slot stays at its index in
   `optimizer.variables`.
 * `_backend_update_step` (replica context, as in Keras's `train_step`):
-  reduce-scatter the gradients (`zero_collectives.reduce_scatter`: one
+  reduce-scatter the gradients (`collectives.Collectives.reduce_scatter`: one
   all-to-all + local sum per bucket of <= `shard_bucket_bytes`, fp16/bf16
   compression as in the all-reduce), run the optimizer's own
   `update_step` on a `_ShardView` of this replica's weight shard with its
@@ -38,9 +38,9 @@ import tensorflow as tf
 from tfdist_opt import _class_swap
 from tfdist_opt import runtime
 from tfdist_opt.gradients import chain_binding
-from tfdist_opt.gradients import collective_keys
+from tfdist_opt.gradients import collectives
+from tfdist_opt.gradients import packing
 from tfdist_opt.gradients import replica_slots
-from tfdist_opt.gradients import zero_collectives
 from tfdist_opt.gradients import zero_plan
 
 SHARD_ATTR = "_tfdist_shard"
@@ -50,10 +50,9 @@ _UNSHARDED_NAMES = ("tfdist_accumulator",)
 class _Zero:
     """An optimizer's sharding: the keys of its sharded variables."""
 
-    def __init__(self, keys, strategy, collectives):
+    def __init__(self, keys, strategy):
         self.keys = keys
         self.strategy = strategy
-        self.collectives = collectives
 
 
 class _Layout:
@@ -100,9 +99,7 @@ class ShardedStateHooks:
         )
         strategy = self._distribution_strategy
         keys = {self._var_key(v) for v in variables}
-        runtime.OBJECTS.of(self).zero = _Zero(
-            keys, strategy, zero_collectives.Collectives(strategy)
-        )
+        runtime.OBJECTS.of(self).zero = _Zero(keys, strategy)
         super().build(variables)
 
     def add_variable_from_reference(self, reference_variable, name=None, initializer="zeros"):
@@ -133,17 +130,17 @@ class ShardedStateHooks:
         state = runtime.OBJECTS.of(self).gradients
         # A user "local" stage runs here too (before the reduce-scatter).
         grads = chain_binding.run_local(self, state, list(grads), trainable_variables)
-        r = collective_keys.static_replica_id(ctx, "shard_optimizer_state")
+        r = collectives.static_replica_id(ctx, "shard_optimizer_state")
         n = ctx.num_replicas_in_sync
         layouts = [_layout(v.shape, n) for v in tvars]
         grads = [tf.convert_to_tensor(g) for g in grads]
-        max_bytes = state.options.shard_bucket_bytes
+        max_bytes = state.chain.at("update")[0].bucket_bytes
         # One bucket of gradients at a time, start to finish: reduce-scatter,
         # update, gather and write, before the next bucket's input is built
-        # (`zero_plan.scatter_buckets`, backprop order). Only one bucket's
+        # (`packing.scatter_buckets`, backprop order). Only one bucket's
         # gradient shards, updated shards and collective buffers are alive
         # at once, instead of 1/n of every gradient and weight.
-        plan = zero_plan.scatter_buckets(
+        plan = packing.scatter_buckets(
             [g.dtype.name for g in grads],
             [int(g.shape.num_elements()) * g.dtype.size for g in grads],
             max_bytes if n > 1 else 0,
@@ -153,12 +150,9 @@ class ShardedStateHooks:
             if n == 1:
                 g_shards = [tf.reshape(grads[j], [-1]) for j in bucket]
             else:
-                g_shards = zero_collectives.reduce_scatter(
+                g_shards = state.collectives.reduce_scatter(
                     [grads[j] for j in bucket],
                     [layouts[j].s for j in bucket],
-                    r,
-                    zero.collectives,
-                    state.options,
                     max_bytes,
                     after=done,
                 )
@@ -172,11 +166,10 @@ class ShardedStateHooks:
                 news.append(view.value)
             done = _gather_and_write(
                 ctx,
-                zero,
+                state.collectives,
                 [tvars[j] for j in bucket],
                 [layouts[j] for j in bucket],
                 news,
-                r,
                 max_bytes,
             )
 
@@ -262,7 +255,7 @@ def _local_slice(x, r, s, size):
     return part
 
 
-def _gather_and_write(ctx, zero, tvars, layouts, news, r, max_bytes):
+def _gather_and_write(ctx, layer, tvars, layouts, news, max_bytes):
     """Gathers the updated shards bucket by bucket into every replica's copy.
 
     One gather per bucket (`zero_plan.gather_plan`: <= `max_bytes`
@@ -285,10 +278,10 @@ def _gather_and_write(ctx, zero, tvars, layouts, news, r, max_bytes):
     Returns:
         The last bucket's write ops (a list).
     """
-    n = zero.collectives.n
+    n = layer.n
     if len(tvars) == 1 and n > 1 and max_bytes > 0:
         lay = layouts[0]
-        cols = zero_plan.column_pieces(lay.s, n, tvars[0].dtype.size, max_bytes)
+        cols = packing.column_pieces(lay.s, n, tvars[0].dtype.size, max_bytes)
         if len(cols) > 1:
             # A variable larger than the bucket: gathered in column ranges
             # (each collective's messages stay within the bucket) and
@@ -296,7 +289,7 @@ def _gather_and_write(ctx, zero, tvars, layouts, news, r, max_bytes):
             parts = []
             for lo, hi in cols:
                 with tf.control_dependencies(parts[-1:]):
-                    got = zero.collectives.gather(news[0][lo:hi], r)
+                    got = layer.all_gather(news[0][lo:hi])
                 parts.append(tf.reshape(got, [n, hi - lo]))
             gathered = tf.reshape(tf.concat(parts, axis=1), [-1])
             spec = [(tvars[0], lay, 0, lay.s, 0)]
@@ -315,7 +308,7 @@ def _gather_and_write(ctx, zero, tvars, layouts, news, r, max_bytes):
         with tf.control_dependencies(done):
             parts = [news[i][start : start + length] for i, start, length, _ in pieces]
             x = parts[0] if len(parts) == 1 else tf.concat(parts, axis=0)
-            gathered = x if n == 1 else zero.collectives.gather(x, r)
+            gathered = x if n == 1 else layer.all_gather(x)
         spec = [
             (tvars[i], layouts[i], start, length, offset) for i, start, length, offset in pieces
         ]

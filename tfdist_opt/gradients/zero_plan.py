@@ -107,49 +107,6 @@ def row_unit(shape, num_replicas: int, max_waste: float = 0.01) -> int:
     return unit if unit > 0 and waste <= max_waste * shape[0] else 1
 
 
-def scatter_buckets(dtypes: list[str], nbytes: list[int], max_bytes: int) -> list[list[int]]:
-    """Which gradients share one reduce-scatter collective.
-
-    Per dtype, in reverse variable order (backprop produces the last
-    layer's gradient first, so the first bucket can start before backprop
-    ends), a bucket closes before it would exceed `max_bytes`; a gradient
-    larger than that is a bucket of its own. `max_bytes <= 0`: one bucket
-    per dtype.
-
-    Example:
-        >>> scatter_buckets(["float32"] * 4, [8, 8, 8, 40], 16)
-        [[3], [2, 1], [0]]
-    """
-    out: list[list[int]] = []
-    open_: dict[str, tuple[list[int], int]] = {}
-    for i in reversed(range(len(dtypes))):
-        members, used = open_.get(dtypes[i], ([], 0))
-        if members and max_bytes > 0 and used + nbytes[i] > max_bytes:
-            out.append(members)
-            members, used = [], 0
-        open_[dtypes[i]] = (members + [i], used + nbytes[i])
-    out.extend(m for m, _ in open_.values() if m)
-    return out
-
-
-def column_pieces(
-    shard_size_: int, num_replicas: int, itemsize: int, max_bytes: int
-) -> list[tuple[int, int]]:
-    """Column ranges `[lo, hi)` of one gradient's `[n, s]` reduce-scatter layout.
-
-    Each range's all-to-all moves at most `max_bytes` (`n * (hi - lo) *
-    itemsize`, at least one column); `max_bytes <= 0`: one range.
-
-    Example:
-        >>> column_pieces(10, 2, 4, 32)
-        [(0, 4), (4, 8), (8, 10)]
-    """
-    if max_bytes <= 0:
-        return [(0, shard_size_)]
-    cols = max(1, max_bytes // (num_replicas * itemsize))
-    return [(lo, min(lo + cols, shard_size_)) for lo in range(0, shard_size_, cols)]
-
-
 def gather_plan(
     dtypes: list[str],
     itemsizes: list[int],

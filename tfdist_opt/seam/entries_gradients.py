@@ -41,7 +41,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         _TF_OPTIMIZER,
         "_backend_apply_gradients",
-        "tfdist_opt.gradients.hooks",
+        "tfdist_opt.gradients.accumulation",
         "overridden with grad_accum > 1: Keras's own accumulation branch "
         "fails under MirroredStrategy (keras-team/keras#17429, tf-keras#107); "
         "accumulate, all-reduce every k-th micro-step",
@@ -73,7 +73,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         _TF_OPTIMIZER,
         "_get_current_learning_rate",
-        "tfdist_opt.gradients.hooks",
+        "tfdist_opt.gradients.accumulation",
         "overridden with grad_accum > 1: schedules see updates, not micro-steps",
         params=("self",),
     ),
@@ -142,7 +142,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "tensorflow.raw_ops",
         "CollectiveAllToAllV2",
-        "tfdist_opt.gradients.zero_collectives",
+        "tfdist_opt.gradients.collectives",
         "ZeRO's reduce-scatter on CPU (all-to-all + local sum): TF 2.21 "
         "registers CollectiveReduceScatterV2 for NCCL only and has no "
         "tf.distribute all-to-all",
@@ -150,7 +150,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "tensorflow.raw_ops",
         "CollectiveGatherV2",
-        "tfdist_opt.gradients.zero_collectives",
+        "tfdist_opt.gradients.collectives",
         "one gather of equal-sized shards (ReplicaContext.all_gather "
         "runs two collectives: the lengths, then the padded data)",
     ),
@@ -213,7 +213,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.optimizers.SGD()",
         "_learning_rate",
-        "tfdist_opt.gradients.hooks",
+        "tfdist_opt.gradients.accumulation",
         "float variable or schedule",
     ),
     PrivateName(

@@ -66,7 +66,7 @@ class StrategyConfig(validation.ConfigFields):
         collective_streams: int or `"auto"`. Multi-worker RING all-reduce
             of the gradients: n > 0 cuts each step's gradients into pieces
             of `collective_piece_bytes` in backprop order, up to n
-            collectives in flight (`tfdist_opt.gradients.streams`; the
+            collectives in flight (`tfdist_opt.gradients.collectives`; the
             same sums); 0 runs TF's one collective per pack. `"auto"`: 2
             where it applies (multi-worker, RING, Keras 3,
             `bytes_per_pack=0`), else 0. Defaults to `"auto"`.
