@@ -10,7 +10,11 @@ sharded away (192 MiB over both replicas).
 Measured: before the bucket-at-a-time step the sharded peak was 1032 MiB
 against 832 unsharded (ratio -1.04: the transient buffers cost more than
 the shards saved; this test failed so); after, 712 against 896 (0.96).
-Bytes, not time: it holds on a busy host (about 25 s). The peak RSS of each
+Bytes, not time, but the peak depends on how the two replicas' ops
+interleave: with TF's default thread pools the ratio ranged 0.52-1.17
+over six runs and fell below 0.5 once beside other tests; with one
+inter-op and one intra-op thread (`TF_NUM_INTEROP_THREADS`,
+`TF_NUM_INTRAOP_THREADS`) it ranged 0.71-0.88 over four (about 25 s). The peak RSS of each
 process is printed beside it (RSS also holds what the C library keeps,
 docs/guides/memory.md).
 """
@@ -32,7 +36,7 @@ def _run(shard, tmp_path):
         [*harness.python(warm=False), SCRIPT, str(shard), str(out)],
         cwd=harness.REPO_ROOT,
         env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-        | {"TF_CPP_MIN_LOG_LEVEL": "2"},
+        | {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_NUM_INTEROP_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1"},
         capture_output=True,
         text=True,
         timeout=240,
