@@ -28,6 +28,8 @@ variable, the process's peak RSS above its start is reported instead
 Summary keys: `step_peak_ratio` (remat / plain median step peak; goal
 <= 0.5), `step_peak_bytes_plain`, `step_peak_bytes_remat`,
 `compute_ratio` (remat / plain median step time, alternating rounds),
+`cpu_ratio` (the same for the process's CPU seconds per step: the extra
+compute, less sensitive than wall time to a busy host),
 `weights_max_rel_diff` (after the same steps; goal <= 1e-6),
 `weights_bit_equal`, `memory_source`.
 """
@@ -147,7 +149,7 @@ def run():
     x = rng.normal(size=(_BATCH.value * n, _WIDTH.value)).astype("float32")
     y = rng.normal(size=(_BATCH.value * n, 1)).astype("float32")
     data = tf.data.Dataset.from_tensors((x, y)).repeat()
-    samples = {s: {"step_peak_bytes": [], "step_time_s": []} for s in settings}
+    samples = {s: {"step_peak_bytes": [], "step_time_s": [], "step_cpu_s": []} for s in settings}
 
     class Probe(keras.callbacks.Callback):
         def __init__(self, into):
@@ -158,14 +160,16 @@ def run():
             reset()
             self._start = current()
             self._t0 = time.perf_counter()
+            self._cpu0 = time.process_time()
 
         def on_train_batch_end(self, batch, logs=None):
             self._into["step_time_s"].append(time.perf_counter() - self._t0)
+            self._into["step_cpu_s"].append(time.process_time() - self._cpu0)
             self._into["step_peak_bytes"].append(peak() - self._start)
 
     for r in range(_ROUNDS.value + 1):
         for s in settings:
-            into = samples[s] if r else {"step_peak_bytes": [], "step_time_s": []}
+            into = samples[s] if r else {"step_peak_bytes": [], "step_time_s": [], "step_cpu_s": []}
             models[s].fit(data, steps_per_epoch=_STEPS.value, verbose=0, callbacks=[Probe(into)])
     weights = {
         s: np.concatenate([np.ravel(w) for w in models[s].get_weights()]) for s in settings
@@ -181,6 +185,7 @@ def run():
             "step_peak_bytes_median": statistics.median(samples[s]["step_peak_bytes"]),
             "step_peak_bytes_max": max(samples[s]["step_peak_bytes"]),
             "step_time_s_median": statistics.median(samples[s]["step_time_s"]),
+            "step_cpu_s_median": statistics.median(samples[s]["step_cpu_s"]),
             **samples[s],
         }
         for s in settings
@@ -195,6 +200,7 @@ def run():
         "step_peak_ratio_worst": remat["step_peak_bytes_max"]
         / min(plain["step_peak_bytes"]),
         "compute_ratio": remat["step_time_s_median"] / plain["step_time_s_median"],
+        "cpu_ratio": remat["step_cpu_s_median"] / plain["step_cpu_s_median"],
         "weights_max_rel_diff": rel,
         "weights_bit_equal": bool(np.array_equal(weights["plain"], weights["remat"])),
         "load_1min_end": os.getloadavg()[0],

@@ -1,11 +1,11 @@
 """Recomputed activations (`keras.RematScope`) in `fit` under our strategies.
 
-The memory guard runs benchmarks/remat.py (small: 8 residual blocks) in a
+The memory guard runs benchmarks/remat.py (small: 16 residual blocks) in a
 fresh process, with TensorFlow's BFC allocator on the CPU so the step's
 peak bytes are known, on 2 virtual CPU replicas: the remat run's step peak
 must stay <= 0.6 of the plain run's (goal 0.5; measured 0.40 at this size)
 with the same weights after the same steps. With `--noremat` (both models
-plain) the ratio is 1.0 and the test fails. Bytes, not time.
+plain) the ratio was 0.99 and the test failed. Bytes, not time.
 """
 
 import json
@@ -21,7 +21,7 @@ from tests.multiworker import harness
 @pytest.mark.slow
 def test_remat_blocks_halve_the_step_peak_with_equal_weights(tmp_path):
     out = tmp_path / "remat.json"
-    flags = ["--blocks=8", "--width=64", "--batch_size=1024", "--steps=2", "--rounds=1"]
+    flags = ["--blocks=16", "--width=64", "--batch_size=1024", "--steps=3", "--rounds=1"]
     # A fresh interpreter: the allocator is chosen when TensorFlow starts.
     r = harness.run_single(
         ["benchmarks/remat.py", *flags, f"--output_json={out}"], timeout_s=300, warm=False
