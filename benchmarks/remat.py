@@ -71,6 +71,7 @@ def _memory_probe():
     try:
         tf.config.experimental.get_memory_info("CPU:0")
     except ValueError:
+
         def rss():
             with open("/proc/self/statm") as f:
                 return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -171,9 +172,7 @@ def run():
         for s in settings:
             into = samples[s] if r else {"step_peak_bytes": [], "step_time_s": [], "step_cpu_s": []}
             models[s].fit(data, steps_per_epoch=_STEPS.value, verbose=0, callbacks=[Probe(into)])
-    weights = {
-        s: np.concatenate([np.ravel(w) for w in models[s].get_weights()]) for s in settings
-    }
+    weights = {s: np.concatenate([np.ravel(w) for w in models[s].get_weights()]) for s in settings}
     scale = np.maximum(np.abs(weights["plain"]), 1e-12)
     rel = float(np.max(np.abs(weights["remat"] - weights["plain"]) / scale))
     rows = [
@@ -197,8 +196,7 @@ def run():
         "step_peak_bytes_plain": plain["step_peak_bytes_median"],
         "step_peak_bytes_remat": remat["step_peak_bytes_median"],
         "step_peak_ratio": remat["step_peak_bytes_median"] / plain["step_peak_bytes_median"],
-        "step_peak_ratio_worst": remat["step_peak_bytes_max"]
-        / min(plain["step_peak_bytes"]),
+        "step_peak_ratio_worst": remat["step_peak_bytes_max"] / min(plain["step_peak_bytes"]),
         "compute_ratio": remat["step_time_s_median"] / plain["step_time_s_median"],
         "cpu_ratio": remat["step_cpu_s_median"] / plain["step_cpu_s_median"],
         "weights_max_rel_diff": rel,
