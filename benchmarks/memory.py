@@ -73,6 +73,12 @@ _MMAP = flags.DEFINE_integer(
     "RSS follows live memory instead of glibc's high-water mark (0: the "
     "default, a dynamic threshold that grows up to 32 MiB).",
 )
+_TRIM = flags.DEFINE_bool(
+    "malloc_trim",
+    False,
+    "Call glibc's malloc_trim(0) in the workers before and after every step "
+    "(gives the heap's free pages back to the OS; does RSS then follow?).",
+)
 _SETTINGS = flags.DEFINE_list(
     "settings",
     ["unsharded", "sharded"],
@@ -121,6 +127,13 @@ def _peak_rss_since_reset() -> int:
     return 0
 
 
+def _malloc_trim():
+    import ctypes  # pylint: disable=g-import-not-at-top
+
+    libc = ctypes.CDLL("libc.so.6")
+    return lambda: libc.malloc_trim(0)
+
+
 def run_role(role):
     import keras  # pylint: disable=g-import-not-at-top
     import numpy as np  # pylint: disable=g-import-not-at-top
@@ -156,12 +169,16 @@ def run_role(role):
     mem = {}
     bfc = os.environ.get("TF_CPU_ALLOCATOR_USE_BFC") == "true"
 
+    trim = _malloc_trim() if _TRIM.value else (lambda: None)
+
     class StepTimer(keras.callbacks.Callback):
         def on_train_batch_begin(self, batch, logs=None):
+            trim()
             self.t0 = time.perf_counter()
 
         def on_train_batch_end(self, batch, logs=None):
             times.append(time.perf_counter() - self.t0)
+            trim()
             if len(times) == _WARMUP.value:
                 mem["rss_after_warmup_bytes"] = _rss_now()
                 mem["peak_reset"] = _reset_peak_rss()
@@ -211,7 +228,7 @@ def json_task_index() -> int:
 def _launch(role, part_dir, repeat=0):
     passthrough = [
         f"--{f.name}={f.value}"
-        for f in (_WORKERS, _WIDTH, _IN, _DEPTH, _BATCH, _STEPS, _WARMUP, _GATHER)
+        for f in (_WORKERS, _WIDTH, _IN, _DEPTH, _BATCH, _STEPS, _WARMUP, _GATHER, _TRIM)
     ]
     cmd = [
         sys.executable,

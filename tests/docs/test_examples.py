@@ -27,6 +27,7 @@ _ONE_MACHINE = {
     "powersgd",
     "topk_stage",
     "sharded_state",
+    "remat_blocks",
     "input_pipeline",
     "callbacks",
     "fault_tolerance",
@@ -115,6 +116,11 @@ def test_topk_stage_trains_and_holds_values_back():
 def test_sharded_state_keeps_half_a_slot_per_replica():
     out = _run("sharded_state")
     assert "first Adam slot per replica: (1024,) of kernel (32, 64)" in out, out
+
+
+def test_remat_blocks_train():
+    out = _run("remat_blocks")
+    assert "4 blocks recomputed; loss fell: True" in out, out
 
 
 def test_input_pipeline_trains():

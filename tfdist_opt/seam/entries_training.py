@@ -90,6 +90,22 @@ ENTRIES: tuple[PrivateName, ...] = (
     ),
     PrivateName(
         "keras.Model",
+        "_flatten_layers",
+        "tfdist_opt.strategy.remat_calls",
+        "every nested layer (Model.layers is top-level only), to find the "
+        "layers created in a keras.RematScope",
+    ),
+    PrivateName(
+        "keras.layers.Layer()",
+        "_remat_mode",
+        "tfdist_opt.strategy.remat_calls",
+        "the RematScope mode a layer captured at creation (None outside a "
+        "scope); Keras exposes no getter, and tf.recompute_grad refuses the "
+        "keyword arguments Keras passes its rematerialized call in a "
+        "tf.function",
+    ),
+    PrivateName(
+        "keras.Model",
         "_symbolic_build",
         "tfdist_opt.parameter_server.steps",
         "builds compiled metrics and losses symbolically before any step "

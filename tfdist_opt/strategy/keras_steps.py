@@ -23,6 +23,10 @@ The first batch Keras builds the model from is one replica's, not the
 replicas' mean (`first_batch`), so a global batch the replicas do not
 divide builds too.
 
+Layers created in a `keras.RematScope` get a per-instance subclass at
+`fit`, `evaluate` and `predict` that lets their recomputed call take keyword
+arguments inside the steps (`remat_calls`).
+
 `fit` first refuses a `tf.data` global batch the replicas in sync do not
 divide, before step 1 (`global_batch`).
 """
@@ -36,6 +40,7 @@ from tfdist_opt import runtime
 from tfdist_opt.strategy import first_batch
 from tfdist_opt.strategy import global_batch
 from tfdist_opt.strategy import multi_step
+from tfdist_opt.strategy import remat_calls
 from tfdist_opt.strategy import xla_steps
 from tfdist_opt.strategy.xla_steps import (  # noqa: F401  (re-exported)
     JIT_FALLBACKS,
@@ -62,6 +67,8 @@ class KerasSteps:
     """Mixin in front of a Keras Model class; see the module docstring."""
 
     def fit(self, *args, **kwargs):
+        # Layers made in a RematScope accept keyword arguments in the steps.
+        remat_calls.bind_keyword_arguments(self)
         # Before Keras builds anything: a tf.data global batch the replicas
         # do not divide is refused (`global_batch`).
         global_batch.check_fit_input(self.distribute_strategy, args[0] if args else kwargs.get("x"))
@@ -74,6 +81,14 @@ class KerasSteps:
             fit_argument(args, kwargs, "callbacks", None),
         ):
             return super().fit(*args, **kwargs)
+
+    def evaluate(self, *args, **kwargs):
+        remat_calls.bind_keyword_arguments(self)
+        return super().evaluate(*args, **kwargs)
+
+    def predict(self, *args, **kwargs):
+        remat_calls.bind_keyword_arguments(self)
+        return super().predict(*args, **kwargs)
 
     def make_train_function(self, force=False):
         if self.train_function is not None and not force:
