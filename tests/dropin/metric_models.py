@@ -139,10 +139,14 @@ class LogsSeen:
             def __init__(self):
                 super().__init__()
                 self.batches = []
+                self.test_batches = []
                 self.epochs = []
 
             def on_train_batch_end(self, batch, logs=None):
                 self.batches.append({k: float(v) for k, v in (logs or {}).items()})
+
+            def on_test_batch_end(self, batch, logs=None):
+                self.test_batches.append({k: float(v) for k, v in (logs or {}).items()})
 
             def on_epoch_end(self, epoch, logs=None):
                 self.epochs.append({k: float(v) for k, v in (logs or {}).items()})
@@ -151,7 +155,8 @@ class LogsSeen:
 
 
 def run(strategy=None):
-    """fit + evaluate; returns {"history", "evaluate", "batch_logs", "epoch_logs", "weights"}."""
+    """fit + evaluate; returns {"history", "evaluate", "batch_logs", "test_batch_logs",
+    "epoch_logs", "weights"} (the test batches: `evaluate`'s, after `fit`'s)."""
     x, y, w = data()
     if strategy is None:
         model = build_model()
@@ -163,13 +168,15 @@ def run(strategy=None):
         x, y, sample_weight=w, batch_size=BATCH, epochs=2, shuffle=False, verbose=0,
         callbacks=[seen],
     ).history  # fmt: skip
+    seen.test_batches.clear()  # fit has no validation: nothing there yet
     evaluation = model.evaluate(
-        x, y, sample_weight=w, batch_size=BATCH, verbose=0, return_dict=True
+        x, y, sample_weight=w, batch_size=BATCH, verbose=0, return_dict=True, callbacks=[seen]
     )
     return {
         "history": {k: [float(v) for v in vs] for k, vs in history.items()},
         "evaluate": {k: float(v) for k, v in evaluation.items()},
         "batch_logs": seen.batches,
+        "test_batch_logs": seen.test_batches,
         "epoch_logs": seen.epochs,
         "weights": [u.tolist() for u in model.get_weights()],
     }

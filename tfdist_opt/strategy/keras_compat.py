@@ -55,6 +55,7 @@ import tensorflow as tf
 
 from tfdist_opt.stall import keras_binding as stall_binding
 from tfdist_opt.strategy import chief_saving
+from tfdist_opt.strategy import compute_loss
 from tfdist_opt.strategy import first_batch
 from tfdist_opt.strategy import global_batch
 from tfdist_opt.strategy import keras_steps
@@ -103,6 +104,16 @@ class _AdoptingScope:
         # gets `_MODEL_MIXIN` here, before its first batch is pulled.
         chief_saving.adopt_models(self, self._MODEL_MIXIN)
         return super().experimental_distribute_dataset(dataset, options)
+
+    @property
+    def num_replicas_in_sync(self):
+        # Keras divides every loss by this where it is computed; a model's
+        # `compute_loss` override sees 1 on its thread, and so one device's
+        # loss values (a metric it updates with them too); Keras's step
+        # gets the result divided once (`compute_loss`).
+        if compute_loss.active(self):
+            return 1
+        return super().num_replicas_in_sync
 
     def reduce(self, reduce_op, value, axis=None):
         # The first batch Keras builds a model from: one replica's, not a

@@ -23,6 +23,10 @@ The first batch Keras builds the model from is one replica's, not the
 replicas' mean (`first_batch`), so a global batch the replicas do not
 divide builds too.
 
+A `compute_loss` override computes one device's loss values
+(`compute_loss`), and the metric logs of each batch are computed from every
+replica's metric state (`metric_logs`), as on one device.
+
 `fit` first refuses a `tf.data` global batch the replicas in sync do not
 divide, before step 1 (`global_batch`).
 """
@@ -33,8 +37,10 @@ import contextlib
 
 from tfdist_opt import private_api
 from tfdist_opt import runtime
+from tfdist_opt.strategy import compute_loss as compute_loss_view
 from tfdist_opt.strategy import first_batch
 from tfdist_opt.strategy import global_batch
+from tfdist_opt.strategy import metric_logs
 from tfdist_opt.strategy import multi_step
 from tfdist_opt.strategy import xla_steps
 from tfdist_opt.strategy.xla_steps import (  # noqa: F401  (re-exported)
@@ -75,12 +81,20 @@ class KerasSteps:
         ):
             return super().fit(*args, **kwargs)
 
+    def compute_loss(self, *args, **kwargs):
+        # A user's override sees one device's loss values, a metric it
+        # updates too; its result is divided by the replicas once
+        # (`compute_loss`).
+        return compute_loss_view.compute_loss(self, super().compute_loss, args, kwargs)
+
     def make_train_function(self, force=False):
         if self.train_function is not None and not force:
             return self.train_function
         step = type(self).train_step.__get__(self)
         if needs_per_replica_xla(self):
             step = xla_steps.compiled_train_step(self, step)
+        if self.distribute_strategy.num_replicas_in_sync > 1:
+            step = metric_logs.synced_step(self, step)
         self._tfdist_make("train", step, force)  # sets self.train_function
         # compression="auto": the first calls are timed, then it decides.
         self.train_function = _auto_fit().wrap_train_function(self, self.train_function)
@@ -92,6 +106,8 @@ class KerasSteps:
         step = type(self).test_step.__get__(self)
         if needs_per_replica_xla(self):
             step = xla_steps.compiled_step(self, "test step", step)
+        if self.distribute_strategy.num_replicas_in_sync > 1:
+            step = metric_logs.synced_step(self, step)
         return self._tfdist_make("test", step, force)
 
     def _tfdist_make(self, kind, step, force):
