@@ -180,3 +180,63 @@ def run(strategy=None):
         "epoch_logs": seen.epochs,
         "weights": [u.tolist() for u in model.get_weights()],
     }
+
+
+def loss_tracking_model_class():
+    """Keras's `test_metric_update_in_compute_loss`, plus a loss object and `add_loss`."""
+    keras = _keras()
+
+    class LossTrackingModel(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.custom_metric = keras.metrics.Mean(name="custom")
+            self.direct_metric = keras.metrics.Mean(name="direct")
+            self.dense = keras.layers.Dense(
+                2, kernel_initializer=keras.initializers.GlorotUniform(seed=1)
+            )
+            self.loss_fn = keras.losses.MeanAbsoluteError()
+
+        def call(self, x):
+            y = self.dense(x)
+            self.add_loss(0.01 * keras.ops.mean(keras.ops.square(y)))
+            return y
+
+        def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+            loss = super().compute_loss(x, y, y_pred, sample_weight, training)
+            self.custom_metric.update_state(loss * 4)
+            direct = self.loss_fn(y, y_pred)
+            self.direct_metric.update_state(direct)
+            return loss + direct
+
+    return LossTrackingModel
+
+
+def run_compute_loss(strategy=None):
+    """fit + evaluate of `loss_tracking_model_class()`; returns
+    {"history", "evaluate", "batch_logs", "weights"}."""
+    keras = _keras()
+    rng = np.random.RandomState(0)
+    x = rng.randn(N, 4).astype("float32")
+    y = rng.randn(N, 2).astype("float32")
+
+    def build():
+        model = loss_tracking_model_class()()
+        model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+        return model
+
+    if strategy is None:
+        model = build()
+    else:
+        with strategy.scope():
+            model = build()
+    seen = LogsSeen()
+    history = model.fit(
+        x, y, batch_size=BATCH, epochs=2, shuffle=False, verbose=0, callbacks=[seen]
+    ).history
+    evaluation = model.evaluate(x, y, batch_size=BATCH, verbose=0, return_dict=True)
+    return {
+        "history": {k: [float(v) for v in vs] for k, vs in history.items()},
+        "evaluate": {k: float(v) for k, v in evaluation.items()},
+        "batch_logs": seen.batches,
+        "weights": [w.tolist() for w in model.get_weights()],
+    }

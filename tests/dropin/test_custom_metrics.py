@@ -21,7 +21,6 @@ Tolerance: rel 1e-5, abs 1e-6 (the replicas' halves of a batch are added in
 another order).
 """
 
-import keras
 import numpy as np
 import pytest
 
@@ -75,59 +74,10 @@ def test_counting_metric_counts_every_example(metric_runs):
     assert [b["seen"] for b in two["test_batch_logs"]] == [8.0, 16.0, 24.0, 32.0]
 
 
-class LossTrackingModel(keras.Model):
-    """Keras's `test_metric_update_in_compute_loss`, plus a loss object and `add_loss`."""
-
-    def __init__(self):
-        super().__init__()
-        self.custom_metric = keras.metrics.Mean(name="custom")
-        self.direct_metric = keras.metrics.Mean(name="direct")
-        self.dense = keras.layers.Dense(
-            2, kernel_initializer=keras.initializers.GlorotUniform(seed=1)
-        )
-        self.loss_fn = keras.losses.MeanAbsoluteError()
-
-    def call(self, x):
-        y = self.dense(x)
-        self.add_loss(0.01 * keras.ops.mean(keras.ops.square(y)))
-        return y
-
-    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        loss = super().compute_loss(x, y, y_pred, sample_weight, training)
-        self.custom_metric.update_state(loss * 4)
-        direct = self.loss_fn(y, y_pred)
-        self.direct_metric.update_state(direct)
-        return loss + direct
-
-
-def _fit_loss_tracking(strategy):
-    rng = np.random.RandomState(0)
-    x = rng.randn(32, 4).astype("float32")
-    y = rng.randn(32, 2).astype("float32")
-    if strategy is None:
-        model = LossTrackingModel()
-        model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
-    else:
-        with strategy.scope():
-            model = LossTrackingModel()
-            model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
-    seen = metric_models.LogsSeen()
-    history = model.fit(
-        x, y, batch_size=8, epochs=2, shuffle=False, verbose=0, callbacks=[seen]
-    ).history
-    evaluation = model.evaluate(x, y, batch_size=8, verbose=0, return_dict=True)
-    return {
-        "history": {k: [float(v) for v in vs] for k, vs in history.items()},
-        "evaluate": {k: float(v) for k, v in evaluation.items()},
-        "batch_logs": seen.batches,
-        "weights": [w.tolist() for w in model.get_weights()],
-    }
-
-
 def test_metric_updated_in_compute_loss_equals_one_device():
     """It tracked half the one-device value on 2 replicas (the loss / replicas)."""
-    one = _fit_loss_tracking(None)
-    two = _fit_loss_tracking(tfdist_opt.opt_strategy(cpu_replicas=2))
+    one = metric_models.run_compute_loss(None)
+    two = metric_models.run_compute_loss(tfdist_opt.opt_strategy(cpu_replicas=2))
     _close(one, two)
     # Keras's own assertion: the metric is 4 times the logged loss (the
     # override adds the direct term to the loss it returns).

@@ -12,7 +12,8 @@ reference, run beside it. Cases:
 - custom metrics (keras.io's `BinaryTruePositives`, whose `result()` returns
   its variable; a tensor; a dict), `sample_weight`, `weighted_metrics`, a
   custom loss class and `add_loss` in a layer, in `fit`, `evaluate` and the
-  logs a callback sees;
+  logs a callback sees (every batch's too); a metric updated in a
+  `compute_loss` override;
 - a registered custom model saved and loaded again;
 - text preprocessing (`TextVectorization`, `StringLookup`, `IntegerLookup`,
   `Hashing`, `Normalization`) on string inputs, saved and reloaded;
@@ -105,6 +106,9 @@ def test_custom_metrics_and_losses_on_two_workers_equal_one_process(runs):
         _close(one["batch_logs"], worker["batch_logs"])
         _close(one["test_batch_logs"], worker["test_batch_logs"])
         _close(one["weights"], worker["weights"])
+        # A metric updated in a `compute_loss` override: it tracked the
+        # loss divided by the workers (`tfdist_opt.strategy.compute_loss`).
+        _close(one["compute_loss"], worker["compute_loss"])
     # keras.io's metric counts over the whole epoch, both workers' halves.
     assert one["evaluate"]["seen"] == 32.0
 
