@@ -1,9 +1,6 @@
 """Bug reports: training under 2 replicas equals one device (fit, evaluate, custom loops).
 
-Users' bug reports against Keras 3 with tf.distribute, each the reporter's
-code with synthetic data of the same shapes and only the strategy line
-changed, asserting what the reporter expected (tests/bug_reports/support.py;
-docs/guides/bug-reports.md lists them all).
+Each test: a user's report, the code as filed (docs/guides/bug-reports.md).
 """
 
 import keras

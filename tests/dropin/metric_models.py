@@ -154,24 +154,27 @@ class LogsSeen:
         return _Seen()
 
 
-def run(strategy=None):
-    """fit + evaluate; returns {"history", "evaluate", "batch_logs", "test_batch_logs",
-    "epoch_logs", "weights"} (the test batches: `evaluate`'s, after `fit`'s)."""
-    x, y, w = data()
+def _fit_and_evaluate(strategy, build, x, y, sample_weight=None):
+    """`build()` in `strategy`'s scope (none: no strategy), then fit and evaluate.
+
+    Returns {"history", "evaluate", "batch_logs", "test_batch_logs",
+    "epoch_logs", "weights"} (the test batches: `evaluate`'s).
+    """
     if strategy is None:
-        model = build_model()
+        model = build()
     else:
         with strategy.scope():
-            model = build_model()
+            model = build()
     seen = LogsSeen()
     history = model.fit(
-        x, y, sample_weight=w, batch_size=BATCH, epochs=2, shuffle=False, verbose=0,
+        x, y, sample_weight=sample_weight, batch_size=BATCH, epochs=2, shuffle=False, verbose=0,
         callbacks=[seen],
     ).history  # fmt: skip
     seen.test_batches.clear()  # fit has no validation: nothing there yet
     evaluation = model.evaluate(
-        x, y, sample_weight=w, batch_size=BATCH, verbose=0, return_dict=True, callbacks=[seen]
-    )
+        x, y, sample_weight=sample_weight, batch_size=BATCH, verbose=0, return_dict=True,
+        callbacks=[seen],
+    )  # fmt: skip
     return {
         "history": {k: [float(v) for v in vs] for k, vs in history.items()},
         "evaluate": {k: float(v) for k, v in evaluation.items()},
@@ -180,6 +183,26 @@ def run(strategy=None):
         "epoch_logs": seen.epochs,
         "weights": [u.tolist() for u in model.get_weights()],
     }
+
+
+def run(strategy=None):
+    """`build_model()` fitted and evaluated with sample weights (`_fit_and_evaluate`)."""
+    x, y, w = data()
+    return _fit_and_evaluate(strategy, build_model, x, y, sample_weight=w)
+
+
+def assert_close(a, b, rtol, atol):
+    """Nested dicts and lists of numbers `b` equal to `a` (same keys, allclose)."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), (sorted(a), sorted(b))
+        for key in a:
+            assert_close(a[key], b[key], rtol, atol)
+    elif isinstance(a, list) and any(isinstance(u, (dict, list)) for u in a):
+        assert len(a) == len(b)
+        for u, v in zip(a, b):
+            assert_close(u, v, rtol, atol)
+    else:
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=rtol, atol=atol)
 
 
 def loss_tracking_model_class():
@@ -212,8 +235,7 @@ def loss_tracking_model_class():
 
 
 def run_compute_loss(strategy=None):
-    """fit + evaluate of `loss_tracking_model_class()`; returns
-    {"history", "evaluate", "batch_logs", "weights"}."""
+    """`loss_tracking_model_class()` fitted and evaluated (`_fit_and_evaluate`)."""
     keras = _keras()
     rng = np.random.RandomState(0)
     x = rng.randn(N, 4).astype("float32")
@@ -224,19 +246,4 @@ def run_compute_loss(strategy=None):
         model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
         return model
 
-    if strategy is None:
-        model = build()
-    else:
-        with strategy.scope():
-            model = build()
-    seen = LogsSeen()
-    history = model.fit(
-        x, y, batch_size=BATCH, epochs=2, shuffle=False, verbose=0, callbacks=[seen]
-    ).history
-    evaluation = model.evaluate(x, y, batch_size=BATCH, verbose=0, return_dict=True)
-    return {
-        "history": {k: [float(v) for v in vs] for k, vs in history.items()},
-        "evaluate": {k: float(v) for k, v in evaluation.items()},
-        "batch_logs": seen.batches,
-        "weights": [w.tolist() for w in model.get_weights()],
-    }
+    return _fit_and_evaluate(strategy, build, x, y)

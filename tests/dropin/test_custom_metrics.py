@@ -33,16 +33,7 @@ pytestmark = pytest.mark.usefixtures("no_tf_config")
 
 
 def _close(a, b):
-    if isinstance(a, dict):
-        assert a.keys() == b.keys(), (sorted(a), sorted(b))
-        for key in a:
-            _close(a[key], b[key])
-    elif isinstance(a, list) and any(isinstance(u, (dict, list)) for u in a):
-        assert len(a) == len(b)
-        for u, v in zip(a, b):
-            _close(u, v)
-    else:
-        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=RTOL, atol=ATOL)
+    metric_models.assert_close(a, b, RTOL, ATOL)
 
 
 @pytest.fixture(scope="module")

@@ -27,9 +27,9 @@ halves of each batch in another order).
 
 import tempfile
 
-import numpy as np
 import pytest
 
+from tests.dropin import metric_models
 from tests.multiworker import harness
 
 pytestmark = [pytest.mark.multiworker, pytest.mark.slow]
@@ -70,16 +70,7 @@ def _case(runs, mode):
 
 
 def _close(a, b):
-    if isinstance(a, dict):
-        assert a.keys() == b.keys(), (sorted(a), sorted(b))
-        for key in a:
-            _close(a[key], b[key])
-    elif isinstance(a, list) and any(isinstance(u, (dict, list)) for u in a):
-        assert len(a) == len(b)
-        for u, v in zip(a, b):
-            _close(u, v)
-    else:
-        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=RTOL, atol=ATOL)
+    metric_models.assert_close(a, b, RTOL, ATOL)
 
 
 def test_every_dtype_trains_on_two_workers_as_in_one_process(runs):
