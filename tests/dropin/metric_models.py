@@ -154,7 +154,7 @@ class LogsSeen:
         return _Seen()
 
 
-def _fit_and_evaluate(strategy, build, x, y, sample_weight=None):
+def fit_and_evaluate(strategy, build, x, y, sample_weight=None):
     """`build()` in `strategy`'s scope (none: no strategy), then fit and evaluate.
 
     Returns {"history", "evaluate", "batch_logs", "test_batch_logs",
@@ -186,9 +186,9 @@ def _fit_and_evaluate(strategy, build, x, y, sample_weight=None):
 
 
 def run(strategy=None):
-    """`build_model()` fitted and evaluated with sample weights (`_fit_and_evaluate`)."""
+    """`build_model()` fitted and evaluated with sample weights (`fit_and_evaluate`)."""
     x, y, w = data()
-    return _fit_and_evaluate(strategy, build_model, x, y, sample_weight=w)
+    return fit_and_evaluate(strategy, build_model, x, y, sample_weight=w)
 
 
 def assert_close(a, b, rtol, atol):
@@ -235,7 +235,7 @@ def loss_tracking_model_class():
 
 
 def run_compute_loss(strategy=None):
-    """`loss_tracking_model_class()` fitted and evaluated (`_fit_and_evaluate`)."""
+    """`loss_tracking_model_class()` fitted and evaluated (`fit_and_evaluate`)."""
     keras = _keras()
     rng = np.random.RandomState(0)
     x = rng.randn(N, 4).astype("float32")
@@ -246,4 +246,4 @@ def run_compute_loss(strategy=None):
         model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
         return model
 
-    return _fit_and_evaluate(strategy, build, x, y)
+    return fit_and_evaluate(strategy, build, x, y)

@@ -21,6 +21,7 @@ Tolerance: rel 1e-5, abs 1e-6 (the replicas' halves of a batch are added in
 another order).
 """
 
+import keras
 import numpy as np
 import pytest
 
@@ -74,3 +75,34 @@ def test_metric_updated_in_compute_loss_equals_one_device():
     # override adds the direct term to the loss it returns).
     custom, loss, direct = (two["history"][k][0] for k in ("custom", "loss", "direct"))
     np.testing.assert_allclose(custom, 4 * (loss - direct), rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"run_eagerly": True}, {"jit_compile": True}, {"steps_per_execution": 2}],
+    ids=["run_eagerly", "jit_compile", "steps_per_execution"],
+)
+def test_weighted_mean_logs_equal_one_device_under_keras_options(options):
+    """The per-batch sync runs eagerly, beside a step compiled per replica
+    with XLA, and inside Keras's multi-step loop."""
+    x, y, w = metric_models.data()
+
+    def build():
+        inputs = keras.Input((4,))
+        out = keras.layers.Dense(1, kernel_initializer=keras.initializers.GlorotUniform(seed=2))(
+            inputs
+        )
+        model = keras.Model(inputs, out)
+        model.compile(
+            keras.optimizers.SGD(0.05),
+            loss="mse",
+            metrics=["mae"],
+            weighted_metrics=["mse"],
+            **options,
+        )
+        return model
+
+    def run(strategy):
+        return metric_models.fit_and_evaluate(strategy, build, x, y, sample_weight=w)
+
+    _close(run(None), run(tfdist_opt.opt_strategy(cpu_replicas=2)))
