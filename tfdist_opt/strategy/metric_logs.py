@@ -26,6 +26,8 @@ keeps them. The wrapper runs outside a step compiled per replica with XLA
 from __future__ import annotations
 
 _AGGREGATIONS = ("sum", "mean", "only_first_replica")
+# The name of the op that marks a value equal on every replica.
+_REPLICA_EQUAL = "tfdist_replica_equal"
 
 
 def synced_step(model, step):
@@ -61,11 +63,32 @@ def synced_logs(model, logs):
         results = model.get_metrics_result()
         if set(results) != set(logs):
             return logs
-        # A `result()` may return its variable: read inside the scope.
-        return {
-            k: keras.ops.convert_to_tensor(v) if isinstance(v, keras.Variable) else v
-            for k, v in results.items()
-        }
+
+        # A `result()` may return its variable, or a dict of them: read
+        # inside the scope. Each value is marked as equal on every replica
+        # (`replica_equal`).
+        def read(value):
+            if isinstance(value, keras.Variable):
+                value = keras.ops.convert_to_tensor(value)
+            return tf.identity(value, name=_REPLICA_EQUAL)
+
+        return {k: tf.nest.map_structure(read, v) for k, v in results.items()}
+
+
+def replica_equal(value) -> bool:
+    """True for a log value `synced_logs` made in a traced step: every replica,
+    on every worker, holds the same number, so its mean over the replicas is
+    any replica's value and needs no collective."""
+    import tensorflow as tf
+
+    parts = value.values if isinstance(value, tf.distribute.DistributedValues) else (value,)
+    if tf.executing_eagerly():
+        return False  # no op names to read: the ordinary reduce
+    for part in parts:
+        op = getattr(part, "op", None) if isinstance(part, tf.Tensor) else None
+        if op is None or not op.name.rsplit("/", 1)[-1].startswith(_REPLICA_EQUAL):
+            return False
+    return True
 
 
 def _synced_variables(model):
