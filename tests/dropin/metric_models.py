@@ -139,10 +139,14 @@ class LogsSeen:
             def __init__(self):
                 super().__init__()
                 self.batches = []
+                self.test_batches = []
                 self.epochs = []
 
             def on_train_batch_end(self, batch, logs=None):
                 self.batches.append({k: float(v) for k, v in (logs or {}).items()})
+
+            def on_test_batch_end(self, batch, logs=None):
+                self.test_batches.append({k: float(v) for k, v in (logs or {}).items()})
 
             def on_epoch_end(self, epoch, logs=None):
                 self.epochs.append({k: float(v) for k, v in (logs or {}).items()})
@@ -150,26 +154,96 @@ class LogsSeen:
         return _Seen()
 
 
-def run(strategy=None):
-    """fit + evaluate; returns {"history", "evaluate", "batch_logs", "epoch_logs", "weights"}."""
-    x, y, w = data()
+def fit_and_evaluate(strategy, build, x, y, sample_weight=None):
+    """`build()` in `strategy`'s scope (none: no strategy), then fit and evaluate.
+
+    Returns {"history", "evaluate", "batch_logs", "test_batch_logs",
+    "epoch_logs", "weights"} (the test batches: `evaluate`'s).
+    """
     if strategy is None:
-        model = build_model()
+        model = build()
     else:
         with strategy.scope():
-            model = build_model()
+            model = build()
     seen = LogsSeen()
     history = model.fit(
-        x, y, sample_weight=w, batch_size=BATCH, epochs=2, shuffle=False, verbose=0,
+        x, y, sample_weight=sample_weight, batch_size=BATCH, epochs=2, shuffle=False, verbose=0,
         callbacks=[seen],
     ).history  # fmt: skip
+    seen.test_batches.clear()  # fit has no validation: nothing there yet
     evaluation = model.evaluate(
-        x, y, sample_weight=w, batch_size=BATCH, verbose=0, return_dict=True
-    )
+        x, y, sample_weight=sample_weight, batch_size=BATCH, verbose=0, return_dict=True,
+        callbacks=[seen],
+    )  # fmt: skip
     return {
         "history": {k: [float(v) for v in vs] for k, vs in history.items()},
         "evaluate": {k: float(v) for k, v in evaluation.items()},
         "batch_logs": seen.batches,
+        "test_batch_logs": seen.test_batches,
         "epoch_logs": seen.epochs,
         "weights": [u.tolist() for u in model.get_weights()],
     }
+
+
+def run(strategy=None):
+    """`build_model()` fitted and evaluated with sample weights (`fit_and_evaluate`)."""
+    x, y, w = data()
+    return fit_and_evaluate(strategy, build_model, x, y, sample_weight=w)
+
+
+def assert_close(a, b, rtol, atol):
+    """Nested dicts and lists of numbers `b` equal to `a` (same keys, allclose)."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), (sorted(a), sorted(b))
+        for key in a:
+            assert_close(a[key], b[key], rtol, atol)
+    elif isinstance(a, list) and any(isinstance(u, (dict, list)) for u in a):
+        assert len(a) == len(b)
+        for u, v in zip(a, b):
+            assert_close(u, v, rtol, atol)
+    else:
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=rtol, atol=atol)
+
+
+def loss_tracking_model_class():
+    """Keras's `test_metric_update_in_compute_loss`, plus a loss object and `add_loss`."""
+    keras = _keras()
+
+    class LossTrackingModel(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.custom_metric = keras.metrics.Mean(name="custom")
+            self.direct_metric = keras.metrics.Mean(name="direct")
+            self.dense = keras.layers.Dense(
+                2, kernel_initializer=keras.initializers.GlorotUniform(seed=1)
+            )
+            self.loss_fn = keras.losses.MeanAbsoluteError()
+
+        def call(self, x):
+            y = self.dense(x)
+            self.add_loss(0.01 * keras.ops.mean(keras.ops.square(y)))
+            return y
+
+        def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+            loss = super().compute_loss(x, y, y_pred, sample_weight, training)
+            self.custom_metric.update_state(loss * 4)
+            direct = self.loss_fn(y, y_pred)
+            self.direct_metric.update_state(direct)
+            return loss + direct
+
+    return LossTrackingModel
+
+
+def run_compute_loss(strategy=None):
+    """`loss_tracking_model_class()` fitted and evaluated (`fit_and_evaluate`)."""
+    keras = _keras()
+    rng = np.random.RandomState(0)
+    x = rng.randn(N, 4).astype("float32")
+    y = rng.randn(N, 2).astype("float32")
+
+    def build():
+        model = loss_tracking_model_class()()
+        model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+        return model
+
+    return fit_and_evaluate(strategy, build, x, y)

@@ -31,6 +31,13 @@ rank-0 value across replicas without an axis (the same number
    host returns such a value unreduced, read where the variable's
    aggregation (SUM over every replica) applies; `reduce` reads it so.
 
+Two changes make metrics read as on one device (`tfdist_opt.strategy.
+metric_logs`, `tfdist_opt.strategy.compute_loss`): `num_replicas_in_sync`
+reads 1 to the thread running a model's `compute_loss` override, and
+`reduce` answers the mean of a log value every replica holds equal (each
+step's metrics, computed from the all-reduced metric state) with the local
+value, without a collective.
+
 One change is for speed, not correctness: `run` remembers its outputs so
 that `reduce` sends every scalar Keras logs in one collective instead of one
 each (`log_packing`), with the same values.
@@ -55,10 +62,12 @@ import tensorflow as tf
 
 from tfdist_opt.stall import keras_binding as stall_binding
 from tfdist_opt.strategy import chief_saving
+from tfdist_opt.strategy import compute_loss
 from tfdist_opt.strategy import first_batch
 from tfdist_opt.strategy import global_batch
 from tfdist_opt.strategy import keras_steps
 from tfdist_opt.strategy import log_packing
+from tfdist_opt.strategy import metric_logs
 from tfdist_opt.strategy import model_registry
 from tfdist_opt.strategy import plain_iterator
 from tfdist_opt.strategy import scalar_variables
@@ -103,6 +112,16 @@ class _AdoptingScope:
         # gets `_MODEL_MIXIN` here, before its first batch is pulled.
         chief_saving.adopt_models(self, self._MODEL_MIXIN)
         return super().experimental_distribute_dataset(dataset, options)
+
+    @property
+    def num_replicas_in_sync(self):
+        # Keras divides every loss by this where it is computed; a model's
+        # `compute_loss` override sees 1 on its thread, and so one device's
+        # loss values (a metric it updates with them too); Keras's step
+        # gets the result divided once (`compute_loss`).
+        if compute_loss.active(self):
+            return 1
+        return super().num_replicas_in_sync
 
     def reduce(self, reduce_op, value, axis=None):
         # The first batch Keras builds a model from: one replica's, not a
@@ -253,6 +272,17 @@ class KerasMultiWorkerMirroredStrategy(_AdoptingScope, tf.distribute.MultiWorker
                 return tf.identity(value.value)
             if axis is not None and _rank(value) == 0:
                 axis = None
+            if (
+                axis is None
+                and log_packing.op_name(reduce_op) == "MEAN"
+                and metric_logs.replica_equal(value)
+            ):
+                # Every replica logged the same metric values, computed
+                # from the all-reduced metric state (`metric_logs`): the
+                # mean is any replica's value, with no second collective.
+                return (
+                    value.values[0] if isinstance(value, tf.distribute.DistributedValues) else value
+                )
             if axis is None and self._pack_log_reductions:
                 packed = self._log_packer.lookup(reduce_op, value)
                 if packed is not None:

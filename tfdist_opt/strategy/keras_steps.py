@@ -27,6 +27,10 @@ Layers created in a `keras.RematScope` get a per-instance subclass at
 `fit`, `evaluate` and `predict` that lets their recomputed call take keyword
 arguments inside the steps (`remat_calls`).
 
+A `compute_loss` override computes one device's loss values
+(`compute_loss`), and the metric logs of each batch are computed from every
+replica's metric state (`metric_logs`), as on one device.
+
 `fit` first refuses a `tf.data` global batch the replicas in sync do not
 divide, before step 1 (`global_batch`).
 """
@@ -37,8 +41,10 @@ import contextlib
 
 from tfdist_opt import private_api
 from tfdist_opt import runtime
+from tfdist_opt.strategy import compute_loss as compute_loss_view
 from tfdist_opt.strategy import first_batch
 from tfdist_opt.strategy import global_batch
+from tfdist_opt.strategy import metric_logs
 from tfdist_opt.strategy import multi_step
 from tfdist_opt.strategy import remat_calls
 from tfdist_opt.strategy import xla_steps
@@ -90,12 +96,20 @@ class KerasSteps:
         remat_calls.bind_keyword_arguments(self)
         return super().predict(*args, **kwargs)
 
+    def compute_loss(self, *args, **kwargs):
+        # A user's override sees one device's loss values, a metric it
+        # updates too; its result is divided by the replicas once
+        # (`compute_loss`).
+        return compute_loss_view.compute_loss(self, super().compute_loss, args, kwargs)
+
     def make_train_function(self, force=False):
         if self.train_function is not None and not force:
             return self.train_function
         step = type(self).train_step.__get__(self)
         if needs_per_replica_xla(self):
             step = xla_steps.compiled_train_step(self, step)
+        if self.distribute_strategy.num_replicas_in_sync > 1:
+            step = metric_logs.synced_step(self, step)
         self._tfdist_make("train", step, force)  # sets self.train_function
         # compression="auto": the first calls are timed, then it decides.
         self.train_function = _auto_fit().wrap_train_function(self, self.train_function)
@@ -107,6 +121,8 @@ class KerasSteps:
         step = type(self).test_step.__get__(self)
         if needs_per_replica_xla(self):
             step = xla_steps.compiled_step(self, "test step", step)
+        if self.distribute_strategy.num_replicas_in_sync > 1:
+            step = metric_logs.synced_step(self, step)
         return self._tfdist_make("test", step, force)
 
     def _tfdist_make(self, kind, step, force):

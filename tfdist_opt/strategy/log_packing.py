@@ -29,7 +29,8 @@ import tensorflow as tf
 _PACKABLE_OPS = ("MEAN", "SUM")
 
 
-def _op_name(reduce_op) -> str:
+def op_name(reduce_op) -> str:
+    """`reduce_op`'s name ("MEAN", "SUM") for a `ReduceOp` or a string."""
     return getattr(reduce_op, "name", None) or str(reduce_op).upper()
 
 
@@ -73,7 +74,7 @@ class LogPacker:
 
     def lookup(self, reduce_op, value):
         """The packed reduction of `value`, or None if it does not qualify."""
-        op = _op_name(reduce_op)
+        op = op_name(reduce_op)
         if op not in _PACKABLE_OPS or not any(value is leaf for leaf in self._leaves):
             return None
         if op not in self._done:
