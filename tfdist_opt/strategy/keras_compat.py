@@ -226,8 +226,11 @@ class KerasMultiWorkerMirroredStrategy(_AdoptingScope, tf.distribute.MultiWorker
         """
         if global_batch.per_worker_batch(self, dataset) is not None:
             # Per-worker data (auto-sharding OFF): each worker's batch is
-            # its share of the global batch, as TF defines it.
-            return self.distribute_datasets_from_function(lambda _: dataset, options)
+            # its share of the global batch, as TF defines it, split over
+            # the worker's own replicas.
+            return self.distribute_datasets_from_function(
+                global_batch.per_worker_dataset_fn(self, dataset), options
+            )
         return stall_binding.count_inputs(
             self,
             plain_iterator.apply(self, super().experimental_distribute_dataset(dataset, options)),
