@@ -11,6 +11,11 @@ both workers, each epoch: every example exactly once.
   4 replicas and kept its part: half of each worker's examples, silently);
 - a per-worker batch its replicas cannot split is refused, and the batch the
   message suggests trains on every example;
+- Ray Train's `to_tf` shape (a generator per worker, its batch size not
+  known before step 1): a per-worker batch of 2 trains on every example; a
+  batch of 1 its 2 replicas cannot split fails at the first batch, which
+  Keras reads before step 1, with a message naming it (not weighted
+  unequally, silently);
 - an auto-sharded global batch of 1 is refused, and the batch the message
   suggests trains on every example;
 - `strategy.distribute_datasets_from_function` given to `fit`.
@@ -64,6 +69,19 @@ def test_per_worker_batch_is_split_over_each_workers_replicas(runs):
 def test_per_worker_batch_refused_then_its_advice_trains_every_example(runs):
     for result in _check(runs, "per_worker_advice"):
         assert result["advice"] == 2
+
+
+def test_generator_per_worker_batch_is_split_over_each_workers_replicas(runs):
+    for result in _check(runs, "generator_split"):
+        assert result["global_batch"] == 4
+
+
+def test_generator_per_worker_batch_its_replicas_cannot_split_is_refused(runs):
+    for worker in runs[1]:
+        result = worker["generator_not_split"]
+        assert "error" not in result, result.get("trace", result)
+        assert "Invalid per-worker batch" in result["refused"], result["refused"]
+        assert "multiple of 2" in result["refused"], result["refused"]
 
 
 def test_auto_sharded_batch_refused_then_its_advice_trains_every_example(runs):

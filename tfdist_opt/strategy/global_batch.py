@@ -191,13 +191,29 @@ def per_worker_dataset_fn(strategy, dataset):
     """
     import tensorflow as tf
 
-    local = _local_replicas(strategy, _num_workers(strategy))
+    workers = _num_workers(strategy)
+    local = _local_replicas(strategy, workers)
     if local == 1:
         return lambda _: dataset
 
-    def pieces(*batch):
-        element = batch[0] if len(batch) == 1 else batch
+    def pieces(index, element):
         rows = tf.shape(tf.nest.flatten(element)[0], out_type=tf.int64)[0]
+        # A batch size not known before step 1 (a generator, a `map` after
+        # `batch`) is checked on the first batch, which Keras reads before
+        # step 1 to build the model: a later one may be an epoch's last.
+        splits = tf.debugging.Assert(
+            tf.logical_or(index > 0, rows % local == 0),
+            [
+                "Invalid per-worker batch: a tf.data dataset with auto-sharding "
+                f"OFF on {workers} workers is per-worker data, each worker's "
+                f"batch split over its own {local} replicas, so it must be a "
+                f"multiple of {local} for every example to weigh the same in "
+                "the step. Received: a first per-worker batch of rows=",
+                rows,
+            ],
+        )
+        with tf.control_dependencies([splits]):
+            rows = tf.identity(rows)
 
         def piece(i):
             start, end = i * rows // local, (i + 1) * rows // local
@@ -205,7 +221,7 @@ def per_worker_dataset_fn(strategy, dataset):
 
         return tf.data.Dataset.range(local).map(piece)
 
-    return lambda _: dataset.flat_map(pieces)
+    return lambda _: dataset.enumerate().flat_map(pieces)
 
 
 def _rows(value, start, end):

@@ -95,6 +95,25 @@ def own_shard(batch):
     return off(tf.data.Dataset.from_tensor_slices((X[RANK::WORKERS], Y[RANK::WORKERS])).batch(batch))
 
 
+def own_generator(batch):
+    """Ray Train's `to_tf(batch_size=...)` on this worker's shard: a generator, auto-sharding OFF.
+
+    The batch size is not known before step 1 (`from_generator` with a
+    batch dimension of None, as Ray's `to_tf` makes it).
+    """
+    x, y = X[RANK::WORKERS], Y[RANK::WORKERS]
+
+    def batches():
+        for start in range(0, len(x), batch):
+            yield x[start : start + batch], y[start : start + batch]
+
+    signature = (
+        tf.TensorSpec((None, 3), tf.float32),
+        tf.TensorSpec((None, 2), tf.float32),
+    )
+    return off(tf.data.Dataset.from_generator(batches, output_signature=signature))
+
+
 def advice(message):
     match = re.search(r"Use e\.g\. (\d+)", message)
     assert match, message
@@ -115,6 +134,20 @@ def per_worker_advice():
     else:
         return {"error": "a per-worker batch of 1 trained on several replicas per worker"}
     return {"advice": batch, "global_batch": batch * WORKERS, **train(own_shard(batch))}
+
+
+def generator_split():
+    """A generator's per-worker batch of 2 (size unknown before step 1): global batch 2 x workers."""
+    return {"global_batch": 2 * WORKERS, **train(own_generator(2))}
+
+
+def generator_not_split():
+    """A generator's per-worker batch of 1 on several replicas per worker: refused at its first batch."""
+    try:
+        train(own_generator(1))
+    except tf.errors.InvalidArgumentError as e:
+        return {"refused": e.message[:2000]}
+    return {"error": "a generator's per-worker batch of 1 trained on several replicas per worker"}
 
 
 def auto_sharded_advice():
@@ -156,6 +189,8 @@ CASES = {
     "per_worker_split": per_worker_split,
     "per_worker_advice": per_worker_advice,
     "auto_sharded_advice": auto_sharded_advice,
+    "generator_split": generator_split,
+    "generator_not_split": generator_not_split,
     "from_function": from_function,
 }
 if CLUSTER:
