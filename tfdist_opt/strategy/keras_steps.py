@@ -24,7 +24,9 @@ replicas' mean (`first_batch`), so a global batch the replicas do not
 divide builds too.
 
 `fit` first refuses a `tf.data` global batch the replicas in sync do not
-divide, before step 1 (`global_batch`).
+divide, before step 1 (`global_batch`). `fit` and `evaluate` leave out the
+trailing `None`s of a dataset's `(x, y, sample_weight)` elements, which
+TF's distributed input cannot carry (`absent_inputs`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import contextlib
 
 from tfdist_opt import private_api
 from tfdist_opt import runtime
+from tfdist_opt.strategy import absent_inputs
 from tfdist_opt.strategy import first_batch
 from tfdist_opt.strategy import global_batch
 from tfdist_opt.strategy import multi_step
@@ -62,6 +65,7 @@ class KerasSteps:
     """Mixin in front of a Keras Model class; see the module docstring."""
 
     def fit(self, *args, **kwargs):
+        args, kwargs = _without_absent(self.distribute_strategy, args, kwargs)
         # Before Keras builds anything: a tf.data global batch the replicas
         # do not divide is refused (`global_batch`).
         global_batch.check_fit_input(self.distribute_strategy, args[0] if args else kwargs.get("x"))
@@ -74,6 +78,10 @@ class KerasSteps:
             fit_argument(args, kwargs, "callbacks", None),
         ):
             return super().fit(*args, **kwargs)
+
+    def evaluate(self, *args, **kwargs):
+        args, kwargs = _without_absent(self.distribute_strategy, args, kwargs)
+        return super().evaluate(*args, **kwargs)
 
     def make_train_function(self, force=False):
         if self.train_function is not None and not force:
@@ -128,6 +136,15 @@ class KerasSteps:
         finally:
             if fit is not None:
                 fit.building = False
+
+
+def _without_absent(strategy, args: tuple, kwargs: dict):
+    """`fit`'s / `evaluate`'s arguments with `x` as `absent_inputs` feeds it."""
+    if args:
+        return (absent_inputs.without_absent(strategy, args[0]), *args[1:]), kwargs
+    if "x" in kwargs:
+        return args, {**kwargs, "x": absent_inputs.without_absent(strategy, kwargs["x"])}
+    return args, kwargs
 
 
 # Positions in `keras.Model.fit(x, y, batch_size, epochs, verbose, callbacks,
