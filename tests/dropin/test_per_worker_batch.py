@@ -75,8 +75,11 @@ def test_per_worker_batch_its_replicas_cannot_split_is_refused_with_advice():
     Use e.g. 4", and a per-worker batch of 4 trained on half of each
     worker's examples)."""
     assert global_batch.per_worker_batch(_Strategy(2, 4), _dataset(1, OFF)) == 1
-    with pytest.raises(ValueError, match=r"per-worker batch=1, replicas per worker=2, "
-                       r"num_workers=2 \(global batch 2\)\. Use e\.g\. 2\."):
+    with pytest.raises(
+        ValueError,
+        match=r"per-worker batch=1, replicas per worker=2, "
+        r"num_workers=2 \(global batch 2\)\. Use e\.g\. 2\.",
+    ):
         global_batch.check_fit_input(_Strategy(2, 4), _dataset(1, OFF))
     with pytest.raises(ValueError, match=r"Use e\.g\. 4 or 6\."):
         global_batch.check_fit_input(_Strategy(2, 4), _dataset(5, OFF))
@@ -115,9 +118,7 @@ def test_one_replica_per_worker_gets_each_batch_whole():
 def test_first_batch_of_unknown_size_its_replicas_cannot_split_fails_naming_it():
     """A generator (Ray's `to_tf`): its batch is known at the first batch only."""
     signature = tf.TensorSpec((None,), tf.int64)
-    dataset = tf.data.Dataset.from_generator(
-        lambda: iter([[0], [1]]), output_signature=signature
-    )
+    dataset = tf.data.Dataset.from_generator(lambda: iter([[0], [1]]), output_signature=signature)
     with pytest.raises(tf.errors.InvalidArgumentError, match="Invalid per-worker batch"):
         _pieces(_Strategy(2, 4), dataset)
     # A last batch (not the first) may be uneven, as TF's rebatching splits it.

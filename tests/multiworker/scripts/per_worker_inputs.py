@@ -32,9 +32,7 @@ EPOCHS = 2
 REFERENCE_BATCHES = (2, 4, 8)
 CLUSTER = "TF_CONFIG" in os.environ
 RANK = json.loads(os.environ.get("TF_CONFIG", '{"task": {"index": 0}}'))["task"]["index"]
-WORKERS = (
-    len(json.loads(os.environ["TF_CONFIG"])["cluster"].get("worker", ())) if CLUSTER else 1
-)
+WORKERS = len(json.loads(os.environ["TF_CONFIG"])["cluster"].get("worker", ())) if CLUSTER else 1
 
 rng = np.random.RandomState(0)
 X = rng.randn(N, 3).astype("float32")
@@ -92,7 +90,9 @@ def off(dataset):
 
 def own_shard(batch):
     """This worker's examples (ids r, r + W, ...) in batches of `batch`, auto-sharding OFF."""
-    return off(tf.data.Dataset.from_tensor_slices((X[RANK::WORKERS], Y[RANK::WORKERS])).batch(batch))
+    return off(
+        tf.data.Dataset.from_tensor_slices((X[RANK::WORKERS], Y[RANK::WORKERS])).batch(batch)
+    )
 
 
 def own_generator(batch):
@@ -174,7 +174,10 @@ def from_function():
             .batch(per_replica)
         )
 
-    return {"global_batch": global_batch, **train(strategy.distribute_datasets_from_function(dataset_fn))}
+    return {
+        "global_batch": global_batch,
+        **train(strategy.distribute_datasets_from_function(dataset_fn)),
+    }
 
 
 def report(mode, fn):
