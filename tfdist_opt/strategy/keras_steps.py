@@ -120,6 +120,7 @@ class KerasSteps:
             fit.epoch_iterator = iterator
         if fit is not None:
             fit.building = True
+        first_batch.disarm()
         try:
             first = None
             if data_batch is None:
