@@ -11,7 +11,6 @@ argv[1]: a directory for saved models (each process its own).
 import json
 import os
 import sys
-import traceback
 
 import numpy as np
 
@@ -23,17 +22,10 @@ import keras  # noqa: E402
 
 from tests.dropin import dtype_models  # noqa: E402
 from tests.dropin import metric_models  # noqa: E402
+from tests.multiworker import harness  # noqa: E402
 
 OUT_DIR = sys.argv[1]
 RANK = int(json.loads(os.environ.get("TF_CONFIG", '{"task": {"index": 0}}'))["task"]["index"])
-
-
-def report(mode, fn):
-    try:
-        out = fn()
-    except Exception as e:  # pylint: disable=broad-except
-        out = {"error": f"{type(e).__name__}: {e}"[:1500], "trace": traceback.format_exc()[-3000:]}
-    print("RESULT " + json.dumps({"mode": mode, **out}), flush=True)
 
 
 def weights(model):
@@ -177,4 +169,4 @@ CASES = {
     "registered_model_saving": registered_model_saving,
 }
 for name in sys.argv[2:] or CASES:
-    report(name, CASES[name])
+    harness.report(name, CASES[name])

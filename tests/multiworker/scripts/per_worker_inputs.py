@@ -16,7 +16,6 @@ import json
 import os
 import re
 import sys
-import traceback
 
 import numpy as np
 
@@ -26,6 +25,8 @@ strategy = tfdist_opt.opt_strategy()
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
+
+from tests.multiworker import harness  # noqa: E402
 
 N = 16
 EPOCHS = 2
@@ -114,10 +115,17 @@ def own_generator(batch):
     return off(tf.data.Dataset.from_generator(batches, output_signature=signature))
 
 
-def advice(message):
-    match = re.search(r"Use e\.g\. (\d+)", message)
-    assert match, message
-    return int(match.group(1))
+def follow_advice(make):
+    """Trains on `make(1)`, which must be refused, then on `make(N)` for the "Use e.g. N" it says."""
+    try:
+        train(make(1))
+    except ValueError as e:
+        match = re.search(r"Use e\.g\. (\d+)", str(e))
+        assert match, str(e)
+    else:
+        raise AssertionError("a batch of 1 trained on several replicas per worker")
+    batch = int(match.group(1))
+    return batch, train(make(batch))
 
 
 def per_worker_split():
@@ -127,13 +135,8 @@ def per_worker_split():
 
 def per_worker_advice():
     """Per-worker batch 1 the replicas of a worker cannot split: follow the error's advice."""
-    try:
-        train(own_shard(1))
-    except ValueError as e:
-        batch = advice(str(e))
-    else:
-        return {"error": "a per-worker batch of 1 trained on several replicas per worker"}
-    return {"advice": batch, "global_batch": batch * WORKERS, **train(own_shard(batch))}
+    batch, result = follow_advice(own_shard)
+    return {"advice": batch, "global_batch": batch * WORKERS, **result}
 
 
 def generator_split():
@@ -152,14 +155,8 @@ def generator_not_split():
 
 def auto_sharded_advice():
     """An auto-sharded global batch of 1: follow the error's advice."""
-    whole = lambda b: tf.data.Dataset.from_tensor_slices((X, Y)).batch(b)  # noqa: E731
-    try:
-        train(whole(1))
-    except ValueError as e:
-        batch = advice(str(e))
-    else:
-        return {"error": "an auto-sharded batch of 1 trained on several replicas"}
-    return {"advice": batch, "global_batch": batch, **train(whole(batch))}
+    batch, result = follow_advice(lambda b: tf.data.Dataset.from_tensor_slices((X, Y)).batch(b))
+    return {"advice": batch, "global_batch": batch, **result}
 
 
 def from_function():
@@ -180,14 +177,6 @@ def from_function():
     }
 
 
-def report(mode, fn):
-    try:
-        out = fn()
-    except Exception as e:  # pylint: disable=broad-except
-        out = {"error": f"{type(e).__name__}: {e}"[:1500], "trace": traceback.format_exc()[-3000:]}
-    print("RESULT " + json.dumps({"mode": mode, **out}), flush=True)
-
-
 CASES = {
     "per_worker_split": per_worker_split,
     "per_worker_advice": per_worker_advice,
@@ -198,6 +187,6 @@ CASES = {
 }
 if CLUSTER:
     for name in sys.argv[1:] or CASES:
-        report(name, CASES[name])
+        harness.report(name, CASES[name])
 else:
-    report("reference", reference)
+    harness.report("reference", reference)
