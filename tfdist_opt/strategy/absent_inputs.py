@@ -83,7 +83,8 @@ def without_absent(strategy, x):
             f"to the {strategy.num_replicas_in_sync} replicas in sync; Keras "
             "takes None only as a left-out target or sample weight at the end "
             "of the (x, y, sample_weight) tuple. Expected: a tensor there, or "
-            f"the component left out of the element. Received: element_spec={spec}"
+            "the input given to `fit` as arrays, where Keras takes a None input "
+            f"on several replicas. Received: element_spec={spec}"
         )
     if keep is None or keep == len(spec):
         return x
