@@ -10,6 +10,8 @@ replicas per worker, each worker's batch is split over its own replicas
 test_per_worker_inputs.py.
 """
 
+import types
+
 import pytest
 import tensorflow as tf
 
@@ -40,6 +42,11 @@ class _Strategy(tf.distribute.MultiWorkerMirroredStrategy):
     @property
     def num_replicas_in_sync(self):
         return self._replicas
+
+    @property
+    def extended(self):
+        local = self._replicas // self._resolver.workers
+        return types.SimpleNamespace(worker_devices=tuple(f"/cpu:{i}" for i in range(local)))
 
 
 def _dataset(batch, policy):

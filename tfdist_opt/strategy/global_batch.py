@@ -94,8 +94,9 @@ def _num_workers(strategy) -> int:
     return max(1, len(cluster.get("chief", ())) + len(cluster.get("worker", ())))
 
 
-def _local_replicas(strategy, workers: int) -> int:
-    return max(1, strategy.num_replicas_in_sync // workers)
+def _local_replicas(strategy) -> int:
+    """This worker's replicas (its devices: one per GPU, or its CPU replicas)."""
+    return max(1, len(strategy.extended.worker_devices))
 
 
 def per_worker_batch(strategy, dataset) -> int | None:
@@ -126,7 +127,7 @@ def per_worker_batch(strategy, dataset) -> int | None:
     if policy != tf.data.experimental.AutoShardPolicy.OFF:
         return None
     batch = dataset_global_batch(dataset)
-    local = _local_replicas(strategy, workers)
+    local = _local_replicas(strategy)
     split = f", split over its {local} replicas" if local > 1 else ""
     _logging.log_once(
         "tfdist_opt fit: the tf.data dataset has auto-sharding OFF on "
@@ -192,7 +193,7 @@ def per_worker_dataset_fn(strategy, dataset):
     import tensorflow as tf
 
     workers = _num_workers(strategy)
-    local = _local_replicas(strategy, workers)
+    local = _local_replicas(strategy)
     if local == 1:
         return lambda _: dataset
 
@@ -267,7 +268,7 @@ def check_fit_input(strategy, x) -> None:
     if per_worker is not None:
         if per_worker > 0:
             workers = _num_workers(strategy)
-            check_per_worker_batch(per_worker, _local_replicas(strategy, workers), workers)
+            check_per_worker_batch(per_worker, _local_replicas(strategy), workers)
         return
     batch = dataset_global_batch(x)
     if batch is None:
