@@ -25,6 +25,7 @@ predictions (atol 1e-6, float32) and the same counts.
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import tfdist_opt
 
@@ -73,6 +74,18 @@ def test_uneven_first_batch_of_a_model_first_built_inside_fit():
         ours = model.predict(x[:3], verbose=0)
     assert len(history.history["loss"]) == 2
     assert ours.shape == (3, 1) and np.all(np.isfinite(ours))
+
+
+def test_only_the_first_batch_reduce_after_distributing_is_answered_locally():
+    """A custom loop's reduce of a loss after distributing is TF's; the
+    reduce of an uneven batch of that dataset gets the first replica's."""
+    strategy = tfdist_opt.opt_strategy(cpu_replicas=2)
+    dataset = tf.data.Dataset.from_tensor_slices(np.arange(5, dtype="float32")[:, None]).batch(5)
+    batch = next(iter(strategy.experimental_distribute_dataset(dataset)))  # 3 and 2 rows
+    sums = strategy.run(tf.reduce_sum, args=(batch,))  # 0+1+2 and 3+4
+    assert float(strategy.reduce("SUM", sums, axis=None)) == 10.0
+    assert float(strategy.reduce("MEAN", sums, axis=None)) == 5.0
+    np.testing.assert_array_equal(strategy.reduce("MEAN", batch, axis=None), [[0], [1], [2]])
 
 
 def test_evaluate_on_fewer_examples_than_replicas():

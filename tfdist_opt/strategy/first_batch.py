@@ -70,11 +70,12 @@ def disarm() -> None:
     _STATE.armed = None
 
 
-def take_armed(strategy, value, only_unaddable: bool = True) -> bool:
+def take_armed(strategy, reduce_op, value, only_unaddable: bool = True) -> bool:
     """True (once) when `value` is a first batch `arm` announced.
 
     Args:
         strategy: the strategy asked to reduce `value`.
+        reduce_op: the reduction asked for (Keras asks "MEAN").
         value: what it was asked to reduce (with `axis=None`).
         only_unaddable: bool. Only a batch TF cannot average
             (`unaddable`). The multi-worker strategy passes False: whether
@@ -82,23 +83,30 @@ def take_armed(strategy, value, only_unaddable: bool = True) -> bool:
             worker must take the same path (a mean is a collective).
 
     Returns:
-        True when `strategy` armed this thread, `value` has the structure
-        of the dataset it distributed, every leaf a
-        `tf.distribute.DistributedValues` (and, with `only_unaddable`,
-        `unaddable(strategy, value)`); the arming is then used up.
+        True for an eager MEAN when `strategy` armed this thread and
+        `value` is a batch of the dataset it distributed: its structure,
+        every leaf a `tf.distribute.DistributedValues` that fits the
+        dataset's spec (and, with `only_unaddable`,
+        `unaddable(strategy, value)`); the arming is then used up. A
+        loss or metric reduced in a custom loop does not fit the spec.
     """
     import tensorflow as tf
 
     armed = getattr(_STATE, "armed", None)
     if armed is None or armed[0]() is not strategy or tf.inside_function():
         return False
+    if str(getattr(reduce_op, "value", reduce_op)).upper() != "MEAN":
+        return False
     try:
         tf.nest.assert_same_structure(armed[1], value, check_types=False)
     except (TypeError, ValueError):
         return False
-    leaves = tf.nest.flatten(value)
+    specs, leaves = tf.nest.flatten(armed[1]), tf.nest.flatten(value)
     if not leaves or not all(isinstance(v, tf.distribute.DistributedValues) for v in leaves):
         return False
+    for spec, leaf in zip(specs, leaves):
+        if not spec.is_compatible_with(tf.type_spec_from_value(leaf)):
+            return False
     if only_unaddable and not unaddable(strategy, value):
         return False
     _STATE.armed = None

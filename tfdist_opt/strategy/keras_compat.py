@@ -111,7 +111,9 @@ class _AdoptingScope:
     def reduce(self, reduce_op, value, axis=None):
         # The first batch Keras builds a model from: one replica's, not a
         # mean (`first_batch`; uneven batches, strings).
-        if axis is None and (first_batch.active() or first_batch.take_armed(self, value)):
+        if axis is None and (
+            first_batch.active() or first_batch.take_armed(self, reduce_op, value)
+        ):
             return first_batch.local_batch(self, value)
         return super().reduce(reduce_op, value, axis=axis)
 
@@ -252,7 +254,7 @@ class KerasMultiWorkerMirroredStrategy(_AdoptingScope, tf.distribute.MultiWorker
     def reduce(self, reduce_op, value, axis=None):
         # The first batch of a model Keras first builds in this fit, before
         # it has `_MODEL_MIXIN`: one replica's, on every worker alike.
-        if axis is None and first_batch.take_armed(self, value, only_unaddable=False):
+        if axis is None and first_batch.take_armed(self, reduce_op, value, only_unaddable=False):
             return first_batch.local_batch(self, value)
         # keras-team/keras#20585: Keras 3 passes nests (fix 1) and axis=0 for
         # scalars (fix 2); see the module docstring.
