@@ -3,10 +3,14 @@
 Each test: a user's report, the code as filed (docs/guides/bug-reports.md).
 """
 
+import re
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+
+import tfdist_opt
 
 from tests.bug_reports.support import RTOL, own_process
 
@@ -84,30 +88,45 @@ def test_keras_20585_multi_worker_tutorial_fit_and_evaluate(multi_worker):
     np.testing.assert_allclose(loss, want, rtol=RTOL)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an auto-sharded tf.data batch of 1 cannot be split over 2 replicas: "
-    "refused before step 1 (with auto-sharding OFF, per-worker data, it trains)",
-)
 @own_process
-def test_ray_47464_batch_of_one_per_worker_trains(multi_worker):
+def test_ray_47464_batch_of_one_refused_and_its_advice_trains_every_example(multi_worker):
     """https://github.com/ray-project/ray/issues/47464 (2024-09).
 
     Reporter: Ray Train's TensorflowTrainer example (each worker's shard
     batched with `to_tf(batch_size=1)`, `fit` under MultiWorkerMirrored)
     failed: "Attempt to convert a value (PerReplica:{0: <tf.Tensor:
     shape=(1,), dtype=int64 ...}) with an unsupported type". Here: the
-    example's model on a batch of 1, auto-sharded: the global-batch check
-    refuses it before step 1, naming the batch. A per-worker shard with
-    auto-sharding OFF trains (tests/multiworker/test_dropin_inputs.py).
+    example's model on an auto-sharded global batch of 1 over 2 replicas is
+    refused before step 1, naming the batch and suggesting one; following
+    that advice trains on every example, equal to one device fed the same
+    batches (on 2 workers the same message's advice, followed for
+    per-worker data, trained on half of the examples, silently). Ray's own
+    shape, a per-worker shard with auto-sharding OFF, trains on 2 workers
+    (tests/multiworker/test_dropin_inputs.py, test_per_worker_inputs.py).
     """
     x = np.random.RandomState(0).rand(8, 1).astype("float32")
     y = (2 * x + 1).astype("float32")
-    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(1)
-    with multi_worker.scope():
-        model = keras.Sequential(
-            [keras.Input(shape=(1,)), keras.layers.Dense(10), keras.layers.Dense(1)]
-        )
-        model.compile(optimizer=keras.optimizers.SGD(1e-3), loss="mse", metrics=["mse"])
-    history = model.fit(dataset, epochs=1, verbose=0)
-    assert np.isfinite(history.history["loss"][0])
+
+    def run(strategy, batch):
+        dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch)
+        with strategy.scope():
+            model = keras.Sequential(
+                [
+                    keras.Input(shape=(1,)),
+                    keras.layers.Dense(10, kernel_initializer=keras.initializers.GlorotUniform(1)),
+                    keras.layers.Dense(1, kernel_initializer=keras.initializers.GlorotUniform(2)),
+                ]
+            )
+            model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", metrics=["mse"])
+        history = model.fit(dataset, epochs=2, verbose=0).history
+        return history["loss"], [np.asarray(w) for w in model.weights]
+
+    with pytest.raises(ValueError, match="global_batch_size=1") as refused:
+        run(multi_worker, 1)
+    advice = int(re.search(r"Use e\.g\. (\d+)\.", str(refused.value)).group(1))
+    assert advice == 2
+    loss, weights = run(multi_worker, advice)
+    want_loss, want_weights = run(tfdist_opt.opt_strategy(), advice)
+    np.testing.assert_allclose(loss, want_loss, rtol=RTOL)
+    for got, want in zip(weights, want_weights):
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=1e-7)

@@ -114,6 +114,21 @@ def run_workers(
             _kill(p)
 
 
+def report(mode: str, fn) -> None:
+    """In a worker script: prints `fn()`'s result as the `RESULT` line `results_by_mode` reads.
+
+    An exception becomes {"error": ..., "trace": ...}, so the other cases
+    of the script still run.
+    """
+    import traceback
+
+    try:
+        out = fn()
+    except Exception as e:  # pylint: disable=broad-except
+        out = {"error": f"{type(e).__name__}: {e}"[:1500], "trace": traceback.format_exc()[-3000:]}
+    print("RESULT " + json.dumps({"mode": mode, **out}), flush=True)
+
+
 def results_by_mode(results) -> list[dict]:
     """Each worker's `RESULT {json}` lines keyed by their "mode" field.
 

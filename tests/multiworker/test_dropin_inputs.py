@@ -18,8 +18,9 @@ reference, run beside it. Cases:
 - text preprocessing (`TextVectorization`, `StringLookup`, `IntegerLookup`,
   `Hashing`, `Normalization`) on string inputs, saved and reloaded;
 - per-worker data as Ray Train's TensorflowTrainer example builds it (each
-  worker its own shard in batches of 1, auto-sharding OFF): the global batch
-  is both workers' batches, equal to one process fed those global batches.
+  worker its own shard in batches of 1 from a generator, auto-sharding OFF,
+  as Ray's `to_tf` makes it): the global batch is both workers' batches,
+  equal to one process fed those global batches.
 
 Tolerance: rel 1e-5, abs 1e-5 (float32: the all-reduce adds the workers'
 halves of each batch in another order).
@@ -117,10 +118,11 @@ def test_per_worker_data_trains_on_every_example_as_one_process(runs):
     for worker in two:
         _close(one["loss"], worker["loss"])
         _close(one["weights"], worker["weights"])
-    # Each worker's pipeline yielded its whole shard (ids r, r + 2, ...);
-    # together every example. (The pipeline also yields what Keras's first
+    # Each worker's generator yielded its whole shard (ids r, r + 2, ...);
+    # together every example. (The generator also yields what Keras's first
     # batch pull and prefetching take, so this counts coverage; the weights
-    # equal to one process count use: a worker skipping examples differs.)
+    # equal to one process count use: a worker skipping examples differs.
+    # tests/multiworker/test_per_worker_inputs.py counts use exactly.)
     for rank, worker in enumerate(two):
         assert set(worker["seen"]) == set(range(rank, 16, 2)), worker["seen"]
     assert set(one["seen"]) == set(range(16))

@@ -94,40 +94,145 @@ def _num_workers(strategy) -> int:
     return max(1, len(cluster.get("chief", ())) + len(cluster.get("worker", ())))
 
 
+def _local_replicas(strategy) -> int:
+    """This worker's replicas (its devices: one per GPU, or its CPU replicas)."""
+    return max(1, len(strategy.extended.worker_devices))
+
+
 def per_worker_batch(strategy, dataset) -> int | None:
     """The per-worker batch of a dataset each worker feeds its own share of, or None.
 
     A `tf.data` dataset with auto-sharding OFF given to several workers is
     per-worker data (Ray Train's `to_tf` shards, a dataset each worker
     reads its own files into): TF's semantics make each worker's batch its
-    share of the global batch, `batch x workers`. Upstream
+    share of the global batch, `batch x workers`, split over the worker's
+    own replicas (`per_worker_dataset_fn`). Upstream
     `experimental_distribute_dataset` instead splits each worker's batch
     over every replica of the cluster and keeps this worker's part, so a
     worker trains on 1/workers of its examples, silently.
 
-    Handled here with one replica per worker (each worker's batch goes to
-    its replica whole); None for any other dataset or layout, which keeps
-    the upstream path.
+    Returns:
+        The per-worker batch; -1 when it is not known before step 1 (a
+        generator, a `map` after `batch`); None for any other dataset or a
+        single worker, which keeps the upstream path.
     """
     import tensorflow as tf
 
     if not isinstance(dataset, tf.data.Dataset):
         return None
     workers = _num_workers(strategy)
-    if workers <= 1 or strategy.num_replicas_in_sync != workers:
+    if workers <= 1:
         return None
     policy = dataset.options().experimental_distribute.auto_shard_policy
     if policy != tf.data.experimental.AutoShardPolicy.OFF:
         return None
     batch = dataset_global_batch(dataset)
+    local = _local_replicas(strategy)
+    split = f", split over its {local} replicas" if local > 1 else ""
     _logging.log_once(
         "tfdist_opt fit: the tf.data dataset has auto-sharding OFF on "
         f"{workers} workers: per-worker data, each worker's batch "
         f"({batch if batch is not None else 'not known before step 1'}) is its "
         f"share of the global batch"
         + (f" ({batch} x {workers} workers = {batch * workers})" if batch else "")
+        + split
     )
     return batch if batch is not None else -1
+
+
+def check_per_worker_batch(batch: int, local_replicas: int, workers: int) -> None:
+    """Raises when a per-worker batch does not split over the worker's replicas.
+
+    Args:
+        batch: int. The batch each worker's dataset yields per step.
+        local_replicas: int. Replicas on each worker.
+        workers: int. Workers in the cluster.
+
+    Raises:
+        ValueError: `batch` is not a multiple of `local_replicas`; names the
+            three numbers and suggests the nearest multiples (the batch a
+            worker's replicas split evenly, so that every example weighs
+            the same in the step).
+
+    Example:
+        >>> check_per_worker_batch(4, 2, 2)
+    """
+    if batch % local_replicas == 0:
+        return
+    lower = batch - batch % local_replicas
+    upper = lower + local_replicas
+    hint = f"{lower} or {upper}" if lower else f"{upper}"
+    raise ValueError(
+        "Invalid per-worker batch: a tf.data dataset with auto-sharding OFF "
+        f"on {workers} workers is per-worker data, each worker's batch split "
+        f"over its own {local_replicas} replicas, so it must be a multiple of "
+        f"{local_replicas} for every example to weigh the same in the step. "
+        f"Received: per-worker batch={batch}, replicas per worker="
+        f"{local_replicas}, num_workers={workers} (global batch "
+        f"{batch * workers}). Use e.g. {hint}."
+    )
+
+
+def per_worker_dataset_fn(strategy, dataset):
+    """The `distribute_datasets_from_function` function for per-worker data.
+
+    Each element of `dataset` is one worker's batch; it becomes one element
+    per local replica (the worker's iterator hands consecutive elements to
+    its replicas in turn): rows `[i*b//L, (i+1)*b//L)` for replica `i` of
+    `L`, so a full batch splits evenly and a last, partial one as evenly as
+    it can (a replica possibly getting an empty batch, as TF's own
+    rebatching gives it).
+
+    Args:
+        strategy: the multi-worker strategy.
+        dataset: `tf.data.Dataset`, per-worker data (`per_worker_batch`).
+
+    Returns:
+        A function of a `tf.distribute.InputContext` returning the dataset.
+    """
+    import tensorflow as tf
+
+    workers = _num_workers(strategy)
+    local = _local_replicas(strategy)
+    if local == 1:
+        return lambda _: dataset
+
+    def pieces(index, element):
+        rows = tf.shape(tf.nest.flatten(element)[0], out_type=tf.int64)[0]
+        # A batch size not known before step 1 (a generator, a `map` after
+        # `batch`) is checked on the first batch, which Keras reads before
+        # step 1 to build the model: a later one may be an epoch's last.
+        splits = tf.debugging.Assert(
+            tf.logical_or(index > 0, rows % local == 0),
+            [
+                "Invalid per-worker batch: a tf.data dataset with auto-sharding "
+                f"OFF on {workers} workers is per-worker data, each worker's "
+                f"batch split over its own {local} replicas, so it must be a "
+                f"multiple of {local} for every example to weigh the same in "
+                "the step. Received: a first per-worker batch of rows=",
+                rows,
+            ],
+        )
+        with tf.control_dependencies([splits]):
+            rows = tf.identity(rows)
+
+        def piece(i):
+            start, end = i * rows // local, (i + 1) * rows // local
+            return tf.nest.map_structure(lambda t: _rows(t, start, end), element)
+
+        return tf.data.Dataset.range(local).map(piece)
+
+    return lambda _: dataset.enumerate().flat_map(pieces)
+
+
+def _rows(value, start, end):
+    import tensorflow as tf
+
+    if isinstance(value, tf.SparseTensor):
+        size = tf.concat([[end - start], value.dense_shape[1:]], 0)
+        begin = tf.concat([[start], tf.zeros_like(value.dense_shape[1:])], 0)
+        return tf.sparse.slice(value, begin, size)
+    return value[start:end]
 
 
 def check_fit_input(strategy, x) -> None:
@@ -157,7 +262,13 @@ def check_fit_input(strategy, x) -> None:
     ):
         return
     replicas = strategy.num_replicas_in_sync
-    if replicas <= 1 or per_worker_batch(strategy, x) is not None:
+    if replicas <= 1:
+        return
+    per_worker = per_worker_batch(strategy, x)
+    if per_worker is not None:
+        if per_worker > 0:
+            workers = _num_workers(strategy)
+            check_per_worker_batch(per_worker, _local_replicas(strategy), workers)
         return
     batch = dataset_global_batch(x)
     if batch is None:

@@ -111,7 +111,11 @@ class _AdoptingScope:
         # build the model: a model built and trained inside one scope entry
         # gets `_MODEL_MIXIN` here, before its first batch is pulled.
         chief_saving.adopt_models(self, self._MODEL_MIXIN)
-        return super().experimental_distribute_dataset(dataset, options)
+        distributed = super().experimental_distribute_dataset(dataset, options)
+        # A model Keras first builds in this fit reduces the first batch
+        # before it gets `_MODEL_MIXIN` (`first_batch.arm`).
+        first_batch.arm(self, distributed)
+        return distributed
 
     @property
     def num_replicas_in_sync(self):
@@ -126,7 +130,9 @@ class _AdoptingScope:
     def reduce(self, reduce_op, value, axis=None):
         # The first batch Keras builds a model from: one replica's, not a
         # mean (`first_batch`; uneven batches, strings).
-        if axis is None and first_batch.active():
+        if axis is None and (
+            first_batch.active() or first_batch.take_armed(self, reduce_op, value)
+        ):
             return first_batch.local_batch(self, value)
         return super().reduce(reduce_op, value, axis=axis)
 
@@ -245,8 +251,11 @@ class KerasMultiWorkerMirroredStrategy(_AdoptingScope, tf.distribute.MultiWorker
         """
         if global_batch.per_worker_batch(self, dataset) is not None:
             # Per-worker data (auto-sharding OFF): each worker's batch is
-            # its share of the global batch, as TF defines it.
-            return self.distribute_datasets_from_function(lambda _: dataset, options)
+            # its share of the global batch, as TF defines it, split over
+            # the worker's own replicas.
+            return self.distribute_datasets_from_function(
+                global_batch.per_worker_dataset_fn(self, dataset), options
+            )
         return stall_binding.count_inputs(
             self,
             plain_iterator.apply(self, super().experimental_distribute_dataset(dataset, options)),
@@ -262,6 +271,10 @@ class KerasMultiWorkerMirroredStrategy(_AdoptingScope, tf.distribute.MultiWorker
         )
 
     def reduce(self, reduce_op, value, axis=None):
+        # The first batch of a model Keras first builds in this fit, before
+        # it has `_MODEL_MIXIN`: one replica's, on every worker alike.
+        if axis is None and first_batch.take_armed(self, reduce_op, value, only_unaddable=False):
+            return first_batch.local_batch(self, value)
         # keras-team/keras#20585: Keras 3 passes nests (fix 1) and axis=0 for
         # scalars (fix 2); see the module docstring.
         if not tf.nest.is_nested(value):

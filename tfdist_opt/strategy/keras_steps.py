@@ -32,7 +32,9 @@ A `compute_loss` override computes one device's loss values
 replica's metric state (`metric_logs`), as on one device.
 
 `fit` first refuses a `tf.data` global batch the replicas in sync do not
-divide, before step 1 (`global_batch`).
+divide, before step 1 (`global_batch`). `fit` and `evaluate` leave out the
+trailing `None`s of a dataset's `(x, y, sample_weight)` elements, which
+TF's distributed input cannot carry (`absent_inputs`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import contextlib
 
 from tfdist_opt import private_api
 from tfdist_opt import runtime
+from tfdist_opt.strategy import absent_inputs
 from tfdist_opt.strategy import compute_loss as compute_loss_view
 from tfdist_opt.strategy import first_batch
 from tfdist_opt.strategy import global_batch
@@ -73,6 +76,7 @@ class KerasSteps:
     """Mixin in front of a Keras Model class; see the module docstring."""
 
     def fit(self, *args, **kwargs):
+        args, kwargs = _without_absent(self.distribute_strategy, args, kwargs)
         # Layers made in a RematScope accept keyword arguments in the steps.
         remat_calls.bind_keyword_arguments(self)
         # Before Keras builds anything: a tf.data global batch the replicas
@@ -89,6 +93,7 @@ class KerasSteps:
             return super().fit(*args, **kwargs)
 
     def evaluate(self, *args, **kwargs):
+        args, kwargs = _without_absent(self.distribute_strategy, args, kwargs)
         remat_calls.bind_keyword_arguments(self)
         return super().evaluate(*args, **kwargs)
 
@@ -143,6 +148,7 @@ class KerasSteps:
             fit.epoch_iterator = iterator
         if fit is not None:
             fit.building = True
+        first_batch.disarm()
         try:
             first = None
             if data_batch is None:
@@ -159,6 +165,15 @@ class KerasSteps:
         finally:
             if fit is not None:
                 fit.building = False
+
+
+def _without_absent(strategy, args: tuple, kwargs: dict):
+    """`fit`'s / `evaluate`'s arguments with `x` as `absent_inputs` feeds it."""
+    if args:
+        return (absent_inputs.without_absent(strategy, args[0]), *args[1:]), kwargs
+    if "x" in kwargs:
+        return args, {**kwargs, "x": absent_inputs.without_absent(strategy, kwargs["x"])}
+    return args, kwargs
 
 
 # Positions in `keras.Model.fit(x, y, batch_size, epochs, verbose, callbacks,

@@ -11,7 +11,6 @@ argv[1]: a directory for saved models (each process its own).
 import json
 import os
 import sys
-import traceback
 
 import numpy as np
 
@@ -23,17 +22,10 @@ import keras  # noqa: E402
 
 from tests.dropin import dtype_models  # noqa: E402
 from tests.dropin import metric_models  # noqa: E402
+from tests.multiworker import harness  # noqa: E402
 
 OUT_DIR = sys.argv[1]
 RANK = int(json.loads(os.environ.get("TF_CONFIG", '{"task": {"index": 0}}'))["task"]["index"])
-
-
-def report(mode, fn):
-    try:
-        out = fn()
-    except Exception as e:  # pylint: disable=broad-except
-        out = {"error": f"{type(e).__name__}: {e}"[:1500], "trace": traceback.format_exc()[-3000:]}
-    print("RESULT " + json.dumps({"mode": mode, **out}), flush=True)
 
 
 def weights(model):
@@ -107,11 +99,12 @@ def registered_model_saving():
 def per_worker_data():
     """Ray Train's TensorflowTrainer example: each worker its own shard, batch 1.
 
-    `to_tf(batch_size=1)` on each worker's shard, emulated with tf.data:
-    worker r gets examples r, r + W, ... in batches of 1, auto-sharding
-    OFF. The one-process reference gets the same global batches
+    `to_tf(batch_size=1)` on each worker's shard, emulated as Ray's `to_tf`
+    builds it: a `from_generator` dataset (its batch size not known before
+    step 1), auto-sharding OFF. Worker r gets examples r, r + W, ... in
+    batches of 1. The one-process reference gets the same global batches
     ([2k, 2k + 1] on 2 workers) as batches of 2. Each example's id is
-    recorded as the pipeline yields it.
+    recorded as the generator yields it.
     """
     import tensorflow as tf
 
@@ -120,32 +113,28 @@ def per_worker_data():
     n = 16
     x = rng.randn(n, 3).astype("float32")
     y = rng.randn(n, 1).astype("float32")
-    ids = np.arange(n)
+    mine = np.arange(n)[RANK::workers] if workers > 1 else np.arange(n)
+    batch = 1 if workers > 1 else 2
     seen = []
 
-    def record(i):
-        seen.append(int(i))
-        return i
+    def batches():
+        for start in range(0, len(mine), batch):
+            ids = mine[start : start + batch]
+            seen.extend(int(i) for i in ids)
+            yield x[ids], y[ids]
 
-    def note(i, features, label):
-        tf.py_function(record, [i], tf.int64)
-        return features, label
-
-    if workers > 1:
-        mine = ids[RANK::workers]
-        dataset = tf.data.Dataset.from_tensor_slices((mine, x[mine], y[mine])).map(note).batch(1)
-        opts = tf.data.Options()
-        opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-        dataset = dataset.with_options(opts)
-    else:
-        dataset = tf.data.Dataset.from_tensor_slices((ids, x, y)).map(note).batch(2)
+    signature = (tf.TensorSpec((None, 3), tf.float32), tf.TensorSpec((None, 1), tf.float32))
+    dataset = tf.data.Dataset.from_generator(batches, output_signature=signature)
+    opts = tf.data.Options()
+    opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    dataset = dataset.with_options(opts)
     with strategy.scope():
         model = keras.Sequential(
             [keras.Input((3,)), keras.layers.Dense(1, kernel_initializer="ones")]
         )
         model.compile(keras.optimizers.SGD(0.1), "mse")
     history = model.fit(dataset, epochs=2, verbose=0).history
-    return {"loss": history["loss"], "weights": weights(model), "seen": sorted(seen)}
+    return {"loss": history["loss"], "weights": weights(model), "seen": sorted(set(seen))}
 
 
 def text_preprocessing():
@@ -180,4 +169,4 @@ CASES = {
     "registered_model_saving": registered_model_saving,
 }
 for name in sys.argv[2:] or CASES:
-    report(name, CASES[name])
+    harness.report(name, CASES[name])
