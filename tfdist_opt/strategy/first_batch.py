@@ -116,8 +116,9 @@ def take_armed(strategy, reduce_op, value, only_unaddable: bool = True) -> bool:
 def unaddable(strategy, value) -> bool:
     """True when the replicas' values of some component cannot be added.
 
-    Their shapes differ (an uneven batch), or the component is a string or
-    bool (no `AddN` for either).
+    Their shapes differ (an uneven batch), the component is a string or
+    bool (no `AddN` for either), or it is sparse or ragged (TF's
+    cross-device reduce fails on those).
     """
     import tensorflow as tf
 
@@ -125,6 +126,8 @@ def unaddable(strategy, value) -> bool:
         if not isinstance(v, tf.distribute.DistributedValues):
             continue
         local = strategy.experimental_local_results(v)
+        if isinstance(local[0], (tf.SparseTensor, tf.RaggedTensor)):
+            return True  # TF's reduce reads `.device`, which they lack
         if local[0].dtype in (tf.string, tf.bool):
             return True
         shapes = {tuple(t.shape) for t in local}

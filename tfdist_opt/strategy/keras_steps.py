@@ -101,6 +101,22 @@ class KerasSteps:
         remat_calls.bind_keyword_arguments(self)
         return super().predict(*args, **kwargs)
 
+    def predict_on_batch(self, x):
+        # Keras's TF trainer hands the batch undistributed to every replica
+        # and concatenates their outputs: N replicas on one worker returned
+        # N copies (3 examples on 2 replicas: 6 rows). As one `predict`
+        # batch it is split over the replicas and put back in order.
+        strategy = self.distribute_strategy
+        replicas = strategy.num_replicas_in_sync
+        if replicas > 1 and len(strategy.extended.worker_devices) == replicas:
+            import keras  # pylint: disable=g-import-not-at-top
+
+            leaves = keras.tree.flatten(x)
+            if leaves and getattr(leaves[0], "shape", None) is not None:
+                remat_calls.bind_keyword_arguments(self)
+                return super().predict(x, batch_size=int(leaves[0].shape[0]), verbose=0)
+        return super().predict_on_batch(x)
+
     def compute_loss(self, *args, **kwargs):
         # A user's override sees one device's loss values, a metric it
         # updates too; its result is divided by the replicas once
