@@ -306,31 +306,34 @@ def test_a_name_missing_from_the_api_reference_is_caught():
 _CONTRIBUTOR_PAGES = ("docs/contributing.md", "docs/benchmarks-appendix.md", "docs/internals/")
 
 
-def test_user_pages_carry_no_lab_notes():
-    """Machines (kernel builds) and load averages stay in the Benchmarks appendix."""
-    bad = {}
+def _user_page_lines(pattern: str) -> dict:
+    """{line: [page:number, ...]} of user pages whose lines match `pattern`."""
+    found = {}
     for page in sorted((ROOT / "docs").rglob("*.md")):
         rel = str(page.relative_to(ROOT))
         if rel.startswith(_CONTRIBUTOR_PAGES):
             continue
         for number, line in enumerate(page.read_text().splitlines(), 1):
-            if re.search(r"\bfc-v\d+|\bload (?:average )?\d", line):
-                bad.setdefault(line.strip()[:80], []).append(f"{rel}:{number}")
-    assert not bad, "lab notes on user pages (link to the Benchmarks page instead):\n" + (
-        "\n".join(f"  {where}: {line}" for line, places in sorted(bad.items()) for where in places)
+            if re.search(pattern, line):
+                found.setdefault(line.strip()[:80], []).append(f"{rel}:{number}")
+    return found
+
+
+def _listing(found: dict) -> str:
+    return "\n".join(
+        f"  {where}: {line}" for line, places in sorted(found.items()) for where in places
+    )
+
+
+def test_user_pages_carry_no_lab_notes():
+    """Machines (kernel builds) and load averages stay in the Benchmarks appendix."""
+    bad = _user_page_lines(r"\bfc-v\d+|\bload (?:average )?\d")
+    assert not bad, "lab notes on user pages (link to the Benchmarks page instead):\n" + _listing(
+        bad
     )
 
 
 def test_user_pages_say_what_is_tested_without_test_paths():
     """A pip user has no tests/ folder: user pages say what is tested instead."""
-    bad = {}
-    for page in sorted((ROOT / "docs").rglob("*.md")):
-        rel = str(page.relative_to(ROOT))
-        if rel.startswith(_CONTRIBUTOR_PAGES):
-            continue
-        for number, line in enumerate(page.read_text().splitlines(), 1):
-            if re.search(r"(?<![\w/.-])tests/\w", line):
-                bad.setdefault(line.strip()[:80], []).append(f"{rel}:{number}")
-    assert not bad, "tests/ paths on user pages (say what is tested instead):\n" + "\n".join(
-        f"  {where}: {line}" for line, places in sorted(bad.items()) for where in places
-    )
+    bad = _user_page_lines(r"(?<![\w/.-])tests/\w")
+    assert not bad, "tests/ paths on user pages (say what is tested instead):\n" + _listing(bad)

@@ -36,7 +36,11 @@ def _run(shard, tmp_path):
         [*harness.python(warm=False), SCRIPT, str(shard), str(out)],
         cwd=harness.REPO_ROOT,
         env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-        | {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_NUM_INTEROP_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1"},
+        | {
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "TF_NUM_INTEROP_THREADS": "1",
+            "TF_NUM_INTRAOP_THREADS": "1",
+        },
         capture_output=True,
         text=True,
         timeout=240,
