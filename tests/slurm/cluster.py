@@ -291,16 +291,6 @@ PartitionName={PARTITION} Nodes={",".join(self.nodes)} Default=YES MaxTime=INFIN
             lambda: f"; states: {self.node_states()}\n{self.logs()}",
         )
 
-    def wait_nodes_free(self, timeout: float = 90) -> None:
-        """Waits until no node runs or completes a job (each is idle or down)."""
-        busy = ("alloc", "mix", "comp")
-        self._wait_for(
-            lambda: not any(s.startswith(busy) for s in self.node_states().values()),
-            timeout,
-            "every node to finish its jobs",
-            lambda: f"; states: {self.node_states()}\n{self.logs()}",
-        )
-
     def logs(self, tail: int = 30) -> str:
         """The last lines of every daemon's log, for failure messages."""
         out = []
