@@ -83,12 +83,14 @@ def result_row(run, args, inputs, replicas: int, workers: int) -> dict[str, Any]
 
 def _bytes_per_step(model) -> dict[str, Any]:
     """Gradient bytes one step sends (PowerSGD: factors + uncompressed rest)."""
+    from tfdist_opt.gradients import hooks  # pylint: disable=g-import-not-at-top
     from tfdist_opt.gradients import lowrank  # pylint: disable=g-import-not-at-top
 
-    state = lowrank.state_of(getattr(model, "optimizer", None))
+    optimizer = getattr(model, "optimizer", None)
+    state = lowrank.state_of(optimizer)
     if state is None:
         return {}
-    o = state.options
+    o = hooks.state_of(optimizer).options
     return {
         "powersgd": {
             "rank": o.powersgd_rank,

@@ -36,6 +36,7 @@ from tfdist_opt.gradients import keras_binding
 from tfdist_opt.gradients import lowrank
 from tfdist_opt.gradients import powersgd
 from tfdist_opt.gradients.options import GradientOptions
+from tfdist_opt.strategy import metric_logs
 from tfdist_opt.strategy.config import StrategyConfig
 
 
@@ -182,6 +183,9 @@ def test_a_step_is_two_collectives_with_the_rest_in_the_p_pack(strategy, monkeyp
 
     monkeypatch.setattr(strategy.extended, "batch_reduce_to", counting_batch_reduce_to)
     monkeypatch.setattr(tf.distribute.ReplicaContext, "all_reduce", counting_all_reduce)
+    # Only the gradients' collectives count: the per-batch metric logs sum
+    # the metric variables with an all-reduce of their own (`metric_logs`).
+    monkeypatch.setattr(metric_logs, "synced_step", lambda model, step: step)
     model = _fit(strategy, _psgd(powersgd_rank=8, grad_accum=k), steps=1, k=k)
     assert len(lowrank.state_of(model.optimizer).entries) == 2
     # One trace: [2 P factors + 2 biases] then [2 Q factors].
