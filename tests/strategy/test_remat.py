@@ -20,19 +20,26 @@ from tests.multiworker import harness
 
 @pytest.mark.slow
 def test_remat_blocks_halve_the_step_peak_with_equal_weights(tmp_path):
-    out = tmp_path / "remat.json"
     flags = ["--blocks=16", "--width=64", "--batch_size=1024", "--steps=3", "--rounds=1"]
-    # A fresh interpreter: the allocator is chosen when TensorFlow starts.
-    r = harness.run_single(
-        ["benchmarks/remat.py", *flags, f"--output_json={out}"], timeout_s=300, warm=False
-    )
-    assert r.returncode == 0, r.output[-3000:]
-    summary = json.loads(out.read_text())["summary"]
-    print(summary)
-    assert summary["memory_source"] == "tf_bfc_allocator"
-    assert summary["replicas"] == 2
+    # The two replicas' steps interleave as the host's load lets them, and
+    # the peak with them (a loaded CI run once measured 0.92, quiet runs
+    # 0.28-0.39): up to 2 fresh runs, the guard holds when one of them is
+    # <= 0.6. With remat gone every run reads ~0.99.
+    for attempt in range(2):
+        out = tmp_path / f"remat{attempt}.json"
+        # A fresh interpreter: the allocator is chosen when TensorFlow starts.
+        r = harness.run_single(
+            ["benchmarks/remat.py", *flags, f"--output_json={out}"], timeout_s=300, warm=False
+        )
+        assert r.returncode == 0, r.output[-3000:]
+        summary = json.loads(out.read_text())["summary"]
+        print(summary)
+        assert summary["memory_source"] == "tf_bfc_allocator"
+        assert summary["replicas"] == 2
+        assert summary["weights_max_rel_diff"] <= 1e-6, summary
+        if summary["step_peak_ratio"] <= 0.6:
+            break
     assert summary["step_peak_ratio"] <= 0.6, summary
-    assert summary["weights_max_rel_diff"] <= 1e-6, summary
 
 
 class _DropoutBlock(keras.layers.Layer):
