@@ -1,6 +1,8 @@
 """grad_accum larger than the steps a fit runs is refused before step 1 (said aloud
 where the length is unknown until the input runs out), never a silent no-op."""
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -156,3 +158,30 @@ def test_short_epochs_warn_but_train_across_epochs(strategy, monkeypatch):
     assert int(model.optimizer.iterations.numpy()) == 1
     assert any("an epoch has 3 step(s), fewer than grad_accum=4" in w for w in warned)
     model.evaluate(_ds(2), verbose=0)  # evaluation is not checked
+
+
+def test_following_the_batch_contract_advice_trains_like_one_device():
+    # A dataset batch the replicas cannot split is refused before step 1 with
+    # "a dataset batch that is a multiple of N"; a batch that follows that
+    # advice trains: 4 micro-steps of 6 examples (3 per replica), 2 updates
+    # on the mean gradient of 12, as one device stepping on batches of 12.
+    x = np.random.RandomState(1).rand(24, 4).astype("float32")
+    y = x.sum(axis=1, keepdims=True)
+    strategy = opt_strategy(cpu_replicas=2, grad_accum=2)
+    model = _model(strategy)
+    start = [w.copy() for w in model.get_weights()]
+    with pytest.raises(
+        ValueError, match=r"Expected a dataset batch that is a multiple of (\d+)"
+    ) as e:
+        model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(5), epochs=1, verbose=0)
+    multiple = int(re.search(r"a multiple of (\d+)", str(e.value)).group(1))
+    batch = multiple * -(-5 // multiple)  # the advice: the next multiple of it
+    model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(batch), epochs=1, verbose=0)
+    assert int(model.optimizer.iterations.numpy()) == 2
+
+    reference = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    reference.compile(keras.optimizers.SGD(0.1), "mse")
+    reference.set_weights(start)
+    reference.fit(x, y, batch_size=12, epochs=1, shuffle=False, verbose=0)
+    for got, want in zip(model.get_weights(), reference.get_weights()):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
