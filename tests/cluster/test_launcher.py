@@ -542,3 +542,42 @@ def test_check_own_port_only_checks_this_hosts_task():
         launcher.check_own_port(mine, hostnames=["node8"])  # not ours: skipped
         other = tc.build_tf_config(cluster, "worker", 1)
         launcher.check_own_port(other, hostnames=["node8"])
+
+
+def test_slurm_task_exits_42_through_a_stream_of_sigterms(tmp_path):
+    # On a preemption every task's child exits 42 within milliseconds of the
+    # others, and each task then waits its grace; the first task to end makes
+    # srun SIGTERM the step while the others are still ending. A task that
+    # died of that SIGTERM (143, as during Python's shutdown, which resets
+    # handled signals to SIG_DFL) turned a preemption into a crash.
+    started = tmp_path / "child_started"
+    child = (
+        f"import sys, time; open({str(started)!r}, 'w').write('1'); time.sleep(0.3); sys.exit(42)"
+    )
+    code = (
+        "from tfdist_opt.launch import remote; remote.PREEMPTED_GRACE_S = 0.5; "
+        f"remote.exec_slurm_task([{sys.executable!r}, '-c', {child!r}])"
+    )
+    env = dict(
+        os.environ,
+        SLURM_JOB_ID="1",
+        SLURM_STEP_NODELIST="localhost",
+        SLURM_STEP_NUM_TASKS="1",
+        SLURM_STEP_TASKS_PER_NODE="1",
+        SLURM_PROCID="0",
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=REPO_ROOT)
+    try:
+        _wait_for(started)  # the task's handlers are in place once its child runs
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                os.kill(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                break
+            time.sleep(0.0002)
+        assert proc.wait(timeout=30) == 42
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -126,18 +126,32 @@ def exec_slurm_task(
     through at once (a crash still stops the step at once). SLURM signals
     every process of the step, so the child gets its SIGTERM directly; this
     process ignores SIGTERM and SIGINT and only waits.
+
+    The tasks' children exit within milliseconds of each other, so the
+    other tasks are still in their own grace when the first one's exit
+    makes `srun` SIGTERM the step. That SIGTERM must not end them: the
+    handlers become `SIG_IGN` once the child is gone (Python's own
+    shutdown resets handled signals to `SIG_DFL`, and a SIGTERM in that
+    window ended a task with 143), and the process ends with `os._exit`,
+    with no interpreter shutdown at all.
     """
     env = slurm_task_env(os.environ, port=port)
+    # A Python-level handler, not SIG_IGN, while the child starts: an
+    # ignored signal would stay ignored in the child across exec.
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, lambda signum, frame: None)
     code = subprocess.Popen(list(argv), env=env).wait()
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, signal.SIG_IGN)
     if code == PREEMPTED_EXIT_CODE:
         time.sleep(PREEMPTED_GRACE_S)
+    sys.stdout.flush()
+    sys.stderr.flush()
     if code < 0:  # killed by a signal: end the same way
         if -code != signal.SIGKILL:
             signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
-    sys.exit(code if code >= 0 else 128 - code)
+    os._exit(code if code >= 0 else 128 - code)
 
 
 def per_host_commands(
