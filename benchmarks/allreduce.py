@@ -114,9 +114,9 @@ def _model(strategy, n, is_chief):
     import tensorflow as tf
 
     from tfdist_opt.strategy import host_memory
-    from tfdist_opt.gradients import autotune
-    from tfdist_opt.gradients import collectives
-    from tfdist_opt.gradients import packing
+    from tfdist_opt.gradients.autotune import autotune
+    from tfdist_opt.gradients.collectives import collectives
+    from tfdist_opt.gradients.collectives import packing
 
     shapes = allreduce_timing.model_shapes(_MODEL.value)
     nbytes = sum(4 * _numel(s) for s, _ in shapes)

@@ -84,7 +84,7 @@ def test_one_runtime_per_strategy_held_weakly():
 
 
 def test_a_gradient_binding_does_not_keep_its_strategy_alive():
-    from tfdist_opt.gradients import keras_binding
+    from tfdist_opt.gradients.binding import keras_binding
     from tfdist_opt.gradients.options import GradientOptions
 
     class Strategy:

@@ -212,8 +212,8 @@ def test_the_zygote_holds_the_package_but_not_its_keras_wiring():
     wiring = {
         "tfdist_opt.strategy.build",
         "tfdist_opt.strategy.keras_compat",
-        "tfdist_opt.gradients.keras_binding",
-        "tfdist_opt.gradients.hooks",
+        "tfdist_opt.gradients.binding.keras_binding",
+        "tfdist_opt.gradients.binding.hooks",
     }
     assert not wiring & mods, wiring & mods
 

@@ -22,7 +22,7 @@ from tfdist_opt.strategy.config import StrategyConfig
 from tfdist_opt.strategy.keras_steps import UnsupportedCombinationError
 from tfdist_opt.strategy.keras_steps import XlaFallbackWarning
 from tfdist_opt.data.options import PipelineOptions
-from tfdist_opt.gradients.contract import check_batch_contract
+from tfdist_opt.gradients.accumulation.contract import check_batch_contract
 from tfdist_opt.gradients.options import GradientOptions
 from tfdist_opt.strategy.plan import StrategyPlan
 from tfdist_opt.strategy.plan import plan_strategy

@@ -193,8 +193,8 @@ _API = ROOT / "docs" / "reference" / "api.md"
 _BARE_RECOMMENDED = {
     "tfdist_opt.data.sources.DatasetFnSource",
     "tfdist_opt.parameter_server.backup.BackupAndRestore",  # `ps.BackupAndRestore`
-    "tfdist_opt.gradients.auto_compression.choose_compression",
-    "tfdist_opt.gradients.auto_compression.measure_link",
+    "tfdist_opt.gradients.autotune.auto_compression.choose_compression",
+    "tfdist_opt.gradients.autotune.auto_compression.measure_link",
     "tfdist_opt.strategy.file_writers.is_writer",
 }
 

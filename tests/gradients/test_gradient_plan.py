@@ -19,9 +19,9 @@ from tfdist_opt.gradients import Cast
 from tfdist_opt.gradients import GradientOptions
 from tfdist_opt.gradients import GradientStage
 from tfdist_opt.gradients import gradient_plan
-from tfdist_opt.gradients import hooks
-from tfdist_opt.gradients import keras_binding
-from tfdist_opt.gradients import sharded_state
+from tfdist_opt.gradients.binding import hooks
+from tfdist_opt.gradients.binding import keras_binding
+from tfdist_opt.gradients.zero import sharded_state
 from tfdist_opt.strategy import StrategyConfig
 from tfdist_opt.strategy.plan import plan_strategy
 from tfdist_opt.strategy.topology import Topology

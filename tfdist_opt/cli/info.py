@@ -275,7 +275,7 @@ def _plan_lines(grads: dict | None) -> list[str]:
 
 def _gradients_line(cfg: dict[str, Any]) -> str | None:
     """What the gradient path does with this config, when not the default."""
-    from tfdist_opt.gradients import powersgd
+    from tfdist_opt.gradients.powersgd import powersgd
 
     if cfg.get("compression") == "powersgd":
         return powersgd.describe_settings(

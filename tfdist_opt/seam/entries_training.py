@@ -238,7 +238,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.src.backend.tensorflow.trainer.TFEpochIterator",
         "_get_iterator",
-        "tfdist_opt.gradients.fit_length",
+        "tfdist_opt.gradients.accumulation.fit_length",
         "returns its `_distributed_dataset` (set in __init__): tells "
         "the fit's training data from validation data when a dataset "
         "is iterated",
@@ -246,7 +246,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.src.trainers.epoch_iterator",
         "EpochIterator",
-        "tfdist_opt.gradients.fit_length",
+        "tfdist_opt.gradients.accumulation.fit_length",
         "the fit's, recorded by the model's per-instance "
         "`_maybe_symbolic_build` (`runtime.FitCall`); its "
         "`num_batches` is the epoch length Keras derived from any input "
@@ -256,13 +256,13 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.src.trainers.epoch_iterator.EpochIterator",
         "num_batches",
-        "tfdist_opt.gradients.fit_length",
+        "tfdist_opt.gradients.accumulation.fit_length",
         "steps per epoch, or None until an input of unknown length ran out",
     ),
     PrivateName(
         "keras.optimizers.SGD()",
         "_iterations",
-        "tfdist_opt.gradients.fit_length",
+        "tfdist_opt.gradients.accumulation.fit_length",
         "micro-steps already accumulated (a restored cycle) when fit "
         "starts, counted toward grad_accum",
     ),

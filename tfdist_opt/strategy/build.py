@@ -15,7 +15,7 @@ from tfdist_opt.strategy import kinds
 from tfdist_opt.strategy import plan as plan_lib
 from tfdist_opt.strategy import topology as topology_lib
 from tfdist_opt.strategy.config import StrategyConfig
-from tfdist_opt.gradients import keras_binding as gradient_binding
+from tfdist_opt.gradients.binding import keras_binding as gradient_binding
 from tfdist_opt.gradients.options import GradientOptions
 
 
@@ -63,7 +63,7 @@ def opt_strategy(
             Stages the gradient path runs besides the ones `compression`,
             `grad_accum`, `bytes_per_pack` and `shard_optimizer_state`
             make, placed by their `position` and checked by
-            `tfdist_opt.gradients.combine` before anything is built. Python
+            `tfdist_opt.gradients.stages.combine` before anything is built. Python
             objects, so an argument here, not a `StrategyConfig` field (a
             config file or environment variable cannot hold one).
             Defaults to `()`.
@@ -124,7 +124,7 @@ def build_strategy(
 
 
 def _stage_list(stages) -> tuple:
-    from tfdist_opt.gradients.stage import GradientStage
+    from tfdist_opt.gradients.stages.stage import GradientStage
 
     if isinstance(stages, (list, tuple)) and all(isinstance(s, GradientStage) for s in stages):
         return tuple(stages)

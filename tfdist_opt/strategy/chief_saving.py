@@ -12,7 +12,7 @@ reads it back (`load_model` after `save`, the Keras guide's
 A Keras model built inside `KerasMultiWorkerMirroredStrategy.scope()` gets
 its class swapped to a subclass with the `ChiefSaving` mixin (made once per
 model class; `keras_compat` puts `keras_steps.KerasSteps` in the same
-subclass), the same per-instance swap as `tfdist_opt.gradients.hooks`.
+subclass), the same per-instance swap as `tfdist_opt.gradients.binding.hooks`.
 No Keras class is modified, and models built under any other strategy keep
 their class. In the subclass, each save asks `file_writers` who writes the
 file's directory: one writer per storage that workers share, and every

@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 from tfdist_opt import config_files
 from tfdist_opt import validation
-from tfdist_opt.gradients import powersgd
+from tfdist_opt.gradients.powersgd import powersgd
 from tfdist_opt.gradients import options as gradient_options
 from tfdist_opt.strategy import cpu_split
 from tfdist_opt.strategy import keras_steps
@@ -66,7 +66,7 @@ class StrategyConfig(validation.ConfigFields):
         collective_streams: int or `"auto"`. Multi-worker RING all-reduce
             of the gradients: n > 0 cuts each step's gradients into pieces
             of `collective_piece_bytes` in backprop order, up to n
-            collectives in flight (`tfdist_opt.gradients.collectives`; the
+            collectives in flight (`tfdist_opt.gradients.collectives.collectives`; the
             same sums); 0 runs TF's one collective per pack. `"auto"`: 2
             where it applies (multi-worker, RING, Keras 3,
             `bytes_per_pack=0`), else 0. Defaults to `"auto"`.
@@ -170,7 +170,7 @@ class StrategyConfig(validation.ConfigFields):
             `bytes_per_pack="auto"`, `shard_optimizer_state`, and every
             multi-worker strategy with Keras 3), Keras's own
             SGD and Adam steps run as one fused TF kernel per variable
-            (`tfdist_opt.gradients.fused_updates`). Defaults to `True`.
+            (`tfdist_opt.gradients.binding.fused_updates`). Defaults to `True`.
         jit_fallback: str. A Keras model compiled with `jit_compile=True`
             runs each replica's step under XLA (`tfdist_opt.strategy.keras_steps`);
             when a step cannot be compiled per replica (it runs a

@@ -12,7 +12,7 @@ divide. So `fit` (`check_fit_input`, called by `keras_steps.KerasSteps.fit`
 before Keras builds anything) raises the `ValueError` of
 `tfdist_opt.data.per_replica_batch_size`, naming the global batch, the
 replica count and the worker count, before step 1 (with `grad_accum`,
-the batch contract's `ValueError`, `tfdist_opt.gradients.contract`, which
+the batch contract's `ValueError`, `tfdist_opt.gradients.accumulation.contract`, which
 states the same rule for the micro-batch).
 
 How the batch is found, without reading input:
@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from tfdist_opt import _logging
 from tfdist_opt.data import shard_math
-from tfdist_opt.gradients import contract
+from tfdist_opt.gradients.accumulation import contract
 
 # TensorFlow is imported where used: `keras_steps` imports this module, and
 # importing tfdist_opt does not load TensorFlow.
@@ -255,7 +255,7 @@ def check_fit_input(strategy, x) -> None:
     """
     import tensorflow as tf
 
-    from tfdist_opt.gradients import keras_binding as gradient_binding
+    from tfdist_opt.gradients.binding import keras_binding as gradient_binding
 
     if not isinstance(x, tf.data.Dataset) or not isinstance(
         strategy, (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)

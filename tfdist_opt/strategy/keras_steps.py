@@ -264,7 +264,7 @@ def _first_local_batch(iterator):
 
 
 def _auto_fit():
-    """`tfdist_opt.gradients.auto_fit`, imported on first use."""
-    from tfdist_opt.gradients import auto_fit  # pylint: disable=g-import-not-at-top
+    """`tfdist_opt.gradients.autotune.auto_fit`, imported on first use."""
+    from tfdist_opt.gradients.autotune import auto_fit  # pylint: disable=g-import-not-at-top
 
     return auto_fit

@@ -17,7 +17,7 @@ index l on worker w (global replica id w * L + l, L = R / W) gets the
 per-replica batch l * W + w (its *data slot*). On one worker the slot is
 the replica id; with W = R it is too. Per-replica state follows the data
 slot across a resize (`data_slot`, used by
-`tfdist_opt.gradients.replica_slots`), so each slot's examples meet the
+`tfdist_opt.gradients.binding.replica_slots`), so each slot's examples meet the
 same error feedback as in the uninterrupted run.
 
 Pure Python: no TensorFlow import.

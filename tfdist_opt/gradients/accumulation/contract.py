@@ -105,7 +105,7 @@ def check_updates_per_fit(
     epochs of `steps_per_epoch` steps that runs fewer than k steps applies
     no update unless it resumes a cycle (partial sums restored from a
     checkpoint); `pending_micro_steps` counts those. The line for that case
-    starts with "Invalid value"; `tfdist_opt.gradients.fit_length` raises it
+    starts with "Invalid value"; `tfdist_opt.gradients.accumulation.fit_length` raises it
     when the length is known before step 1 (it checks after the fit's
     callbacks restored any backup) and warns with it otherwise. Also says
     when an epoch is shorter than k (updates then straddle epoch

@@ -25,9 +25,9 @@ from typing import Sequence
 from absl import logging
 import tensorflow as tf
 
-from tfdist_opt.gradients import collectives
-from tfdist_opt.gradients import packing
-from tfdist_opt.gradients import timing
+from tfdist_opt.gradients.collectives import collectives
+from tfdist_opt.gradients.collectives import packing
+from tfdist_opt.gradients.autotune import timing
 from tfdist_opt.strategy import topology
 
 CSV_FIELDS = ("bytes_per_pack", "num_packs", "median_s", "min_s", "max_s", "iters", "chosen")

@@ -37,11 +37,11 @@ import tensorflow as tf
 
 from tfdist_opt import _class_swap
 from tfdist_opt import runtime
-from tfdist_opt.gradients import chain_binding
-from tfdist_opt.gradients import collectives
-from tfdist_opt.gradients import packing
-from tfdist_opt.gradients import replica_slots
-from tfdist_opt.gradients import zero_plan
+from tfdist_opt.gradients.stages import chain_binding
+from tfdist_opt.gradients.collectives import collectives
+from tfdist_opt.gradients.collectives import packing
+from tfdist_opt.gradients.binding import replica_slots
+from tfdist_opt.gradients.zero import zero_plan
 
 SHARD_ATTR = "_tfdist_shard"
 _UNSHARDED_NAMES = ("tfdist_accumulator",)

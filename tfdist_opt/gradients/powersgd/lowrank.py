@@ -55,10 +55,10 @@ from absl import logging
 import tensorflow as tf
 
 from tfdist_opt import runtime
-from tfdist_opt.gradients import collectives as collectives_lib
-from tfdist_opt.gradients import factor_ops
-from tfdist_opt.gradients import powersgd
-from tfdist_opt.gradients import replica_slots
+from tfdist_opt.gradients.collectives import collectives as collectives_lib
+from tfdist_opt.gradients.powersgd import factor_ops
+from tfdist_opt.gradients.powersgd import powersgd
+from tfdist_opt.gradients.binding import replica_slots
 
 ERROR_NAME = "tfdist_powersgd_error"
 Q_NAME = "tfdist_powersgd_q"

@@ -63,11 +63,11 @@ import dataclasses
 
 import tensorflow as tf
 
-from tfdist_opt.gradients import accumulation
-from tfdist_opt.gradients import chain_binding
-from tfdist_opt.gradients import fused_updates
-from tfdist_opt.gradients import replica_slots
-from tfdist_opt.gradients import sharded_state
+from tfdist_opt.gradients.accumulation import accumulation
+from tfdist_opt.gradients.stages import chain_binding
+from tfdist_opt.gradients.binding import fused_updates
+from tfdist_opt.gradients.binding import replica_slots
+from tfdist_opt.gradients.zero import sharded_state
 from tfdist_opt.gradients.options import GradientOptions
 
 

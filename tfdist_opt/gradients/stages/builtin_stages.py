@@ -24,8 +24,8 @@ from, e.g. `"grad_accum=4"`: error messages name it.
 from __future__ import annotations
 
 from tfdist_opt import validation
-from tfdist_opt.gradients import powersgd
-from tfdist_opt.gradients.stage import GradientStage
+from tfdist_opt.gradients.powersgd import powersgd
+from tfdist_opt.gradients.stages.stage import GradientStage
 
 WIRES = ("fp16", "bf16")
 # ZeRO's bucket bound: the `shard_bucket_bytes` default everywhere.
@@ -54,7 +54,7 @@ class Accumulate(BuiltinStage):
 
     Every `steps`-th micro-step it runs the chain's wire, pack and
     collective stages once, on the accumulated sum, from the cross-replica
-    context inside a `tf.cond` (`tfdist_opt.gradients.accumulation`), so
+    context inside a `tf.cond` (`tfdist_opt.gradients.accumulation.accumulation`), so
     it cannot run a user stage, whose `reduce` runs in the replica context.
     """
 
@@ -66,7 +66,7 @@ class Accumulate(BuiltinStage):
         self.steps = steps
 
     def init(self, variables, context):
-        from tfdist_opt.gradients import accumulation
+        from tfdist_opt.gradients.accumulation import accumulation
 
         return accumulation.create_accumulators(context.optimizer, variables)
 
@@ -147,7 +147,7 @@ class PowerSGD(BuiltinStage):
     Replaces the all-reduce of the matrices it selects by two factor
     all-reduces; the other gradients ride in the first one. State: one
     error buffer per replica and one Q factor per compressed matrix
-    (`tfdist_opt.gradients.lowrank`).
+    (`tfdist_opt.gradients.powersgd.lowrank`).
 
     References:
         Vogels, Karimireddy, Jaggi. PowerSGD: Practical Low-Rank Gradient
@@ -173,13 +173,13 @@ class PowerSGD(BuiltinStage):
         self.min_compression, self.seed = min_compression, seed
 
     def init(self, variables, context):
-        from tfdist_opt.gradients import lowrank
+        from tfdist_opt.gradients.powersgd import lowrank
 
         cast = context.chain.first(Cast)
         return lowrank.init(context.optimizer, variables, self, cast.dtype if cast else "none")
 
     def reduce(self, bucket, state, context):
-        from tfdist_opt.gradients import lowrank
+        from tfdist_opt.gradients.powersgd import lowrank
 
         return bucket.replace(lowrank.reduce(context.optimizer, bucket, state, context.collectives))
 
@@ -197,7 +197,7 @@ class ZeRO(BuiltinStage):
     """ZeRO stage 1: each replica keeps and updates 1/n of every slot.
 
     Reduce-scatters the gradients and gathers the updated shards in
-    buckets of at most `bucket_bytes` (`tfdist_opt.gradients.sharded_state`).
+    buckets of at most `bucket_bytes` (`tfdist_opt.gradients.zero.sharded_state`).
     A user `"local"` stage runs before the reduce-scatter, on each
     replica's own gradients; a user `"collective"` or `"after"` stage is
     refused: the sharded update does its own collective and no replica

@@ -29,11 +29,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterable
 
-from tfdist_opt.gradients import builtin_stages as bs
-from tfdist_opt.gradients.stage import POSITIONS
-from tfdist_opt.gradients.stage import UNIQUE_POSITIONS
-from tfdist_opt.gradients.stage import USER_POSITIONS
-from tfdist_opt.gradients.stage import GradientStage
+from tfdist_opt.gradients.stages import builtin_stages as bs
+from tfdist_opt.gradients.stages.stage import POSITIONS
+from tfdist_opt.gradients.stages.stage import UNIQUE_POSITIONS
+from tfdist_opt.gradients.stages.stage import USER_POSITIONS
+from tfdist_opt.gradients.stages.stage import GradientStage
 
 _COLLECTIVE = POSITIONS.index("collective")
 
@@ -107,7 +107,7 @@ def chain(*stages: GradientStage) -> Chain:
             the stages (and the settings they came from) and the rule.
 
     Example:
-        >>> from tfdist_opt.gradients.builtin_stages import Cast, Pack
+        >>> from tfdist_opt.gradients.stages.builtin_stages import Cast, Pack
         >>> chain(Cast("bf16"), Pack(4 << 20)).describe()
         'Cast (wire, lossy) -> Pack (pack) -> AllReduce (collective)'
     """

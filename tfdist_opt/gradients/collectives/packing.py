@@ -22,7 +22,7 @@ Policies:
   while earlier layers are still being differentiated. Sizes come from the
   model's total gradient bytes: aim for about `TARGET_PACKS` packs, clamped
   to [`MIN_BUCKET`, `MAX_BUCKET`]. The measured autotune
-  (`tfdist_opt.gradients.autotune`) then times `candidate_pack_sizes()` on
+  (`tfdist_opt.gradients.autotune.autotune`) then times `candidate_pack_sizes()` on
   the real shapes and keeps the fastest.
 
 ZeRO's reduce-scatter has its own grouping (`scatter_buckets`: bounded

@@ -41,9 +41,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-from tfdist_opt.gradients import builtin_stages
-from tfdist_opt.gradients import packing
-from tfdist_opt.gradients import zero_plan
+from tfdist_opt.gradients.stages import builtin_stages
+from tfdist_opt.gradients.collectives import packing
+from tfdist_opt.gradients.zero import zero_plan
 
 # Slots of the variable's shape per optimizer (Keras 3 class names,
 # lower-cased), for the default arguments; `slots_for` refines by argument.

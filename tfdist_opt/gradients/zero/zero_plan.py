@@ -1,7 +1,7 @@
 """ZeRO stage 1 (sharded optimizer state): the pure decisions.
 
 Pure Python (no TensorFlow import); the TF binding is
-`tfdist_opt.gradients.sharded_state`.
+`tfdist_opt.gradients.zero.sharded_state`.
 
 With `shard_optimizer_state=True` and n replicas, every optimizer slot that
 has the shape of its model variable (Adam's m and v, SGD's momentum, ...)

@@ -61,9 +61,9 @@ import tensorflow as tf
 
 from tfdist_opt import _class_swap
 from tfdist_opt import runtime
-from tfdist_opt.gradients import collectives as collectives_lib
-from tfdist_opt.gradients import lowrank
-from tfdist_opt.gradients import replica_slots
+from tfdist_opt.gradients.collectives import collectives as collectives_lib
+from tfdist_opt.gradients.powersgd import lowrank
+from tfdist_opt.gradients.binding import replica_slots
 
 ACCUMULATOR_NAME = "tfdist_accumulator"
 

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfdist_opt.gradients import builtin_stages as bs
-from tfdist_opt.gradients import collectives
-from tfdist_opt.gradients import replica_slots
-from tfdist_opt.gradients.stage import Bucket
+from tfdist_opt.gradients.stages import builtin_stages as bs
+from tfdist_opt.gradients.collectives import collectives
+from tfdist_opt.gradients.binding import replica_slots
+from tfdist_opt.gradients.stages.stage import Bucket
 
 _STEP_POSITIONS = ("local", "wire", "pack", "collective", "after")
 

@@ -2,7 +2,7 @@
 
 No TensorFlow import. Which gradients are compressed, at what rank, how
 many bytes a step sends, and the settings' checks; the TensorFlow stage
-that runs it is `tfdist_opt.gradients.lowrank`.
+that runs it is `tfdist_opt.gradients.powersgd.lowrank`.
 
 The algorithm (Vogels, Karimireddy, Jaggi 2019; PyTorch's DDP
 `powerSGD_hook`), per replica i and per selected gradient viewed as a

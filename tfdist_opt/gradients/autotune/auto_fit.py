@@ -37,11 +37,11 @@ import time
 
 import tensorflow as tf
 
-from tfdist_opt.gradients import auto_compression
-from tfdist_opt.gradients import chain_binding
-from tfdist_opt.gradients import hooks
-from tfdist_opt.gradients import powersgd
-from tfdist_opt.gradients import timing
+from tfdist_opt.gradients.autotune import auto_compression
+from tfdist_opt.gradients.stages import chain_binding
+from tfdist_opt.gradients.binding import hooks
+from tfdist_opt.gradients.powersgd import powersgd
+from tfdist_opt.gradients.autotune import timing
 
 WARMUP_CALLS = 2
 TIMED_CALLS = 3
@@ -148,7 +148,7 @@ def _apply(model, optimizer, state, choice, reason, chief=True) -> None:
 
 
 def _multi_worker(strategy) -> bool:
-    from tfdist_opt.gradients import autotune  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.gradients.autotune import autotune  # pylint: disable=g-import-not-at-top
 
     return (
         isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)

@@ -50,7 +50,7 @@ from tfdist_opt import _class_swap
 from tfdist_opt import _logging
 from tfdist_opt import private_api
 from tfdist_opt import runtime
-from tfdist_opt.gradients import contract
+from tfdist_opt.gradients.accumulation import contract
 
 # EpochIterator -> the fit's starting numbers while the check waits for a
 # length (unknown-length inputs), or None once checked.

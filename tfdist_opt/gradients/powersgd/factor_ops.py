@@ -2,7 +2,7 @@
 
 `skinny_matmul` (the rank-r products P = M Q, Q_i = P^^T M and P^ Q^T),
 `orthonormal` (P^ from P) and `SeededNormal` (the same random Q on every
-replica). `tfdist_opt.gradients.lowrank` composes them into the step.
+replica). `tfdist_opt.gradients.powersgd.lowrank` composes them into the step.
 """
 
 from __future__ import annotations

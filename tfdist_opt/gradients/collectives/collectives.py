@@ -62,10 +62,10 @@ from typing import Sequence
 from absl import logging
 import tensorflow as tf
 
-from tfdist_opt.gradients import packing
-from tfdist_opt.gradients import piece_plan
-from tfdist_opt.gradients import precision
-from tfdist_opt.gradients import replica_slots
+from tfdist_opt.gradients.collectives import packing
+from tfdist_opt.gradients.collectives import piece_plan
+from tfdist_opt.gradients.collectives import precision
+from tfdist_opt.gradients.binding import replica_slots
 
 _GROUP_KEY_BASE = 5_000_000
 _GROUP_KEY_RANGE = 1_000_000

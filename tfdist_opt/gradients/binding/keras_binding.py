@@ -40,11 +40,11 @@ from absl import logging
 import tensorflow as tf
 
 from tfdist_opt import runtime
-from tfdist_opt.gradients import contract
-from tfdist_opt.gradients import fit_length
+from tfdist_opt.gradients.accumulation import contract
+from tfdist_opt.gradients.accumulation import fit_length
 from tfdist_opt.gradients import gradient_plan
-from tfdist_opt.gradients import hooks
-from tfdist_opt.gradients import upstream
+from tfdist_opt.gradients.binding import hooks
+from tfdist_opt.gradients.binding import upstream
 from tfdist_opt.gradients.options import GradientOptions
 
 _WRAPPED = ("scope", "experimental_distribute_dataset", "distribute_datasets_from_function")
@@ -79,7 +79,7 @@ class GradientBinding:
 
         `codec`: the `collectives.Codec` they travel with.
         """
-        from tfdist_opt.gradients import autotune
+        from tfdist_opt.gradients.autotune import autotune
 
         key = tuple(autotune.shapes_of(variables))
         with self._lock:

@@ -1,7 +1,7 @@
 """Cutting a step's gradients into equal pieces for streamed collectives.
 
 Pure Python (no TensorFlow import). `collective_streams` (see
-`tfdist_opt.gradients.collectives`) all-reduces the gradients of one dtype as a
+`tfdist_opt.gradients.collectives.collectives`) all-reduces the gradients of one dtype as a
 stream of pieces of at most `piece_elements` elements each: the tensors are
 laid end to end in backprop order (the last layer's first, as its gradient
 is ready first) and the stream is cut every `piece_elements` elements, so a

@@ -12,7 +12,7 @@ step whose collectives start after backprop costs):
 where `wire_bytes` is the all-reduced payload (the link rate is measured as
 bus bandwidth, payload x 2(n-1)/n per second, so n cancels), bf16 halves the
 payload and costs a cast (`cast_bytes_per_s`), and PowerSGD sends its factors
-(`powersgd_bytes`, from `tfdist_opt.gradients.powersgd.plan`) and costs
+(`powersgd_bytes`, from `tfdist_opt.gradients.powersgd.powersgd.plan`) and costs
 `powersgd_overhead` x compute (error feedback, two small all-reduces, QR).
 Without `powersgd_bytes` PowerSGD is not a candidate.
 
@@ -22,7 +22,7 @@ one is picked.
 
 The measurement binding (`measure_link`, `choose_for`) needs TensorFlow
 and a strategy; it is imported lazily so the decision stays pure. The fit
-binding (`compression="auto"`, `tfdist_opt.gradients.auto_fit`) times the
+binding (`compression="auto"`, `tfdist_opt.gradients.autotune.auto_fit`) times the
 first steps and applies the choice.
 """
 
@@ -165,12 +165,12 @@ def measure_link(strategy, nbytes: int = 8 << 20, iters: int = 3, warmup: int = 
     """All-reduce bus bandwidth (bytes/s) of `strategy`, the same on every worker.
 
     Times `iters` all-reduces of one float32 tensor of `nbytes` (after
-    `warmup`) with `tfdist_opt.gradients.timing.time_and_agree`, so every
+    `warmup`) with `tfdist_opt.gradients.autotune.timing.time_and_agree`, so every
     worker gets the same figure. A collective: every worker calls it.
     """
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-    from tfdist_opt.gradients import timing  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.gradients.autotune import timing  # pylint: disable=g-import-not-at-top
 
     n = strategy.num_replicas_in_sync
     if n < 2:

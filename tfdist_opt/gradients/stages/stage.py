@@ -7,11 +7,11 @@ returns the reduced bucket): it has state, created once and checkpointed,
 and one method that maps a bucket of gradients to a bucket of gradients,
 which may run collectives through its context.
 
-`chain(*stages)` (`tfdist_opt.gradients.combine`) composes stages and checks
+`chain(*stages)` (`tfdist_opt.gradients.stages.combine`) composes stages and checks
 the combination rules the stages declare; the strings of
 `StrategyConfig` (`compression`, `grad_accum`, `bytes_per_pack`,
 `shard_optimizer_state`) build a chain of the built-in stages
-(`tfdist_opt.gradients.builtin_stages`), and a hooked optimizer runs that
+(`tfdist_opt.gradients.stages.builtin_stages`), and a hooked optimizer runs that
 chain and nothing else.
 
 Where a stage runs is its `position`, one of `POSITIONS`, in this order:
