@@ -8,7 +8,7 @@ import numpy as np
 
 from tests import package_scan
 from tfdist_opt import runtime
-from tfdist_opt.strategy import keras_steps
+from tfdist_opt.keras import keras_steps
 
 # `_tfdist_` names that stay on objects, each documented in runtime's
 # docstring: `_tfdist_shard` (ZeRO shard variables: unhashable),

@@ -36,7 +36,7 @@ from tfdist_opt.gradients.binding import keras_binding
 from tfdist_opt.gradients.powersgd import lowrank
 from tfdist_opt.gradients.powersgd import powersgd
 from tfdist_opt.gradients.options import GradientOptions
-from tfdist_opt.strategy import metric_logs
+from tfdist_opt.keras import metric_logs
 from tfdist_opt.strategy.config import StrategyConfig
 
 

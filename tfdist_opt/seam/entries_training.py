@@ -23,7 +23,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.src.backend.common.global_state",
         "get_global_attribute",
-        "tfdist_opt.strategy.model_registry",
+        "tfdist_opt.keras.model_registry",
         "reads the thread's 'name_scope_stack': Keras builds and calls a "
         "model inside `backend.name_scope(model.name, caller=model)`, "
         "the one place a new model is seen (no instance-creation hook)",
@@ -31,7 +31,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.src.backend.common.global_state",
         "set_global_attribute",
-        "tfdist_opt.strategy.model_registry",
+        "tfdist_opt.keras.model_registry",
         "while our scope is entered, the 'name_scope_stack' is a list "
         "that notes the models pushed on it",
     ),
@@ -91,14 +91,14 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.Model",
         "_flatten_layers",
-        "tfdist_opt.strategy.remat_calls",
+        "tfdist_opt.keras.remat_calls",
         "every nested layer (Model.layers is top-level only), to find the "
         "layers created in a keras.RematScope",
     ),
     PrivateName(
         "keras.layers.Layer()",
         "_remat_mode",
-        "tfdist_opt.strategy.remat_calls",
+        "tfdist_opt.keras.remat_calls",
         "the RematScope mode a layer captured at creation (None outside a "
         "scope); Keras exposes no getter, and tf.recompute_grad refuses the "
         "keyword arguments Keras passes its rematerialized call in a "
@@ -162,7 +162,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "tensorflow.python.distribute.input_lib",
         "_should_use_multi_device_iterator",
-        "tfdist_opt.strategy.plain_iterator",
+        "tfdist_opt.keras.plain_iterator",
         "a distributed dataset's `_options` (set to TF's PER_REPLICA / "
         "no-fetch options for one CPU replica per worker) decide "
         "whether its iterators are MultiDeviceIterators "
@@ -286,7 +286,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.Model",
         "_maybe_symbolic_build",
-        "tfdist_opt.strategy.keras_steps",
+        "tfdist_opt.keras.keras_steps",
         "overridden for Python-generator input: under a strategy Keras "
         "pulls a batch to build the model, then resets the iterator, "
         "and a generator cannot rewind (training started later than "
@@ -295,13 +295,13 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.Model",
         "_symbolic_build",
-        "tfdist_opt.strategy.keras_steps",
+        "tfdist_opt.keras.keras_steps",
         "builds the model from the generator adapter's batch specs instead of a consumed batch",
     ),
     PrivateName(
         "keras.src.trainers.data_adapters.generator_data_adapter",
         "GeneratorDataAdapter",
-        "tfdist_opt.strategy.keras_steps",
+        "tfdist_opt.keras.keras_steps",
         "recognises Python-generator input (found as the epoch "
         "iterator's `data_adapter` attribute); its `get_tf_dataset` "
         "gives the specs of the batches it already peeked",
@@ -309,13 +309,13 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.src.trainers.data_adapters.generator_data_adapter.GeneratorDataAdapter",
         "get_tf_dataset",
-        "tfdist_opt.strategy.keras_steps",
+        "tfdist_opt.keras.keras_steps",
         "element_spec of the peeked batches (nothing is consumed)",
     ),
     PrivateName(
         "keras.src.backend.tensorflow.trainer",
         "reduce_per_replica",
-        "tfdist_opt.strategy.multi_step",
+        "tfdist_opt.keras.multi_step",
         "reduces a step's per-replica logs exactly as Keras's own train "
         "function does; the steps_per_execution loop is rebuilt with the "
         "step inlined (Keras's nested tf.function fails multi-worker)",
@@ -323,7 +323,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "tensorflow.python.data.ops.optional_ops",
         "_OptionalImpl",
-        "tfdist_opt.strategy.multi_step",
+        "tfdist_opt.keras.multi_step",
         "its `_element_spec`, set while the loop is traced, as Keras's "
         "own multi_step_on_iterator does (the spec of an empty Optional "
         "is known only after the step is traced)",

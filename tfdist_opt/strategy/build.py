@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from tfdist_opt import _logging
 from tfdist_opt.strategy import file_writers
-from tfdist_opt.strategy import keras_steps
+from tfdist_opt.keras import keras_steps
 from tfdist_opt.strategy import kinds
 from tfdist_opt.strategy import plan as plan_lib
 from tfdist_opt.strategy import topology as topology_lib
@@ -70,7 +70,7 @@ def opt_strategy(
         **overrides: `StrategyConfig` fields, e.g. `all_reduce="ring"`.
 
     Returns:
-        `tfdist_opt.strategy.keras_compat.KerasOneDeviceStrategy`,
+        `tfdist_opt.keras.keras_compat.KerasOneDeviceStrategy`,
         `KerasMirroredStrategy` (subclasses of `tf.distribute`'s
         `OneDeviceStrategy` and `MirroredStrategy` whose models get
         `keras_steps.KerasSteps`), `tfdist_opt.KerasMultiWorkerMirroredStrategy`,

@@ -37,7 +37,7 @@ from tfdist_opt import _class_swap
 from tfdist_opt.stall import keras_binding as stall_binding
 from tfdist_opt.strategy import chief_callbacks
 from tfdist_opt.strategy import file_writers
-from tfdist_opt.strategy import model_registry
+from tfdist_opt.keras import model_registry
 
 
 def _write(model, method, filepath, args, kwargs):

@@ -23,7 +23,7 @@ from tfdist_opt import validation
 from tfdist_opt.gradients.powersgd import powersgd
 from tfdist_opt.gradients import options as gradient_options
 from tfdist_opt.strategy import cpu_split
-from tfdist_opt.strategy import keras_steps
+from tfdist_opt.keras import keras_steps
 from tfdist_opt.strategy import kind_names
 from tfdist_opt.strategy import storage_sharing
 
@@ -172,7 +172,7 @@ class StrategyConfig(validation.ConfigFields):
             SGD and Adam steps run as one fused TF kernel per variable
             (`tfdist_opt.gradients.binding.fused_updates`). Defaults to `True`.
         jit_fallback: str. A Keras model compiled with `jit_compile=True`
-            runs each replica's step under XLA (`tfdist_opt.strategy.keras_steps`);
+            runs each replica's step under XLA (`tfdist_opt.keras.keras_steps`);
             when a step cannot be compiled per replica (it runs a
             cross-replica collective before the optimizer, e.g. synchronized
             BatchNormalization), `"warn"` emits one `XlaFallbackWarning`

@@ -6,10 +6,10 @@ class swapped (per instance, `tfdist_opt._class_swap`) to one with the
 
 * with `jit_compile` on and more than one replica (or several workers),
   each replica's step compiled with XLA, the gradient all-reduce outside
-  it (`tfdist_opt.strategy.xla_steps`, which also holds the
+  it (`tfdist_opt.keras.xla_steps`, which also holds the
   `jit_fallback` for a step that cannot be compiled per replica);
 * with `steps_per_execution > 1` under the multi-worker strategy, the
-  loop of `tfdist_opt.strategy.multi_step`.
+  loop of `tfdist_opt.keras.multi_step`.
 
 Python generators: under any strategy, Keras's `fit` pulls one batch from a
 fresh iterator to build the model (`_maybe_symbolic_build`) and then resets
@@ -43,15 +43,15 @@ import contextlib
 
 from tfdist_opt import private_api
 from tfdist_opt import runtime
-from tfdist_opt.strategy import absent_inputs
-from tfdist_opt.strategy import compute_loss as compute_loss_view
-from tfdist_opt.strategy import first_batch
-from tfdist_opt.strategy import global_batch
-from tfdist_opt.strategy import metric_logs
-from tfdist_opt.strategy import multi_step
-from tfdist_opt.strategy import remat_calls
-from tfdist_opt.strategy import xla_steps
-from tfdist_opt.strategy.xla_steps import (  # noqa: F401  (re-exported)
+from tfdist_opt.keras import absent_inputs
+from tfdist_opt.keras import compute_loss as compute_loss_view
+from tfdist_opt.keras import first_batch
+from tfdist_opt.keras import global_batch
+from tfdist_opt.keras import metric_logs
+from tfdist_opt.keras import multi_step
+from tfdist_opt.keras import remat_calls
+from tfdist_opt.keras import xla_steps
+from tfdist_opt.keras.xla_steps import (  # noqa: F401  (re-exported)
     JIT_FALLBACKS,
     UnsupportedCombinationError,
     XlaFallbackWarning,

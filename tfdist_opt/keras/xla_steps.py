@@ -12,7 +12,7 @@ the collectives it contains have no XLA kernel on CPU.
 
 A model built in the scope of a strategy from `opt_strategy()` gets its
 class swapped (per instance, `tfdist_opt._class_swap`) to one with the
-`KerasSteps` mixin (`tfdist_opt.strategy.keras_steps`). With `jit_compile`
+`KerasSteps` mixin (`tfdist_opt.keras.keras_steps`). With `jit_compile`
 on and more than one replica (or several workers), its train and test
 functions are Keras's own, built with the outer `tf.function` not
 compiled, and each replica's step compiled:
@@ -51,7 +51,7 @@ import warnings
 
 from tfdist_opt import private_api
 from tfdist_opt import runtime
-from tfdist_opt.strategy import model_registry
+from tfdist_opt.keras import model_registry
 
 JIT_FALLBACKS = ("warn", "error")
 # Collective op types (TF 2.21); none has an XLA kernel on CPU.

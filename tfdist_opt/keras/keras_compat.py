@@ -32,7 +32,7 @@ rank-0 value across replicas without an axis (the same number
    aggregation (SUM over every replica) applies; `reduce` reads it so.
 
 Two changes make metrics read as on one device (`tfdist_opt.strategy.
-metric_logs`, `tfdist_opt.strategy.compute_loss`): `num_replicas_in_sync`
+metric_logs`, `tfdist_opt.keras.compute_loss`): `num_replicas_in_sync`
 reads 1 to the thread running a model's `compute_loss` override, and
 `reduce` answers the mean of a log value every replica holds equal (each
 step's metrics, computed from the all-reduced metric state) with the local
@@ -62,15 +62,15 @@ import tensorflow as tf
 
 from tfdist_opt.stall import keras_binding as stall_binding
 from tfdist_opt.strategy import chief_saving
-from tfdist_opt.strategy import compute_loss
-from tfdist_opt.strategy import first_batch
-from tfdist_opt.strategy import global_batch
-from tfdist_opt.strategy import keras_steps
-from tfdist_opt.strategy import log_packing
-from tfdist_opt.strategy import metric_logs
-from tfdist_opt.strategy import model_registry
-from tfdist_opt.strategy import plain_iterator
-from tfdist_opt.strategy import scalar_variables
+from tfdist_opt.keras import compute_loss
+from tfdist_opt.keras import first_batch
+from tfdist_opt.keras import global_batch
+from tfdist_opt.keras import keras_steps
+from tfdist_opt.keras import log_packing
+from tfdist_opt.keras import metric_logs
+from tfdist_opt.keras import model_registry
+from tfdist_opt.keras import plain_iterator
+from tfdist_opt.keras import scalar_variables
 from tfdist_opt.strategy import worker_cpu_replicas
 
 # Gathered as float32 by `gather` (fix 3): no collective gather kernel.
