@@ -23,7 +23,7 @@ from keras.src.backend.tensorflow.optimizer import TFOptimizer
 
 from tfdist_opt.gradients.binding import hooks
 from tfdist_opt.gradients.binding import keras_binding
-from tfdist_opt.gradients.binding import upstream
+from tfdist_opt.seam import upstream
 from tfdist_opt.gradients.options import GradientOptions
 from tfdist_opt.strategy import opt_strategy
 

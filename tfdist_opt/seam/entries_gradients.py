@@ -16,11 +16,11 @@ ENTRIES: tuple[PrivateName, ...] = (
     # Keras has no hook for the gradient all-reduce or for accumulation
     # under tf.distribute (keras-team/keras#17429); the per-optimizer
     # subclass (tfdist_opt.gradients.binding.hooks) overrides or calls these, and
-    # tfdist_opt.gradients.binding.upstream also checks their signatures.
+    # tfdist_opt.seam.upstream also checks their signatures.
     PrivateName(
         "keras.src.backend.tensorflow.optimizer",
         "TFOptimizer",
-        "tfdist_opt.gradients.binding.upstream",
+        "tfdist_opt.seam.upstream",
         "base of every Keras 3 TF optimizer; only importable from keras.src",
     ),
     PrivateName(
@@ -219,7 +219,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.src.backend.common.global_state",
         "get_global_attribute",
-        "tfdist_opt.gradients.binding.upstream",
+        "tfdist_opt.seam.upstream",
         "its 'name_scope_stack'[-1].caller names the optimizer creating a "
         "variable (Keras has no optimizer-creation hook)",
     ),

@@ -44,7 +44,7 @@ from tfdist_opt.gradients.accumulation import contract
 from tfdist_opt.gradients.accumulation import fit_length
 from tfdist_opt.gradients import gradient_plan
 from tfdist_opt.gradients.binding import hooks
-from tfdist_opt.gradients.binding import upstream
+from tfdist_opt.seam import upstream
 from tfdist_opt.gradients.options import GradientOptions
 
 _WRAPPED = ("scope", "experimental_distribute_dataset", "distribute_datasets_from_function")
