@@ -17,13 +17,13 @@ them through the object itself:
 
 - per-instance subclasses (`_class_swap.cached_subclass`): Python
   dispatches methods on the class, and `isinstance` against the mixin is
-  the marker. Models (`strategy.chief_saving.ChiefSaving`,
+  the marker. Models (`strategy.saving.chief_saving.ChiefSaving`,
   `keras.keras_steps.KerasSteps`,
   `parameter_server.keras_model.CoordinatorTraining`), optimizers
   (`gradients.binding.hooks.GradientHooks`, `gradients.zero.sharded_state`,
   `parameter_server.locked_updates`), variables (`gradients.binding.replica_slots`,
   `parameter_server.variables`), Keras callbacks
-  (`strategy.chief_callbacks`), distributed datasets
+  (`strategy.saving.chief_callbacks`), distributed datasets
   (`gradients.accumulation.fit_length`, `parameter_server.strategy`). Their methods
   carry a `_tfdist_` prefix where a plain name could collide with a TF or
   Keras one (`_tfdist_saved_value`, `_tfdist_load_value`, `_tfdist_make`);
@@ -68,7 +68,7 @@ class StrategyRuntime:
         stall: `stall.settings.StallSettings` or None (single worker).
         jit_fallback: str. `StrategyConfig.jit_fallback` (`"warn"`).
         storage_sharing: str. `StrategyConfig.storage_sharing`, read by
-            `strategy.file_writers` (`"auto"`).
+            `strategy.saving.file_writers` (`"auto"`).
         steps_running: int. Parameter-server `fit`/`evaluate`/`predict`
             calls running now (`parameter_server.training.steps_running`).
         local_replica_ids: list of int. Global replica id of each local
@@ -160,7 +160,7 @@ class ObjectState:
         xla_warned: model: XLA fallback stages already warned about
             (`keras.xla_steps`).
         writes: Keras `BackupAndRestore`: whether this worker writes its
-            directory (`strategy.chief_callbacks`); None before `fit`.
+            directory (`strategy.saving.chief_callbacks`); None before `fit`.
         sharded_call: Keras `Embedding`: its `call` reads a sharded table
             (`parameter_server.variables`).
         grad_accum: distributed dataset: the `grad_accum` its fits are

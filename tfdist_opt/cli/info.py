@@ -28,7 +28,7 @@ from tfdist_opt import versions
 from tfdist_opt.launch import env_forward
 from tfdist_opt.launch import log_filter
 from tfdist_opt.strategy import config as config_lib
-from tfdist_opt.strategy import cpu_split
+from tfdist_opt.strategy.devices import cpu_split
 from tfdist_opt.strategy import plan as plan_lib
 from tfdist_opt.strategy import topology as topology_lib
 

@@ -61,7 +61,7 @@ import contextlib
 import tensorflow as tf
 
 from tfdist_opt.stall import keras_binding as stall_binding
-from tfdist_opt.strategy import chief_saving
+from tfdist_opt.strategy.saving import chief_saving
 from tfdist_opt.keras import compute_loss
 from tfdist_opt.keras import first_batch
 from tfdist_opt.keras import global_batch
@@ -71,7 +71,7 @@ from tfdist_opt.keras import metric_logs
 from tfdist_opt.keras import model_registry
 from tfdist_opt.keras import plain_iterator
 from tfdist_opt.keras import scalar_variables
-from tfdist_opt.strategy import worker_cpu_replicas
+from tfdist_opt.strategy.devices import worker_cpu_replicas
 
 # Gathered as float32 by `gather` (fix 3): no collective gather kernel.
 _GATHER_AS_FLOAT32 = (tf.bfloat16,)

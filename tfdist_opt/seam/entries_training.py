@@ -15,7 +15,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.Model()",
         "_distribute_strategy",
-        "tfdist_opt.strategy.chief_saving",
+        "tfdist_opt.strategy.saving.chief_saving",
         "the strategy Keras 3's TF trainer stores at model construction; "
         "picks the models built under our scope (issue 17; Keras 3 "
         "save/ModelCheckpoint are not chief-aware, tf_keras's were)",
@@ -38,7 +38,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.callbacks.ModelCheckpoint",
         "_save_model",
-        "tfdist_opt.strategy.chief_callbacks",
+        "tfdist_opt.strategy.saving.chief_callbacks",
         "the one method that makes the directory and saves; a non-writer "
         "runs it with `filepath` in a temporary directory (issue 17: "
         "os.makedirs without exist_ok races on shared storage)",
@@ -46,13 +46,13 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.callbacks.BackupAndRestore",
         "_save_model",
-        "tfdist_opt.strategy.chief_callbacks",
+        "tfdist_opt.strategy.saving.chief_callbacks",
         "writes weights + training_metadata.json; only the directory's writer runs it",
     ),
     PrivateName(
         "keras.callbacks.BackupAndRestore",
         "_load_model",
-        "tfdist_opt.strategy.chief_callbacks",
+        "tfdist_opt.strategy.saving.chief_callbacks",
         "a non-writer restores read-only (its _weights_path/"
         "_prev_weights_path/_training_metadata_path attributes), "
         "without Keras's .bkp copy in the shared directory",
@@ -60,7 +60,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.callbacks.BackupAndRestore",
         "_prev_weights_path",
-        "tfdist_opt.strategy.chief_callbacks",
+        "tfdist_opt.strategy.saving.chief_callbacks",
         "the `.bkp` copy Keras falls back to (set in __init__ from "
         "backup_dir; tests/test_chief_saving.py reads a torn write back "
         "through it)",
@@ -69,7 +69,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.callbacks.BackupAndRestore",
         "_prev_training_metadata_path",
-        "tfdist_opt.strategy.chief_callbacks",
+        "tfdist_opt.strategy.saving.chief_callbacks",
         "the `.bkp` copy's training metadata (as above)",
         resolvable=False,
     ),
@@ -123,7 +123,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "tensorflow.python.distribute.collective_all_reduce_strategy",
         "CollectiveAllReduceExtended",
-        "tfdist_opt.strategy.worker_cpu_replicas",
+        "tfdist_opt.strategy.devices.worker_cpu_replicas",
         "MultiWorkerMirroredStrategy's extended class: subclassed to run "
         "several CPU replicas per worker (`replicas`); TF has no public "
         "way to choose a worker's local devices (a CPU-only worker "
@@ -132,7 +132,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "tensorflow.python.distribute.collective_all_reduce_strategy.CollectiveAllReduceExtended",
         "_initialize_local_devices",
-        "tfdist_opt.strategy.worker_cpu_replicas",
+        "tfdist_opt.strategy.devices.worker_cpu_replicas",
         "the one method that picks a worker's replica devices "
         "(always CPU:0 without accelerators); overridden to return "
         "replicas / workers logical CPUs",
@@ -331,7 +331,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.src.utils.file_utils",
         "exists",
-        "tfdist_opt.strategy.chief_callbacks",
+        "tfdist_opt.strategy.saving.chief_callbacks",
         "the existence check Keras's BackupAndRestore makes for its "
         "`.bkp` copy (local and remote paths alike)",
     ),

@@ -3,8 +3,9 @@
 Pure (no TensorFlow at import): `config` (`StrategyConfig`), `topology`
 (`Topology`), `plan` (`plan_strategy`), `kinds` (the `Kind` registry and
 each kind's plan). TensorFlow bindings, imported on use: `build`
-(`opt_strategy`), `host_memory`, and each kind's `build`; what binds Keras
-to them is the `tfdist_opt.keras` package.
+(`opt_strategy`) and each kind's `build`. Sub-packages: `devices` (devices,
+CPU and memory settings of a host), `saving` (who writes which file). What
+binds Keras to the strategies is the `tfdist_opt.keras` package.
 """
 
 from tfdist_opt import _lazy

@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 import tensorflow as tf
 
 from tfdist_opt import _logging
-from tfdist_opt.strategy import file_writers
+from tfdist_opt.strategy.saving import file_writers
 from tfdist_opt.keras import keras_steps
 from tfdist_opt.strategy import kinds
 from tfdist_opt.strategy import plan as plan_lib
@@ -111,7 +111,7 @@ def build_strategy(
     # The gradient path (`plan.gradients`): Keras 3 optimizers created in
     # this strategy's scope run it (tfdist_opt.gradients).
     gradient_binding.attach(strategy, plan.gradients)
-    # Who writes saved files, per directory (tfdist_opt.strategy.file_writers).
+    # Who writes saved files, per directory (tfdist_opt.strategy.saving.file_writers).
     file_writers.attach(strategy, cfg.storage_sharing)
     # What a model's jit_compile=True step does where XLA cannot compile it.
     keras_steps.set_jit_fallback(strategy, cfg.jit_fallback)

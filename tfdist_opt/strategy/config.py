@@ -22,10 +22,10 @@ from tfdist_opt import config_files
 from tfdist_opt import validation
 from tfdist_opt.gradients.powersgd import powersgd
 from tfdist_opt.gradients import options as gradient_options
-from tfdist_opt.strategy import cpu_split
+from tfdist_opt.strategy.devices import cpu_split
 from tfdist_opt.keras import keras_steps
 from tfdist_opt.strategy import kind_names
-from tfdist_opt.strategy import storage_sharing
+from tfdist_opt.strategy.saving import storage_sharing
 
 ENV_PREFIX = config_files.ENV_PREFIX
 CONFIG_FILE_ENV = config_files.CONFIG_FILE_ENV
@@ -94,7 +94,7 @@ class StrategyConfig(validation.ConfigFields):
             accumulators): the same math. Must be a multiple of W; CPU hosts
             only; not with parameter servers or `cpu_replicas`. With W <
             `replicas` each worker computes several replicas' work. See
-            `tfdist_opt.strategy.virtual_replicas`. Defaults to `None` (one
+            `tfdist_opt.strategy.devices.virtual_replicas`. Defaults to `None` (one
             replica per worker, or per local device).
         gpu_memory_growth: bool. Enable memory growth on every GPU, except
             GPUs split into logical devices (TF refuses it there).
@@ -120,7 +120,7 @@ class StrategyConfig(validation.ConfigFields):
             forever. Defaults to `300`.
         tune_malloc: bool. Multi-worker: raise glibc's mmap/trim thresholds
             so collective receive buffers are reused instead of page-faulted
-            in every step (see `tfdist_opt.strategy.host_memory`). Defaults to `True`.
+            in every step (see `tfdist_opt.strategy.devices.host_memory`). Defaults to `True`.
         ps_min_shard_bytes: int. Parameter-server kind: a variable is cut
             into shards of at least this many bytes (so only variables of
             twice this size or more are sharded). Defaults to `262144`.
@@ -163,7 +163,7 @@ class StrategyConfig(validation.ConfigFields):
             `"pin"` also pins each to its own equal slice of the host's
             CPUs (left alone when something already restricted the
             process's CPUs); `"off"` keeps TF's defaults (every task's
-            pools sized to every CPU). See `tfdist_opt.strategy.cpu_split`.
+            pools sized to every CPU). See `tfdist_opt.strategy.devices.cpu_split`.
             Defaults to `"auto"`.
         fused_updates: bool. Where tfdist_opt's gradient path hooks the
             optimizer (any of `compression`, `grad_accum > 1`,

@@ -24,7 +24,7 @@ replicas of per-replica values (PowerSGD's residuals, `grad_accum`'s
 accumulators): it saves every
 replica's value stacked along a new leading axis of size n, in data-slot
 order (the slice of each global batch the replica trains on;
-`tfdist_opt.strategy.virtual_replicas.data_slot`: the replica id on one
+`tfdist_opt.strategy.devices.virtual_replicas.data_slot`: the replica id on one
 worker, or with one replica per worker), and restores each replica the
 slice of its data slot, bit for bit. So with a fixed replica count
 (`StrategyConfig.replicas`) the state follows the examples across a
@@ -42,7 +42,7 @@ import tensorflow as tf
 
 from tfdist_opt import _class_swap
 from tfdist_opt import runtime
-from tfdist_opt.strategy import virtual_replicas
+from tfdist_opt.strategy.devices import virtual_replicas
 
 
 class SavedWhole:

@@ -43,7 +43,7 @@ from absl import logging
 
 from tfdist_opt import runtime
 from tfdist_opt.coordination import kv_store
-from tfdist_opt.strategy import storage_sharing
+from tfdist_opt.strategy.saving import storage_sharing
 from tfdist_opt.strategy import topology
 
 _PREFIX = "tfdist_opt/storage"

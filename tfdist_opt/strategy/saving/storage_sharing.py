@@ -25,7 +25,7 @@ caches no negative entry for a name it never looked up) rather than by
 listing the directory, which NFS clients may serve from a stale cache.
 
 Everything here is plain Python: the key-value store and the file
-operations are passed in (`tfdist_opt.strategy.file_writers` binds them to
+operations are passed in (`tfdist_opt.strategy.saving.file_writers` binds them to
 TensorFlow's coordination service and the local filesystem), so the
 protocol is tested without processes or sleeping.
 """

@@ -47,7 +47,7 @@ from tfdist_opt import private_api
 from tfdist_opt import runtime
 from tfdist_opt.callbacks import restore_agreement
 from tfdist_opt.callbacks.summaries import ChiefOnlyTensorBoard
-from tfdist_opt.strategy import file_writers
+from tfdist_opt.strategy.saving import file_writers
 
 log = logging.getLogger(__name__)
 _LOGGED: set = set()

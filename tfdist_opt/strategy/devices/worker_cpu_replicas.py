@@ -4,7 +4,7 @@ TF's `MultiWorkerMirroredStrategy` runs one replica per GPU, or exactly one
 on the CPU (`CollectiveAllReduceExtended._initialize_local_devices` always
 picks `CPU:0` on a host without accelerators). `StrategyConfig(replicas=R)`
 on W workers needs R / W CPU replicas on each
-(`tfdist_opt.strategy.virtual_replicas`): `extended(...)` builds TF's
+(`tfdist_opt.strategy.devices.virtual_replicas`): `extended(...)` builds TF's
 extended object with that one choice changed to the logical CPU devices
 `CPU:0 .. CPU:L-1` (created by `tfdist_opt.strategy.build` before TF's
 runtime starts). Everything else, collectives across workers and local

@@ -35,8 +35,8 @@ import os
 
 from tfdist_opt import _class_swap
 from tfdist_opt.stall import keras_binding as stall_binding
-from tfdist_opt.strategy import chief_callbacks
-from tfdist_opt.strategy import file_writers
+from tfdist_opt.strategy.saving import chief_callbacks
+from tfdist_opt.strategy.saving import file_writers
 from tfdist_opt.keras import model_registry
 
 
