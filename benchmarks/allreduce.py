@@ -14,7 +14,7 @@ Three measurements, all in one run:
   (x4 steps) all-reduced with TF's defaults; per size: time, algbw =
   bytes / time, busbw = algbw x 2(n-1)/n. Large sizes run fewer iterations
   (`--sweep_budget_bytes`). Run under glibc's malloc defaults, under the
-  allocator policy opt_strategy() sets (`tfdist_opt.strategy.host_memory`:
+  allocator policy opt_strategy() sets (`tfdist_opt.strategy.devices.host_memory`:
   receive buffers reused instead of page-faulted in every step), with mmap
   off, and as ours: the streamed all-reduce of multi-worker training
   (`benchmarks/allreduce_sweep.py`, row `ours_streams`).
@@ -113,10 +113,10 @@ _MODEL_ROWS = 10  # row(...) calls in _model, for the progress line's ETA
 def _model(strategy, n, is_chief):
     import tensorflow as tf
 
-    from tfdist_opt.strategy import host_memory
-    from tfdist_opt.gradients import autotune
-    from tfdist_opt.gradients import collectives
-    from tfdist_opt.gradients import packing
+    from tfdist_opt.strategy.devices import host_memory
+    from tfdist_opt.gradients.autotune import autotune
+    from tfdist_opt.gradients.collectives import collectives
+    from tfdist_opt.gradients.collectives import packing
 
     shapes = allreduce_timing.model_shapes(_MODEL.value)
     nbytes = sum(4 * _numel(s) for s, _ in shapes)

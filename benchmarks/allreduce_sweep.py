@@ -5,10 +5,10 @@ every replica, in these settings (rows):
 
 * `tf_default_fp32`: TF's `ReplicaContext.all_reduce` under glibc's malloc;
 * `tf_default_fp32_tuned_malloc`: the same under the allocator policy
-  `opt_strategy()` sets (`tfdist_opt.strategy.host_memory`);
+  `opt_strategy()` sets (`tfdist_opt.strategy.devices.host_memory`);
 * `tf_default_fp32_no_mmap`: the same with mmap off;
 * `ours_streams`: the streamed all-reduce multi-worker Keras 3 training
-  runs (`tfdist_opt.gradients.collectives`, `collective_streams="auto"` and
+  runs (`tfdist_opt.gradients.collectives.collectives`, `collective_streams="auto"` and
   the default piece size), under the tuned allocator.
 """
 
@@ -26,10 +26,10 @@ def sweep(strategy, n, min_bytes, max_bytes, iters_max, warmup, budget_bytes) ->
     """Times every setting at every size; returns the rows."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-    from tfdist_opt.gradients import collectives  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.gradients.collectives import collectives  # pylint: disable=g-import-not-at-top
     from tfdist_opt.gradients import gradient_plan  # pylint: disable=g-import-not-at-top
     from tfdist_opt.strategy import StrategyConfig  # pylint: disable=g-import-not-at-top
-    from tfdist_opt.strategy import host_memory  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.strategy.devices import host_memory  # pylint: disable=g-import-not-at-top
 
     streams = collectives.Collectives(
         strategy,

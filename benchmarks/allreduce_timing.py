@@ -1,7 +1,7 @@
 """Building blocks of `benchmarks/allreduce.py`: timers, model shapes, the PowerSGD step.
 
 Each timing is `strategy.run` of one replica function, its median agreed by
-the workers (`tfdist_opt.gradients.timing`). Flags stay in the binary; these
+the workers (`tfdist_opt.gradients.autotune.timing`). Flags stay in the binary; these
 take plain values.
 """
 
@@ -9,14 +9,14 @@ from __future__ import annotations
 
 
 def all_sum(strategy, values):
-    from tfdist_opt.gradients import timing
+    from tfdist_opt.gradients.autotune import timing
 
     return timing.agree(strategy, values, op="SUM")
 
 
 def timer(strategy, replica_fn, iters, warmup):
     """Median/min/max seconds of `strategy.run(replica_fn)`, agreed by workers."""
-    from tfdist_opt.gradients import timing
+    from tfdist_opt.gradients.autotune import timing
 
     t = timing.time_and_agree(strategy, replica_fn, iters, warmup)
     return {"time_s": t.median_s, "time_min_s": t.min_s, "time_max_s": t.max_s, "iters": iters}
@@ -51,8 +51,8 @@ def powersgd(strategy, shapes, rank, iters, warmup):
     import keras
     import tensorflow as tf
 
-    from tfdist_opt.gradients import keras_binding
-    from tfdist_opt.gradients import lowrank
+    from tfdist_opt.gradients.binding import keras_binding
+    from tfdist_opt.gradients.powersgd import lowrank
     from tfdist_opt.gradients.options import GradientOptions
 
     saved = keras_binding.options_of(strategy)

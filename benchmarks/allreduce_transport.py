@@ -84,7 +84,7 @@ def no_mmap(on: bool = True) -> bool:
     unmapped per collective; with M_MMAP_MAX=0 every allocation comes from
     the heap (and, with the raised trim threshold, stays there).
     """
-    from tfdist_opt.strategy import host_memory
+    from tfdist_opt.strategy.devices import host_memory
 
     fn = host_memory._mallopt()  # pylint: disable=protected-access
     if fn is None:

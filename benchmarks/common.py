@@ -349,7 +349,7 @@ def define_strategy_flags() -> Callable[[], Any]:
     """
     from absl import app  # pylint: disable=g-import-not-at-top
 
-    from tfdist_opt.gradients import powersgd  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.gradients.powersgd import powersgd  # pylint: disable=g-import-not-at-top
     from tfdist_opt.strategy import config as config_lib  # pylint: disable=g-import-not-at-top
 
     choices = {

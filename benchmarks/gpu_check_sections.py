@@ -296,7 +296,7 @@ def gradients(opts):
     import keras  # pylint: disable=g-import-not-at-top
 
     import tfdist_opt  # pylint: disable=g-import-not-at-top
-    from tfdist_opt.gradients import keras_binding  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.gradients.binding import keras_binding  # pylint: disable=g-import-not-at-top
     from tfdist_opt.gradients.options import GradientOptions  # pylint: disable=g-import-not-at-top
 
     on_gpu = _limit_gpu(2, opts.logical_memory_mb)

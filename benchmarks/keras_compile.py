@@ -10,7 +10,7 @@ calls of Keras's own train function on a distributed iterator, after one
 `--compare`:
 - `jit`: `compile(jit_compile=False)` (baseline) vs `jit_compile=True`
   (XLA on each replica's step; under a multi-replica strategy through
-  `tfdist_opt.strategy.xla_steps`). Summary `jit_speedup`.
+  `tfdist_opt.keras.xla_steps`). Summary `jit_speedup`.
 - `steps_per_execution`: `steps_per_execution=1` (baseline) vs
   `--steps_per_execution` N (one call runs N steps; Keras then reduces the
   logs once per N steps). Summary `spe_speedup`.

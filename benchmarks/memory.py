@@ -49,7 +49,7 @@ if __package__ in (None, ""):  # run as `python benchmarks/memory.py`
 
 from benchmarks import common  # pylint: disable=g-import-not-at-top
 from benchmarks.memory_summary import summarize  # pylint: disable=g-import-not-at-top
-from tfdist_opt.gradients import builtin_stages  # pylint: disable=g-import-not-at-top
+from tfdist_opt.gradients.stages import builtin_stages  # pylint: disable=g-import-not-at-top
 
 _ROLE = flags.DEFINE_enum(
     "role", None, ["unsharded", "sharded"], "Internal: which run this process belongs to."
@@ -139,7 +139,7 @@ def run_role(role):
     import numpy as np  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-    from tfdist_opt.gradients import sharded_state  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.gradients.zero import sharded_state  # pylint: disable=g-import-not-at-top
     from tfdist_opt.strategy import opt_strategy  # pylint: disable=g-import-not-at-top
 
     strategy = (

@@ -94,8 +94,8 @@ def main(argv):
     import keras
     import tensorflow as tf
 
-    from tfdist_opt.gradients import keras_binding
-    from tfdist_opt.gradients import lowrank
+    from tfdist_opt.gradients.binding import keras_binding
+    from tfdist_opt.gradients.powersgd import lowrank
     from tfdist_opt.gradients.options import GradientOptions
     from tfdist_opt.strategy.build import opt_strategy
 

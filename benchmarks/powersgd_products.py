@@ -3,7 +3,7 @@ r"""PowerSGD's rank-r products: TF's matmul (oneDNN on CPU) vs XLA, same run.
 A PowerSGD step multiplies each gradient matrix M (n x m) by thin factors:
 P = M Q (m x r), Q_i = (P^T M)^T and the approximation P Q^T. On CPU, TF's
 oneDNN matmul runs these products well below memory bandwidth, so
-`tfdist_opt.gradients.factor_ops.skinny_matmul` runs all three through an
+`tfdist_opt.gradients.powersgd.factor_ops.skinny_matmul` runs all three through an
 XLA-compiled matmul instead (for Q_i with P^ transposed before XLA: the
 `xla_inner` variant times the transpose inside the dot). This binary
 times each product over `--shapes` both ways, the variants alternated call
@@ -64,7 +64,7 @@ def products(shapes, rank: int):
     """{name: {variant: callable}} over all `shapes` (each call covers all)."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-    from tfdist_opt.gradients import factor_ops  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.gradients.powersgd import factor_ops  # pylint: disable=g-import-not-at-top
 
     cpu = "/device:CPU:0"
     # Variables, not constants: a product of constants may be folded away.

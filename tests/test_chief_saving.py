@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from tfdist_opt.strategy import chief_saving
+from tfdist_opt.strategy.saving import chief_saving
 
 
 def _model():
@@ -35,7 +35,7 @@ import types
 import numpy as np
 import pytest
 
-from tfdist_opt.strategy import chief_callbacks
+from tfdist_opt.strategy.saving import chief_callbacks
 
 
 class _Strategy(types.SimpleNamespace):
@@ -181,7 +181,7 @@ def test_chief_tensorboard_of_ours_is_left_alone(tmp_path):
 def test_non_chief_on_its_own_storage_writes_every_route(tmp_path, private_tmp):
     """storage_sharing='per_worker' (what the probe finds on a per-host disk):
     worker 1 keeps its own copy of each file (issue 23)."""
-    from tfdist_opt.strategy import file_writers
+    from tfdist_opt.strategy.saving import file_writers
 
     model = _fitted(task_id=1)
     file_writers.attach(model._distribute_strategy, "per_worker")

@@ -150,6 +150,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "data",
         "gradients",
         "strategy",
+        "keras",
         "callbacks",
         "stall",
         "parameter_server",

@@ -3,7 +3,7 @@
 `gc.get_referrers` hands out objects still under construction (a SIGSEGV at
 `strategy.scope()` exit in `benchmarks/allreduce.py`); `gc.get_objects`
 broke a `tuple(generator)` another thread was filling. Models are known
-where Keras builds them (`tfdist_opt.strategy.model_registry`), and what
+where Keras builds them (`tfdist_opt.keras.model_registry`), and what
 Keras keeps in `fit`'s locals is recorded by the model's own `fit`
 (`tfdist_opt.runtime.FitCall`). Checked on the syntax tree, so prose that
 names these calls is allowed.

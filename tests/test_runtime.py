@@ -8,7 +8,7 @@ import numpy as np
 
 from tests import package_scan
 from tfdist_opt import runtime
-from tfdist_opt.strategy import keras_steps
+from tfdist_opt.keras import keras_steps
 
 # `_tfdist_` names that stay on objects, each documented in runtime's
 # docstring: `_tfdist_shard` (ZeRO shard variables: unhashable),
@@ -84,7 +84,7 @@ def test_one_runtime_per_strategy_held_weakly():
 
 
 def test_a_gradient_binding_does_not_keep_its_strategy_alive():
-    from tfdist_opt.gradients import keras_binding
+    from tfdist_opt.gradients.binding import keras_binding
     from tfdist_opt.gradients.options import GradientOptions
 
     class Strategy:

@@ -181,7 +181,7 @@ def test_info_says_whether_the_versions_are_in_the_tested_set(monkeypatch, insta
 
 
 def test_keras_tested_is_the_matrix_range():
-    # gradients.upstream logs "checked against Keras ..." only outside it.
+    # seam.upstream logs "checked against Keras ..." only outside it.
     assert versions.KERAS_RANGE == "3.12-3.15"
     assert versions.keras_tested("3.12.4") and versions.keras_tested("3.15.1")
     assert not versions.keras_tested("3.10.0")

@@ -211,9 +211,9 @@ def test_the_zygote_holds_the_package_but_not_its_keras_wiring():
     assert "tfdist_opt" in mods  # imported once, in the zygote
     wiring = {
         "tfdist_opt.strategy.build",
-        "tfdist_opt.strategy.keras_compat",
-        "tfdist_opt.gradients.keras_binding",
-        "tfdist_opt.gradients.hooks",
+        "tfdist_opt.keras.keras_compat",
+        "tfdist_opt.gradients.binding.keras_binding",
+        "tfdist_opt.gradients.binding.hooks",
     }
     assert not wiring & mods, wiring & mods
 

@@ -19,10 +19,10 @@ from tfdist_opt.launch.local import run_local
 from tfdist_opt.cluster.tf_config import apply_tf_config
 from tfdist_opt.cluster.tf_config import build_tf_config
 from tfdist_opt.strategy.config import StrategyConfig
-from tfdist_opt.strategy.keras_steps import UnsupportedCombinationError
-from tfdist_opt.strategy.keras_steps import XlaFallbackWarning
+from tfdist_opt.keras.keras_steps import UnsupportedCombinationError
+from tfdist_opt.keras.keras_steps import XlaFallbackWarning
 from tfdist_opt.data.options import PipelineOptions
-from tfdist_opt.gradients.contract import check_batch_contract
+from tfdist_opt.gradients.accumulation.contract import check_batch_contract
 from tfdist_opt.gradients.options import GradientOptions
 from tfdist_opt.strategy.plan import StrategyPlan
 from tfdist_opt.strategy.plan import plan_strategy
@@ -34,7 +34,7 @@ _LAZY = {
     "BatchSizeFinder": "tfdist_opt.callbacks.batch_size_finder",
     "CommunicationProfiler": "tfdist_opt.callbacks.comm_profiler",
     "DistributedBackupAndRestore": "tfdist_opt.callbacks.backup",
-    "KerasMultiWorkerMirroredStrategy": "tfdist_opt.strategy.keras_compat",
+    "KerasMultiWorkerMirroredStrategy": "tfdist_opt.keras.keras_compat",
     "ScaledLearningRate": "tfdist_opt.callbacks.scaled_lr",
     "SidecarEvaluator": "tfdist_opt.evaluation.sidecar",
     "ThroughputMonitor": "tfdist_opt.callbacks.throughput",

@@ -17,27 +17,27 @@ them through the object itself:
 
 - per-instance subclasses (`_class_swap.cached_subclass`): Python
   dispatches methods on the class, and `isinstance` against the mixin is
-  the marker. Models (`strategy.chief_saving.ChiefSaving`,
-  `strategy.keras_steps.KerasSteps`,
+  the marker. Models (`strategy.saving.chief_saving.ChiefSaving`,
+  `keras.keras_steps.KerasSteps`,
   `parameter_server.keras_model.CoordinatorTraining`), optimizers
-  (`gradients.hooks.GradientHooks`, `gradients.sharded_state`,
-  `parameter_server.locked_updates`), variables (`gradients.replica_slots`,
+  (`gradients.binding.hooks.GradientHooks`, `gradients.zero.sharded_state`,
+  `parameter_server.locked_updates`), variables (`gradients.binding.replica_slots`,
   `parameter_server.variables`), Keras callbacks
-  (`strategy.chief_callbacks`), distributed datasets
-  (`gradients.fit_length`, `parameter_server.strategy`). Their methods
+  (`strategy.saving.chief_callbacks`), distributed datasets
+  (`gradients.accumulation.fit_length`, `parameter_server.strategy`). Their methods
   carry a `_tfdist_` prefix where a plain name could collide with a TF or
   Keras one (`_tfdist_saved_value`, `_tfdist_load_value`, `_tfdist_make`);
   `GradientHooks._tfdist_mixin` marks the hook classes in an MRO
-  (`gradients.fused_updates`).
+  (`gradients.binding.fused_updates`).
 - `_tfdist_strategy` and `_tfdist_shard` on replica-slot and ZeRO
-  shard variables (`gradients.replica_slots`, `gradients.sharded_state`):
+  shard variables (`gradients.binding.replica_slots`, `gradients.zero.sharded_state`):
   TF variables cannot key a weak table (they are unhashable), and TF's
   checkpoint code calls their `_serialize_to_tensors` with no other
   context.
 - instance attributes that replace a method on one strategy
   (`scope`, `experimental_distribute_dataset`,
-  `distribute_datasets_from_function`: `gradients.keras_binding`,
-  `gradients.fit_length`) or one Keras `Embedding` (`call`:
+  `distribute_datasets_from_function`: `gradients.binding.keras_binding`,
+  `gradients.accumulation.fit_length`) or one Keras `Embedding` (`call`:
   `parameter_server.variables`): Keras calls those methods on the object
   it holds.
 - `_tfdist_dataset_fn` on a `tf.data` dataset from `build_dataset`
@@ -64,15 +64,15 @@ class StrategyRuntime:
     """tfdist_opt's state for one strategy.
 
     Attributes:
-        gradient_binding: `gradients.keras_binding.GradientBinding` or None.
+        gradient_binding: `gradients.binding.keras_binding.GradientBinding` or None.
         stall: `stall.settings.StallSettings` or None (single worker).
         jit_fallback: str. `StrategyConfig.jit_fallback` (`"warn"`).
         storage_sharing: str. `StrategyConfig.storage_sharing`, read by
-            `strategy.file_writers` (`"auto"`).
+            `strategy.saving.file_writers` (`"auto"`).
         steps_running: int. Parameter-server `fit`/`evaluate`/`predict`
             calls running now (`parameter_server.training.steps_running`).
         local_replica_ids: list of int. Global replica id of each local
-            device (`gradients.replica_slots`), found once.
+            device (`gradients.binding.replica_slots`), found once.
     """
 
     gradient_binding: Any = None
@@ -150,21 +150,21 @@ class ObjectState:
     says which kind uses it.
 
     Attributes:
-        gradients: optimizer: `gradients.hooks.OptimizerState`.
+        gradients: optimizer: `gradients.binding.hooks.OptimizerState`.
         accumulators: optimizer: its gradient accumulators
-            (`gradients.accumulation`; tracked as optimizer variables).
-        powersgd: optimizer: `gradients.lowrank.PowerSGDState`.
-        zero: optimizer: `gradients.sharded_state`'s shard plan.
+            (`gradients.accumulation.accumulation`; tracked as optimizer variables).
+        powersgd: optimizer: `gradients.powersgd.lowrank.PowerSGDState`.
+        zero: optimizer: `gradients.zero.sharded_state`'s shard plan.
         resume_epoch: model: the epoch a parameter-server backup restored
             (`parameter_server.backup`), where `fit` starts.
         xla_warned: model: XLA fallback stages already warned about
-            (`strategy.xla_steps`).
+            (`keras.xla_steps`).
         writes: Keras `BackupAndRestore`: whether this worker writes its
-            directory (`strategy.chief_callbacks`); None before `fit`.
+            directory (`strategy.saving.chief_callbacks`); None before `fit`.
         sharded_call: Keras `Embedding`: its `call` reads a sharded table
             (`parameter_server.variables`).
         grad_accum: distributed dataset: the `grad_accum` its fits are
-            checked against (`gradients.fit_length`).
+            checked against (`gradients.accumulation.fit_length`).
     """
 
     gradients: Any = None
@@ -187,7 +187,7 @@ class FitCall:
     """One running Keras `fit` of a model built under our strategy.
 
     Keras keeps these values in `fit`'s locals; the model's per-instance
-    `fit` (`strategy.keras_steps.KerasSteps`, parameter-server `fit`) and
+    `fit` (`keras.keras_steps.KerasSteps`, parameter-server `fit`) and
     `_maybe_symbolic_build` record them here instead, for the code that
     needs them mid-fit (fit length against `grad_accum`, uneven inputs,
     callback order).

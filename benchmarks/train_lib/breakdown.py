@@ -52,7 +52,7 @@ CATEGORIES = (
 _XLA_RUN = "CpuExecutable::ExecuteAsyncOnStream"
 _GET_NEXT_RUN = "IteratorGetNextOp::DoCompute"
 _COLLECTIVE_PREFIX = "Collective"
-POWERSGD_SCOPE = "powersgd"  # tfdist_opt.gradients.lowrank's name scope
+POWERSGD_SCOPE = "powersgd"  # tfdist_opt.gradients.powersgd.lowrank's name scope
 _PACKING_OPS = ("ConcatV2", "SplitV", "Split", "Pack", "Unpack")
 _CALL_PREFIX = "StatefulPartitionedCall/"
 

@@ -83,8 +83,8 @@ def result_row(run, args, inputs, replicas: int, workers: int) -> dict[str, Any]
 
 def _bytes_per_step(model) -> dict[str, Any]:
     """Gradient bytes one step sends (PowerSGD: factors + uncompressed rest)."""
-    from tfdist_opt.gradients import hooks  # pylint: disable=g-import-not-at-top
-    from tfdist_opt.gradients import lowrank  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.gradients.binding import hooks  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.gradients.powersgd import lowrank  # pylint: disable=g-import-not-at-top
 
     optimizer = getattr(model, "optimizer", None)
     state = lowrank.state_of(optimizer)

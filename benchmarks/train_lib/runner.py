@@ -120,8 +120,8 @@ class SettingRun:
         import keras  # pylint: disable=g-import-not-at-top
         import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-        from tfdist_opt.strategy import host_memory  # pylint: disable=g-import-not-at-top
-        from tfdist_opt.gradients import keras_binding  # pylint: disable=g-import-not-at-top
+        from tfdist_opt.strategy.devices import host_memory  # pylint: disable=g-import-not-at-top
+        from tfdist_opt.gradients.binding import keras_binding  # pylint: disable=g-import-not-at-top
 
         setting, args, printer = self.setting, self.args, self.printer
         first = self.model is None

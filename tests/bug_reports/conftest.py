@@ -15,7 +15,7 @@ def multi_worker():
     """
     if not support.in_child():
         return None
-    from tfdist_opt.strategy import keras_compat  # pylint: disable=g-import-not-at-top
+    from tfdist_opt.keras import keras_compat  # pylint: disable=g-import-not-at-top
 
     strategy = keras_compat.KerasMultiWorkerMirroredStrategy(local_cpu_replicas=2)
     assert strategy.num_replicas_in_sync == 2

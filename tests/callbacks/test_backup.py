@@ -122,9 +122,9 @@ def test_kill_during_save_leaves_previous_backup_loadable(strategy, tmp_path):
 
 
 def test_non_chief_writes_only_temp_dirs_and_removes_them(strategy, tmp_path, monkeypatch):
-    from tfdist_opt.strategy import file_writers
+    from tfdist_opt.strategy.saving import file_writers
 
-    # Another worker of the group writes backup_dir (tfdist_opt.strategy.file_writers).
+    # Another worker of the group writes backup_dir (tfdist_opt.strategy.saving.file_writers).
     monkeypatch.setattr(file_writers, "is_writer", lambda strategy, directory: False)
     tmp = tmp_path / "tmp"
     tmp.mkdir()

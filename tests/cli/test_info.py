@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import host_gpus
 from tests.multiworker.harness import REPO_ROOT
 from tfdist_opt import cli
-from tfdist_opt.strategy import cpu_split
+from tfdist_opt.strategy.devices import cpu_split
 
 
 def _info(*args, env_extra=None):

@@ -11,7 +11,7 @@ to the same weights and losses, fed the same global batches:
   distributed input cannot carry the None (`AttributeError:
   'NoneTensorSpec' object has no attribute 'shape'`), so `fit` and
   `evaluate` leave the trailing None out, as Keras reads it anyway
-  (`tfdist_opt.strategy.absent_inputs`); a None elsewhere in a dataset's
+  (`tfdist_opt.keras.absent_inputs`); a None elsewhere in a dataset's
   elements is refused naming where.
 
 Tolerance: rel 1e-5, abs 1e-6 (float32; the all-reduce sums the two halves

@@ -10,12 +10,12 @@ every train and test batch and every epoch.
   returns a dict of counts, "mae", a custom loss class, `add_loss` in a
   layer, `sample_weight`, and `weighted_metrics` (a weighted mean, "mse",
   was logged per batch as the mean of the replicas' weighted means before
-  `tfdist_opt.strategy.metric_logs`).
+  `tfdist_opt.keras.metric_logs`).
 - A `Model` subclass whose `compute_loss` override updates a metric with
   the loss (Keras's `test_metric_update_in_compute_loss`), with
   `super().compute_loss()`, a `keras.losses.Loss` called directly and
   `add_loss`: it tracked half the one-device value on 2 replicas before
-  `tfdist_opt.strategy.compute_loss`.
+  `tfdist_opt.keras.compute_loss`.
 
 Tolerance: rel 1e-5, abs 1e-6 (the replicas' halves of a batch are added in
 another order).

@@ -15,7 +15,7 @@ import types
 import pytest
 import tensorflow as tf
 
-from tfdist_opt.strategy import global_batch
+from tfdist_opt.keras import global_batch
 
 
 class _Resolver:

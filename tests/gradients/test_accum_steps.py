@@ -12,7 +12,7 @@ from absl import logging
 from tfdist_opt import _logging
 from tfdist_opt.data.options import PipelineOptions
 from tfdist_opt.data.pipeline import build_dataset
-from tfdist_opt.gradients import contract
+from tfdist_opt.gradients.accumulation import contract
 from tfdist_opt.strategy.build import opt_strategy
 
 

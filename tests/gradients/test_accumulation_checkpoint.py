@@ -19,7 +19,7 @@ import pytest
 import keras
 import tensorflow as tf
 
-from tfdist_opt.gradients import accumulation
+from tfdist_opt.gradients.accumulation import accumulation
 from tfdist_opt.strategy import opt_strategy
 
 IN, K, MICRO, REPLICAS, STEPS = 16, 4, 4, 2, 8

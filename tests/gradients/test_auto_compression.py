@@ -1,4 +1,4 @@
-"""`tfdist_opt.gradients.auto_compression`: which compression pays on a link.
+"""`tfdist_opt.gradients.autotune.auto_compression`: which compression pays on a link.
 
 The decision with numbers (a 1 Gbit/s link and the benchmark mlp's 23 MB of
 gradients -> compressed; a loopback-like rate -> none), the start line (a
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tfdist_opt.gradients import auto_compression as ac
+from tfdist_opt.gradients.autotune import auto_compression as ac
 
 MLP_GRAD_BYTES = 23.2e6  # 768-2048-2048-10: 5.8M float32 parameters
 MLP_COMPUTE_S = 0.065  # its one-process step at batch 32 on a 2-core host
@@ -69,7 +69,7 @@ def test_bad_input_names_the_field(kwargs, message):
 _SCRIPT = """
 import json, os
 import tfdist_opt
-from tfdist_opt.gradients import auto_compression as ac
+from tfdist_opt.gradients.autotune import auto_compression as ac
 strategy = tfdist_opt.opt_strategy()
 rate = ac.measure_link(strategy, nbytes=4 << 20, iters=3)
 choice, reason = ac.choose_compression(rate, %r, %r)
@@ -121,8 +121,8 @@ def test_one_host_picks_none_at_once_and_says_why(strategy, capfd):
     import keras
     import numpy as np
 
-    from tfdist_opt.gradients import hooks
-    from tfdist_opt.gradients import keras_binding
+    from tfdist_opt.gradients.binding import hooks
+    from tfdist_opt.gradients.binding import keras_binding
     from tfdist_opt.gradients.options import GradientOptions
 
     original = keras_binding.options_of(strategy)

@@ -21,9 +21,9 @@ import keras
 import tensorflow as tf
 from keras.src.backend.tensorflow.optimizer import TFOptimizer
 
-from tfdist_opt.gradients import hooks
-from tfdist_opt.gradients import keras_binding
-from tfdist_opt.gradients import upstream
+from tfdist_opt.gradients.binding import hooks
+from tfdist_opt.gradients.binding import keras_binding
+from tfdist_opt.seam import upstream
 from tfdist_opt.gradients.options import GradientOptions
 from tfdist_opt.strategy import opt_strategy
 

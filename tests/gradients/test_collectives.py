@@ -16,8 +16,8 @@ import pytest
 import keras
 import tensorflow as tf
 
-from tfdist_opt.gradients import collectives
-from tfdist_opt.gradients import keras_binding
+from tfdist_opt.gradients.collectives import collectives
+from tfdist_opt.gradients.binding import keras_binding
 from tfdist_opt.gradients.options import GradientOptions
 from tfdist_opt.strategy import opt_strategy
 

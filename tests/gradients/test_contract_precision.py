@@ -2,8 +2,8 @@
 
 import pytest
 
-from tfdist_opt.gradients import contract
-from tfdist_opt.gradients import precision
+from tfdist_opt.gradients.accumulation import contract
+from tfdist_opt.gradients.collectives import precision
 from tfdist_opt.gradients.options import GradientOptions
 
 

@@ -13,8 +13,8 @@ import pytest
 import keras
 import tensorflow as tf
 
-from tfdist_opt.gradients import fused_updates
-from tfdist_opt.gradients import keras_binding
+from tfdist_opt.gradients.binding import fused_updates
+from tfdist_opt.gradients.binding import keras_binding
 from tfdist_opt.gradients.options import GradientOptions
 from tfdist_opt.strategy.config import StrategyConfig
 

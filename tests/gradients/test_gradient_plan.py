@@ -19,9 +19,9 @@ from tfdist_opt.gradients import Cast
 from tfdist_opt.gradients import GradientOptions
 from tfdist_opt.gradients import GradientStage
 from tfdist_opt.gradients import gradient_plan
-from tfdist_opt.gradients import hooks
-from tfdist_opt.gradients import keras_binding
-from tfdist_opt.gradients import sharded_state
+from tfdist_opt.gradients.binding import hooks
+from tfdist_opt.gradients.binding import keras_binding
+from tfdist_opt.gradients.zero import sharded_state
 from tfdist_opt.strategy import StrategyConfig
 from tfdist_opt.strategy.plan import plan_strategy
 from tfdist_opt.strategy.topology import Topology
@@ -180,7 +180,7 @@ def test_fit_checks_the_batch_contract_of_the_planned_path(strategy):
     """`global_batch.check_fit_input` asks the plan whether it accumulates."""
     import tensorflow as tf
 
-    from tfdist_opt.strategy import global_batch
+    from tfdist_opt.keras import global_batch
 
     odd = tf.data.Dataset.range(10).batch(5)  # 5 is no multiple of 2 replicas
     keras_binding.attach(strategy, _plan("mirrored", {"grad_accum": 2}).gradients)

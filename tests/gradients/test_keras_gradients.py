@@ -18,9 +18,9 @@ import pytest
 import keras
 import tensorflow as tf
 
-from tfdist_opt.gradients import collectives
-from tfdist_opt.gradients import keras_binding
-from tfdist_opt.gradients import precision
+from tfdist_opt.gradients.collectives import collectives
+from tfdist_opt.gradients.binding import keras_binding
+from tfdist_opt.gradients.collectives import precision
 from tfdist_opt.gradients.options import GradientOptions
 from tfdist_opt.strategy.build import opt_strategy
 

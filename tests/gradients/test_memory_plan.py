@@ -16,7 +16,7 @@
 import pytest
 
 from tfdist_opt import cli
-from tfdist_opt.gradients import memory_plan as mp
+from tfdist_opt.gradients.zero import memory_plan as mp
 
 MIB = 1 << 20
 

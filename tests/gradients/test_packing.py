@@ -2,8 +2,8 @@
 
 import pytest
 
-from tfdist_opt.gradients import packing
-from tfdist_opt.gradients.packing import KIB, MIB, PackPolicy
+from tfdist_opt.gradients.collectives import packing
+from tfdist_opt.gradients.collectives.packing import KIB, MIB, PackPolicy
 
 
 def _tf_group_by_size(sizes, bytes_per_pack):
@@ -78,7 +78,7 @@ def test_autotuned_pack_size_keeps_backprop_order():
     """TF runs a replica's collectives in issue order: the pack holding the
     last layer (whose gradient backprop produces first) must be issued first,
     or every pack waits for the end of backprop."""
-    from tfdist_opt.gradients import collectives
+    from tfdist_opt.gradients.collectives import collectives
 
     policy = collectives.Packing("auto", tuned=4096).policy([3000] * 4)
     assert policy.reverse and policy.bucket_bytes == 4096

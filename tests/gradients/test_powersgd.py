@@ -31,12 +31,12 @@ import pytest
 import keras
 import tensorflow as tf
 
-from tfdist_opt.gradients import factor_ops
-from tfdist_opt.gradients import keras_binding
-from tfdist_opt.gradients import lowrank
-from tfdist_opt.gradients import powersgd
+from tfdist_opt.gradients.powersgd import factor_ops
+from tfdist_opt.gradients.binding import keras_binding
+from tfdist_opt.gradients.powersgd import lowrank
+from tfdist_opt.gradients.powersgd import powersgd
 from tfdist_opt.gradients.options import GradientOptions
-from tfdist_opt.strategy import metric_logs
+from tfdist_opt.keras import metric_logs
 from tfdist_opt.strategy.config import StrategyConfig
 
 

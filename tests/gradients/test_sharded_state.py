@@ -22,7 +22,7 @@ import pytest
 import keras
 import tensorflow as tf
 
-from tfdist_opt.gradients import sharded_state
+from tfdist_opt.gradients.zero import sharded_state
 from tfdist_opt.strategy import StrategyConfig, opt_strategy
 
 IN, BATCH, STEPS = 4, 8, 4

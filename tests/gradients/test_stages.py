@@ -31,7 +31,7 @@ from tfdist_opt.gradients import Pack
 from tfdist_opt.gradients import PowerSGD
 from tfdist_opt.gradients import ZeRO
 from tfdist_opt.gradients import chain
-from tfdist_opt.gradients import keras_binding
+from tfdist_opt.gradients.binding import keras_binding
 from tests.multiworker import harness
 
 _spec = importlib.util.spec_from_file_location(

@@ -21,8 +21,8 @@ import keras
 import tensorflow as tf
 
 from tfdist_opt.gradients import gradient_plan
-from tfdist_opt.gradients import keras_binding
-from tfdist_opt.gradients import piece_plan
+from tfdist_opt.gradients.binding import keras_binding
+from tfdist_opt.gradients.collectives import piece_plan
 from tfdist_opt.gradients.options import GradientOptions
 from tfdist_opt.strategy import StrategyConfig, opt_strategy
 from tfdist_opt.strategy import plan as plan_lib

@@ -3,7 +3,7 @@
 import pytest
 import tensorflow as tf
 
-from tfdist_opt.gradients import timing
+from tfdist_opt.gradients.autotune import timing
 
 
 def test_agree_reduces_over_replicas(strategy):

@@ -17,7 +17,7 @@ import tensorflow as tf
 import tfdist_opt
 from tfdist_opt.gradients import GradientOptions
 from tfdist_opt.gradients import GradientStage
-from tfdist_opt.gradients import keras_binding
+from tfdist_opt.gradients.binding import keras_binding
 
 
 class ZeroLocal(GradientStage):

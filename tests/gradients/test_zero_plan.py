@@ -2,7 +2,7 @@
 
 import pytest
 
-from tfdist_opt.gradients import zero_plan
+from tfdist_opt.gradients.zero import zero_plan
 from tfdist_opt.strategy.config import StrategyConfig
 
 

@@ -94,12 +94,12 @@ def test_custom_metrics_and_losses_on_two_workers_equal_one_process(runs):
         _close(one["epoch_logs"], worker["epoch_logs"])
         # Every batch's logs, the weighted mean ("mse" in weighted_metrics)
         # included: Keras averaged the workers' weighted means (0.691
-        # against 0.720 at batch 0; `tfdist_opt.strategy.metric_logs`).
+        # against 0.720 at batch 0; `tfdist_opt.keras.metric_logs`).
         _close(one["batch_logs"], worker["batch_logs"])
         _close(one["test_batch_logs"], worker["test_batch_logs"])
         _close(one["weights"], worker["weights"])
         # A metric updated in a `compute_loss` override: it tracked the
-        # loss divided by the workers (`tfdist_opt.strategy.compute_loss`).
+        # loss divided by the workers (`tfdist_opt.keras.compute_loss`).
         _close(one["compute_loss"], worker["compute_loss"])
     # keras.io's metric counts over the whole epoch, both workers' halves.
     assert one["evaluate"]["seen"] == 32.0

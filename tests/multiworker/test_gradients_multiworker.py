@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from tests.multiworker import harness
-from tfdist_opt.gradients import precision
+from tfdist_opt.gradients.collectives import precision
 
 # Its processes run TensorFlow's graph optimizer, as users run (conftest.py).
 pytestmark = pytest.mark.grappler

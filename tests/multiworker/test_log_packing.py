@@ -6,7 +6,7 @@ packed. The per-step logs must be
 equal bit for bit, and the traced step (Keras's `train_step` and its log
 reduction) must hold 3 collectives fewer (4 log reductions become 1). Inside
 `fit` the logs need none: each is computed from the all-reduced metric
-state (`tfdist_opt.strategy.metric_logs`).
+state (`tfdist_opt.keras.metric_logs`).
 """
 
 import pytest

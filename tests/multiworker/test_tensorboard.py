@@ -56,7 +56,7 @@ def test_only_the_chief_writes_and_the_scalars_read_back(tmp_path):
     # ours share one event file; Keras's is under train/
     assert len(glob.glob(str(tmp_path / "tb" / "events*"))) == 1, files
     # Keras's own TensorBoard, unchanged in the script, is made chief-only at
-    # fit (tfdist_opt.strategy.chief_callbacks); upstream every worker writes.
+    # fit (tfdist_opt.strategy.saving.chief_callbacks); upstream every worker writes.
     _, plain_writers = _pids_of_event_files(tmp_path / "tb_plain")
     assert plain_writers == {chief_pid}, plain_writers
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tfdist_opt.strategy import cpu_split
+from tfdist_opt.strategy.devices import cpu_split
 from tfdist_opt.strategy.config import StrategyConfig
 
 

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 import tfdist_opt
-from tfdist_opt.strategy import global_batch
+from tfdist_opt.keras import global_batch
 
 RTOL = 1e-5
 

@@ -10,12 +10,12 @@ import json
 import subprocess
 import sys
 
-from tfdist_opt.strategy import host_memory
+from tfdist_opt.strategy.devices import host_memory
 from tests.multiworker.harness import REPO_ROOT
 
 _PROBE = r"""
 import ctypes, json, resource, sys
-from tfdist_opt.strategy import host_memory
+from tfdist_opt.strategy.devices import host_memory
 getattr(host_memory, sys.argv[1])()
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype = ctypes.c_void_p

@@ -16,8 +16,8 @@ import pytest
 import tensorflow as tf
 
 import tfdist_opt
-from tfdist_opt.strategy import keras_steps
-from tfdist_opt.strategy import xla_steps
+from tfdist_opt.keras import keras_steps
+from tfdist_opt.keras import xla_steps
 from tfdist_opt.strategy.config import StrategyConfig
 
 RTOL, ATOL = 1e-5, 1e-6

@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-from tfdist_opt.strategy import log_packing
+from tfdist_opt.keras import log_packing
 
 
 def _strategy():

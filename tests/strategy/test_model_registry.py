@@ -7,9 +7,9 @@ import keras
 import numpy as np
 
 from tfdist_opt import private_api
-from tfdist_opt.strategy import chief_saving
-from tfdist_opt.strategy import keras_steps
-from tfdist_opt.strategy import model_registry
+from tfdist_opt.strategy.saving import chief_saving
+from tfdist_opt.keras import keras_steps
+from tfdist_opt.keras import model_registry
 
 
 def _functional():

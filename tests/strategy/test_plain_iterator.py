@@ -10,7 +10,7 @@ path yields, with the same partial last batch.
 import pytest
 import tensorflow as tf
 
-from tfdist_opt.strategy import plain_iterator
+from tfdist_opt.keras import plain_iterator
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ import types
 import pytest
 
 from tests.kv_fake import ThreadStore
-from tfdist_opt.strategy import file_writers
-from tfdist_opt.strategy import storage_sharing as ss
+from tfdist_opt.strategy.saving import file_writers
+from tfdist_opt.strategy.saving import storage_sharing as ss
 
 
 TASKS = ["worker_0", "worker_1", "worker_2"]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tfdist_opt.strategy import virtual_replicas
+from tfdist_opt.strategy.devices import virtual_replicas
 from tfdist_opt.strategy.config import StrategyConfig
 from tfdist_opt.strategy.plan import plan_strategy
 from tfdist_opt.strategy.topology import Topology

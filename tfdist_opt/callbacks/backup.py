@@ -11,7 +11,7 @@ import keras
 import tensorflow as tf
 
 from tfdist_opt.stall import keras_binding as stall_binding
-from tfdist_opt.strategy import file_writers
+from tfdist_opt.strategy.saving import file_writers
 from tfdist_opt.strategy import topology as topology_lib
 from tfdist_opt.callbacks import _common
 from tfdist_opt.callbacks import backup_io
@@ -39,7 +39,7 @@ class DistributedBackupAndRestore(keras.callbacks.Callback):
     worker per storage that workers share (the first in cluster order; the
     chief when all share it), and every worker whose `backup_dir` is on
     storage it shares with nobody (a local disk) keeps its own complete
-    copy (`tfdist_opt.strategy.file_writers`, decided from evidence at
+    copy (`tfdist_opt.strategy.saving.file_writers`, decided from evidence at
     `on_train_begin`; `StrategyConfig.storage_sharing` overrides it). Other
     workers write into a fresh `tempfile.mkdtemp()` directory that they
     delete right after. Every worker restores from its `backup_dir`.

@@ -14,7 +14,7 @@ from tfdist_opt.callbacks import _common
 from tfdist_opt.callbacks import stats
 from tfdist_opt.callbacks import summaries
 from tfdist_opt.callbacks.throughput import SKIPPING_ATTR
-from tfdist_opt.gradients import timing
+from tfdist_opt.gradients.autotune import timing
 
 _MAX_TRACE_STEPS = 1000
 
@@ -34,7 +34,7 @@ class CommunicationProfiler(keras.callbacks.Callback):
       and the RING/NCCL choice are the real ones). Each call is completed by
       copying one scalar to the host. `probe_warmup` untimed calls go first;
       the median is then averaged over workers
-      (`tfdist_opt.gradients.timing.time_and_agree`), so every worker
+      (`tfdist_opt.gradients.autotune.timing.time_and_agree`), so every worker
       reports the same `comm_time`.
     * `step_time`: the median, over training steps after `warmup_steps`, of
       the time from `on_train_batch_begin` to the step's completion (forced

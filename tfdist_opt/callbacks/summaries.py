@@ -109,7 +109,7 @@ class ChiefOnlyTensorBoard:
     This task writes when it is the chief by TF_CONFIG and by the model's
     strategy (`topology.strategy_is_chief`); elsewhere `set_model` creates
     no writer and every hook returns at once. Also swapped onto Keras's own
-    `TensorBoard` instances by `tfdist_opt.strategy.chief_callbacks`.
+    `TensorBoard` instances by `tfdist_opt.strategy.saving.chief_callbacks`.
     """
 
     def set_model(self, model):

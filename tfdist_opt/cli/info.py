@@ -28,7 +28,7 @@ from tfdist_opt import versions
 from tfdist_opt.launch import env_forward
 from tfdist_opt.launch import log_filter
 from tfdist_opt.strategy import config as config_lib
-from tfdist_opt.strategy import cpu_split
+from tfdist_opt.strategy.devices import cpu_split
 from tfdist_opt.strategy import plan as plan_lib
 from tfdist_opt.strategy import topology as topology_lib
 
@@ -275,7 +275,7 @@ def _plan_lines(grads: dict | None) -> list[str]:
 
 def _gradients_line(cfg: dict[str, Any]) -> str | None:
     """What the gradient path does with this config, when not the default."""
-    from tfdist_opt.gradients import powersgd
+    from tfdist_opt.gradients.powersgd import powersgd
 
     if cfg.get("compression") == "powersgd":
         return powersgd.describe_settings(

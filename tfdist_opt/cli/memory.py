@@ -7,7 +7,7 @@ Reads the model (a `.keras` file, or `module:function` returning a Keras
 model, compiled or not) and prints, per replica and for each memory setting
 and replica count, the bytes of parameters, gradients, optimizer state, the
 sharded step's transient and an activation estimate, then the smallest
-setting that fits. The math is `tfdist_opt.gradients.memory_plan` (pure);
+setting that fits. The math is `tfdist_opt.gradients.zero.memory_plan` (pure);
 this module only reads the Keras model.
 """
 
@@ -18,7 +18,7 @@ import importlib
 import math
 import sys
 
-from tfdist_opt.gradients import memory_plan
+from tfdist_opt.gradients.zero import memory_plan
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,7 +9,7 @@ same id, raises `DeadlineExceededError` after its timeout). They have no
 `tf.*` export, so this module is the one place that calls them. Users: the
 preemption agreement and the restore agreement (`tfdist_opt.callbacks`), the
 storage probe that decides who writes a file
-(`tfdist_opt.strategy.storage_sharing`), the rendezvous after a second
+(`tfdist_opt.strategy.saving.storage_sharing`), the rendezvous after a second
 multi-worker strategy (`tfdist_opt.strategy.kinds.multi_worker`), and the
 stall inspector's progress records (`tfdist_opt.stall`, which overwrites
 keys with `put`). Tests pass a dict-backed fake with the same methods.

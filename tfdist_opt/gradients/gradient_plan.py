@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from tfdist_opt.gradients import combine
+from tfdist_opt.gradients.stages import combine
 
 # What each path does with a step's gradients.
 PATHS = {

@@ -2,7 +2,7 @@
 
 Pure Python (no TensorFlow import). `tfdist_opt.strategy` builds one from a
 `StrategyConfig` and attaches it to the strategy; the Keras binding
-(`tfdist_opt.gradients.keras_binding`) gives it to each Keras optimizer
+(`tfdist_opt.gradients.binding.keras_binding`) gives it to each Keras optimizer
 created in that strategy's scope, which keeps it for its lifetime.
 
 The gradient path, in order, for every optimizer step (one *micro*-step when
@@ -30,12 +30,12 @@ from __future__ import annotations
 import dataclasses
 
 from tfdist_opt import validation
-from tfdist_opt.gradients import builtin_stages
-from tfdist_opt.gradients import combine
+from tfdist_opt.gradients.stages import builtin_stages
+from tfdist_opt.gradients.stages import combine
 from tfdist_opt.gradients import gradient_plan
-from tfdist_opt.gradients import powersgd
-from tfdist_opt.gradients.builtin_stages import BuiltinStage
-from tfdist_opt.gradients.stage import GradientStage
+from tfdist_opt.gradients.powersgd import powersgd
+from tfdist_opt.gradients.stages.builtin_stages import BuiltinStage
+from tfdist_opt.gradients.stages.stage import GradientStage
 
 # "auto": runs as "none" until `auto_fit` replaces it by its choice.
 COMPRESSIONS = ("none", "fp16", "bf16", "powersgd", "auto")
@@ -53,11 +53,11 @@ class GradientOptions:
         bytes_per_pack: int or `"auto"`. Bucket size in bytes for the
             all-reduce (0: one bucket holding every gradient, TF's default);
             `"auto"`: DDP-style buckets chosen from the gradient sizes by
-            `tfdist_opt.gradients.packing.auto_pack_policy`, refined by a
+            `tfdist_opt.gradients.collectives.packing.auto_pack_policy`, refined by a
             measured autotune on multi-worker strategies. Defaults to `0`.
         compression: str. `"none"`, `"fp16"` or `"bf16"`: the wire dtype of
             float gradients; `"powersgd"`: low-rank factors; `"auto"`: as
-            `"none"` until `tfdist_opt.gradients.auto_fit` picks one of
+            `"none"` until `tfdist_opt.gradients.autotune.auto_fit` picks one of
             the others in the first steps of `fit`. Defaults to `"none"`.
         grad_accum: int. Micro-batches accumulated locally before each
             all-reduce and optimizer step (mean semantics). Defaults to `1`.
@@ -106,12 +106,12 @@ class GradientOptions:
         collective_streams: int. With n > 0, a replica-context all-reduce
             of dense gradients (`collectives.Collectives.all_reduce_sum`) runs as pieces of
             `collective_piece_bytes`, backprop order, up to n collectives
-            in flight (`tfdist_opt.gradients.collectives`); 0: TF's launcher,
+            in flight (`tfdist_opt.gradients.collectives.collectives`); 0: TF's launcher,
             one collective per pack. Defaults to `0`.
         collective_piece_bytes: int. Bytes per piece with
             `collective_streams`. Defaults to `2 MiB`.
         stages: tuple of `GradientStage`. Stages added to the chain the
-            fields above make (`tfdist_opt.gradients.combine`), placed by
+            fields above make (`tfdist_opt.gradients.stages.combine`), placed by
             their `position`; a built-in stage here sets its fields (e.g.
             `Cast("bf16")`: `compression="bf16"`). Defaults to `()`.
 

@@ -24,7 +24,7 @@ variables on the parameter servers.
 from __future__ import annotations
 
 from tfdist_opt import runtime
-from tfdist_opt.strategy import chief_saving
+from tfdist_opt.strategy.saving import chief_saving
 
 
 class CoordinatorTraining:

@@ -26,7 +26,7 @@ import contextlib
 import tensorflow as tf
 
 from tfdist_opt import _class_swap
-from tfdist_opt.strategy import model_registry
+from tfdist_opt.keras import model_registry
 
 FIT_INSTEAD = (
     "Keras 3 `model.fit` / `evaluate` / `predict` cannot run under "

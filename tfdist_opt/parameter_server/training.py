@@ -45,7 +45,7 @@ def steps_running(strategy):
 
     `fit`, `evaluate` and `predict` run inside this, where the
     coordinator's threads work; a model noted meanwhile
-    (`tfdist_opt.strategy.model_registry`) gets its subclass at the next
+    (`tfdist_opt.keras.model_registry`) gets its subclass at the next
     scope entry or exit outside training.
     """
     state = runtime.runtime_of(strategy)

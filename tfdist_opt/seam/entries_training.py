@@ -15,7 +15,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.Model()",
         "_distribute_strategy",
-        "tfdist_opt.strategy.chief_saving",
+        "tfdist_opt.strategy.saving.chief_saving",
         "the strategy Keras 3's TF trainer stores at model construction; "
         "picks the models built under our scope (issue 17; Keras 3 "
         "save/ModelCheckpoint are not chief-aware, tf_keras's were)",
@@ -23,7 +23,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.src.backend.common.global_state",
         "get_global_attribute",
-        "tfdist_opt.strategy.model_registry",
+        "tfdist_opt.keras.model_registry",
         "reads the thread's 'name_scope_stack': Keras builds and calls a "
         "model inside `backend.name_scope(model.name, caller=model)`, "
         "the one place a new model is seen (no instance-creation hook)",
@@ -31,14 +31,14 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.src.backend.common.global_state",
         "set_global_attribute",
-        "tfdist_opt.strategy.model_registry",
+        "tfdist_opt.keras.model_registry",
         "while our scope is entered, the 'name_scope_stack' is a list "
         "that notes the models pushed on it",
     ),
     PrivateName(
         "keras.callbacks.ModelCheckpoint",
         "_save_model",
-        "tfdist_opt.strategy.chief_callbacks",
+        "tfdist_opt.strategy.saving.chief_callbacks",
         "the one method that makes the directory and saves; a non-writer "
         "runs it with `filepath` in a temporary directory (issue 17: "
         "os.makedirs without exist_ok races on shared storage)",
@@ -46,13 +46,13 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.callbacks.BackupAndRestore",
         "_save_model",
-        "tfdist_opt.strategy.chief_callbacks",
+        "tfdist_opt.strategy.saving.chief_callbacks",
         "writes weights + training_metadata.json; only the directory's writer runs it",
     ),
     PrivateName(
         "keras.callbacks.BackupAndRestore",
         "_load_model",
-        "tfdist_opt.strategy.chief_callbacks",
+        "tfdist_opt.strategy.saving.chief_callbacks",
         "a non-writer restores read-only (its _weights_path/"
         "_prev_weights_path/_training_metadata_path attributes), "
         "without Keras's .bkp copy in the shared directory",
@@ -60,7 +60,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.callbacks.BackupAndRestore",
         "_prev_weights_path",
-        "tfdist_opt.strategy.chief_callbacks",
+        "tfdist_opt.strategy.saving.chief_callbacks",
         "the `.bkp` copy Keras falls back to (set in __init__ from "
         "backup_dir; tests/test_chief_saving.py reads a torn write back "
         "through it)",
@@ -69,7 +69,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.callbacks.BackupAndRestore",
         "_prev_training_metadata_path",
-        "tfdist_opt.strategy.chief_callbacks",
+        "tfdist_opt.strategy.saving.chief_callbacks",
         "the `.bkp` copy's training metadata (as above)",
         resolvable=False,
     ),
@@ -91,14 +91,14 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.Model",
         "_flatten_layers",
-        "tfdist_opt.strategy.remat_calls",
+        "tfdist_opt.keras.remat_calls",
         "every nested layer (Model.layers is top-level only), to find the "
         "layers created in a keras.RematScope",
     ),
     PrivateName(
         "keras.layers.Layer()",
         "_remat_mode",
-        "tfdist_opt.strategy.remat_calls",
+        "tfdist_opt.keras.remat_calls",
         "the RematScope mode a layer captured at creation (None outside a "
         "scope); Keras exposes no getter, and tf.recompute_grad refuses the "
         "keyword arguments Keras passes its rematerialized call in a "
@@ -123,7 +123,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "tensorflow.python.distribute.collective_all_reduce_strategy",
         "CollectiveAllReduceExtended",
-        "tfdist_opt.strategy.worker_cpu_replicas",
+        "tfdist_opt.strategy.devices.worker_cpu_replicas",
         "MultiWorkerMirroredStrategy's extended class: subclassed to run "
         "several CPU replicas per worker (`replicas`); TF has no public "
         "way to choose a worker's local devices (a CPU-only worker "
@@ -132,7 +132,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "tensorflow.python.distribute.collective_all_reduce_strategy.CollectiveAllReduceExtended",
         "_initialize_local_devices",
-        "tfdist_opt.strategy.worker_cpu_replicas",
+        "tfdist_opt.strategy.devices.worker_cpu_replicas",
         "the one method that picks a worker's replica devices "
         "(always CPU:0 without accelerators); overridden to return "
         "replicas / workers logical CPUs",
@@ -162,7 +162,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "tensorflow.python.distribute.input_lib",
         "_should_use_multi_device_iterator",
-        "tfdist_opt.strategy.plain_iterator",
+        "tfdist_opt.keras.plain_iterator",
         "a distributed dataset's `_options` (set to TF's PER_REPLICA / "
         "no-fetch options for one CPU replica per worker) decide "
         "whether its iterators are MultiDeviceIterators "
@@ -238,7 +238,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.src.backend.tensorflow.trainer.TFEpochIterator",
         "_get_iterator",
-        "tfdist_opt.gradients.fit_length",
+        "tfdist_opt.gradients.accumulation.fit_length",
         "returns its `_distributed_dataset` (set in __init__): tells "
         "the fit's training data from validation data when a dataset "
         "is iterated",
@@ -246,7 +246,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.src.trainers.epoch_iterator",
         "EpochIterator",
-        "tfdist_opt.gradients.fit_length",
+        "tfdist_opt.gradients.accumulation.fit_length",
         "the fit's, recorded by the model's per-instance "
         "`_maybe_symbolic_build` (`runtime.FitCall`); its "
         "`num_batches` is the epoch length Keras derived from any input "
@@ -256,13 +256,13 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.src.trainers.epoch_iterator.EpochIterator",
         "num_batches",
-        "tfdist_opt.gradients.fit_length",
+        "tfdist_opt.gradients.accumulation.fit_length",
         "steps per epoch, or None until an input of unknown length ran out",
     ),
     PrivateName(
         "keras.optimizers.SGD()",
         "_iterations",
-        "tfdist_opt.gradients.fit_length",
+        "tfdist_opt.gradients.accumulation.fit_length",
         "micro-steps already accumulated (a restored cycle) when fit "
         "starts, counted toward grad_accum",
     ),
@@ -286,7 +286,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.Model",
         "_maybe_symbolic_build",
-        "tfdist_opt.strategy.keras_steps",
+        "tfdist_opt.keras.keras_steps",
         "overridden for Python-generator input: under a strategy Keras "
         "pulls a batch to build the model, then resets the iterator, "
         "and a generator cannot rewind (training started later than "
@@ -295,13 +295,13 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.Model",
         "_symbolic_build",
-        "tfdist_opt.strategy.keras_steps",
+        "tfdist_opt.keras.keras_steps",
         "builds the model from the generator adapter's batch specs instead of a consumed batch",
     ),
     PrivateName(
         "keras.src.trainers.data_adapters.generator_data_adapter",
         "GeneratorDataAdapter",
-        "tfdist_opt.strategy.keras_steps",
+        "tfdist_opt.keras.keras_steps",
         "recognises Python-generator input (found as the epoch "
         "iterator's `data_adapter` attribute); its `get_tf_dataset` "
         "gives the specs of the batches it already peeked",
@@ -309,13 +309,13 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.src.trainers.data_adapters.generator_data_adapter.GeneratorDataAdapter",
         "get_tf_dataset",
-        "tfdist_opt.strategy.keras_steps",
+        "tfdist_opt.keras.keras_steps",
         "element_spec of the peeked batches (nothing is consumed)",
     ),
     PrivateName(
         "keras.src.backend.tensorflow.trainer",
         "reduce_per_replica",
-        "tfdist_opt.strategy.multi_step",
+        "tfdist_opt.keras.multi_step",
         "reduces a step's per-replica logs exactly as Keras's own train "
         "function does; the steps_per_execution loop is rebuilt with the "
         "step inlined (Keras's nested tf.function fails multi-worker)",
@@ -323,7 +323,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "tensorflow.python.data.ops.optional_ops",
         "_OptionalImpl",
-        "tfdist_opt.strategy.multi_step",
+        "tfdist_opt.keras.multi_step",
         "its `_element_spec`, set while the loop is traced, as Keras's "
         "own multi_step_on_iterator does (the spec of an empty Optional "
         "is known only after the step is traced)",
@@ -331,7 +331,7 @@ ENTRIES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.src.utils.file_utils",
         "exists",
-        "tfdist_opt.strategy.chief_callbacks",
+        "tfdist_opt.strategy.saving.chief_callbacks",
         "the existence check Keras's BackupAndRestore makes for its "
         "`.bkp` copy (local and remote paths alike)",
     ),

@@ -10,7 +10,7 @@ name, instead of deep inside a training step. It also checks that every
 only `tfdist_opt.seam` imports `keras.src` or `tensorflow.python`.
 
 An entry with `params` is a method whose signature the gradient hooks rely
-on (`tfdist_opt.gradients.upstream.check()` compares it with the installed
+on (`tfdist_opt.seam.upstream.check()` compares it with the installed
 Keras before any step).
 
 The entries are listed by area (`entries_training`, `entries_gradients`,

@@ -22,7 +22,7 @@ class PrivateName:
         used_in: str. The tfdist_opt module that uses it.
         why: str. Why no public API does, with the upstream issue.
         params: tuple of str, or None. The parameters (with `self`) a
-            method must have, checked by `gradients.upstream.check()`.
+            method must have, checked by `seam.upstream.check()`.
         resolvable: bool. False for an attribute Keras sets only later (in
             `build`, or from constructor arguments): `missing()` skips it,
             and the test `why` names reads it.

@@ -2,7 +2,7 @@
 
 `opt_strategy()` (multi-worker kind) attaches `StallSettings` to the
 strategy (`attach`, `tfdist_opt.stall.settings`); `fit` of a model built in its scope
-(`tfdist_opt.strategy.chief_saving.ChiefSaving.fit`) calls `watch_fit`,
+(`tfdist_opt.strategy.saving.chief_saving.ChiefSaving.fit`) calls `watch_fit`,
 which adds two callbacks around the user's and starts one `Inspector`
 thread for that `fit`. No user code changes. With the inspector off
 (`stall_warn_s` 0 or None) only the uneven-inputs agreement runs

@@ -3,8 +3,9 @@
 Pure (no TensorFlow at import): `config` (`StrategyConfig`), `topology`
 (`Topology`), `plan` (`plan_strategy`), `kinds` (the `Kind` registry and
 each kind's plan). TensorFlow bindings, imported on use: `build`
-(`opt_strategy`), `keras_compat` (the Keras 3 fixes), `host_memory`, and
-each kind's `build`.
+(`opt_strategy`) and each kind's `build`. Sub-packages: `devices` (devices,
+CPU and memory settings of a host), `saving` (who writes which file). What
+binds Keras to the strategies is the `tfdist_opt.keras` package.
 """
 
 from tfdist_opt import _lazy
@@ -16,7 +17,7 @@ from tfdist_opt.strategy.topology import Topology
 from tfdist_opt.strategy.topology import detect_topology
 
 _LAZY = {
-    "KerasMultiWorkerMirroredStrategy": "tfdist_opt.strategy.keras_compat",
+    "KerasMultiWorkerMirroredStrategy": "tfdist_opt.keras.keras_compat",
     "opt_strategy": "tfdist_opt.strategy.build",
 }
 

@@ -9,13 +9,13 @@ from typing import Any, Mapping, Sequence
 import tensorflow as tf
 
 from tfdist_opt import _logging
-from tfdist_opt.strategy import file_writers
-from tfdist_opt.strategy import keras_steps
+from tfdist_opt.strategy.saving import file_writers
+from tfdist_opt.keras import keras_steps
 from tfdist_opt.strategy import kinds
 from tfdist_opt.strategy import plan as plan_lib
 from tfdist_opt.strategy import topology as topology_lib
 from tfdist_opt.strategy.config import StrategyConfig
-from tfdist_opt.gradients import keras_binding as gradient_binding
+from tfdist_opt.gradients.binding import keras_binding as gradient_binding
 from tfdist_opt.gradients.options import GradientOptions
 
 
@@ -63,14 +63,14 @@ def opt_strategy(
             Stages the gradient path runs besides the ones `compression`,
             `grad_accum`, `bytes_per_pack` and `shard_optimizer_state`
             make, placed by their `position` and checked by
-            `tfdist_opt.gradients.combine` before anything is built. Python
+            `tfdist_opt.gradients.stages.combine` before anything is built. Python
             objects, so an argument here, not a `StrategyConfig` field (a
             config file or environment variable cannot hold one).
             Defaults to `()`.
         **overrides: `StrategyConfig` fields, e.g. `all_reduce="ring"`.
 
     Returns:
-        `tfdist_opt.strategy.keras_compat.KerasOneDeviceStrategy`,
+        `tfdist_opt.keras.keras_compat.KerasOneDeviceStrategy`,
         `KerasMirroredStrategy` (subclasses of `tf.distribute`'s
         `OneDeviceStrategy` and `MirroredStrategy` whose models get
         `keras_steps.KerasSteps`), `tfdist_opt.KerasMultiWorkerMirroredStrategy`,
@@ -111,7 +111,7 @@ def build_strategy(
     # The gradient path (`plan.gradients`): Keras 3 optimizers created in
     # this strategy's scope run it (tfdist_opt.gradients).
     gradient_binding.attach(strategy, plan.gradients)
-    # Who writes saved files, per directory (tfdist_opt.strategy.file_writers).
+    # Who writes saved files, per directory (tfdist_opt.strategy.saving.file_writers).
     file_writers.attach(strategy, cfg.storage_sharing)
     # What a model's jit_compile=True step does where XLA cannot compile it.
     keras_steps.set_jit_fallback(strategy, cfg.jit_fallback)
@@ -124,7 +124,7 @@ def build_strategy(
 
 
 def _stage_list(stages) -> tuple:
-    from tfdist_opt.gradients.stage import GradientStage
+    from tfdist_opt.gradients.stages.stage import GradientStage
 
     if isinstance(stages, (list, tuple)) and all(isinstance(s, GradientStage) for s in stages):
         return tuple(stages)

@@ -20,12 +20,12 @@ from typing import Any, Mapping
 
 from tfdist_opt import config_files
 from tfdist_opt import validation
-from tfdist_opt.gradients import powersgd
+from tfdist_opt.gradients.powersgd import powersgd
 from tfdist_opt.gradients import options as gradient_options
-from tfdist_opt.strategy import cpu_split
-from tfdist_opt.strategy import keras_steps
+from tfdist_opt.strategy.devices import cpu_split
+from tfdist_opt.keras import keras_steps
 from tfdist_opt.strategy import kind_names
-from tfdist_opt.strategy import storage_sharing
+from tfdist_opt.strategy.saving import storage_sharing
 
 ENV_PREFIX = config_files.ENV_PREFIX
 CONFIG_FILE_ENV = config_files.CONFIG_FILE_ENV
@@ -66,7 +66,7 @@ class StrategyConfig(validation.ConfigFields):
         collective_streams: int or `"auto"`. Multi-worker RING all-reduce
             of the gradients: n > 0 cuts each step's gradients into pieces
             of `collective_piece_bytes` in backprop order, up to n
-            collectives in flight (`tfdist_opt.gradients.collectives`; the
+            collectives in flight (`tfdist_opt.gradients.collectives.collectives`; the
             same sums); 0 runs TF's one collective per pack. `"auto"`: 2
             where it applies (multi-worker, RING, Keras 3,
             `bytes_per_pack=0`), else 0. Defaults to `"auto"`.
@@ -94,7 +94,7 @@ class StrategyConfig(validation.ConfigFields):
             accumulators): the same math. Must be a multiple of W; CPU hosts
             only; not with parameter servers or `cpu_replicas`. With W <
             `replicas` each worker computes several replicas' work. See
-            `tfdist_opt.strategy.virtual_replicas`. Defaults to `None` (one
+            `tfdist_opt.strategy.devices.virtual_replicas`. Defaults to `None` (one
             replica per worker, or per local device).
         gpu_memory_growth: bool. Enable memory growth on every GPU, except
             GPUs split into logical devices (TF refuses it there).
@@ -120,7 +120,7 @@ class StrategyConfig(validation.ConfigFields):
             forever. Defaults to `300`.
         tune_malloc: bool. Multi-worker: raise glibc's mmap/trim thresholds
             so collective receive buffers are reused instead of page-faulted
-            in every step (see `tfdist_opt.strategy.host_memory`). Defaults to `True`.
+            in every step (see `tfdist_opt.strategy.devices.host_memory`). Defaults to `True`.
         ps_min_shard_bytes: int. Parameter-server kind: a variable is cut
             into shards of at least this many bytes (so only variables of
             twice this size or more are sharded). Defaults to `262144`.
@@ -163,16 +163,16 @@ class StrategyConfig(validation.ConfigFields):
             `"pin"` also pins each to its own equal slice of the host's
             CPUs (left alone when something already restricted the
             process's CPUs); `"off"` keeps TF's defaults (every task's
-            pools sized to every CPU). See `tfdist_opt.strategy.cpu_split`.
+            pools sized to every CPU). See `tfdist_opt.strategy.devices.cpu_split`.
             Defaults to `"auto"`.
         fused_updates: bool. Where tfdist_opt's gradient path hooks the
             optimizer (any of `compression`, `grad_accum > 1`,
             `bytes_per_pack="auto"`, `shard_optimizer_state`, and every
             multi-worker strategy with Keras 3), Keras's own
             SGD and Adam steps run as one fused TF kernel per variable
-            (`tfdist_opt.gradients.fused_updates`). Defaults to `True`.
+            (`tfdist_opt.gradients.binding.fused_updates`). Defaults to `True`.
         jit_fallback: str. A Keras model compiled with `jit_compile=True`
-            runs each replica's step under XLA (`tfdist_opt.strategy.keras_steps`);
+            runs each replica's step under XLA (`tfdist_opt.keras.keras_steps`);
             when a step cannot be compiled per replica (it runs a
             cross-replica collective before the optimizer, e.g. synchronized
             BatchNormalization), `"warn"` emits one `XlaFallbackWarning`

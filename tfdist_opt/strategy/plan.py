@@ -15,9 +15,9 @@ from typing import Any, Mapping, Sequence
 from tfdist_opt import versions
 from tfdist_opt.gradients import gradient_plan
 from tfdist_opt.gradients.options import GradientOptions
-from tfdist_opt.strategy import cpu_split
+from tfdist_opt.strategy.devices import cpu_split
 from tfdist_opt.strategy import kinds as kinds_lib
-from tfdist_opt.strategy import virtual_replicas
+from tfdist_opt.strategy.devices import virtual_replicas
 from tfdist_opt.strategy.kinds import Kind
 
 ONE_DEVICE = Kind.ONE_DEVICE

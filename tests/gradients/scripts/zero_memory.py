@@ -18,7 +18,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import keras  # noqa: E402
 
-from tfdist_opt.gradients import sharded_state  # noqa: E402
+from tfdist_opt.gradients.zero import sharded_state  # noqa: E402
 from tfdist_opt.strategy import opt_strategy  # noqa: E402
 
 WIDTH, IN, BATCH = 4096, 1024, 16

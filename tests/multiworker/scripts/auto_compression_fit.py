@@ -18,7 +18,7 @@ strategy = tfdist_opt.opt_strategy()  # before any other TF op
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from tfdist_opt.gradients import hooks  # noqa: E402
+from tfdist_opt.gradients.binding import hooks  # noqa: E402
 
 keras.utils.set_random_seed(0)
 rng = np.random.default_rng(0)

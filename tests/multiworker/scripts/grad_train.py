@@ -7,7 +7,7 @@ bytes_per_pack="auto")` (accumulation wired through configuration, the
 pack size autotuned on the real shapes) and trains variant "accum"; then it
 re-attaches other `GradientOptions` to the same strategy and trains
 "plain" (TF defaults), "pack" (auto packing), "bf16" and "streams"
-(streamed pieces of 64 KB, two in flight, `tfdist_opt.gradients.collectives`). The test calls
+(streamed pieces of 64 KB, two in flight, `tfdist_opt.gradients.collectives.collectives`). The test calls
 `reference(DIR)` in its own process for the single-process references
 "big" (one step at the accumulated batch) and "plain". Weights and the optimizer's iteration
 count go to DIR/<variant>_<task>.npz.
@@ -86,7 +86,7 @@ def main():
     sys.path.insert(0, os.getcwd())
     from tfdist_opt.strategy.build import opt_strategy
 
-    from tfdist_opt.gradients import keras_binding
+    from tfdist_opt.gradients.binding import keras_binding
     from tfdist_opt.gradients.options import GradientOptions
 
     task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]

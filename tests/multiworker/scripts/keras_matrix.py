@@ -32,7 +32,7 @@ import warnings
 import numpy as np
 
 import tfdist_opt
-from tfdist_opt.strategy import xla_steps
+from tfdist_opt.keras import xla_steps
 
 N, GLOBAL_BATCH, FEATURES, CLASSES = 64, 16, 8, 3
 

@@ -78,7 +78,7 @@ def weights(model):
 
 def local_residuals(strategy, model):
     """This worker's replica's own error buffers (not their sum)."""
-    from tfdist_opt.gradients import lowrank
+    from tfdist_opt.gradients.powersgd import lowrank
 
     return [
         strategy.experimental_local_results(e.value)[0].numpy()
@@ -94,8 +94,8 @@ def main():
     import keras
     import tensorflow as tf
 
-    from tfdist_opt.gradients import keras_binding
-    from tfdist_opt.gradients import lowrank
+    from tfdist_opt.gradients.binding import keras_binding
+    from tfdist_opt.gradients.powersgd import lowrank
     from tfdist_opt.gradients.options import GradientOptions
     from tfdist_opt.strategy.build import opt_strategy
 

@@ -11,7 +11,7 @@ import json
 
 import tensorflow as tf
 
-from tfdist_opt.strategy import keras_compat
+from tfdist_opt.keras import keras_compat
 
 impl = tf.distribute.experimental.CommunicationImplementation.RING
 options = tf.distribute.experimental.CommunicationOptions(implementation=impl)

@@ -8,7 +8,7 @@ just before it is removed, so a test can name which worker wrote where.
 import contextlib
 import os
 
-from tfdist_opt.strategy import file_writers
+from tfdist_opt.strategy.saving import file_writers
 
 LOG = []
 

@@ -19,7 +19,7 @@ import numpy as np
 
 import scratch_log  # this script's directory
 import tfdist_opt
-from tfdist_opt.strategy import chief_saving
+from tfdist_opt.strategy.saving import chief_saving
 
 X = np.arange(16, dtype="float32").reshape(8, 2) / 8.0
 Y = (X @ np.array([[1.5], [-2.0]], dtype="float32")) + 0.25

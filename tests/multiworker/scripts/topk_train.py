@@ -76,7 +76,7 @@ def main():
     import keras
     import tensorflow as tf
 
-    from tfdist_opt.gradients import keras_binding
+    from tfdist_opt.gradients.binding import keras_binding
     from tfdist_opt.gradients.options import GradientOptions
     from tfdist_opt.strategy.build import opt_strategy
 

@@ -87,7 +87,8 @@ def main():
     import tensorflow as tf
     from tfdist_opt.strategy.build import opt_strategy
 
-    from tfdist_opt.gradients import keras_binding, sharded_state
+    from tfdist_opt.gradients.binding import keras_binding
+    from tfdist_opt.gradients.zero import sharded_state
     from tfdist_opt.gradients.options import GradientOptions
 
     task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]

@@ -84,7 +84,7 @@ def cross_device_ops(config, plan):
 
 
 def build(config, plan, topology):
-    from tfdist_opt.strategy import keras_compat
+    from tfdist_opt.keras import keras_compat
 
     return keras_compat.KerasMirroredStrategy(
         list(plan.devices), cross_device_ops=cross_device_ops(config, plan)

@@ -1,16 +1,16 @@
 """Kind `multi_worker`: `KerasMultiWorkerMirroredStrategy` over a TF_CONFIG cluster.
 
 One replica per GPU (or the CPU; with `replicas=R`, R / W logical CPU
-replicas, `tfdist_opt.strategy.worker_cpu_replicas`) on every chief/worker
+replicas, `tfdist_opt.strategy.devices.worker_cpu_replicas`) on every chief/worker
 task; gradients are all-reduced with NCCL (GPUs) or RING (CPU) collectives. The strategy is
 TF's `MultiWorkerMirroredStrategy` with the `reduce` fix Keras 3 needs
-(`tfdist_opt.strategy.keras_compat`).
+(`tfdist_opt.keras.keras_compat`).
 """
 
 from __future__ import annotations
 
 from tfdist_opt.strategy import plan as plan_lib
-from tfdist_opt.strategy import virtual_replicas
+from tfdist_opt.strategy.devices import virtual_replicas
 from tfdist_opt.strategy.kinds import Kind
 
 KIND = Kind.MULTI_WORKER
@@ -108,9 +108,9 @@ def build(config, plan, topology):
     from tfdist_opt.cluster import ports
     from tfdist_opt.coordination import startup_guard
     from tfdist_opt.stall import keras_binding as stall_binding
-    from tfdist_opt.strategy import cpu_split
-    from tfdist_opt.strategy import host_memory
-    from tfdist_opt.strategy import keras_compat
+    from tfdist_opt.strategy.devices import cpu_split
+    from tfdist_opt.strategy.devices import host_memory
+    from tfdist_opt.keras import keras_compat
     from tfdist_opt.strategy.kinds import _server
 
     if _server.already_running(topology.tf_config):

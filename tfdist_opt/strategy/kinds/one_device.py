@@ -44,6 +44,6 @@ def plan(config, topology, reasons: list[str]) -> plan_lib.StrategyPlan:
 
 
 def build(config, plan, topology):
-    from tfdist_opt.strategy import keras_compat
+    from tfdist_opt.keras import keras_compat
 
     return keras_compat.KerasOneDeviceStrategy(plan.devices[0])
