@@ -20,6 +20,7 @@ import json
 import pathlib
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -66,9 +67,32 @@ def test_keras_own_tests_that_pass_plain_pass_under_opt_strategy(tmp_path):
         k: f"[{r['outcome']}] {r['message']}" for k, r in failing.items() if k not in listed
     }
     now_passing = sorted(k for k in listed if k not in failing)
-    assert not unexpected, "plain-passing Keras tests failing under opt_strategy:\n" + "\n".join(
-        f"  {k}: {v}" for k, v in sorted(unexpected.items())
+    # A file whose process died has no outcomes ("missing"): say how it died.
+    died = {
+        rel: f"exit {modes['ours']['returncode']}: {modes['ours'].get('output_tail', '')[:1500]}"
+        for rel, modes in report["files"].items()
+        if "ours" in modes and not modes["ours"]["tests"]
+    }
+    assert not unexpected, (
+        "plain-passing Keras tests failing under opt_strategy:\n"
+        + "\n".join(f"  {k}: {v}" for k, v in sorted(unexpected.items()))
+        + "".join(f"\n{rel}: {why}" for rel, why in sorted(died.items()))
     )
+    crashed = {
+        rel: modes["ours"]["crashed_first"]
+        for rel, modes in report["files"].items()
+        if "crashed_first" in modes.get("ours", {})
+    }
+    if crashed:
+        warnings.warn(
+            "Keras test files whose process was killed by a signal once and passed on "
+            "the rerun: "
+            + "; ".join(
+                f"{rel} (exit {c['returncode']}): {c['output_tail'][:800]}"
+                for rel, c in sorted(crashed.items())
+            ),
+            stacklevel=1,
+        )
     assert not now_passing, (
         f"listed in {RECORDED.name} `not_under_ours` but now pass: {now_passing}"
     )
