@@ -18,7 +18,7 @@ them through the object itself:
 - per-instance subclasses (`_class_swap.cached_subclass`): Python
   dispatches methods on the class, and `isinstance` against the mixin is
   the marker. Models (`strategy.saving.chief_saving.ChiefSaving`,
-  `keras.keras_steps.KerasSteps`,
+  `tfdist_opt.keras.keras_steps.KerasSteps`,
   `parameter_server.keras_model.CoordinatorTraining`), optimizers
   (`gradients.binding.hooks.GradientHooks`, `gradients.zero.sharded_state`,
   `parameter_server.locked_updates`), variables (`gradients.binding.replica_slots`,
@@ -158,7 +158,7 @@ class ObjectState:
         resume_epoch: model: the epoch a parameter-server backup restored
             (`parameter_server.backup`), where `fit` starts.
         xla_warned: model: XLA fallback stages already warned about
-            (`keras.xla_steps`).
+            (`tfdist_opt.keras.xla_steps`).
         writes: Keras `BackupAndRestore`: whether this worker writes its
             directory (`strategy.saving.chief_callbacks`); None before `fit`.
         sharded_call: Keras `Embedding`: its `call` reads a sharded table
@@ -187,7 +187,7 @@ class FitCall:
     """One running Keras `fit` of a model built under our strategy.
 
     Keras keeps these values in `fit`'s locals; the model's per-instance
-    `fit` (`keras.keras_steps.KerasSteps`, parameter-server `fit`) and
+    `fit` (`tfdist_opt.keras.keras_steps.KerasSteps`, parameter-server `fit`) and
     `_maybe_symbolic_build` record them here instead, for the code that
     needs them mid-fit (fit length against `grad_accum`, uneven inputs,
     callback order).
