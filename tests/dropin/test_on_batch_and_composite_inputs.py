@@ -173,7 +173,22 @@ def test_jit_model_first_built_by_predict_on_batch_runs():
         got = model.predict_on_batch(x)
         logs = model.test_on_batch(x, y, return_dict=True)
     reference = _one_device(model, x)
+    # The rows of the first replica: see the xfail below for the others.
     np.testing.assert_allclose(got[: len(x)], reference.predict_on_batch(x), rtol=1e-5, atol=1e-6)
     want = reference.test_on_batch(x, y, return_dict=True)
     for key in want:
         np.testing.assert_allclose(logs[key], want[key], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a model created in the scope but never built or called there is "
+    "not known to the strategy (model_registry notes models when Keras opens "
+    "their name scope on this thread; predict builds it in the replicas' "
+    "threads), so it runs Keras's own predict_on_batch: one copy per replica",
+)
+def test_predict_on_batch_of_a_model_never_built_returns_one_row_per_example():
+    x = RNG.rand(10, 4).astype("float32")
+    with tfdist_opt.opt_strategy(cpu_replicas=2).scope():
+        model = _xla_model()
+        assert model.predict_on_batch(x).shape == (10, 3)
