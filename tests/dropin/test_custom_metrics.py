@@ -162,12 +162,14 @@ def test_custom_train_step_loss_tracker_equals_one_device(jit_compile):
     def run(strategy):
         with strategy.scope():
             model = KerasIoCustomStep()
-            model.compile(
-                optimizer=keras.optimizers.SGD(0.1), loss="mse", jit_compile=jit_compile
-            )
+            model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", jit_compile=jit_compile)
             history = model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history
             evaluated = model.evaluate(x, y, batch_size=8, return_dict=True, verbose=0)
-            return {"history": history, "evaluate": evaluated, "weights": [w.tolist() for w in model.get_weights()]}
+            return {
+                "history": history,
+                "evaluate": evaluated,
+                "weights": [w.tolist() for w in model.get_weights()],
+            }
 
     one = run(tf.distribute.get_strategy())
     two = run(tfdist_opt.opt_strategy(cpu_replicas=2))

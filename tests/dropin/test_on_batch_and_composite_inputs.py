@@ -125,7 +125,10 @@ def _xla_model():
         ]
     )
     model.compile(
-        optimizer="sgd", loss="mse", metrics=["mae"], jit_compile=True  # as Keras's test
+        optimizer="sgd",
+        loss="mse",
+        metrics=["mae"],
+        jit_compile=True,  # as Keras's test
     )
     return model
 
@@ -155,7 +158,9 @@ def test_jit_model_first_built_by_predict_equals_one_device():
         for other in others:
             np.testing.assert_array_equal(other.numpy(), first.numpy())
     reference = _one_device(model, x)
-    np.testing.assert_allclose(got, reference.predict(x, batch_size=4, verbose=0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        got, reference.predict(x, batch_size=4, verbose=0), rtol=1e-5, atol=1e-6
+    )
     want = reference.test_on_batch(x, y, return_dict=True)
     assert logs.keys() == want.keys()
     for key in want:

@@ -63,9 +63,7 @@ def test_keras_own_tests_that_pass_plain_pass_under_opt_strategy(tmp_path):
     listed = {
         k: v for k, v in recorded.get("not_under_ours", {}).items() if k.split("::")[0] in ran
     }
-    flaky = {
-        k for k in recorded.get("flaky_under_ours", {}) if k.split("::")[0] in ran
-    }
+    flaky = {k for k in recorded.get("flaky_under_ours", {}) if k.split("::")[0] in ran}
     failing = {
         f"{r['file']}::{r['test']}": r
         for r in report["summary"]["plain_pass_ours_not"]
