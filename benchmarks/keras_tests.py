@@ -49,11 +49,11 @@ if __package__ in (None, ""):  # run as `python benchmarks/keras_tests.py`
 
 from benchmarks import common  # noqa: E402  pylint: disable=g-import-not-at-top
 
-# The files CI runs (each under ~2 minutes per mode on a loaded 2-core
-# host): the TF backend's distribution tests with their strategy replaced by
-# ours, and callbacks, metrics and saving tests inside our scope. Not
-# `keras/src/trainers/trainer_test.py`: 646 s plain alone on that host
-# (147 passed); run it with `--files`.
+# The files CI runs: the TF backend's distribution tests with their strategy
+# replaced by ours, and the trainer, callbacks, metrics and saving tests
+# inside our scope (each under ~2 minutes per mode on a loaded 2-core host,
+# but `keras/src/trainers/trainer_test.py`: ~11 minutes, 147 of its tests
+# pass plain).
 DEFAULT_FILES = (
     "keras/src/backend/tensorflow/distribute_test.py",
     "keras/src/backend/tensorflow/optimizer_distribute_test.py",
@@ -67,6 +67,7 @@ DEFAULT_FILES = (
     "keras/src/metrics/metric_test.py",
     "keras/src/metrics/reduction_metrics_test.py",
     "keras/src/saving/saving_api_test.py",
+    "keras/src/trainers/trainer_test.py",
 )
 OWN_STRATEGY_FILES = (
     "keras/src/backend/tensorflow/distribute_test.py",

@@ -16,6 +16,11 @@ every train and test batch and every epoch.
   `super().compute_loss()`, a `keras.losses.Loss` called directly and
   `add_loss`: it tracked half the one-device value on 2 replicas before
   `tfdist_opt.keras.compute_loss`.
+- keras.io's "customizing what happens in fit": a custom `train_step` and
+  `test_step` calling `self.compute_loss` and updating a
+  `keras.metrics.Mean` loss tracker with its result logged half the
+  one-device loss on 2 replicas (as plain `MirroredStrategy` does), with
+  the weights right.
 
 Tolerance: rel 1e-5, abs 1e-6 (the replicas' halves of a batch are added in
 another order).
@@ -24,6 +29,7 @@ another order).
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import tfdist_opt
 from tests.dropin import metric_models
@@ -106,3 +112,65 @@ def test_weighted_mean_logs_equal_one_device_under_keras_options(options):
         return metric_models.fit_and_evaluate(strategy, build, x, y, sample_weight=w)
 
     _close(run(None), run(tfdist_opt.opt_strategy(cpu_replicas=2)))
+
+
+class KerasIoCustomStep(keras.Model):
+    """keras.io's "customizing what happens in fit" (Keras 3, TensorFlow)."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = keras.layers.Dense(
+            1, kernel_initializer=keras.initializers.GlorotUniform(seed=3)
+        )
+        self.loss_tracker = keras.metrics.Mean(name="loss")
+        self.mae_metric = keras.metrics.MeanAbsoluteError(name="mae")
+
+    def call(self, x):
+        return self.dense(x)
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compute_loss(y=y, y_pred=y_pred)
+        grads = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply(grads, self.trainable_variables)
+        self.loss_tracker.update_state(loss)
+        self.mae_metric.update_state(y, y_pred)
+        return {"loss": self.loss_tracker.result(), "mae": self.mae_metric.result()}
+
+    def test_step(self, data):
+        x, y = data
+        y_pred = self(x, training=False)
+        self.loss_tracker.update_state(self.compute_loss(y=y, y_pred=y_pred))
+        self.mae_metric.update_state(y, y_pred)
+        return {m.name: m.result() for m in self.metrics}
+
+    @property
+    def metrics(self):
+        return [self.loss_tracker, self.mae_metric]
+
+
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "jit_compile"])
+def test_custom_train_step_loss_tracker_equals_one_device(jit_compile):
+    """It logged half the one-device loss (`compute_loss` returns the loss
+    divided by the replicas, which the step differentiates)."""
+    rng = np.random.RandomState(0)
+    x = rng.rand(32, 3).astype("float32")
+    y = rng.rand(32, 1).astype("float32")
+
+    def run(strategy):
+        with strategy.scope():
+            model = KerasIoCustomStep()
+            model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", jit_compile=jit_compile)
+            history = model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history
+            evaluated = model.evaluate(x, y, batch_size=8, return_dict=True, verbose=0)
+            return {
+                "history": history,
+                "evaluate": evaluated,
+                "weights": [w.tolist() for w in model.get_weights()],
+            }
+
+    one = run(tf.distribute.get_strategy())
+    two = run(tfdist_opt.opt_strategy(cpu_replicas=2))
+    _close(one, two)

@@ -8,11 +8,13 @@ and saving files with every test inside `opt_strategy(cpu_replicas=2)`'s
 scope. The plain outcomes were recorded once for this Keras version
 (`benchmarks/results/keras_tests_<version>.json`, with `--modes=plain`);
 that file also lists, by name and with the reason, the plain-passing tests
-that do not pass under ours (`not_under_ours`). The test fails on any other
-plain-passing test that does not pass, and on a listed one that now passes
-(take it off the list).
+that do not pass under ours (`not_under_ours`), and those that pass under
+ours only sometimes (`flaky_under_ours`: neither outcome is asserted). The
+test fails on any other plain-passing test that does not pass, and on a
+`not_under_ours` one that now passes (take it off the list).
 
-287 s on 2 cores (one pytest process per file, one at a time).
+One pytest process per file, one at a time; `trainer_test.py` takes most
+of the time.
 """
 
 import importlib.metadata
@@ -32,7 +34,7 @@ RECORDED = ROOT / "benchmarks" / "results" / f"keras_tests_{KERAS}.json"
 
 @pytest.mark.slow
 @pytest.mark.keras_suite
-@pytest.mark.timeout(1800)
+@pytest.mark.timeout(3000)
 def test_keras_own_tests_that_pass_plain_pass_under_opt_strategy(tmp_path):
     if not RECORDED.exists():
         pytest.skip(
@@ -51,7 +53,7 @@ def test_keras_own_tests_that_pass_plain_pass_under_opt_strategy(tmp_path):
         ],
         capture_output=True,
         text=True,
-        timeout=1700,
+        timeout=2900,
         cwd=ROOT,
     )
     assert proc.returncode == 0 and out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -62,7 +64,12 @@ def test_keras_own_tests_that_pass_plain_pass_under_opt_strategy(tmp_path):
     listed = {
         k: v for k, v in recorded.get("not_under_ours", {}).items() if k.split("::")[0] in ran
     }
-    failing = {f"{r['file']}::{r['test']}": r for r in report["summary"]["plain_pass_ours_not"]}
+    flaky = {k for k in recorded.get("flaky_under_ours", {}) if k.split("::")[0] in ran}
+    failing = {
+        f"{r['file']}::{r['test']}": r
+        for r in report["summary"]["plain_pass_ours_not"]
+        if f"{r['file']}::{r['test']}" not in flaky
+    }
     unexpected = {
         k: f"[{r['outcome']}] {r['message']}" for k, r in failing.items() if k not in listed
     }

@@ -11,5 +11,7 @@ batch a model is built from), `global_batch` (batch sizes `fit` refuses),
 `metric_logs` (metric values equal to one device's), `log_packing` (logs
 reduced in one collective), `scalar_variables` (`int()` of a mirrored
 scalar), `remat_calls` (`RematScope` layers called with keyword
-arguments), `plain_iterator` (one CPU replica per worker).
+arguments), `plain_iterator` (one CPU replica per worker),
+`replica_initial_values` (mirrored variables first created inside an XLA
+function start from one liftable initial value).
 """

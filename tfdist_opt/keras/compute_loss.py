@@ -22,12 +22,27 @@ The one exception it creates: a loss the override already divides by the
 global batch (`tf.nn.compute_average_loss(..., global_batch_size=G)`) is
 divided once more; a `keras.losses.Loss`, `ops.mean`, or
 `compute_average_loss` without a global batch are right.
+
+A custom `train_step` that calls `self.compute_loss(...)` and updates a
+metric with the result (keras.io's "customizing what happens in fit":
+`self.loss_tracker.update_state(loss)`) tracked the loss divided by the
+replicas too: the value `compute_loss` returns must stay divided, since the
+step differentiates it. So each loss `compute_loss` returns in a replica
+context is noted (`note_scaled`, this thread, by identity), and the model's
+metrics (`model.metrics`, given `UnscaledLossUpdates` per instance by
+`unscale_metric_updates`) multiply a noted loss they are updated with back
+by the replicas: the one-device value, with the gradient unchanged. Only
+that tensor itself: a value computed from it (`loss + penalty`) is not
+recognised and is tracked divided, as under plain `MirroredStrategy`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
+
+from tfdist_opt import _class_swap
 
 _STATE = threading.local()
 
@@ -66,15 +81,55 @@ def compute_loss(model, next_compute_loss, args, kwargs):
     import tensorflow as tf
 
     strategy = model.distribute_strategy
-    if (
-        getattr(next_compute_loss, "__func__", None) is keras.Model.compute_loss
-        or tf.distribute.in_cross_replica_context()
-        or strategy.num_replicas_in_sync <= 1
-    ):
+    if tf.distribute.in_cross_replica_context() or strategy.num_replicas_in_sync <= 1:
         return next_compute_loss(*args, **kwargs)
     replicas = strategy.num_replicas_in_sync
+    if getattr(next_compute_loss, "__func__", None) is keras.Model.compute_loss:
+        return note_scaled(next_compute_loss(*args, **kwargs), replicas)
     with one_replica_view(strategy):
         loss = next_compute_loss(*args, **kwargs)
     if loss is None:
         return None
-    return keras.ops.multiply(loss, keras.ops.cast(1.0 / replicas, loss.dtype))
+    return note_scaled(
+        keras.ops.multiply(loss, keras.ops.cast(1.0 / replicas, loss.dtype)), replicas
+    )
+
+
+def note_scaled(loss, replicas: int):
+    """Notes `loss` (this thread) as a loss divided by `replicas`; returns it."""
+    if loss is None:
+        return None
+    noted = getattr(_STATE, "scaled", None)
+    if noted is None:
+        noted = _STATE.scaled = {}
+    for key in [k for k, (ref, _) in noted.items() if ref() is None]:
+        del noted[key]
+    noted[id(loss)] = (weakref.ref(loss), replicas)
+    return loss
+
+
+def _unscaled(value):
+    """`value` times the replicas when it is a loss `note_scaled` noted, else `value`."""
+    entry = getattr(_STATE, "scaled", {}).get(id(value))
+    if entry is None or entry[0]() is not value:
+        return value
+    import keras
+
+    return keras.ops.multiply(value, keras.ops.cast(entry[1], value.dtype))
+
+
+class UnscaledLossUpdates:
+    """Metric mixin: updated with a noted divided loss, it takes the one-device value."""
+
+    def update_state(self, *args, **kwargs):
+        args = tuple(_unscaled(a) for a in args)
+        kwargs = {k: _unscaled(v) for k, v in kwargs.items()}
+        return super().update_state(*args, **kwargs)
+
+
+def unscale_metric_updates(model) -> None:
+    """Gives each of `model.metrics` `UnscaledLossUpdates` (per instance)."""
+    if model.distribute_strategy.num_replicas_in_sync <= 1:
+        return
+    for metric in model.metrics:
+        metric.__class__ = _class_swap.cached_subclass(UnscaledLossUpdates, type(metric))

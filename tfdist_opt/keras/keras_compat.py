@@ -60,6 +60,7 @@ import contextlib
 
 import tensorflow as tf
 
+from tfdist_opt import _class_swap
 from tfdist_opt.stall import keras_binding as stall_binding
 from tfdist_opt.strategy.saving import chief_saving
 from tfdist_opt.keras import compute_loss
@@ -70,6 +71,7 @@ from tfdist_opt.keras import log_packing
 from tfdist_opt.keras import metric_logs
 from tfdist_opt.keras import model_registry
 from tfdist_opt.keras import plain_iterator
+from tfdist_opt.keras import replica_initial_values
 from tfdist_opt.keras import scalar_variables
 from tfdist_opt.strategy.devices import worker_cpu_replicas
 
@@ -144,8 +146,17 @@ class KerasOneDeviceStrategy(_AdoptingScope, tf.distribute.OneDeviceStrategy):
 class KerasMirroredStrategy(_AdoptingScope, tf.distribute.MirroredStrategy):
     """`MirroredStrategy` whose models get `keras_steps.KerasSteps`.
 
-    Construct it exactly like `tf.distribute.MirroredStrategy`.
+    Construct it exactly like `tf.distribute.MirroredStrategy`. A variable
+    first created inside an XLA-compiled `tf.function` (a model without an
+    `Input` in `predict` with `jit_compile=True`) initializes on every
+    replica as on one device (`replica_initial_values`).
     """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.extended.__class__ = _class_swap.cached_subclass(
+            replica_initial_values.LiftableInitialValues, type(self.extended)
+        )
 
 
 def _rank(value) -> int | None:

@@ -27,9 +27,10 @@ Layers created in a `keras.RematScope` get a per-instance subclass at
 `fit`, `evaluate` and `predict` that lets their recomputed call take keyword
 arguments inside the steps (`remat_calls`).
 
-A `compute_loss` override computes one device's loss values
-(`compute_loss`), and the metric logs of each batch are computed from every
-replica's metric state (`metric_logs`), as on one device.
+A `compute_loss` override computes one device's loss values, a metric a
+custom step updates with `compute_loss`'s result takes the one-device
+value (`compute_loss`), and the metric logs of each batch are computed
+from every replica's metric state (`metric_logs`), as on one device.
 
 `fit` first refuses a `tf.data` global batch the replicas in sync do not
 divide, before step 1 (`global_batch`). `fit` and `evaluate` leave out the
@@ -126,6 +127,7 @@ class KerasSteps:
     def make_train_function(self, force=False):
         if self.train_function is not None and not force:
             return self.train_function
+        compute_loss_view.unscale_metric_updates(self)
         step = type(self).train_step.__get__(self)
         if needs_per_replica_xla(self):
             step = xla_steps.compiled_train_step(self, step)
@@ -139,6 +141,7 @@ class KerasSteps:
     def make_test_function(self, force=False):
         if self.test_function is not None and not force:
             return self.test_function
+        compute_loss_view.unscale_metric_updates(self)
         step = type(self).test_step.__get__(self)
         if needs_per_replica_xla(self):
             step = xla_steps.compiled_step(self, "test step", step)

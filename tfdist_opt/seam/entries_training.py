@@ -130,6 +130,16 @@ ENTRIES: tuple[PrivateName, ...] = (
         "always gets one replica)",
     ),
     PrivateName(
+        "tensorflow.python.distribute.mirrored_strategy.MirroredExtended",
+        "_get_variable_creator_initial_value",
+        "tfdist_opt.keras.replica_initial_values",
+        "the initial value of each replica's copy of a mirrored variable; "
+        "overridden so that copies created inside a tf.function start from "
+        "replica 0's initial tensor, which TF can lift out of an "
+        "XLA-compiled function, instead of a read of replica 0's variable, "
+        "which it cannot (no public hook)",
+    ),
+    PrivateName(
         "tensorflow.python.distribute.collective_all_reduce_strategy.CollectiveAllReduceExtended",
         "_initialize_local_devices",
         "tfdist_opt.strategy.devices.worker_cpu_replicas",
