@@ -52,7 +52,7 @@ from benchmarks import common  # noqa: E402  pylint: disable=g-import-not-at-top
 # The files CI runs: the TF backend's distribution tests with their strategy
 # replaced by ours, and the trainer, callbacks, metrics and saving tests
 # inside our scope (each under ~2 minutes per mode on a loaded 2-core host,
-# but `keras/src/trainers/trainer_test.py`: ~11 minutes, 147 of its tests
+# but `keras/src/trainers/trainer_test.py`: ~9 to 11 minutes, 147 of its tests
 # pass plain).
 DEFAULT_FILES = (
     "keras/src/backend/tensorflow/distribute_test.py",
